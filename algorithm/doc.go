@@ -1,0 +1,102 @@
+// Package algorithm holds every rate limiting algorithm of Floodgate once,
+// as a pure state machine: a state type per algorithm with a method
+//
+//	func (s State) Step(p Params, now, cost int64) (State, Decision)
+//
+// and no I/O, clock or lock. The memory store runs Step under a lock, the
+// Redis store's Lua scripts mirror it line for line (same names, same
+// integer arithmetic), the conformance suite and the linearizability checker
+// use it as the sequential model.
+//
+// # Units and rounding
+//
+// Every quantity is an int64 and every time an integer number of
+// microseconds since the Unix epoch; there are no floats in any state or
+// decision, so Go and Lua round alike. Every intermediate value stays below
+// MaxExact (2^52), which floodgate.Limit.Validate enforces, because Lua
+// numbers are doubles. Durations in a Decision are rounded up to the next
+// microsecond: a client that waits RetryAfter is never early.
+//
+// cost is the number of units a request takes, >= 0. Cost 0 is a peek: it
+// is decided like any other cost (so it is allowed unless the key is already
+// over its limit), reports Remaining, and changes no state. A cost above the
+// capacity (Limit, or Burst for the buckets) can never succeed: it is
+// denied with RetryAfter = Never (-1). A Limit of 0 denies every cost above
+// 0, with RetryAfter = Never.
+//
+// A denied request changes no state, except with CountRejected (only the
+// two counting algorithms accept it), where it still adds its cost.
+//
+// In every Decision: Limit is the capacity (the largest Remaining can be);
+// Remaining is the largest cost that would be admitted right after this
+// step; ResetAfter is the time until the key is back to its empty state
+// (Remaining == Limit), 0 if it already is, and is also how long a store
+// keeps the key (its TTL); RetryAfter is 0 when allowed, else the time until
+// the same request would be admitted if nothing else happened, or Never.
+//
+// # The algorithms
+//
+// FixedWindow ("fixed_window"): at most Limit units per window of Period.
+// With aligned windows (the default) a window starts at a multiple of Period
+// since the epoch (the calendar minute for one minute); with FirstHit a
+// window starts at the first request that finds no live window. Remaining =
+// Limit - count; ResetAfter = window end - now while the count is above 0;
+// RetryAfter = window end - now. Up to 2*Limit units can pass within one
+// Period across a window boundary; that is what a fixed window is.
+//
+// SlidingWindowLog ("sliding_window_log"): at most Limit units in any
+// trailing Period, exactly: one log entry per admitted unit, entries at or
+// before now-Period dropped. Remaining = Limit - entries; ResetAfter = newest
+// entry + Period - now; RetryAfter = the time the oldest entries have left so
+// that cost fits. Memory O(Limit) per key, so Limit <= MaxLogLimit.
+//
+// SlidingWindow ("sliding_window"): the sliding window counter of
+// Cloudflare's write-up, a weighted estimate of the trailing Period from two
+// aligned windows: admitted if floor(prev*(Period-e)/Period) + curr + cost <=
+// Limit, with e the time since the current window began. Remaining = Limit -
+// estimate - curr; ResetAfter = until both counts have left (the end of the
+// next window if curr > 0); RetryAfter = the first microsecond at which the
+// shrinking weight of the previous window lets cost fit, computed in closed
+// form. The estimate assumes the previous window's requests were spread
+// evenly, so it can admit more or less than a log would; memory is O(1).
+// (Limit+1)*Period must not exceed MaxExact (Period in microseconds): for
+// instance at most 104 thousand per day, 2.5 million per hour.
+//
+// TokenBucket ("token_bucket"): a bucket of Burst tokens, full at first,
+// that gains Limit tokens per Period, one every T = Period/Limit, kept exact
+// with a fraction of a microsecond in units of 1/Limit (3 per second is one
+// token every 333333 1/3 µs, with no drift). Admitted if the whole tokens in
+// the bucket are at least cost. Remaining = whole tokens left; ResetAfter =
+// until the bucket is full; RetryAfter = until cost whole tokens are there.
+//
+// GCRA ("gcra"): the generic cell rate algorithm, a virtual-scheduling
+// leaky bucket that keeps one instant (the theoretical arrival time)
+// instead of a count and an instant. It admits exactly what TokenBucket
+// with the same Params admits and reports the same Remaining, ResetAfter and
+// RetryAfter (a test checks this on random sequences).
+//
+// Concurrency ("concurrency"): at most Limit units held at once by leases.
+// A lease of cost n holds n units under its ID until now+Period (its TTL)
+// or until it is released; acquiring the same ID again renews it. Remaining
+// = Limit - held; ResetAfter = until the last lease expires; RetryAfter =
+// until enough of the oldest other leases expire. Memory O(Limit).
+//
+// # Burst
+//
+// Burst is the capacity of TokenBucket and GCRA: the most units admitted at
+// once after an idle spell, and the largest cost that can ever be admitted.
+// It defaults to Limit (floodgate.Limit fills it in), so "10 per second"
+// admits 10 at once and then one every 100 ms. Limit/Period is the
+// sustained rate. Burst may be above Limit (100 per minute, bursts of 300)
+// or below it (smoothing: 10 per second, at most 2 at once).
+//
+// Compared with the libraries people know: golang.org/x/time/rate's b
+// (NewLimiter(r, b)) is the same capacity, but its tokens are float64 and
+// its zero burst denies everything, where ours defaults to Limit.
+// github.com/go-redis/redis_rate's Burst is also the capacity of a GCRA, but
+// computed in float seconds inside Lua, so its emission interval and
+// Remaining are rounded floats; ours are exact integers. Neither matches
+// nginx's limit_req burst or throttled's MaxBurst, which count the requests
+// allowed beyond the first: their burst b is our Burst b+1.
+// The window algorithms have no burst: their capacity is Limit.
+package algorithm

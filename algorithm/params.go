@@ -1,0 +1,150 @@
+package algorithm
+
+// MaxExact is the largest integer every intermediate value of an algorithm
+// may reach: 2^52. Lua numbers are IEEE doubles, exact to 2^53; keeping one
+// bit of headroom lets the Lua mirror correct a floating division by one
+// step without leaving the exact range. Params.Check enforces it.
+const MaxExact int64 = 1 << 52
+
+// MaxPeriod is the longest period, in microseconds: 2^48 µs, about 8.9 years.
+// It keeps "now + a period" (now is about 2^50.7 µs in 2026) below MaxExact.
+const MaxPeriod int64 = 1 << 48
+
+// MaxLimit is the largest Limit or Burst of any algorithm: 2^40 units.
+const MaxLimit int64 = 1 << 40
+
+// MaxLogLimit is the largest Limit of the algorithms that keep one entry per
+// admitted unit (SlidingWindowLog, Concurrency): their memory per key is
+// O(Limit), so the bound is memory per key.
+const MaxLogLimit int64 = 100_000
+
+// Never is the RetryAfter of a request that can never be admitted: its cost
+// exceeds the capacity of the limit (Limit, or Burst for the buckets).
+const Never int64 = -1
+
+// Params is a limit in the integer form every Step takes. Times are integer
+// microseconds. Callers build it from floodgate.Limit, which validates it;
+// Check repeats the checks that keep the arithmetic exact.
+type Params struct {
+	// Limit is the number of units admitted per Period (FixedWindow,
+	// SlidingWindowLog, SlidingWindow), the refill rate in units per Period
+	// (TokenBucket, GCRA), or the number of units held at once
+	// (Concurrency). Zero denies every request of cost above zero.
+	Limit int64
+	// Period is the window length, the refill period, or the lease TTL, in
+	// microseconds. Always above zero.
+	Period int64
+	// Burst is the capacity of TokenBucket and GCRA: the most units admitted
+	// at once after an idle spell. Zero elsewhere.
+	Burst int64
+	// FirstHit makes a FixedWindow start at the key's first request instead
+	// of at a multiple of Period since the Unix epoch.
+	FirstHit bool
+	// CountRejected makes a denied request of FixedWindow or SlidingWindow
+	// add its cost to the count.
+	CountRejected bool
+}
+
+// Decision is what a Step answers. It mirrors floodgate.Decision with times
+// in integer microseconds.
+type Decision struct {
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Limit is the capacity: the largest Remaining can be (Burst for the
+	// buckets, Limit elsewhere).
+	Limit int64
+	// Remaining is the largest cost admissible right after this step, >= 0.
+	Remaining int64
+	// ResetAfter is the time until the key is back to its empty state
+	// (Remaining == Limit), in microseconds, rounded up; 0 if it is empty.
+	ResetAfter int64
+	// RetryAfter is 0 when allowed; otherwise the time until a request of the
+	// same cost would be admitted if nothing else happened, rounded up, or
+	// Never.
+	RetryAfter int64
+}
+
+// floorDiv is a/b rounded down for a >= 0, b > 0. The Lua mirror computes
+// math.floor(a / b) and corrects it by one step; in Go the integer division
+// is already exact.
+func floorDiv(a, b int64) int64 { return a / b }
+
+// instant is a point in time: us microseconds plus frac/l of a microsecond,
+// 0 <= frac < l, where l is the Limit of the rate it belongs to. TokenBucket
+// and GCRA keep time this way so that an emission interval of Period/Limit
+// (333333 1/3 µs for 3 per second) is exact and no rounding drifts the rate.
+type instant struct{ us, frac int64 }
+
+// rate is the emission interval T = Period/Limit = q + r/l microseconds.
+type rate struct{ q, r, l int64 }
+
+func newRate(limit, period int64) rate {
+	return rate{q: period / limit, r: period % limit, l: limit}
+}
+
+// times is n*T for 0 <= n <= MaxLimit with n*r <= MaxExact.
+func (t rate) times(n int64) instant {
+	x := n * t.r
+	return instant{us: n*t.q + x/t.l, frac: x % t.l}
+}
+
+func (t rate) add(a, b instant) instant {
+	us, frac := a.us+b.us, a.frac+b.frac
+	if frac >= t.l {
+		us, frac = us+1, frac-t.l
+	}
+	return instant{us, frac}
+}
+
+func (t rate) sub(a, b instant) instant {
+	us, frac := a.us-b.us, a.frac-b.frac
+	if frac < 0 {
+		us, frac = us-1, frac+t.l
+	}
+	return instant{us, frac}
+}
+
+// norm re-reads a stored instant under the current limit: a fraction kept
+// under a larger earlier limit is clamped (an error below one microsecond).
+func (t rate) norm(a instant) instant {
+	if a.frac >= t.l {
+		a.frac = t.l - 1
+	}
+	if a.frac < 0 {
+		a.frac = 0
+	}
+	return a
+}
+
+func (a instant) less(b instant) bool {
+	return a.us < b.us || (a.us == b.us && a.frac < b.frac)
+}
+
+// ceil is the instant rounded up to a whole microsecond.
+func (a instant) ceil() int64 {
+	if a.frac > 0 {
+		return a.us + 1
+	}
+	return a.us
+}
+
+// count is floor(d/T): how many whole intervals fit in d, for
+// 0 <= d <= max*T. It starts from a floating estimate and corrects it with
+// exact comparisons, so the result is exact and the same in Go and Lua.
+func (t rate) count(d instant, max int64) int64 {
+	f := (float64(d.us)*float64(t.l) + float64(d.frac)) / (float64(t.q)*float64(t.l) + float64(t.r))
+	est := max
+	if f < float64(max) {
+		est = int64(f)
+	}
+	if est < 0 {
+		est = 0
+	}
+	for est > 0 && d.less(t.times(est)) {
+		est--
+	}
+	for est < max && !d.less(t.times(est+1)) {
+		est++
+	}
+	return est
+}

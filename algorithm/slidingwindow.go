@@ -1,0 +1,97 @@
+package algorithm
+
+// SlidingWindow is the state of a sliding window counter: Curr units
+// admitted in the window that started at Start (a multiple of Period since
+// the epoch) and Prev in the window before it. The zero value is an empty
+// key. Mirrored by store/redisstore/scripts/sliding_window.lua.
+type SlidingWindow struct {
+	Start int64
+	Prev  int64
+	Curr  int64
+}
+
+// Step decides a request of cost units at now. With e = now - Start, the
+// estimate is floor(Prev*(Period-e)/Period) + Curr, and the request is
+// admitted if estimate + cost <= Limit. Taking the floor loses nothing: the
+// right side is an integer, so the comparison is the same as with the exact
+// fraction. Counts never exceed Limit (CountRejected saturates at Limit), so
+// every product stays below (Limit+1)*Period <= MaxExact.
+func (s SlidingWindow) Step(p Params, now, cost int64) (SlidingWindow, Decision) {
+	start, prev, curr := now-now%p.Period, int64(0), int64(0)
+	switch {
+	case s.Prev <= 0 && s.Curr <= 0:
+	case start == s.Start:
+		prev, curr = s.Prev, s.Curr
+	case start == s.Start+p.Period:
+		prev = s.Curr
+	case start < s.Start:
+		// The clock went backwards: stay in the stored window.
+		start, prev, curr = s.Start, s.Prev, s.Curr
+	}
+	prev, curr = min(prev, p.Limit), min(curr, p.Limit)
+	elapsed := max(0, now-start)
+	weighted := floorDiv(prev*(p.Period-elapsed), p.Period)
+	allowed := weighted+curr+cost <= p.Limit
+	if allowed {
+		curr += cost
+	} else if p.CountRejected {
+		curr = min(curr+cost, p.Limit)
+	}
+	d := Decision{Allowed: allowed, Limit: p.Limit, Remaining: max(0, p.Limit-weighted-curr)}
+	switch {
+	case curr > 0:
+		d.ResetAfter = start + 2*p.Period - now
+	case prev > 0:
+		d.ResetAfter = start + p.Period - now
+	}
+	switch {
+	case allowed:
+	case cost > p.Limit:
+		d.RetryAfter = Never
+	default:
+		d.RetryAfter = slidingRetry(p, start, prev, curr, cost) - now
+	}
+	if prev <= 0 && curr <= 0 {
+		return SlidingWindow{}, d
+	}
+	return SlidingWindow{Start: start, Prev: prev, Curr: curr}, d
+}
+
+// slidingRetry is the first instant at which a request of cost <= Limit is
+// admitted if nothing else happens: the first elapsed time in this window at
+// which the previous window's weight has shrunk enough, else the same in the
+// next window (where Curr becomes Prev), else the start of the window after.
+func slidingRetry(p Params, start, prev, curr, cost int64) int64 {
+	if e, ok := slidingFirst(p, prev, p.Limit-curr-cost); ok {
+		return start + e
+	}
+	if e, ok := slidingFirst(p, curr, p.Limit-cost); ok {
+		return start + p.Period + e
+	}
+	return start + 2*p.Period
+}
+
+// slidingFirst is the least elapsed time e in [0, Period) with
+// floor(prev*(Period-e)/Period) <= room, if there is one:
+// e = Period - floor(((room+1)*Period - 1) / prev).
+func slidingFirst(p Params, prev, room int64) (int64, bool) {
+	if room < 0 {
+		return 0, false
+	}
+	if prev <= room {
+		return 0, true
+	}
+	e := p.Period - floorDiv((room+1)*p.Period-1, prev)
+	return e, e < p.Period
+}
+
+// Expires is when the state becomes equal to the zero state; 0 if empty.
+func (s SlidingWindow) Expires(p Params) int64 {
+	switch {
+	case s.Curr > 0:
+		return s.Start + 2*p.Period
+	case s.Prev > 0:
+		return s.Start + p.Period
+	}
+	return 0
+}

@@ -1,0 +1,76 @@
+package algorithm
+
+// TokenBucket is the state of a token bucket of capacity Burst that gains
+// one token every T = Period/Limit: Taken tokens are missing from a full
+// bucket, and the last of them was credited at the instant Last + LastFrac/Limit
+// microseconds. The zero value is a full bucket (an empty key). Mirrored by
+// store/redisstore/scripts/token_bucket.lua.
+//
+// Time is kept with a fraction of a microsecond in units of 1/Limit, so the
+// interval Period/Limit is exact: 3 per second credits a token every
+// 333333 1/3 µs, not every 333333 µs.
+type TokenBucket struct {
+	Taken    int64
+	Last     int64
+	LastFrac int64
+}
+
+// Step decides a request of cost units at now. It first credits the whole
+// tokens earned since Last (at most Taken of them), then admits the request
+// if the tokens in the bucket, Burst - Taken, are at least cost. A request
+// taken from a full bucket starts the refill clock at now.
+func (s TokenBucket) Step(p Params, now, cost int64) (TokenBucket, Decision) {
+	if p.Limit <= 0 {
+		return TokenBucket{}, denyAll(cost)
+	}
+	t := newRate(p.Limit, p.Period)
+	taken := max(0, s.Taken)
+	last := t.norm(instant{s.Last, s.LastFrac})
+	nowI := instant{us: now}
+	if taken > 0 && last.less(nowI) {
+		n := t.count(t.sub(nowI, last), taken)
+		taken -= n
+		last = t.add(last, t.times(n))
+	}
+	if taken == 0 {
+		last = nowI
+	}
+	allowed := p.Burst-taken >= cost
+	if allowed {
+		taken += cost
+	}
+	d := Decision{Allowed: allowed, Limit: p.Burst, Remaining: max(0, p.Burst-taken)}
+	if taken > 0 {
+		d.ResetAfter = t.add(last, t.times(taken)).ceil() - now
+	}
+	switch {
+	case allowed:
+	case cost > p.Burst:
+		d.RetryAfter = Never
+	default:
+		d.RetryAfter = t.add(last, t.times(cost-(p.Burst-taken))).ceil() - now
+	}
+	if taken == 0 {
+		return TokenBucket{}, d
+	}
+	return TokenBucket{Taken: taken, Last: last.us, LastFrac: last.frac}, d
+}
+
+// Expires is when the bucket is full again; 0 if it is full.
+func (s TokenBucket) Expires(p Params) int64 {
+	if s.Taken <= 0 || p.Limit <= 0 {
+		return 0
+	}
+	t := newRate(p.Limit, p.Period)
+	return t.add(t.norm(instant{s.Last, s.LastFrac}), t.times(s.Taken)).ceil()
+}
+
+// denyAll is the decision of a limit of zero: every request of cost above
+// zero is denied for ever; a peek is allowed with nothing remaining.
+func denyAll(cost int64) Decision {
+	d := Decision{Allowed: cost <= 0}
+	if !d.Allowed {
+		d.RetryAfter = Never
+	}
+	return d
+}

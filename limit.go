@@ -1,0 +1,279 @@
+package floodgate
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/algorithm"
+)
+
+// Algorithm names a rate limiting algorithm. The names are the ones used in
+// config files, the HTTP API and Redis keys. The algorithm package doc says
+// exactly what each admits.
+type Algorithm string
+
+// The algorithms.
+const (
+	// FixedWindow admits Limit units per window of Period; windows are
+	// aligned to the epoch or start at the first hit (Window).
+	FixedWindow Algorithm = "fixed_window"
+	// SlidingWindowLog admits at most Limit units in any trailing Period,
+	// exactly, keeping one timestamp per unit (memory O(Limit)).
+	SlidingWindowLog Algorithm = "sliding_window_log"
+	// SlidingWindow estimates the trailing Period from two fixed windows,
+	// weighting the previous one (memory O(1)).
+	SlidingWindow Algorithm = "sliding_window"
+	// TokenBucket refills Limit tokens per Period up to Burst.
+	TokenBucket Algorithm = "token_bucket"
+	// GCRA admits what TokenBucket admits, keeping a single timestamp.
+	GCRA Algorithm = "gcra"
+	// Concurrency admits at most Limit units held at once by leases that
+	// expire after Period; see Limiter.Acquire.
+	Concurrency Algorithm = "concurrency"
+)
+
+// Algorithms lists every algorithm, in the order of the docs.
+var Algorithms = []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindow, TokenBucket, GCRA, Concurrency}
+
+// Window says where a FixedWindow starts.
+type Window string
+
+const (
+	// Aligned windows start at multiples of Period since the Unix epoch: a
+	// one-minute window is the calendar minute, the same for every key.
+	Aligned Window = "aligned"
+	// FirstHit windows start at the key's first request and last Period.
+	FirstHit Window = "first_hit"
+)
+
+// Bounds of a Limit and a Request; see the algorithm package for why.
+const (
+	// MaxPeriod is the longest Period: 2^48 µs, about 8.9 years.
+	MaxPeriod = time.Duration(algorithm.MaxPeriod) * time.Microsecond
+	// MaxLimit is the largest Limit, Burst or Request.Cost: 2^40.
+	MaxLimit = algorithm.MaxLimit
+	// MaxLogLimit is the largest Limit of SlidingWindowLog and Concurrency,
+	// which keep one entry per unit.
+	MaxLogLimit = algorithm.MaxLogLimit
+)
+
+// Limit is a rate limit policy. The zero value is not usable: Limit and
+// Period must be set. A Limit is a small value, safe to copy and to share.
+//
+//	floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: 20}
+type Limit struct {
+	// Algorithm is the algorithm; empty means FixedWindow.
+	Algorithm Algorithm
+	// Limit is how many units are admitted per Period (the refill rate for
+	// TokenBucket and GCRA, the units held at once for Concurrency).
+	// 0 denies everything. "60 per minute": Limit 60, Period time.Minute.
+	Limit int64
+	// Period is the window, the refill period, or the lease TTL
+	// (Concurrency): above zero, a whole number of microseconds, at most
+	// MaxPeriod.
+	Period time.Duration
+	// Burst is the capacity of TokenBucket and GCRA: the most units admitted
+	// at once after an idle spell. 0 means Limit. Other algorithms take no
+	// Burst.
+	Burst int64
+	// Window is where a FixedWindow starts: Aligned (the default, when
+	// empty) or FirstHit. Other algorithms take no Window.
+	Window Window
+	// CountRejected makes a denied request still add its cost
+	// (FixedWindow, SlidingWindow only), so a client that keeps retrying
+	// stays denied. Default false: a denial changes nothing.
+	CountRejected bool
+	// Name optionally names the policy in headers, logs and metrics.
+	Name string
+}
+
+// Capacity is the largest number of units the limit can admit at once:
+// Burst (or Limit when Burst is 0) for TokenBucket and GCRA, Limit otherwise.
+func (l Limit) Capacity() int64 {
+	if (l.algorithm() == TokenBucket || l.algorithm() == GCRA) && l.Burst != 0 {
+		return l.Burst
+	}
+	return l.Limit
+}
+
+func (l Limit) algorithm() Algorithm {
+	if l.Algorithm == "" {
+		return FixedWindow
+	}
+	return l.Algorithm
+}
+
+// Validate reports every problem of the limit at once, each wrapping
+// ErrInvalidLimit and naming its field. It allocates nothing for a valid
+// limit.
+func (l Limit) Validate() error {
+	if l.valid() {
+		return nil
+	}
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidLimit, field, fmt.Sprintf(format, args...)))
+	}
+	alg := l.algorithm()
+	known := false
+	for _, a := range Algorithms {
+		known = known || a == alg
+	}
+	if !known {
+		bad("algorithm", "unknown algorithm %q (want one of %s)", l.Algorithm, algorithmList())
+	}
+	switch {
+	case l.Limit < 0:
+		bad("limit", "%d is negative", l.Limit)
+	case l.Limit > MaxLimit:
+		bad("limit", "%d is above the maximum %d", l.Limit, MaxLimit)
+	case (alg == SlidingWindowLog || alg == Concurrency) && l.Limit > MaxLogLimit:
+		bad("limit", "%d is above %d, the maximum for %s, which keeps one entry per unit", l.Limit, MaxLogLimit, alg)
+	}
+	switch {
+	case l.Period <= 0:
+		bad("period", "%v must be above zero", l.Period)
+	case l.Period > MaxPeriod:
+		bad("period", "%v is above the maximum %v", l.Period, MaxPeriod)
+	case l.Period%time.Microsecond != 0:
+		bad("period", "%v is not a whole number of microseconds", l.Period)
+	}
+	periodUS := int64(l.Period / time.Microsecond)
+	bucket := alg == TokenBucket || alg == GCRA
+	switch {
+	case !bucket && l.Burst != 0:
+		bad("burst", "%s takes no burst (only token_bucket and gcra do)", alg)
+	case l.Burst < 0:
+		bad("burst", "%d is negative", l.Burst)
+	case l.Burst > MaxLimit:
+		bad("burst", "%d is above the maximum %d", l.Burst, MaxLimit)
+	case bucket && l.Limit > 0 && l.Limit <= MaxLimit && periodUS > 0:
+		b := l.Capacity()
+		if b > algorithm.MaxExact/l.Limit {
+			bad("burst", "burst %d times limit %d is above 2^52; lower one of them", b, l.Limit)
+		} else if b > algorithm.MaxPeriod/max(1, periodUS/l.Limit) {
+			bad("burst", "burst %d takes longer than %v to refill", b, MaxPeriod)
+		}
+	}
+	if alg == SlidingWindow && l.Limit >= 0 && l.Limit <= MaxLimit && periodUS > 0 && periodUS <= algorithm.MaxPeriod &&
+		l.Limit+1 > algorithm.MaxExact/periodUS {
+		bad("limit", "(limit+1) × period in microseconds is above 2^52 for sliding_window (at most %d per %v); use a shorter period or another algorithm",
+			algorithm.MaxExact/periodUS-1, l.Period)
+	}
+	switch l.Window {
+	case "", Aligned:
+	case FirstHit:
+		if alg != FixedWindow {
+			bad("window", "%s takes no window (only fixed_window does)", alg)
+		}
+	default:
+		bad("window", "unknown window %q (want aligned or first_hit)", l.Window)
+	}
+	if l.CountRejected && alg != FixedWindow && alg != SlidingWindow {
+		bad("count_rejected", "%s does not count rejected requests (only fixed_window and sliding_window do)", alg)
+	}
+	if len(errs) == 0 {
+		// valid() is stricter than the checks above only by mistake.
+		bad("limit", "%v is not valid", l)
+	}
+	return errors.Join(errs...)
+}
+
+// valid is the allocation-free fast path of Validate.
+func (l Limit) valid() bool {
+	alg := l.algorithm()
+	if l.Limit < 0 || l.Limit > MaxLimit || l.Period <= 0 || l.Period > MaxPeriod || l.Period%time.Microsecond != 0 {
+		return false
+	}
+	periodUS := int64(l.Period / time.Microsecond)
+	switch l.Window {
+	case "", Aligned:
+	case FirstHit:
+		if alg != FixedWindow {
+			return false
+		}
+	default:
+		return false
+	}
+	if l.CountRejected && alg != FixedWindow && alg != SlidingWindow {
+		return false
+	}
+	switch alg {
+	case FixedWindow:
+	case SlidingWindowLog, Concurrency:
+		if l.Limit > MaxLogLimit {
+			return false
+		}
+	case SlidingWindow:
+		if l.Limit+1 > algorithm.MaxExact/periodUS {
+			return false
+		}
+	case TokenBucket, GCRA:
+		if l.Burst < 0 || l.Burst > MaxLimit {
+			return false
+		}
+		if l.Limit > 0 {
+			b := l.Capacity()
+			return b <= algorithm.MaxExact/l.Limit && b <= algorithm.MaxPeriod/max(1, periodUS/l.Limit)
+		}
+		return true
+	default:
+		return false
+	}
+	return l.Burst == 0
+}
+
+func algorithmList() string {
+	names := make([]string, len(Algorithms))
+	for i, a := range Algorithms {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Params is the limit in the integer form algorithm.Step takes, with the
+// defaults filled in (Burst = Limit). Call it on a validated limit.
+func (l Limit) Params() algorithm.Params {
+	p := algorithm.Params{
+		Limit:         l.Limit,
+		Period:        int64(l.Period / time.Microsecond),
+		FirstHit:      l.Window == FirstHit,
+		CountRejected: l.CountRejected,
+	}
+	if alg := l.algorithm(); alg == TokenBucket || alg == GCRA {
+		p.Burst = l.Capacity()
+	}
+	return p
+}
+
+// String formats the limit as "60/1m0s fixed_window", adding the options
+// that differ from the defaults: "10/1s gcra burst=20",
+// "100/1h0m0s fixed_window first_hit count_rejected".
+func (l Limit) String() string {
+	var b strings.Builder
+	if l.Name != "" {
+		b.WriteString(strconv.Quote(l.Name) + " ")
+	}
+	fmt.Fprintf(&b, "%d/%v %s", l.Limit, l.Period, l.algorithm())
+	if l.Burst != 0 {
+		fmt.Fprintf(&b, " burst=%d", l.Burst)
+	}
+	if l.Window == FirstHit {
+		b.WriteString(" first_hit")
+	} else if l.Window != "" && l.Window != Aligned {
+		fmt.Fprintf(&b, " window=%q", string(l.Window))
+	}
+	if l.CountRejected {
+		b.WriteString(" count_rejected")
+	}
+	return b.String()
+}
+
+// micros converts a time to integer microseconds for the algorithms.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+// maxNowMicros bounds Request.Now so that now plus a period stays exact.
+const maxNowMicros = algorithm.MaxExact - algorithm.MaxPeriod

@@ -1,0 +1,313 @@
+package floodgate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// FailurePolicy says what a Limiter answers when its store fails (an error
+// or a timeout).
+type FailurePolicy string
+
+const (
+	// FailClosed denies while the store is failing: nothing passes that was
+	// not counted. It is the default (the zero value).
+	FailClosed FailurePolicy = "fail_closed"
+	// FailOpen allows while the store is failing: availability over the
+	// limit. Report the failures through the Observer and alert on them.
+	FailOpen FailurePolicy = "fail_open"
+)
+
+// Options configure a Limiter. A nil *Options, or the zero value, means
+// every default.
+type Options struct {
+	// Clock, if set, stamps every request with Clock.Now(), so decisions use
+	// the caller's clock. Nil leaves Request.Now zero and lets the store use
+	// its own clock (for Redis, the server's TIME, which every instance
+	// shares).
+	Clock Clock
+	// KeyPrefix is prepended to every key ("api:"), so several limiters can
+	// share one store without their keys meeting.
+	KeyPrefix string
+	// FailurePolicy answers store failures; default FailClosed.
+	FailurePolicy FailurePolicy
+	// Timeout bounds each store call when above zero (on top of the
+	// caller's context). A decision is on the hot path of a request: a few
+	// milliseconds is usual for Redis.
+	Timeout time.Duration
+	// Observer, if set, sees every decision and failure (for metrics).
+	Observer Observer
+}
+
+// Observer sees what a Limiter decides. Observe is called synchronously on
+// the caller's goroutine, so it must be fast and safe for concurrent use.
+type Observer interface {
+	Observe(Event)
+}
+
+// Event is one decision seen by an Observer.
+type Event struct {
+	// Request is the request as sent to the store (key with prefix).
+	Request Request
+	// Decision is what the caller got: the store's, or the failure policy's
+	// when Err is set.
+	Decision Decision
+	// Err is the store's error, if it failed.
+	Err error
+	// Latency is the time the store call took.
+	Latency time.Duration
+}
+
+// Limiter checks requests against limits in a Store. It is safe for
+// concurrent use; make one per store and share it. Allow is the method most
+// callers want.
+type Limiter struct {
+	store   Store
+	clock   Clock
+	prefix  string
+	policy  FailurePolicy
+	timeout time.Duration
+	obs     Observer
+}
+
+// New returns a Limiter over store. opts may be nil.
+func New(store Store, opts *Options) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("floodgate: New: nil store")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	switch o.FailurePolicy {
+	case "":
+		o.FailurePolicy = FailClosed
+	case FailClosed, FailOpen:
+	default:
+		return nil, fmt.Errorf("floodgate: New: unknown failure policy %q (want fail_open or fail_closed)", o.FailurePolicy)
+	}
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("floodgate: New: negative timeout %v", o.Timeout)
+	}
+	return &Limiter{store: store, clock: o.Clock, prefix: o.KeyPrefix, policy: o.FailurePolicy, timeout: o.Timeout, obs: o.Observer}, nil
+}
+
+// Store returns the limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// Allow takes one unit for key under limit. See AllowN.
+func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision, error) {
+	return l.AllowN(ctx, key, limit, 1)
+}
+
+// AllowN takes n units for key under limit if the limit admits them.
+//
+// The Decision is always usable: on a store failure Allow returns the
+// failure policy's decision (allowed for FailOpen, denied for FailClosed)
+// together with the error, so a caller may act on the decision alone. An
+// invalid key, limit or n returns an error wrapping ErrInvalidRequest or
+// ErrInvalidLimit and a denial, whatever the policy.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
+	return l.apply(ctx, Request{Key: key, Limit: limit, Cost: n})
+}
+
+// Peek reports the state of key under limit without taking anything:
+// Remaining is what AllowN could still take.
+func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Decision, error) {
+	return l.apply(ctx, Request{Key: key, Limit: limit})
+}
+
+// Reset gives key its whole budget back under limit's algorithm. The store
+// must implement Resetter.
+func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
+	r, ok := l.store.(Resetter)
+	if !ok {
+		return fmt.Errorf("floodgate: Reset: %w", ErrNotSupported)
+	}
+	if key == "" {
+		return fmt.Errorf("%w: key: empty", ErrInvalidRequest)
+	}
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	return r.Reset(ctx, l.prefix+key, limit)
+}
+
+// AllowEach takes n units for key under every limit, all or nothing: if any
+// limit denies, nothing is taken from the others. It returns the combined
+// decision (see Combine) and each limit's. On a store without Batcher the
+// limits are applied one by one and a later denial cannot give back what an
+// earlier limit took.
+func (l *Limiter) AllowEach(ctx context.Context, key string, n int64, limits ...Limit) (Decision, []Decision, error) {
+	rs := make([]Request, len(limits))
+	now := l.now()
+	for i, lim := range limits {
+		rs[i] = Request{Key: key, Limit: lim, Cost: n}
+		if err := l.prepare(&rs[i], now); err != nil {
+			return Decision{RetryAfter: Never}, nil, err
+		}
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	start := time.Now()
+	var ds []Decision
+	var err error
+	if b, ok := l.store.(Batcher); ok {
+		ds, err = b.ApplyBatch(ctx, rs)
+	} else {
+		ds = make([]Decision, 0, len(rs))
+		for _, r := range rs {
+			var d Decision
+			if d, err = l.store.Apply(ctx, r); err != nil {
+				break
+			}
+			ds = append(ds, d)
+		}
+	}
+	if err == nil && len(ds) != len(rs) {
+		err = fmt.Errorf("%w: %d decisions for %d requests", ErrUnexpectedReply, len(ds), len(rs))
+	}
+	if err != nil {
+		d := l.failed(err)
+		for _, r := range rs {
+			l.observe(r, d, err, time.Since(start))
+		}
+		return d, nil, err
+	}
+	for i, r := range rs {
+		l.observe(r, ds[i], nil, time.Since(start))
+	}
+	return Combine(ds), ds, nil
+}
+
+// Acquire takes one unit of a Concurrency limit for key and returns the
+// lease holding it, or a nil lease if the limit is full. The lease expires
+// after limit.Period unless renewed; Release gives it back early. See
+// AcquireN.
+func (l *Limiter) Acquire(ctx context.Context, key string, limit Limit) (*Lease, Decision, error) {
+	return l.AcquireN(ctx, key, limit, 1)
+}
+
+// AcquireN takes n units of a Concurrency limit under a new random lease.
+// On a store failure, FailOpen returns a lease that holds nothing (its
+// Release is a no-op) and the error.
+func (l *Limiter) AcquireN(ctx context.Context, key string, limit Limit, n int64) (*Lease, Decision, error) {
+	if limit.algorithm() != Concurrency {
+		return nil, Decision{RetryAfter: Never}, fmt.Errorf("%w: algorithm: Acquire needs a concurrency limit, not %s", ErrInvalidLimit, limit.algorithm())
+	}
+	if n < 1 {
+		return nil, Decision{RetryAfter: Never}, fmt.Errorf("%w: cost: Acquire takes at least 1 unit, not %d", ErrInvalidRequest, n)
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+).
+	lease := &Lease{l: l, key: key, limit: limit, cost: n, id: hex.EncodeToString(id[:])}
+	d, err := l.apply(ctx, Request{Key: key, Limit: limit, Cost: n, Lease: lease.id})
+	if err != nil {
+		if d.Allowed {
+			lease.released = true
+			return lease, d, err
+		}
+		return nil, d, err
+	}
+	if !d.Allowed {
+		return nil, d, nil
+	}
+	return lease, d, nil
+}
+
+// Lease holds units of a Concurrency limit until Release or until it
+// expires. It is safe to call Release more than once; not safe for
+// concurrent Release and Renew.
+type Lease struct {
+	l        *Limiter
+	key      string
+	limit    Limit
+	cost     int64
+	id       string
+	released bool
+}
+
+// ID is the lease's random identifier.
+func (ls *Lease) ID() string { return ls.id }
+
+// Release gives the lease's units back. Releasing twice, or a lease that
+// already expired, is harmless.
+func (ls *Lease) Release(ctx context.Context) error {
+	if ls.released {
+		return nil
+	}
+	_, err := ls.l.apply(ctx, Request{Key: ls.key, Limit: ls.limit, Cost: ls.cost, Lease: ls.id, Release: true})
+	if err == nil {
+		ls.released = true
+	}
+	return err
+}
+
+// Renew extends the lease for another limit.Period from now. It is denied
+// if the lease expired and the limit has since filled up.
+func (ls *Lease) Renew(ctx context.Context) (Decision, error) {
+	return ls.l.apply(ctx, Request{Key: ls.key, Limit: ls.limit, Cost: ls.cost, Lease: ls.id})
+}
+
+func (l *Limiter) apply(ctx context.Context, r Request) (Decision, error) {
+	if err := l.prepare(&r, l.now()); err != nil {
+		return Decision{RetryAfter: Never}, err
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	var start time.Time
+	if l.obs != nil {
+		start = time.Now()
+	}
+	d, err := l.store.Apply(ctx, r)
+	if err != nil {
+		d = l.failed(err)
+	}
+	if l.obs != nil {
+		l.observe(r, d, err, time.Since(start))
+	}
+	return d, err
+}
+
+// prepare adds the key prefix and the time, and validates r.
+func (l *Limiter) prepare(r *Request, now time.Time) error {
+	if l.prefix != "" {
+		r.Key = l.prefix + r.Key
+	}
+	r.Now = now
+	return r.Validate()
+}
+
+// now is the limiter's clock, or the zero time to let the store decide.
+func (l *Limiter) now() time.Time {
+	if l.clock == nil {
+		return time.Time{}
+	}
+	return l.clock.Now()
+}
+
+func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.timeout > 0 {
+		return context.WithTimeout(ctx, l.timeout)
+	}
+	return ctx, func() {}
+}
+
+// failed is the failure policy's decision.
+func (l *Limiter) failed(error) Decision {
+	if l.policy == FailOpen {
+		return Decision{Allowed: true}
+	}
+	return Decision{}
+}
+
+func (l *Limiter) observe(r Request, d Decision, err error, latency time.Duration) {
+	if l.obs != nil {
+		l.obs.Observe(Event{Request: r, Decision: d, Err: err, Latency: latency})
+	}
+}

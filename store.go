@@ -1,0 +1,53 @@
+package floodgate
+
+import (
+	"context"
+	"time"
+)
+
+// Store decides requests atomically next to the state: the whole
+// read-check-write of one request is one indivisible step, however many
+// processes share the store. Implementations: store/memstore (in process)
+// and store/redisstore (shared). Every Store must pass
+// floodgatetest.Run.
+type Store interface {
+	// Apply decides r and, if it is admitted (or the limit counts
+	// rejections), records it. A denial is a Decision, not an error; an error
+	// means the request was invalid or the store failed, and then the
+	// request may or may not have been recorded (a timeout cannot tell).
+	Apply(ctx context.Context, r Request) (Decision, error)
+}
+
+// Resetter is a Store that can forget one key's state for one limit's
+// algorithm, giving the key its whole budget back.
+type Resetter interface {
+	Reset(ctx context.Context, key string, limit Limit) error
+}
+
+// Batcher is a Store that decides several requests in one atomic step, all
+// or nothing, for callers that need "10 per second and 1000 per hour"
+// without a denial of one consuming the other. If every request is
+// admitted, each is applied in order and its decision is as if alone. If
+// any is denied, no request's cost is taken (a denied request whose limit
+// has CountRejected still counts) and every decision has Allowed false: a
+// request that had room reports the unchanged state with RetryAfter 0.
+// Combine gives the overall decision.
+type Batcher interface {
+	ApplyBatch(ctx context.Context, rs []Request) ([]Decision, error)
+}
+
+// Closer is a Store that holds resources (connections, goroutines).
+type Closer interface {
+	Close() error
+}
+
+// Clock tells the time. Tests inject floodgatetest.FakeClock.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the process clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }

@@ -1,0 +1,483 @@
+// Package memstore is the embedded floodgate.Store: state in this process's
+// memory, decided by the algorithm package under a per-shard lock.
+//
+// Use it for a single instance, for tests, and as the fallback of a shared
+// store. It is not shared between processes: three instances behind a load
+// balancer, each with its own memstore, admit three times the limit. Use
+// store/redisstore for that.
+//
+// Keys are spread over shards by a seeded hash, each shard with its own
+// mutex and maps, so goroutines deciding different keys rarely meet. A
+// decision on an existing key of an O(1) algorithm allocates nothing.
+// Expired state is dropped when it is next touched and by a background
+// sweeper, so memory stays bounded by the keys live in the last period.
+//
+// Memory per live key (measured by BenchmarkMemoryPerKey, 64-bit, Go 1.26):
+// about 100 bytes plus the key for fixed_window, sliding_window,
+// token_bucket and gcra (a 32-byte slot in a Go map); sliding_window_log
+// adds 8 bytes per logged unit and concurrency about 40 bytes plus the lease
+// ID per held unit.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
+)
+
+// Options configure a Store. A nil *Options means every default.
+type Options struct {
+	// Clock decides requests whose Now is zero; default the system clock.
+	Clock floodgate.Clock
+	// Shards is the number of independently locked shards, rounded up to a
+	// power of two; default 64 per CPU.
+	Shards int
+	// SweepInterval is how often the background sweeper visits every shard
+	// to drop expired keys; default 10s. Negative disables it (keys then
+	// expire only when touched, or by Sweep).
+	SweepInterval time.Duration
+}
+
+// Store is the in-memory floodgate.Store. It is safe for concurrent use.
+// Close stops its sweeper.
+type Store struct {
+	clock  floodgate.Clock
+	seed   maphash.Seed
+	mask   uint64
+	shards []shard
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+var (
+	_ floodgate.Store    = (*Store)(nil)
+	_ floodgate.Resetter = (*Store)(nil)
+	_ floodgate.Batcher  = (*Store)(nil)
+	_ floodgate.Closer   = (*Store)(nil)
+)
+
+// kind indexes the state maps of a shard.
+type kind uint8
+
+const (
+	kFixed kind = iota
+	kSliding
+	kToken
+	kGCRA
+	kLog
+	kConc
+	numKinds
+)
+
+func kindOf(a floodgate.Algorithm) kind {
+	switch a {
+	case floodgate.SlidingWindow:
+		return kSliding
+	case floodgate.TokenBucket:
+		return kToken
+	case floodgate.GCRA:
+		return kGCRA
+	case floodgate.SlidingWindowLog:
+		return kLog
+	case floodgate.Concurrency:
+		return kConc
+	}
+	return kFixed
+}
+
+// slot is the state of one key of an O(1) algorithm: up to three integers
+// and the time (µs) at which it expires.
+type slot struct {
+	a, b, c int64
+	exp     int64
+}
+
+type logSlot struct {
+	log []int64
+	exp int64
+}
+
+type concSlot struct {
+	units []algorithm.Unit
+	exp   int64
+}
+
+type shard struct {
+	mu    sync.Mutex
+	small [kLog]map[string]slot
+	logs  map[string]*logSlot
+	conc  map[string]*concSlot
+	_     [64]byte // keep shards' mutexes on separate cache lines
+}
+
+// New returns a Store and starts its sweeper. opts may be nil.
+func New(opts *Options) *Store {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Clock == nil {
+		o.Clock = floodgate.SystemClock{}
+	}
+	n := o.Shards
+	if n <= 0 {
+		n = 64 * runtime.GOMAXPROCS(0)
+	}
+	size := 1
+	for size < n {
+		size <<= 1
+	}
+	s := &Store{clock: o.Clock, seed: maphash.MakeSeed(), mask: uint64(size - 1), shards: make([]shard, size)}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		for k := range sh.small {
+			sh.small[k] = make(map[string]slot)
+		}
+		sh.logs = make(map[string]*logSlot)
+		sh.conc = make(map[string]*concSlot)
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = 10 * time.Second
+	}
+	if o.SweepInterval > 0 {
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		go s.sweeper(o.SweepInterval)
+	}
+	return s
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)&s.mask]
+}
+
+func (s *Store) nowMicros(r *floodgate.Request) int64 {
+	if r.Now.IsZero() {
+		return s.clock.Now().UnixMicro()
+	}
+	return r.Now.UnixMicro()
+}
+
+// Apply decides r atomically: see floodgate.Store.
+func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
+	if err := r.Validate(); err != nil {
+		return floodgate.Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return floodgate.Decision{}, err
+	}
+	now := s.nowMicros(&r)
+	sh := s.shard(r.Key)
+	sh.mu.Lock()
+	d := sh.step(&r, r.Limit.Params(), now, true)
+	sh.mu.Unlock()
+	return floodgate.FromAlgorithm(d, now), nil
+}
+
+// step decides r in the shard, whose lock the caller holds, and stores the
+// new state if commit is set (or the state did not change).
+func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now int64, commit bool) algorithm.Decision {
+	k := kindOf(r.Limit.Algorithm)
+	var d algorithm.Decision
+	switch k {
+	case kLog:
+		ls := sh.logs[r.Key]
+		var st algorithm.SlidingWindowLog
+		if ls != nil && ls.exp > now {
+			st.Log = ls.log
+		}
+		if !commit {
+			st.Log = append([]int64(nil), st.Log...)
+		}
+		st, d = st.Step(p, now, r.Cost)
+		if !commit {
+			return d
+		}
+		if exp := st.Expires(p); exp > 0 {
+			if ls == nil {
+				ls = &logSlot{}
+				sh.logs[r.Key] = ls
+			}
+			ls.log, ls.exp = st.Log, exp
+		} else if ls != nil {
+			delete(sh.logs, r.Key)
+		}
+	case kConc:
+		cs := sh.conc[r.Key]
+		var st algorithm.Concurrency
+		if cs != nil && cs.exp > now {
+			st.Units = cs.units
+		}
+		if !commit {
+			st.Units = append([]algorithm.Unit(nil), st.Units...)
+		}
+		op := algorithm.LeaseAcquire
+		if r.Release {
+			op = algorithm.LeaseRelease
+		}
+		st, d = st.Step(p, now, r.Cost, r.Lease, op)
+		if !commit {
+			return d
+		}
+		if exp := st.Expires(p); exp > 0 {
+			if cs == nil {
+				cs = &concSlot{}
+				sh.conc[r.Key] = cs
+			}
+			cs.units, cs.exp = st.Units, exp
+		} else if cs != nil {
+			delete(sh.conc, r.Key)
+		}
+	default:
+		m := sh.small[k]
+		old, ok := m[r.Key]
+		if ok && old.exp <= now {
+			old = slot{}
+		}
+		var next slot
+		switch k {
+		case kFixed:
+			st, dd := algorithm.FixedWindow{Start: old.a, Count: old.b}.Step(p, now, r.Cost)
+			next, d = slot{a: st.Start, b: st.Count, exp: st.Expires(p)}, dd
+		case kSliding:
+			st, dd := algorithm.SlidingWindow{Start: old.a, Prev: old.b, Curr: old.c}.Step(p, now, r.Cost)
+			next, d = slot{a: st.Start, b: st.Prev, c: st.Curr, exp: st.Expires(p)}, dd
+		case kToken:
+			st, dd := algorithm.TokenBucket{Taken: old.a, Last: old.b, LastFrac: old.c}.Step(p, now, r.Cost)
+			next, d = slot{a: st.Taken, b: st.Last, c: st.LastFrac, exp: st.Expires(p)}, dd
+		case kGCRA:
+			st, dd := algorithm.GCRA{TAT: old.a, TATFrac: old.b}.Step(p, now, r.Cost)
+			next, d = slot{a: st.TAT, b: st.TATFrac, exp: st.Expires(p)}, dd
+		}
+		if !commit || next == old {
+			return d
+		}
+		if next.exp > now {
+			m[r.Key] = next
+		} else if ok {
+			delete(m, r.Key)
+		}
+	}
+	return d
+}
+
+// ApplyBatch decides rs all or nothing: see floodgate.Batcher. The shards
+// of all keys are locked together (in index order, so batches never
+// deadlock).
+func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
+	for i := range rs {
+		if err := rs[i].Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	idx := make([]uint64, 0, len(rs))
+	for i := range rs {
+		idx = append(idx, maphash.String(s.seed, rs[i].Key)&s.mask)
+	}
+	locked := append([]uint64(nil), idx...)
+	sortUnique(&locked)
+	for _, i := range locked {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range locked {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	nows := make([]int64, len(rs))
+	params := make([]algorithm.Params, len(rs))
+	ds := make([]algorithm.Decision, len(rs))
+	undo := make([]snapshot, len(rs))
+	admitted := true
+	for i := range rs {
+		nows[i], params[i] = s.nowMicros(&rs[i]), rs[i].Limit.Params()
+		sh := &s.shards[idx[i]]
+		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), rs[i].Key)
+		ds[i] = sh.step(&rs[i], params[i], nows[i], true)
+		admitted = admitted && ds[i].Allowed
+	}
+	if !admitted {
+		for i := len(rs) - 1; i >= 0; i-- {
+			s.shards[idx[i]].restore(undo[i])
+		}
+		for i := range rs {
+			sh := &s.shards[idx[i]]
+			switch {
+			case ds[i].Allowed:
+				peek := rs[i]
+				peek.Cost, peek.Lease, peek.Release = 0, "", false
+				ds[i] = sh.step(&peek, params[i], nows[i], false)
+				ds[i].Allowed, ds[i].RetryAfter = false, 0
+			case rs[i].Limit.CountRejected:
+				sh.step(&rs[i], params[i], nows[i], true)
+			}
+		}
+	}
+	out := make([]floodgate.Decision, len(rs))
+	for i := range rs {
+		out[i] = floodgate.FromAlgorithm(ds[i], nows[i])
+	}
+	return out, nil
+}
+
+// snapshot is the state of one key before a batch changed it.
+type snapshot struct {
+	k     kind
+	key   string
+	ok    bool
+	small slot
+	log   logSlot
+	conc  concSlot
+}
+
+func (sh *shard) save(k kind, key string) snapshot {
+	sn := snapshot{k: k, key: key}
+	switch k {
+	case kLog:
+		if ls := sh.logs[key]; ls != nil {
+			sn.ok, sn.log = true, logSlot{log: append([]int64(nil), ls.log...), exp: ls.exp}
+		}
+	case kConc:
+		if cs := sh.conc[key]; cs != nil {
+			sn.ok, sn.conc = true, concSlot{units: append([]algorithm.Unit(nil), cs.units...), exp: cs.exp}
+		}
+	default:
+		sn.small, sn.ok = sh.small[k][key]
+	}
+	return sn
+}
+
+func (sh *shard) restore(sn snapshot) {
+	switch {
+	case sn.k == kLog && sn.ok:
+		sh.logs[sn.key] = &logSlot{log: sn.log.log, exp: sn.log.exp}
+	case sn.k == kLog:
+		delete(sh.logs, sn.key)
+	case sn.k == kConc && sn.ok:
+		sh.conc[sn.key] = &concSlot{units: sn.conc.units, exp: sn.conc.exp}
+	case sn.k == kConc:
+		delete(sh.conc, sn.key)
+	case sn.ok:
+		sh.small[sn.k][sn.key] = sn.small
+	default:
+		delete(sh.small[sn.k], sn.key)
+	}
+}
+
+// Reset forgets key's state for limit's algorithm.
+func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch k := kindOf(limit.Algorithm); k {
+	case kLog:
+		delete(sh.logs, key)
+	case kConc:
+		delete(sh.conc, key)
+	default:
+		delete(sh.small[k], key)
+	}
+	return nil
+}
+
+// Len is the number of keys holding state, live or expired but not yet
+// swept.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, m := range sh.small {
+			n += len(m)
+		}
+		n += len(sh.logs) + len(sh.conc)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep drops every key expired at the store's clock's now, and returns how
+// many it dropped. The sweeper calls it shard by shard; tests call it
+// directly.
+func (s *Store) Sweep() int {
+	now := s.clock.Now().UnixMicro()
+	n := 0
+	for i := range s.shards {
+		n += s.shards[i].sweep(now)
+	}
+	return n
+}
+
+func (sh *shard) sweep(now int64) int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := 0
+	for _, m := range sh.small {
+		for k, v := range m {
+			if v.exp <= now {
+				delete(m, k)
+				n++
+			}
+		}
+	}
+	for k, v := range sh.logs {
+		if v.exp <= now {
+			delete(sh.logs, k)
+			n++
+		}
+	}
+	for k, v := range sh.conc {
+		if v.exp <= now {
+			delete(sh.conc, k)
+			n++
+		}
+	}
+	return n
+}
+
+// sweeper visits one shard at a time, so that a whole pass takes interval
+// and no lock is held for long.
+func (s *Store) sweeper(interval time.Duration) {
+	defer close(s.done)
+	step := max(interval/time.Duration(len(s.shards)), time.Millisecond)
+	t := time.NewTicker(step)
+	defer t.Stop()
+	next := 0
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.shards[next].sweep(s.clock.Now().UnixMicro())
+			next = (next + 1) % len(s.shards)
+		}
+	}
+}
+
+// Close stops the sweeper. The store still answers afterwards.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		if s.stop != nil {
+			close(s.stop)
+			<-s.done
+		}
+	})
+	return nil
+}
+
+func sortUnique(xs *[]uint64) {
+	slices.Sort(*xs)
+	*xs = slices.Compact(*xs)
+}
