@@ -10,6 +10,11 @@ import (
 // processes share the store. Implementations: store/memstore (in process)
 // and store/redisstore (shared). Every Store must pass
 // floodgatetest.Run.
+//
+// A store keeps one state per key, algorithm and period: two limits on one
+// key that differ only in Limit, Burst or options share it (so raising a
+// limit keeps the count), while "10 per second" and "1000 per hour" on one
+// key are counted apart.
 type Store interface {
 	// Apply decides r and, if it is admitted (or the limit counts
 	// rejections), records it. A denial is a Decision, not an error; an error
@@ -18,8 +23,8 @@ type Store interface {
 	Apply(ctx context.Context, r Request) (Decision, error)
 }
 
-// Resetter is a Store that can forget one key's state for one limit's
-// algorithm, giving the key its whole budget back.
+// Resetter is a Store that can forget one key's state under one limit,
+// giving the key its whole budget back.
 type Resetter interface {
 	Reset(ctx context.Context, key string, limit Limit) error
 }

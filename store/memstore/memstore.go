@@ -92,6 +92,14 @@ func kindOf(a floodgate.Algorithm) kind {
 	return kFixed
 }
 
+// mkey identifies a state: the key and the limit's period. Two limits on
+// one key that differ only in Limit, Burst or options share state (raising a
+// limit keeps the count); "10 per second" and "1000 per hour" do not.
+type mkey struct {
+	key    string
+	period int64
+}
+
 // slot is the state of one key of an O(1) algorithm: up to three integers
 // and the time (µs) at which it expires.
 type slot struct {
@@ -111,9 +119,9 @@ type concSlot struct {
 
 type shard struct {
 	mu    sync.Mutex
-	small [kLog]map[string]slot
-	logs  map[string]*logSlot
-	conc  map[string]*concSlot
+	small [kLog]map[mkey]slot
+	logs  map[mkey]*logSlot
+	conc  map[mkey]*concSlot
 	_     [64]byte // keep shards' mutexes on separate cache lines
 }
 
@@ -138,10 +146,10 @@ func New(opts *Options) *Store {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		for k := range sh.small {
-			sh.small[k] = make(map[string]slot)
+			sh.small[k] = make(map[mkey]slot)
 		}
-		sh.logs = make(map[string]*logSlot)
-		sh.conc = make(map[string]*concSlot)
+		sh.logs = make(map[mkey]*logSlot)
+		sh.conc = make(map[mkey]*concSlot)
 	}
 	if o.SweepInterval == 0 {
 		o.SweepInterval = 10 * time.Second
@@ -184,10 +192,11 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 // new state if commit is set (or the state did not change).
 func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now int64, commit bool) algorithm.Decision {
 	k := kindOf(r.Limit.Algorithm)
+	mk := mkey{r.Key, p.Period}
 	var d algorithm.Decision
 	switch k {
 	case kLog:
-		ls := sh.logs[r.Key]
+		ls := sh.logs[mk]
 		var st algorithm.SlidingWindowLog
 		if ls != nil && ls.exp > now {
 			st.Log = ls.log
@@ -202,14 +211,14 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now int64, commi
 		if exp := st.Expires(p); exp > 0 {
 			if ls == nil {
 				ls = &logSlot{}
-				sh.logs[r.Key] = ls
+				sh.logs[mk] = ls
 			}
 			ls.log, ls.exp = st.Log, exp
 		} else if ls != nil {
-			delete(sh.logs, r.Key)
+			delete(sh.logs, mk)
 		}
 	case kConc:
-		cs := sh.conc[r.Key]
+		cs := sh.conc[mk]
 		var st algorithm.Concurrency
 		if cs != nil && cs.exp > now {
 			st.Units = cs.units
@@ -228,15 +237,15 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now int64, commi
 		if exp := st.Expires(p); exp > 0 {
 			if cs == nil {
 				cs = &concSlot{}
-				sh.conc[r.Key] = cs
+				sh.conc[mk] = cs
 			}
 			cs.units, cs.exp = st.Units, exp
 		} else if cs != nil {
-			delete(sh.conc, r.Key)
+			delete(sh.conc, mk)
 		}
 	default:
 		m := sh.small[k]
-		old, ok := m[r.Key]
+		old, ok := m[mk]
 		if ok && old.exp <= now {
 			old = slot{}
 		}
@@ -259,9 +268,9 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now int64, commi
 			return d
 		}
 		if next.exp > now {
-			m[r.Key] = next
+			m[mk] = next
 		} else if ok {
-			delete(m, r.Key)
+			delete(m, mk)
 		}
 	}
 	return d
@@ -301,7 +310,7 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 	for i := range rs {
 		nows[i], params[i] = s.nowMicros(&rs[i]), rs[i].Limit.Params()
 		sh := &s.shards[idx[i]]
-		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), rs[i].Key)
+		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), mkey{rs[i].Key, params[i].Period})
 		ds[i] = sh.step(&rs[i], params[i], nows[i], true)
 		admitted = admitted && ds[i].Allowed
 	}
@@ -332,14 +341,14 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 // snapshot is the state of one key before a batch changed it.
 type snapshot struct {
 	k     kind
-	key   string
+	key   mkey
 	ok    bool
 	small slot
 	log   logSlot
 	conc  concSlot
 }
 
-func (sh *shard) save(k kind, key string) snapshot {
+func (sh *shard) save(k kind, key mkey) snapshot {
 	sn := snapshot{k: k, key: key}
 	switch k {
 	case kLog:
@@ -378,16 +387,17 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	mk := mkey{key, int64(limit.Period / time.Microsecond)}
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	switch k := kindOf(limit.Algorithm); k {
 	case kLog:
-		delete(sh.logs, key)
+		delete(sh.logs, mk)
 	case kConc:
-		delete(sh.conc, key)
+		delete(sh.conc, mk)
 	default:
-		delete(sh.small[k], key)
+		delete(sh.small[k], mk)
 	}
 	return nil
 }
