@@ -1,0 +1,371 @@
+-- common.lua: the helpers every Floodgate script starts with. The Go side
+-- (scripts.go) prepends this file to each algorithm's file, so the single
+-- scripts and batch.lua share one copy of the code.
+--
+-- Mirrors algorithm/params.go (floorDiv, instant, rate, count, the bounds)
+-- and tokenbucket.go's denyAll, and checks the arguments the way
+-- floodgate.Limit.Validate and floodgate.Request.Validate do.
+--
+-- Numbers: Lua numbers are doubles, exact for integers up to 2^53. Every
+-- value here stays below MAX_EXACT = 2^52 (Limit.Validate guarantees it), so
+-- + - * on integers are exact. Division is not: floor_div corrects the
+-- floating quotient by one step, and mod is built on it, because Lua's own
+-- a % b is a - floor(a/b)*b with an inexact floor(a/b).
+--
+-- Request arguments: every script reads requests in the same layout of
+-- ARGS_PER_REQUEST strings (parse_request):
+--
+--   now_us   the time of the decision in µs since the epoch, or -1 for the
+--            server clock (redis.call('TIME'))
+--   limit    Params.Limit
+--   period   Params.Period, µs
+--   cost     the request's cost
+--   burst    Params.Burst (token_bucket, gcra; else 0)
+--   flags    1 = Params.FirstHit, 2 = Params.CountRejected, 4 = release
+--   id       sliding_window_log: a random id unique to this call, the
+--            prefix of its log members; concurrency: the lease ID; else ""
+--
+-- Every argument is checked before the first write (Redis does not roll
+-- back a script that fails halfway); a bad one is the error reply
+-- "ERR floodgate: <field> ...".
+
+local MAX_EXACT = 4503599627370496 -- 2^52, algorithm.MaxExact
+local MAX_PERIOD = 281474976710656 -- 2^48, algorithm.MaxPeriod
+local MAX_LIMIT = 1099511627776 -- 2^40, algorithm.MaxLimit
+local MAX_LOG_LIMIT = 100000 -- algorithm.MaxLogLimit
+local MAX_NOW = MAX_EXACT - MAX_PERIOD -- floodgate's maxNowMicros
+local MAX_ID_LEN = 64 -- floodgate.MaxLeaseLen
+local NEVER = -1 -- algorithm.Never
+local ARGS_PER_REQUEST = 7
+local FLAG_FIRST_HIT, FLAG_COUNT_REJECTED, FLAG_RELEASE = 1, 2, 4
+local CHUNK = 1000 -- members per ZADD/ZREM/ZMSCORE: unpack has a limit
+
+local function fail(field, msg)
+  error({err = 'ERR floodgate: ' .. field .. ': ' .. msg})
+end
+
+-- str formats an integer for redis.call without an exponent.
+local function str(n)
+  return string.format('%d', n)
+end
+
+-- floor_div is floorDiv: a/b rounded down, for 0 <= a <= MAX_EXACT and
+-- 0 < b <= MAX_EXACT.
+local function floor_div(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- mod is Go's a % b for a >= 0, b > 0.
+local function mod(a, b)
+  return a - floor_div(a, b) * b
+end
+
+-- trunc is Go's int64(f) for a float64 f.
+local function trunc(f)
+  if f < 0 then
+    return math.ceil(f)
+  end
+  return math.floor(f)
+end
+
+-- An instant is {us = , frac = }: us microseconds plus frac/l of one,
+-- 0 <= frac < l (algorithm's instant).
+local function instant(us, frac)
+  return {us = us, frac = frac}
+end
+
+-- new_rate is newRate: the emission interval T = period/limit = q + r/l.
+local function new_rate(limit, period)
+  local q = floor_div(period, limit)
+  return {q = q, r = period - q * limit, l = limit}
+end
+
+-- times is rate.times: n*T.
+local function times(t, n)
+  local x = n * t.r
+  local d = floor_div(x, t.l)
+  return instant(n * t.q + d, x - d * t.l)
+end
+
+local function add(t, a, b)
+  local us, frac = a.us + b.us, a.frac + b.frac
+  if frac >= t.l then
+    us, frac = us + 1, frac - t.l
+  end
+  return instant(us, frac)
+end
+
+local function sub(t, a, b)
+  local us, frac = a.us - b.us, a.frac - b.frac
+  if frac < 0 then
+    us, frac = us - 1, frac + t.l
+  end
+  return instant(us, frac)
+end
+
+-- norm is rate.norm: a fraction kept under a larger earlier limit is
+-- clamped.
+local function norm(t, a)
+  if a.frac >= t.l then
+    a.frac = t.l - 1
+  end
+  if a.frac < 0 then
+    a.frac = 0
+  end
+  return a
+end
+
+local function less(a, b)
+  return a.us < b.us or (a.us == b.us and a.frac < b.frac)
+end
+
+local function ceil(a)
+  if a.frac > 0 then
+    return a.us + 1
+  end
+  return a.us
+end
+
+-- count is rate.count: floor(d/T) for 0 <= d <= max*T, from a floating
+-- estimate corrected by exact comparisons (the same in Go and Lua).
+local function count(t, d, max)
+  local f = (d.us * t.l + d.frac) / (t.q * t.l + t.r)
+  local est = max
+  if f < max then
+    est = trunc(f)
+  end
+  if est < 0 then
+    est = 0
+  end
+  while est > 0 and less(d, times(t, est)) do
+    est = est - 1
+  end
+  while est < max and not less(d, times(t, est + 1)) do
+    est = est + 1
+  end
+  return est
+end
+
+-- decision is algorithm.Decision.
+local function decision(allowed, limit, remaining)
+  return {allowed = allowed, limit = limit, remaining = remaining, reset_after = 0, retry_after = 0}
+end
+
+-- deny_all is denyAll: the decision of a limit of zero.
+local function deny_all(cost)
+  local d = decision(cost <= 0, 0, 0)
+  if not d.allowed then
+    d.retry_after = NEVER
+  end
+  return d
+end
+
+-- int parses a decimal integer argument in [lo, hi].
+local function int(field, s, lo, hi)
+  if type(s) ~= 'string' or not string.match(s, '^%-?%d+$') or #s > 17 then
+    fail(field, 'not an integer: ' .. tostring(s))
+  end
+  local n = tonumber(s)
+  if n < lo or n > hi then
+    fail(field, s .. ' is outside [' .. str(lo) .. ', ' .. str(hi) .. ']')
+  end
+  return n
+end
+
+-- parse_request reads and checks the ARGS_PER_REQUEST arguments of one
+-- request of algorithm alg starting at argv[base+1]. It returns the params p
+-- (limit, period, burst, first_hit, count_rejected) and the request r
+-- (now, cost, id, release); r.now is -1 for the server clock.
+local function parse_request(alg, argv, base)
+  local now = int('now_us', argv[base + 1], -1, MAX_NOW)
+  local limit = int('limit', argv[base + 2], 0, MAX_LIMIT)
+  local period = int('period', argv[base + 3], 1, MAX_PERIOD)
+  local cost = int('cost', argv[base + 4], 0, MAX_LIMIT)
+  local burst = int('burst', argv[base + 5], 0, MAX_LIMIT)
+  local flags = int('flags', argv[base + 6], 0, 7)
+  local id = argv[base + 7]
+  if type(id) ~= 'string' or #id > MAX_ID_LEN or (id ~= '' and not string.match(id, '^[%w_%-]+$')) then
+    fail('id', 'not 0 to 64 bytes of [A-Za-z0-9_-]')
+  end
+  local first_hit = flags % 2 == 1
+  local count_rejected = math.floor(flags / 2) % 2 == 1
+  local release = flags >= FLAG_RELEASE
+  local bucket = alg == 'token_bucket' or alg == 'gcra'
+  local log = alg == 'sliding_window_log' or alg == 'concurrency'
+  if first_hit and alg ~= 'fixed_window' then
+    fail('flags', alg .. ' takes no first_hit window')
+  end
+  if count_rejected and alg ~= 'fixed_window' and alg ~= 'sliding_window' then
+    fail('flags', alg .. ' does not count rejected requests')
+  end
+  if release and alg ~= 'concurrency' then
+    fail('flags', alg .. ' takes no release')
+  end
+  if not bucket and burst ~= 0 then
+    fail('burst', alg .. ' takes no burst')
+  end
+  if bucket and limit > 0 then
+    if burst > floor_div(MAX_EXACT, limit) then
+      fail('burst', 'burst times limit is above 2^52')
+    end
+    if burst > floor_div(MAX_PERIOD, math.max(1, floor_div(period, limit))) then
+      fail('burst', 'burst takes longer than 2^48 us to refill')
+    end
+  end
+  if log and limit > MAX_LOG_LIMIT then
+    fail('limit', str(limit) .. ' is above ' .. str(MAX_LOG_LIMIT) .. ' for ' .. alg)
+  end
+  if alg == 'sliding_window' and limit + 1 > floor_div(MAX_EXACT, period) then
+    fail('limit', '(limit+1) * period is above 2^52 for sliding_window')
+  end
+  if alg == 'sliding_window_log' and cost > 0 and id == '' then
+    fail('id', 'sliding_window_log needs a request id')
+  end
+  if alg == 'concurrency' and id == '' and (cost > 0 or release) then
+    fail('id', 'concurrency needs a lease ID to acquire or release')
+  end
+  if alg ~= 'sliding_window_log' and alg ~= 'concurrency' and id ~= '' then
+    fail('id', alg .. ' takes no id')
+  end
+  local p = {limit = limit, period = period, burst = burst, first_hit = first_hit, count_rejected = count_rejected}
+  return p, {now = now, cost = cost, id = id, release = release}
+end
+
+-- server_now is the Redis server's clock in µs. Redis 7 replicates a
+-- script's effects, not the script, so TIME before a write is allowed.
+local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- ttl_ms is the PEXPIRE of a state that expires at exp, at now: the time
+-- left rounded up to a millisecond, so a key never disappears before its
+-- state is back to the zero state.
+local function ttl_ms(exp, now)
+  return str(floor_div(exp - now + 999, 1000))
+end
+
+-- load_hash reads the integer fields of a hash state; a missing key or
+-- field reads 0. A field that is not an integer is an error (a foreign key).
+local function load_hash(key, fields)
+  local vals = redis.call('HMGET', key, unpack(fields))
+  local s = {}
+  for i, f in ipairs(fields) do
+    local v = vals[i]
+    if v then
+      if not string.match(v, '^%-?%d+$') or #v > 17 then
+        fail('state', 'field ' .. f .. ' of the key is not an integer')
+      end
+      s[f] = tonumber(v)
+    else
+      s[f] = 0
+    end
+  end
+  return s
+end
+
+-- save_hash stores the state s that expires at exp, with its TTL in the same
+-- script, or deletes the key if the state is the zero state (exp <= now).
+-- A state equal to old is not written again: its key and TTL are unchanged.
+local function save_hash(key, fields, old, s, exp, now)
+  local same = true
+  for _, f in ipairs(fields) do
+    same = same and old[f] == s[f]
+  end
+  if same and exp > now then
+    return
+  end
+  if exp > now then
+    local args = {}
+    for _, f in ipairs(fields) do
+      args[#args + 1] = f
+      args[#args + 1] = str(s[f])
+    end
+    redis.call('HSET', key, unpack(args))
+    redis.call('PEXPIRE', key, ttl_ms(exp, now))
+  else
+    redis.call('DEL', key)
+  end
+end
+
+-- check_type fails unless key is absent or of type want: checked before the
+-- first write, so that a foreign key fails the script before it changed
+-- anything.
+local function check_type(key, want)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    fail('state', 'the key holds a ' .. t .. ', not a ' .. want)
+  end
+end
+
+-- zchunks runs a command that takes members (ZMSCORE, ZREM) on
+-- members[1..n] in chunks, calling each(reply) per chunk.
+local function zchunks(cmd, key, members, each)
+  local i = 1
+  while i <= #members do
+    local j = math.min(i + CHUNK - 1, #members)
+    local r = redis.call(cmd, key, unpack(members, i, j))
+    if each then
+      each(r)
+    end
+    i = j + 1
+  end
+end
+
+-- zadd adds every member of members with one score, in chunks.
+local function zadd(key, score, members)
+  local i = 1
+  while i <= #members do
+    local args = {}
+    local j = math.min(i + CHUNK - 1, #members)
+    for k = i, j do
+      args[#args + 1] = score
+      args[#args + 1] = members[k]
+    end
+    redis.call('ZADD', key, unpack(args))
+    i = j + 1
+  end
+end
+
+-- zscore_at is the score of the member at rank i (0-based, -1 the last).
+local function zscore_at(key, i)
+  local r = redis.call('ZRANGE', key, i, i, 'WITHSCORES')
+  return tonumber(r[2])
+end
+
+-- reply is the reply of one decision made at now: allowed (0/1), limit,
+-- remaining, reset_after_us, retry_after_us (-1 never), now_us.
+local function reply(out, d, now)
+  local allowed = 0
+  if d.allowed then
+    allowed = 1
+  end
+  out[#out + 1] = allowed
+  out[#out + 1] = d.limit
+  out[#out + 1] = d.remaining
+  out[#out + 1] = d.reset_after
+  out[#out + 1] = d.retry_after
+  out[#out + 1] = now
+  return out
+end
+
+-- single is the main part of a one-request script: KEYS[1] is the key,
+-- ARGV the request (parse_request); apply(key, p, r, now) decides it and
+-- returns its decision.
+local function single(alg, apply)
+  if #KEYS ~= 1 or #ARGV ~= ARGS_PER_REQUEST then
+    fail('args', 'want 1 key and ' .. ARGS_PER_REQUEST .. ' arguments')
+  end
+  local p, r = parse_request(alg, ARGV, 0)
+  local now = r.now
+  if now < 0 then
+    now = server_now()
+  end
+  return reply({}, apply(KEYS[1], p, r, now), now)
+end
