@@ -2,7 +2,8 @@
 -- or nothing. It mirrors memstore.Store.ApplyBatch and the documentation of
 -- floodgate.Batcher: every request is applied in order; if any is denied,
 -- every key is put back as it was, each request that had room reports the
--- unchanged state (a peek) with allowed 0 and retry_after 0, and a denied
+-- unchanged state (a peek that stores nothing) with allowed 0 and
+-- retry_after 0, and a denied
 -- request whose limit counts rejections is applied again, alone.
 --
 -- The Go side builds this script from common.lua, the step functions of
@@ -36,37 +37,37 @@ local function snapshot(key)
     return {type = t}
   end
   local sn = {type = t, pttl = redis.call('PTTL', key)}
-  if t == 'hash' then
-    sn.data = redis.call('HGETALL', key)
+  if t == 'string' then
+    sn.data = redis.call('GET', key)
   else
     sn.data = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   end
   return sn
 end
 
--- restore puts back a key saved by snapshot, with its TTL.
+-- restore puts back a key saved by snapshot, with its TTL (at least
+-- MIN_TTL_MS, see common.lua).
 local function restore(key, sn)
   redis.call('DEL', key)
   if sn.type == 'none' then
     return
   end
+  if sn.type == 'string' then
+    redis.call('SET', key, sn.data)
+  end
   local i = 1
-  while i <= #sn.data do
+  while sn.type == 'zset' and i <= #sn.data do
     local j = math.min(i + 2 * CHUNK - 1, #sn.data)
-    if sn.type == 'hash' then
-      redis.call('HSET', key, unpack(sn.data, i, j))
-    else
-      local args = {}
-      for k = i, j, 2 do
-        args[#args + 1] = sn.data[k + 1]
-        args[#args + 1] = sn.data[k]
-      end
-      redis.call('ZADD', key, unpack(args))
+    local args = {}
+    for k = i, j, 2 do
+      args[#args + 1] = sn.data[k + 1]
+      args[#args + 1] = sn.data[k]
     end
+    redis.call('ZADD', key, unpack(args))
     i = j + 1
   end
-  if sn.pttl > 0 then
-    redis.call('PEXPIRE', key, sn.pttl)
+  if sn.pttl >= 0 then
+    redis.call('PEXPIRE', key, math.max(sn.pttl, MIN_TTL_MS))
   end
 end
 
@@ -116,8 +117,13 @@ if not admitted then
   for i = 1, n do
     local q = reqs[i]
     if ds[i].allowed then
+      -- A peek that stores nothing, as memstore's step without commit: a
+      -- peek may rewrite a state in a form another limit of the same
+      -- period reads differently (credited tokens, dropped entries).
       local peek = {now = q.r.now, cost = 0, id = '', release = false}
+      local sn = snapshot(q.key)
       ds[i] = q.alg.apply(q.key, q.p, peek, q.r.now)
+      restore(q.key, sn)
       ds[i].allowed, ds[i].retry_after = false, 0
     elseif q.p.count_rejected then
       q.alg.apply(q.key, q.p, q.r, q.r.now)

@@ -5,8 +5,8 @@
 --
 -- KEYS[1]  the state: a sorted set with one member "<lease ID>.<index>" per
 --          held unit (algorithm.Unit), scored by the µs at which it expires,
---          with a TTL until the last unit expires (Concurrency.Expires);
---          absent when no unit is held.
+--          with a TTL until the last unit expires (Concurrency.Expires; at
+--          least MIN_TTL_MS); absent when no unit is held.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period (the lease TTL), cost, burst (0), flags (release
 --          4), id (the lease ID; "" only for a peek).
@@ -65,6 +65,7 @@ end
 
 -- concurrency_step is Concurrency.Step on the sorted set key.
 local function concurrency_step(key, p, now, cost, id, release)
+  local held_ttl = hold(key)
   local dropped = redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now))
   -- An acquire above the limit is denied for ever whatever id holds: skip
   -- looking its units up.
@@ -76,7 +77,7 @@ local function concurrency_step(key, p, now, cost, id, release)
   local own_held = #own
   local others = held - own_held
   local allowed = true
-  local changed = dropped > 0
+  local changed = held_ttl or dropped > 0
   if release then
     if own_held > 0 then
       zchunks('ZREM', key, own)

@@ -2,16 +2,16 @@
 -- mirrors algorithm.FixedWindow.Step (fixedwindow.go) line for line, with
 -- the same names.
 --
--- KEYS[1]  the state: a hash {start, count} (FixedWindow.Start, .Count),
---          with a TTL until Start+Period (FixedWindow.Expires); absent for
---          the zero state.
+-- KEYS[1]  the state: a string "<start>:<count>:<exp>" (FixedWindow.Start,
+--          .Count, and exp = FixedWindow.Expires), with a TTL until exp (at
+--          least MIN_TTL_MS); absent for the zero state.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (0), flags (first_hit 1,
 --          count_rejected 2), id ("").
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
 
-local FIXED_WINDOW_FIELDS = {'start', 'count'}
+local FIXED_WINDOW_FIELDS = {'start', 'count', 'exp'}
 
 -- fixed_window_step is FixedWindow.Step.
 local function fixed_window_step(p, s, now, cost)
@@ -53,15 +53,16 @@ end
 
 -- fixed_window_check fails if the key holds something else than a state.
 local function fixed_window_check(key)
-  check_type(key, 'hash')
-  load_hash(key, FIXED_WINDOW_FIELDS)
+  check_type(key, 'string')
+  load_state(key, FIXED_WINDOW_FIELDS, 0)
 end
 
--- fixed_window_apply loads the state, steps it and stores it.
+-- fixed_window_apply loads the state, steps it and stores it, as memstore does.
 local function fixed_window_apply(key, p, r, now)
-  local old = load_hash(key, FIXED_WINDOW_FIELDS)
+  local old = load_state(key, FIXED_WINDOW_FIELDS, now)
   local s, d = fixed_window_step(p, old, now, r.cost)
-  save_hash(key, FIXED_WINDOW_FIELDS, old, s, fixed_window_expires(p, s), now)
+  s.exp = fixed_window_expires(p, s)
+  save_state(key, FIXED_WINDOW_FIELDS, old, s, now)
   return d
 end
 

@@ -2,22 +2,22 @@
 -- mirrors algorithm.GCRA.Step (gcra.go) line for line, with the same names;
 -- the exact rate arithmetic (instant, rate, count) is in common.lua.
 --
--- KEYS[1]  the state: a hash {tat, tat_frac} (GCRA.TAT, .TATFrac), with a
---          TTL until the theoretical arrival time (GCRA.Expires); absent for
---          a full bucket.
+-- KEYS[1]  the state: a string "<tat>:<tat_frac>:<exp>" (GCRA.TAT,
+--          .TATFrac, and exp = GCRA.Expires, when the bucket is full again),
+--          with a TTL until exp (at least MIN_TTL_MS); absent for a full
+--          bucket.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (the capacity, > 0 if limit > 0),
 --          flags (0), id ("").
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
 
-local GCRA_FIELDS = {'tat', 'tat_frac'}
-local GCRA_ZERO = {tat = 0, tat_frac = 0}
+local GCRA_FIELDS = {'tat', 'tat_frac', 'exp'}
 
 -- gcra_step is GCRA.Step.
 local function gcra_step(p, s, now, cost)
   if p.limit <= 0 then
-    return GCRA_ZERO, deny_all(cost)
+    return {tat = 0, tat_frac = 0}, deny_all(cost)
   end
   local t = new_rate(p.limit, p.period)
   local now_i = instant(now, 0)
@@ -55,7 +55,7 @@ local function gcra_step(p, s, now, cost)
     d.retry_after = ceil(allow_at) - now
   end
   if not less(now_i, tat) then
-    return GCRA_ZERO, d
+    return {tat = 0, tat_frac = 0}, d
   end
   return {tat = tat.us, tat_frac = tat.frac}, d
 end
@@ -70,15 +70,16 @@ end
 
 -- gcra_check fails if the key holds something else than a state.
 local function gcra_check(key)
-  check_type(key, 'hash')
-  load_hash(key, GCRA_FIELDS)
+  check_type(key, 'string')
+  load_state(key, GCRA_FIELDS, 0)
 end
 
--- gcra_apply loads the state, steps it and stores it.
+-- gcra_apply loads the state, steps it and stores it, as memstore does.
 local function gcra_apply(key, p, r, now)
-  local old = load_hash(key, GCRA_FIELDS)
+  local old = load_state(key, GCRA_FIELDS, now)
   local s, d = gcra_step(p, old, now, r.cost)
-  save_hash(key, GCRA_FIELDS, old, s, gcra_expires(p, s), now)
+  s.exp = gcra_expires(p, s)
+  save_state(key, GCRA_FIELDS, old, s, now)
   return d
 end
 

@@ -6,7 +6,8 @@
 -- KEYS[1]  the state: a sorted set with one member "<id>:<i>" per admitted
 --          unit (i = 0..cost-1 of the request that admitted it), scored by
 --          its time in µs (SlidingWindowLog.Log), with a TTL until the newest
---          entry + Period (SlidingWindowLog.Expires); absent when empty.
+--          entry + Period (SlidingWindowLog.Expires; at least MIN_TTL_MS);
+--          absent when empty.
 --          Members are unique because id is random per call.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (0), flags (0), id (random, unique
@@ -19,6 +20,7 @@
 
 -- sliding_window_log_step is SlidingWindowLog.Step on the sorted set key.
 local function sliding_window_log_step(key, p, now, cost, id)
+  local held = hold(key)
   local cutoff = now - p.period
   local drop = redis.call('ZREMRANGEBYSCORE', key, '-inf', str(cutoff))
   local n = redis.call('ZCARD', key)
@@ -48,7 +50,7 @@ local function sliding_window_log_step(key, p, now, cost, id)
   end
   -- The key's TTL is SlidingWindowLog.Expires, the newest entry + Period;
   -- an empty sorted set no longer exists.
-  if n > 0 and (drop > 0 or (allowed and cost > 0)) then
+  if n > 0 and (held or drop > 0 or (allowed and cost > 0)) then
     redis.call('PEXPIRE', key, ttl_ms(newest + p.period, now))
   end
   return d

@@ -2,22 +2,22 @@
 -- algorithm.TokenBucket.Step (tokenbucket.go) line for line, with the same
 -- names; the exact rate arithmetic (instant, rate, count) is in common.lua.
 --
--- KEYS[1]  the state: a hash {taken, last, last_frac} (TokenBucket.Taken,
---          .Last, .LastFrac), with a TTL until the bucket is full again
---          (TokenBucket.Expires); absent for a full bucket.
+-- KEYS[1]  the state: a string "<taken>:<last>:<last_frac>:<exp>"
+--          (TokenBucket.Taken, .Last, .LastFrac, and exp =
+--          TokenBucket.Expires, when the bucket is full again), with a TTL
+--          until exp (at least MIN_TTL_MS); absent for a full bucket.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (the capacity, > 0 if limit > 0),
 --          flags (0), id ("").
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
 
-local TOKEN_BUCKET_FIELDS = {'taken', 'last', 'last_frac'}
-local TOKEN_BUCKET_ZERO = {taken = 0, last = 0, last_frac = 0}
+local TOKEN_BUCKET_FIELDS = {'taken', 'last', 'last_frac', 'exp'}
 
 -- token_bucket_step is TokenBucket.Step.
 local function token_bucket_step(p, s, now, cost)
   if p.limit <= 0 then
-    return TOKEN_BUCKET_ZERO, deny_all(cost)
+    return {taken = 0, last = 0, last_frac = 0}, deny_all(cost)
   end
   local t = new_rate(p.limit, p.period)
   local taken = math.max(0, s.taken)
@@ -46,7 +46,7 @@ local function token_bucket_step(p, s, now, cost)
     d.retry_after = ceil(add(t, last, times(t, cost - (p.burst - taken)))) - now
   end
   if taken == 0 then
-    return TOKEN_BUCKET_ZERO, d
+    return {taken = 0, last = 0, last_frac = 0}, d
   end
   return {taken = taken, last = last.us, last_frac = last.frac}, d
 end
@@ -62,15 +62,16 @@ end
 
 -- token_bucket_check fails if the key holds something else than a state.
 local function token_bucket_check(key)
-  check_type(key, 'hash')
-  load_hash(key, TOKEN_BUCKET_FIELDS)
+  check_type(key, 'string')
+  load_state(key, TOKEN_BUCKET_FIELDS, 0)
 end
 
--- token_bucket_apply loads the state, steps it and stores it.
+-- token_bucket_apply loads the state, steps it and stores it, as memstore does.
 local function token_bucket_apply(key, p, r, now)
-  local old = load_hash(key, TOKEN_BUCKET_FIELDS)
+  local old = load_state(key, TOKEN_BUCKET_FIELDS, now)
   local s, d = token_bucket_step(p, old, now, r.cost)
-  save_hash(key, TOKEN_BUCKET_FIELDS, old, s, token_bucket_expires(p, s), now)
+  s.exp = token_bucket_expires(p, s)
+  save_state(key, TOKEN_BUCKET_FIELDS, old, s, now)
   return d
 end
 

@@ -1,0 +1,322 @@
+package redisstore
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/store/memstore"
+)
+
+// TestDifferential runs the same random sequences of requests, with an
+// explicit Now, against memstore (which runs the algorithm package's Go) and
+// redisstore (which runs the Lua scripts), and requires identical decisions
+// at every step: single requests, batches, peeks, releases, limits that
+// change under a shared state, and clocks that go backwards.
+//
+// Redis expires keys in real time while the sequences run in simulated
+// time: a key could vanish from Redis while its state is still live in
+// memstore. So after each step, a key that Redis drops within half a second has
+// its simulated expiry reached by the next step (see afterStep), and the
+// clock goes backwards only while every key has a TTL long enough to
+// outlast the sequence.
+func TestDifferential(t *testing.T) {
+	c := newRueidis(t, standaloneAddr(t))
+	prefix := testPrefix(t)
+	rs, err := New(c, &Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { checkTTLs(t, c, prefix) })
+	cases := append([]floodgate.Algorithm{}, floodgate.Algorithms...)
+	cases = append(cases, "mixed")
+	for _, alg := range cases {
+		t.Run(string(alg), func(t *testing.T) {
+			t.Parallel()
+			h := fnv.New64a()
+			h.Write([]byte(alg))
+			rng := rand.New(rand.NewPCG(42, h.Sum64()))
+			sequences, steps := 40, 150
+			if testing.Short() {
+				sequences = 10
+			}
+			for seq := range sequences {
+				d := &differ{t: t, rng: rng, redis: rs, key: fmt.Sprintf("%s/seq%d", alg, seq)}
+				d.run(alg, steps)
+			}
+		})
+	}
+}
+
+type differ struct {
+	t      *testing.T
+	rng    *rand.Rand
+	redis  *Store
+	mem    *memstore.Store
+	key    string
+	limits []floodgate.Limit
+	now    int64 // µs
+	// pending is a time the next step must not be before: the simulated
+	// expiry of a key that Redis drops soon in real time.
+	pending int64
+	history []string
+}
+
+func (d *differ) run(alg floodgate.Algorithm, steps int) {
+	d.mem = memstore.New(&memstore.Options{SweepInterval: -1})
+	defer d.mem.Close()
+	n := 1 + d.rng.IntN(3)
+	for range n {
+		a := alg
+		if alg == "mixed" {
+			a = floodgate.Algorithms[d.rng.IntN(len(floodgate.Algorithms))]
+		}
+		d.limits = append(d.limits, d.randomLimit(a))
+	}
+	d.now = 1_700_000_000_000_000 + d.rng.Int64N(1<<40)
+	for step := range steps {
+		d.advance()
+		if len(d.limits) > 1 && d.rng.IntN(6) == 0 {
+			d.batch(step)
+		} else {
+			d.single(step)
+		}
+	}
+}
+
+// randomLimit is a valid limit of alg, often of a period another limit of
+// the sequence has (so that they share state with other numbers).
+func (d *differ) randomLimit(alg floodgate.Algorithm) floodgate.Limit {
+	periods := []time.Duration{time.Microsecond, 7 * time.Microsecond, 333 * time.Microsecond,
+		10 * time.Millisecond, time.Second, 3 * time.Second, time.Minute, time.Hour, 24 * time.Hour}
+	for {
+		l := floodgate.Limit{Algorithm: alg}
+		if len(d.limits) > 0 && d.rng.IntN(2) == 0 {
+			l.Period = d.limits[d.rng.IntN(len(d.limits))].Period
+		} else {
+			l.Period = periods[d.rng.IntN(len(periods))]
+			if d.rng.IntN(3) == 0 {
+				l.Period += time.Duration(d.rng.Int64N(int64(l.Period/time.Microsecond))) * time.Microsecond
+			}
+		}
+		switch d.rng.IntN(10) {
+		case 0:
+			l.Limit = 0
+		case 1:
+			l.Limit = d.rng.Int64N(1000) + 1
+		default:
+			l.Limit = d.rng.Int64N(12) + 1
+		}
+		switch alg {
+		case floodgate.FixedWindow:
+			if d.rng.IntN(2) == 0 {
+				l.Window = floodgate.FirstHit
+			}
+			l.CountRejected = d.rng.IntN(3) == 0
+		case floodgate.SlidingWindow:
+			l.CountRejected = d.rng.IntN(3) == 0
+		case floodgate.TokenBucket, floodgate.GCRA:
+			if d.rng.IntN(2) == 0 {
+				l.Burst = d.rng.Int64N(20) + 1
+			}
+		}
+		if l.Validate() == nil {
+			return l
+		}
+	}
+}
+
+// advance moves the clock: usually forward by a fraction of a period,
+// sometimes by several periods, sometimes not, sometimes backwards.
+func (d *differ) advance() {
+	p := int64(d.limits[d.rng.IntN(len(d.limits))].Period / time.Microsecond)
+	switch r := d.rng.IntN(20); {
+	case r == 0 && d.ttlsOutlastSequence():
+		d.now -= 1 + d.rng.Int64N(min(p, 10_000_000))
+		d.pending = 0
+		d.history = append(d.history, fmt.Sprintf("clock back to %d", d.now))
+	case r <= 2:
+		d.now += d.rng.Int64N(3*p + 1)
+	case r <= 6:
+	default:
+		d.now += d.rng.Int64N(p/4 + 2)
+	}
+	d.now = max(d.now, d.pending)
+}
+
+// afterStep looks at every key after a step: one that Redis drops within
+// half a second (real time), or already dropped, must be expired in simulated time
+// too at the next step, else Redis could forget a state memstore still
+// holds. touched are the decisions of the step, whose ResetAfter is the time
+// until the state they wrote expires.
+func (d *differ) afterStep(touched []floodgate.Request, ds []floodgate.Decision) {
+	for _, l := range d.limits {
+		ttl := d.pttl(l)
+		if ttl >= 500 {
+			continue
+		}
+		if ttl >= 0 {
+			d.pending = max(d.pending, d.expires(l))
+		}
+		key := d.redis.Key(d.key, l)
+		for i, r := range touched {
+			if d.redis.Key(r.Key, r.Limit) == key {
+				d.pending = max(d.pending, r.Now.UnixMicro()+ds[i].ResetAfter.Microseconds())
+			}
+		}
+	}
+}
+
+func (d *differ) pttl(l floodgate.Limit) int64 {
+	c := d.redis.c.(rueidisConn).c
+	ttl, err := c.Do(d.t.Context(), c.B().Pttl().Key(d.redis.Key(d.key, l)).Build()).AsInt64()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if ttl == -1 {
+		d.t.Fatalf("%s: key %s has no TTL", d.key, d.redis.Key(d.key, l))
+	}
+	return ttl
+}
+
+// expires is the simulated time at which the state stored for l expires:
+// the exp field of an O(1) state, the newest entry + Period of a log, the
+// last expiry of a concurrency set.
+func (d *differ) expires(l floodgate.Limit) int64 {
+	c := d.redis.c.(rueidisConn).c
+	ctx, key := d.t.Context(), d.redis.Key(d.key, l)
+	var n int64
+	var err error
+	switch l.Algorithm {
+	case floodgate.SlidingWindowLog, floodgate.Concurrency:
+		var zs []rueidis.ZScore
+		zs, err = c.Do(ctx, c.B().Zrange().Key(key).Min("-1").Max("-1").Withscores().Build()).AsZScores()
+		if err == nil && len(zs) == 1 {
+			n = int64(zs[0].Score)
+			if l.Algorithm == floodgate.SlidingWindowLog {
+				n += int64(l.Period / time.Microsecond)
+			}
+		}
+	default:
+		var v string
+		v, err = c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			err = nil
+		} else if err == nil {
+			f := strings.Split(v, ":")
+			n, err = strconv.ParseInt(f[len(f)-1], 10, 64)
+		}
+	}
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return n
+}
+
+// ttlsOutlastSequence reports whether every key of the sequence exists with
+// a TTL of at least 5 s, so that the clock may go backwards. (A key that
+// expired in Redis may still be held, expired, by memstore, and come back to
+// life there when the clock goes back.)
+func (d *differ) ttlsOutlastSequence() bool {
+	for _, l := range d.limits {
+		if d.pttl(l) < 5000 {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *differ) request(l floodgate.Limit) floodgate.Request {
+	r := floodgate.Request{Key: d.key, Limit: l, Now: time.UnixMicro(d.now)}
+	switch x := d.rng.IntN(10); {
+	case x < 2:
+		r.Cost = 0
+	case x < 7:
+		r.Cost = 1
+	default:
+		r.Cost = d.rng.Int64N(l.Capacity() + 3)
+	}
+	if l.Algorithm == floodgate.Concurrency {
+		r.Lease = []string{"a", "b", "c", "lease-d"}[d.rng.IntN(4)]
+		switch {
+		case d.rng.IntN(4) == 0:
+			r.Release = true
+		case r.Cost == 0 && d.rng.IntN(2) == 0:
+			r.Lease = ""
+		}
+	}
+	return r
+}
+
+func (d *differ) single(step int) {
+	r := d.request(d.limits[d.rng.IntN(len(d.limits))])
+	want, errM := d.mem.Apply(d.t.Context(), r)
+	got, errR := d.redis.Apply(d.t.Context(), r)
+	d.history = append(d.history, fmt.Sprintf("step %d: Apply %s cost=%d lease=%q release=%v now=%d: %+v",
+		step, r.Limit, r.Cost, r.Lease, r.Release, d.now, want))
+	if errM != nil || errR != nil {
+		d.t.Fatalf("%s: memstore error %v, redisstore error %v", d.key, errM, errR)
+	}
+	if got != want {
+		d.fail(fmt.Sprintf("redisstore %+v", got))
+	}
+	d.afterStep([]floodgate.Request{r}, []floodgate.Decision{want})
+}
+
+func (d *differ) batch(step int) {
+	rs := make([]floodgate.Request, len(d.limits))
+	cost := d.rng.Int64N(3)
+	for i, l := range d.limits {
+		rs[i] = d.request(l)
+		rs[i].Cost, rs[i].Release = cost, false
+		if l.Algorithm == floodgate.Concurrency && rs[i].Lease == "" {
+			rs[i].Lease = "batch"
+		}
+	}
+	want, errM := d.mem.ApplyBatch(d.t.Context(), rs)
+	got, errR := d.redis.ApplyBatch(d.t.Context(), rs)
+	var b strings.Builder
+	for i, r := range rs {
+		fmt.Fprintf(&b, "\n    %s lease=%q", r.Limit, r.Lease)
+		if i < len(want) {
+			fmt.Fprintf(&b, ": %+v", want[i])
+		}
+	}
+	d.history = append(d.history, fmt.Sprintf("step %d: ApplyBatch cost=%d now=%d:%s", step, cost, d.now, b.String()))
+	if errM != nil || errR != nil {
+		d.t.Fatalf("%s: memstore error %v, redisstore error %v", d.key, errM, errR)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			d.fail(fmt.Sprintf("request %d: redisstore %+v", i, got[i]))
+		}
+	}
+	d.afterStep(rs, want)
+}
+
+func (d *differ) fail(msg string) {
+	d.t.Helper()
+	h := d.history
+	if len(h) > 30 {
+		h = h[len(h)-30:]
+	}
+	c := d.redis.c.(rueidisConn).c
+	for _, l := range d.limits {
+		k := d.redis.Key(d.key, l)
+		typ, _ := c.Do(d.t.Context(), c.B().Type().Key(k).Build()).ToString()
+		ttl, _ := c.Do(d.t.Context(), c.B().Pttl().Key(k).Build()).AsInt64()
+		msg += fmt.Sprintf("\n%s: %s pttl %d", k, typ, ttl)
+		if typ == "string" {
+			v, _ := c.Do(d.t.Context(), c.B().Get().Key(k).Build()).ToString()
+			msg += " " + v
+		}
+	}
+	d.t.Fatalf("%s: decisions differ at the last step (memstore's shown):\n  %s\n%s", d.key, strings.Join(h, "\n  "), msg)
+}
