@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/floodgate-rl/floodgate/internal/netkey"
 )
 
 // ClientIP finds the address of the client that sent a request and makes a
@@ -56,18 +58,7 @@ func (c ClientIP) Key(r *http.Request) string {
 	if !ok {
 		return ""
 	}
-	bits, all := c.IPv4Prefix, 32
-	if a.Is6() {
-		bits, all = c.IPv6Prefix, 128
-		if bits == 0 {
-			bits = 64
-		}
-	}
-	if bits <= 0 || bits >= all {
-		return "ip:" + a.String()
-	}
-	p, _ := a.Prefix(bits) // bits is in range
-	return "ip:" + p.String()
+	return netkey.Key(a, c.IPv4Prefix, c.IPv6Prefix)
 }
 
 // Addr is the address of r's client, found as the type doc says, with an
@@ -75,7 +66,7 @@ func (c ClientIP) Key(r *http.Request) string {
 // if there is none: RemoteAddr is not an address (a Unix socket), or the
 // walk through the forwarding header stopped at a hop that is not one.
 func (c ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
-	peer, ok := parseHostPort(r.RemoteAddr)
+	peer, ok := netkey.ParseHostPort(r.RemoteAddr)
 	if !ok {
 		return netip.Addr{}, false
 	}
@@ -110,7 +101,7 @@ func (c ClientIP) parseHop(hop string) (netip.Addr, bool) {
 	if c.UseForwarded {
 		return parseNode(hop)
 	}
-	return parseHostPort(hop)
+	return netkey.ParseHostPort(hop)
 }
 
 func (c ClientIP) trusted(a netip.Addr) bool {
@@ -347,24 +338,4 @@ func validPort(p string) bool {
 		}
 	}
 	return true
-}
-
-// parseHostPort parses an address with or without a port: "192.0.2.1",
-// "192.0.2.1:80", "2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:80".
-func parseHostPort(s string) (netip.Addr, bool) {
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		ap, err2 := netip.ParseAddrPort(s)
-		switch {
-		case err2 == nil:
-			a = ap.Addr()
-		case len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']':
-			if a, err = netip.ParseAddr(s[1 : len(s)-1]); err != nil || !a.Is6() {
-				return netip.Addr{}, false
-			}
-		default:
-			return netip.Addr{}, false
-		}
-	}
-	return a.Unmap().WithZone(""), true
 }
