@@ -1,0 +1,191 @@
+package redistest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// cli runs s.CLI and fails the test on an error.
+func cli(t *testing.T, s *redistest.Server, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	out, err := s.CLI(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// pingWithin pings s and gives up after d.
+func pingWithin(t *testing.T, s *redistest.Server, d time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	out, err := s.CLI(ctx, "PING")
+	if err == nil && out != "PONG" {
+		err = fmt.Errorf("PING: got %q, want PONG", out)
+	}
+	return err
+}
+
+func TestStandalone(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	s := redistest.Standalone(t)
+	t.Logf("standalone up in %v", time.Since(start))
+
+	if got, want := s.Addr, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)); got != want {
+		t.Errorf("Addr = %q, want %q", got, want)
+	}
+	if got, want := cli(t, s, "PING"), "PONG"; got != want {
+		t.Errorf("PING = %q, want %q", got, want)
+	}
+	cli(t, s, "SET", "k", "v w")
+	if got, want := cli(t, s, "GET", "k"), "v w"; got != want {
+		t.Errorf("GET k = %q, want %q", got, want)
+	}
+	for param, value := range map[string]string{"save": "", "appendonly": "no", "bind": "127.0.0.1"} {
+		if got, want := cli(t, s, "CONFIG", "GET", param), strings.TrimSpace(param+"\n"+value); got != want {
+			t.Errorf("CONFIG GET %s = %q, want %q", param, got, want)
+		}
+	}
+	if _, err := s.CLI(t.Context(), "NOSUCHCOMMAND"); err == nil {
+		t.Error("CLI NOSUCHCOMMAND: no error for an error reply")
+	}
+}
+
+func TestStandaloneWithArgs(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t, redistest.WithArgs("--maxmemory", "1mb", "--maxmemory-policy", "noeviction"))
+	if got, want := cli(t, s, "CONFIG", "GET", "maxmemory"), "maxmemory\n1048576"; got != want {
+		t.Errorf("CONFIG GET maxmemory = %q, want %q", got, want)
+	}
+	if got, want := cli(t, s, "CONFIG", "GET", "maxmemory-policy"), "maxmemory-policy\nnoeviction"; got != want {
+		t.Errorf("CONFIG GET maxmemory-policy = %q, want %q", got, want)
+	}
+}
+
+func TestPassword(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t, redistest.WithPassword("s3cret pw"))
+	if got, want := cli(t, s, "PING"), "PONG"; got != want {
+		t.Errorf("PING with password = %q, want %q", got, want)
+	}
+	out, err := exec.CommandContext(t.Context(), "redis-cli", "-p", strconv.Itoa(s.Port), "PING").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "NOAUTH") {
+		t.Errorf("PING without password = %q, want NOAUTH", out)
+	}
+}
+
+func TestUser(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t, redistest.WithUser("alice", "pw"), redistest.WithArgs("--user", "default", "off"))
+	if got, want := cli(t, s, "ACL", "WHOAMI"), "alice"; got != want {
+		t.Errorf("ACL WHOAMI = %q, want %q", got, want)
+	}
+	out, err := exec.CommandContext(t.Context(), "redis-cli", "-p", strconv.Itoa(s.Port), "PING").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "NOAUTH") {
+		t.Errorf("PING as the disabled default user = %q, want NOAUTH", out)
+	}
+}
+
+func TestStopIsIdempotent(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t)
+	for i := range 2 {
+		if err := s.Stop(); err != nil {
+			t.Fatalf("Stop #%d: %v", i+1, err)
+		}
+	}
+	if err := pingWithin(t, s, 2*time.Second); err == nil {
+		t.Error("PING after Stop succeeded")
+	}
+	if err := s.Kill(); err != nil {
+		t.Errorf("Kill after Stop: %v", err)
+	}
+}
+
+func TestKillRestart(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t)
+	port := s.Port
+	cli(t, s, "SET", "k", "v")
+
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pingWithin(t, s, 2*time.Second); err == nil {
+		t.Fatal("PING after Kill succeeded")
+	}
+	if err := s.Kill(); err != nil {
+		t.Errorf("second Kill: %v", err)
+	}
+
+	start := time.Now()
+	if err := s.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restart in %v", time.Since(start))
+	if got, want := s.Port, port; got != want {
+		t.Errorf("Port after Restart = %d, want %d", got, want)
+	}
+	if err := pingWithin(t, s, 2*time.Second); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+	if got, want := cli(t, s, "EXISTS", "k"), "0"; got != want {
+		t.Errorf("EXISTS k after a restart without persistence = %s, want %s", got, want)
+	}
+
+	// Restart of a running server stops it first.
+	if err := s.Restart(t); err != nil {
+		t.Fatalf("Restart while running: %v", err)
+	}
+	if err := pingWithin(t, s, 2*time.Second); err != nil {
+		t.Fatalf("PING after second Restart: %v", err)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t)
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	err := pingWithin(t, s, 300*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("PING while paused: got %v, want a deadline error", err)
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pingWithin(t, s, 2*time.Second); err != nil {
+		t.Errorf("PING after Resume: %v", err)
+	}
+
+	// A paused server still stops.
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Errorf("Stop while paused: %v", err)
+	}
+	if err := s.Pause(); err == nil {
+		t.Error("Pause after Stop: no error")
+	}
+}
