@@ -86,3 +86,52 @@ func TestStartFailureShowsLog(t *testing.T) {
 		}
 	}
 }
+
+func TestClusterNeedsThreeMasters(t *testing.T) {
+	t.Parallel()
+	Require(t)
+	r := run(t, func(tb testing.TB) { StartCluster(tb, WithMasters(2)) })
+	if !r.failed || !strings.Contains(r.msg, "at least 3 masters") {
+		t.Errorf("StartCluster with 2 masters: failed %v with %q, want a failure about 3 masters", r.failed, r.msg)
+	}
+}
+
+func TestParseClusterNodes(t *testing.T) {
+	out := `07c37dfeb235213a872192d90877d0cd55635b91 127.0.0.1:30004@31004,host.example replica e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 0 1426238317239 4 connected
+67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.0.0.1:30002@31002 master - 0 1426238316232 2 connected 5461-10922 [5461->-e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca]
+e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master - 0 0 1 connected 0 2-5460
+`
+	nodes, err := parseClusterNodes(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(nodes), 3; got != want {
+		t.Fatalf("%d nodes, want %d", got, want)
+	}
+	replica, second, first := nodes[0], nodes[1], nodes[2]
+	if replica.master() || replica.masterID != first.id || replica.addr != "127.0.0.1:30004" {
+		t.Errorf("replica = %+v, want a replica of %s at 127.0.0.1:30004", replica, first.id)
+	}
+	if !first.master() || first.addr != "127.0.0.1:30001" || first.firstSlot() != 0 {
+		t.Errorf("first master = %+v, want 127.0.0.1:30001 from slot 0", first)
+	}
+	for _, tc := range []struct {
+		node clusterNode
+		slot int
+		want bool
+	}{
+		{first, 0, true},
+		{first, 1, false},
+		{first, 5460, true},
+		{second, 5461, true},
+		{second, 10922, true},
+		{second, 10923, false},
+	} {
+		if got := tc.node.serves(tc.slot); got != tc.want {
+			t.Errorf("%s serves slot %d = %v, want %v", tc.node.addr, tc.slot, got, tc.want)
+		}
+	}
+	if _, err := parseClusterNodes("abc 127.0.0.1:1@2 master\n"); err == nil {
+		t.Error("a short line parsed without error")
+	}
+}

@@ -1,15 +1,17 @@
 // Package redistest starts real redis-server processes on free loopback
 // ports for tests, and stops them when the test ends.
 //
-// Standalone starts one server. It picks its own port, so tests in
-// parallel processes never collide, gives the process its own t.TempDir,
-// and registers t.Cleanup to stop it.
+// Two topologies are offered: Standalone (one server) and StartCluster (a
+// Redis Cluster of three or more masters, optionally with replicas). Each
+// call picks its own ports, so tests in parallel processes never collide,
+// gives every process its own t.TempDir, and registers t.Cleanup to stop
+// what it started.
 // Processes also die with the test binary: on Linux they are started with a
 // parent-death signal of SIGKILL.
 //
 // The helpers talk to Redis only through the redis-cli binary (Server.CLI),
 // so the module needs no Go Redis client. If redis-server or redis-cli is not
-// on PATH, Standalone skips the test with a loud message, or fails it
+// on PATH, every entry point skips the test with a loud message, or fails it
 // when the environment variable FLOODGATE_REQUIRE_REDIS is 1, as it is in CI.
 package redistest
 

@@ -189,3 +189,108 @@ func TestPauseResume(t *testing.T) {
 		t.Error("Pause after Stop: no error")
 	}
 }
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	c := redistest.StartCluster(t)
+	t.Logf("cluster of 3 masters up in %v", time.Since(start))
+
+	if got, want := len(c.Masters), 3; got != want {
+		t.Fatalf("%d masters, want %d", got, want)
+	}
+	if got, want := len(c.Replicas), 0; got != want {
+		t.Errorf("%d replicas, want %d", got, want)
+	}
+	if got, want := len(c.Addrs()), 3; got != want {
+		t.Errorf("%d addresses, want %d", got, want)
+	}
+	for _, m := range c.Masters {
+		info := cli(t, m, "CLUSTER", "INFO")
+		for _, want := range []string{"cluster_state:ok", "cluster_slots_ok:16384"} {
+			if !strings.Contains(info, want) {
+				t.Errorf("%s: CLUSTER INFO lacks %s:\n%s", m.Addr, want, info)
+			}
+		}
+	}
+
+	// One key on each master, written through the first and read through
+	// the last, following redirections.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	keyOn := make(map[*redistest.Server]string)
+	for i := 0; len(keyOn) < len(c.Masters); i++ {
+		if i > 1000 {
+			t.Fatalf("1000 keys landed on only %d masters", len(keyOn))
+		}
+		key := fmt.Sprintf("key:%d", i)
+		m, err := c.MasterFor(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := keyOn[m]; !ok {
+			keyOn[m] = key
+		}
+	}
+	first, last := c.Masters[0], c.Masters[len(c.Masters)-1]
+	for m, key := range keyOn {
+		cli(t, first, "-c", "SET", key, "value of "+key)
+		if got, want := cli(t, last, "-c", "GET", key), "value of "+key; got != want {
+			t.Errorf("GET %s through %s = %q, want %q", key, last.Addr, got, want)
+		}
+		if got, want := cli(t, m, "GET", key), "value of "+key; got != want {
+			t.Errorf("GET %s on its master %s = %q, want %q", key, m.Addr, got, want)
+		}
+		if got, want := cli(t, m, "DBSIZE"), "1"; got != want {
+			t.Errorf("DBSIZE on %s = %s, want %s", m.Addr, got, want)
+		}
+	}
+
+	// A killed master restarted on its port and directory takes its slots
+	// back from nodes.conf.
+	m := c.Masters[1]
+	if err := m.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, n := range c.Masters {
+		for {
+			info := cli(t, n, "CLUSTER", "INFO")
+			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: cluster not ok 10 s after restarting %s:\n%s", n.Addr, m.Addr, info)
+			}
+			<-time.After(20 * time.Millisecond)
+		}
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if got, err := c.MasterFor(ctx, keyOn[m]); err != nil || got != m {
+		t.Errorf("after restart, MasterFor(%q) = %v, %v; want %s", keyOn[m], got, err, m.Addr)
+	}
+}
+
+func TestClusterWithReplicas(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	c := redistest.StartCluster(t, redistest.WithReplicas(1))
+	t.Logf("cluster of 3 masters and 3 replicas up in %v", time.Since(start))
+
+	if got, want := len(c.Replicas), 3; got != want {
+		t.Fatalf("%d replicas, want %d", got, want)
+	}
+	if got, want := len(c.Addrs()), 6; got != want {
+		t.Errorf("%d addresses, want %d", got, want)
+	}
+	for i, r := range c.Replicas {
+		role := strings.Fields(cli(t, r, "ROLE"))
+		if len(role) < 3 || role[0] != "slave" || role[2] != strconv.Itoa(c.Masters[i].Port) {
+			t.Errorf("ROLE of Replicas[%d] = %q, want slave of port %d", i, role, c.Masters[i].Port)
+		}
+	}
+}
