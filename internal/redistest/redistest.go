@@ -1,8 +1,9 @@
 // Package redistest starts real redis-server processes on free loopback
 // ports for tests, and stops them when the test ends.
 //
-// Two topologies are offered: Standalone (one server) and StartCluster (a
-// Redis Cluster of three or more masters, optionally with replicas). Each
+// Three topologies are offered: Standalone (one server), StartCluster (a
+// Redis Cluster of three or more masters, optionally with replicas) and
+// StartSentinel (a master, a replica and three sentinels). Each
 // call picks its own ports, so tests in parallel processes never collide,
 // gives every process its own t.TempDir, and registers t.Cleanup to stop
 // what it started.

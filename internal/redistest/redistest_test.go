@@ -294,3 +294,28 @@ func TestClusterWithReplicas(t *testing.T) {
 		}
 	}
 }
+
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	d := redistest.StartSentinel(t)
+	t.Logf("sentinel set up in %v", time.Since(start))
+
+	if got, want := len(d.SentinelAddrs()), 3; got != want {
+		t.Fatalf("%d sentinels, want %d", got, want)
+	}
+	for _, s := range d.Sentinels {
+		got := strings.Fields(cli(t, s, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName))
+		if want := []string{"127.0.0.1", strconv.Itoa(d.Master.Port)}; strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: master address %q, want %q", s.Addr, got, want)
+		}
+	}
+	if got, want := strings.Fields(cli(t, d.Replica, "ROLE"))[0], "slave"; got != want {
+		t.Errorf("replica ROLE = %q, want %q", got, want)
+	}
+	cli(t, d.Master, "SET", "k", "v")
+	cli(t, d.Master, "WAIT", "1", "5000")
+	if got, want := cli(t, d.Replica, "GET", "k"), "v"; got != want {
+		t.Errorf("GET k on the replica = %q, want %q", got, want)
+	}
+}
