@@ -17,11 +17,11 @@
 package redistest
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -48,7 +48,7 @@ func Require(t testing.TB) string {
 		return server
 	}
 	msg := fmt.Sprintf("redistest: %v: tests that need Redis cannot run; "+
-		"install it with `apt-get install -y redis-server redis-tools`", err)
+		"install them with `apt-get install -y redis-server redis-tools`", err)
 	if os.Getenv(RequireEnv) == "1" {
 		t.Fatalf("%s (%s=1 makes this a failure)", msg, RequireEnv)
 	}
@@ -61,10 +61,17 @@ func Require(t testing.TB) string {
 
 // binaries finds redis-server and redis-cli on PATH.
 func binaries() (server, cli string, err error) {
+	var missing []string
 	server, errServer := exec.LookPath("redis-server")
+	if errServer != nil {
+		missing = append(missing, "redis-server")
+	}
 	cli, errCLI := exec.LookPath("redis-cli")
-	if err := errors.Join(errServer, errCLI); err != nil {
-		return "", "", err
+	if errCLI != nil {
+		missing = append(missing, "redis-cli")
+	}
+	if len(missing) > 0 {
+		return "", "", fmt.Errorf("%s not found in PATH", strings.Join(missing, " and "))
 	}
 	return server, cli, nil
 }
