@@ -39,7 +39,9 @@ const (
 var errAddrInUse = errors.New("address already in use")
 
 // Server is one redis-server process (a data node or a sentinel) listening
-// on 127.0.0.1. Its methods are safe for concurrent use.
+// on 127.0.0.1. Get one from Standalone, StartCluster or StartSentinel; the
+// zero value is not a server. Its methods are safe for concurrent use; one
+// called while Restart is starting the process waits until it answers.
 type Server struct {
 	// Addr is "127.0.0.1:<Port>".
 	Addr string
