@@ -75,7 +75,7 @@ const (
 	SharedMissingKey
 )
 
-// Config configures a Limiter's interceptors. Limiter and Limits are
+// Config configures an Interceptor. Limiter and Limits are
 // required; every other field has a working zero value.
 type Config struct {
 	// Limiter decides; its Options set the store, the failure policy and
@@ -141,13 +141,14 @@ func (res Result) Violated() []string {
 	return names
 }
 
-// Limiter holds the interceptors. It is safe for concurrent use.
-type Limiter struct {
+// Interceptor holds the interceptors of one Config. It is safe for
+// concurrent use.
+type Interceptor struct {
 	c Config
 }
 
-// New checks c and returns a Limiter.
-func New(c Config) (*Limiter, error) {
+// New checks c and returns an Interceptor.
+func New(c Config) (*Interceptor, error) {
 	var errs []error
 	if c.Limiter == nil {
 		errs = append(errs, errors.New("grpclimit: New: nil Limiter"))
@@ -190,11 +191,11 @@ func New(c Config) (*Limiter, error) {
 	if c.Deny == nil {
 		c.Deny = func(_ context.Context, _ string, res Result) error { return Status(res).Err() }
 	}
-	return &Limiter{c: c}, nil
+	return &Interceptor{c: c}, nil
 }
 
 // UnaryServerInterceptor limits unary calls: one unit per call.
-func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+func (l *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if l.c.Skip != nil && l.c.Skip(ctx, info.FullMethod) {
 			return handler(ctx, req)
@@ -209,7 +210,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 
 // StreamServerInterceptor limits streams: one unit when a stream opens,
 // whatever it carries afterwards.
-func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+func (l *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if l.c.Skip != nil && l.c.Skip(ss.Context(), info.FullMethod) {
 			return handler(srv, ss)
@@ -231,7 +232,7 @@ func (s *stream) Context() context.Context { return s.ctx }
 
 // admit decides a call and returns the context for its handler, or the
 // error to fail it with.
-func (l *Limiter) admit(ctx context.Context, method string) (context.Context, error) {
+func (l *Interceptor) admit(ctx context.Context, method string) (context.Context, error) {
 	res := l.Check(ctx, method)
 	if l.c.SendFields && res.Key != "" && !errors.Is(res.Err, floodgate.ErrInvalidRequest) {
 		md := metadata.MD{}
@@ -257,7 +258,7 @@ func (l *Limiter) admit(ctx context.Context, method string) (context.Context, er
 
 // Check decides a call without failing it: the key, then every limit. It
 // takes from the limits like the interceptors do.
-func (l *Limiter) Check(ctx context.Context, fullMethod string) Result {
+func (l *Interceptor) Check(ctx context.Context, fullMethod string) Result {
 	res := Result{Limits: l.c.Limits}
 	key := l.c.Key(ctx, fullMethod)
 	if key == "" {
