@@ -1,0 +1,144 @@
+// Command floodgate runs Floodgate from the command line.
+//
+//	floodgate check [flags]    simulate a limit on the embedded store and print each decision
+//
+// Run "floodgate help" for the flags of each command.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/store/memstore"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: floodgate <command> [flags]
+
+commands:
+  check    simulate a limit on the embedded store and print each decision
+  help     print this help
+
+Run "floodgate <command> -h" for a command's flags.
+`
+
+// run is the whole CLI: it returns the exit code (0 ok, 1 failure, 2 usage).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "check":
+		return check(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "floodgate: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// check simulates requests against one limit on the memory store, with a
+// simulated clock so that it prints at once what a real client would see
+// over time.
+func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("floodgate check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		lim      floodgate.Limit
+		alg      = fs.String("algorithm", string(floodgate.FixedWindow), "algorithm: fixed_window, sliding_window_log, sliding_window, token_bucket, gcra, concurrency")
+		window   = fs.String("window", string(floodgate.Aligned), "fixed_window alignment: aligned or first_hit")
+		key      = fs.String("key", "demo", "the key being limited")
+		requests = fs.Int("requests", 10, "number of requests to simulate (1 to 100000)")
+		every    = fs.Duration("every", 100*time.Millisecond, "simulated time between requests")
+		cost     = fs.Int64("cost", 1, "units each request takes")
+	)
+	fs.Int64Var(&lim.Limit, "limit", 5, "units per period")
+	fs.DurationVar(&lim.Period, "period", time.Second, "period (window, refill period or lease TTL)")
+	fs.Int64Var(&lim.Burst, "burst", 0, "capacity of token_bucket and gcra (0: the limit)")
+	fs.BoolVar(&lim.CountRejected, "count-rejected", false, "denied requests still count (fixed_window, sliding_window)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "floodgate check: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	lim.Algorithm, lim.Window = floodgate.Algorithm(*alg), floodgate.Window(*window)
+	if err := lim.Validate(); err != nil {
+		fmt.Fprintf(stderr, "floodgate check: %v\n", err)
+		return 2
+	}
+	if *requests < 1 || *requests > 100_000 {
+		fmt.Fprintf(stderr, "floodgate check: -requests: %d is not between 1 and 100000\n", *requests)
+		return 2
+	}
+	if *every < 0 {
+		fmt.Fprintf(stderr, "floodgate check: -every: %v is negative\n", *every)
+		return 2
+	}
+
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := floodgatetest.NewFakeClock(start)
+	store := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
+	defer store.Close()
+	limiter, err := floodgate.New(store, &floodgate.Options{Clock: clock})
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate check: %v\n", err)
+		return 1
+	}
+
+	fmt.Fprintf(stdout, "limit %v, key %q, %d requests of cost %d every %v\n\n", lim, *key, *requests, *cost, *every)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "#\tt\tallowed\tremaining\treset_after\tretry_after\t")
+	allowed := 0
+	for i := range *requests {
+		if err := ctx.Err(); err != nil {
+			fmt.Fprintf(stderr, "floodgate check: %v\n", err)
+			return 1
+		}
+		var d floodgate.Decision
+		if lim.Algorithm == floodgate.Concurrency {
+			// Each simulated request holds its lease until it expires.
+			_, d, err = limiter.AcquireN(ctx, *key, lim, *cost)
+		} else {
+			d, err = limiter.AllowN(ctx, *key, lim, *cost)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate check: %v\n", err)
+			return 1
+		}
+		if d.Allowed {
+			allowed++
+		}
+		retry := d.RetryAfter.String()
+		if d.RetryAfter == floodgate.Never {
+			retry = "never"
+		}
+		fmt.Fprintf(tw, "%d\t%v\t%v\t%d\t%v\t%s\t\n", i+1, clock.Now().Sub(start), d.Allowed, d.Remaining, d.ResetAfter, retry)
+		clock.Advance(*every)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "\n%d of %d allowed\n", allowed, *requests)
+	return 0
+}

@@ -1,0 +1,156 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/store/memstore"
+)
+
+// The clock of these examples, so their output does not depend on the time
+// they run: the start of a calendar minute.
+var start = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func Example() {
+	store := memstore.New(nil)
+	defer store.Close()
+	limiter, _ := floodgate.New(store, &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+
+	perMinute := floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: 3, Period: time.Minute}
+	for range 4 {
+		d, err := limiter.Allow(context.Background(), "user:42", perMinute)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("allowed=%v remaining=%d retry_after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	// allowed=true remaining=2 retry_after=0s
+	// allowed=true remaining=1 retry_after=0s
+	// allowed=true remaining=0 retry_after=0s
+	// allowed=false remaining=0 retry_after=1m0s
+}
+
+func ExampleLimiter_AllowN() {
+	clock := floodgatetest.NewFakeClock(start)
+	limiter, _ := floodgate.New(memstore.New(nil), &floodgate.Options{Clock: clock})
+	// 10 per second, at most 5 at once: one token every 100ms.
+	bucket := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: 5}
+
+	d, _ := limiter.AllowN(context.Background(), "upload:7", bucket, 4)
+	fmt.Println(d.Allowed, d.Remaining)
+	d, _ = limiter.AllowN(context.Background(), "upload:7", bucket, 3)
+	fmt.Println(d.Allowed, d.Remaining, d.RetryAfter)
+	clock.Advance(200 * time.Millisecond)
+	d, _ = limiter.AllowN(context.Background(), "upload:7", bucket, 3)
+	fmt.Println(d.Allowed, d.Remaining)
+	d, _ = limiter.AllowN(context.Background(), "upload:7", bucket, 6)
+	fmt.Println(d.Allowed, d.RetryAfter == floodgate.Never)
+	// Output:
+	// true 1
+	// false 1 200ms
+	// true 0
+	// false true
+}
+
+func ExampleLimiter_Peek() {
+	limiter, _ := floodgate.New(memstore.New(nil), &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	limit := floodgate.Limit{Algorithm: floodgate.SlidingWindowLog, Limit: 10, Period: time.Hour}
+
+	limiter.AllowN(context.Background(), "report:1", limit, 3)
+	d, _ := limiter.Peek(context.Background(), "report:1", limit)
+	fmt.Println(d.Remaining, d.ResetAfter)
+	// Output: 7 1h0m0s
+}
+
+func ExampleLimiter_Reset() {
+	limiter, _ := floodgate.New(memstore.New(nil), &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	limit := floodgate.Limit{Limit: 1, Period: time.Hour}
+
+	limiter.Allow(context.Background(), "login:alice", limit)
+	d, _ := limiter.Allow(context.Background(), "login:alice", limit)
+	fmt.Println(d.Allowed)
+	limiter.Reset(context.Background(), "login:alice", limit)
+	d, _ = limiter.Allow(context.Background(), "login:alice", limit)
+	fmt.Println(d.Allowed)
+	// Output:
+	// false
+	// true
+}
+
+func ExampleLimiter_AllowEach() {
+	limiter, _ := floodgate.New(memstore.New(nil), &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	perSecond := floodgate.Limit{Limit: 10, Period: time.Second}
+	perHour := floodgate.Limit{Limit: 2, Period: time.Hour}
+
+	for range 3 {
+		d, each, _ := limiter.AllowEach(context.Background(), "api:key1", 1, perSecond, perHour)
+		fmt.Println(d.Allowed, each[0].Remaining, each[1].Remaining)
+	}
+	// The third request is denied by the hourly limit and takes nothing
+	// from the per-second one.
+
+	// Output:
+	// true 9 1
+	// true 8 0
+	// false 8 0
+}
+
+func ExampleLimiter_Acquire() {
+	limiter, _ := floodgate.New(memstore.New(nil), &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	// At most 2 exports at once per user; a lease expires after 5 minutes if
+	// its holder dies without releasing it.
+	twoAtOnce := floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 2, Period: 5 * time.Minute}
+	ctx := context.Background()
+
+	a, _, _ := limiter.Acquire(ctx, "export:bob", twoAtOnce)
+	b, _, _ := limiter.Acquire(ctx, "export:bob", twoAtOnce)
+	c, d, _ := limiter.Acquire(ctx, "export:bob", twoAtOnce)
+	fmt.Println(a != nil, b != nil, c != nil, d.RetryAfter)
+	a.Release(ctx)
+	c, _, _ = limiter.Acquire(ctx, "export:bob", twoAtOnce)
+	fmt.Println(c != nil)
+	// Output:
+	// true true false 5m0s
+	// true
+}
+
+func ExampleLimit_Validate() {
+	bad := floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: -1, Burst: 5}
+	err := bad.Validate()
+	fmt.Println(errors.Is(err, floodgate.ErrInvalidLimit))
+	fmt.Println(err)
+	// Output:
+	// true
+	// floodgate: invalid limit: limit: -1 is negative
+	// floodgate: invalid limit: period: 0s must be above zero
+	// floodgate: invalid limit: burst: fixed_window takes no burst (only token_bucket and gcra do)
+}
+
+func ExampleLimit_String() {
+	fmt.Println(floodgate.Limit{Limit: 60, Period: time.Minute})
+	fmt.Println(floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: 20})
+	// Output:
+	// 60/1m0s fixed_window
+	// 10/1s gcra burst=20
+}
+
+// A Limiter answers a store failure with its FailurePolicy: here the store
+// is always down, and FailOpen lets requests through while reporting the
+// error.
+func ExampleFailurePolicy() {
+	limiter, _ := floodgate.New(downStore{}, &floodgate.Options{FailurePolicy: floodgate.FailOpen})
+	d, err := limiter.Allow(context.Background(), "user:1", floodgate.Limit{Limit: 1, Period: time.Second})
+	fmt.Println(d.Allowed, err)
+	// Output: true store down
+}
+
+type downStore struct{}
+
+func (downStore) Apply(context.Context, floodgate.Request) (floodgate.Decision, error) {
+	return floodgate.Decision{}, errors.New("store down")
+}
