@@ -131,11 +131,12 @@ func goRedisInts(cmd *redis.Cmd) ([]int64, error) {
 // first, so it means the Go and Lua checks disagree), a key holding
 // something else than Floodgate state is an unexpected reply.
 func classify(err error) error {
-	msg := err.Error()
+	// rueidis drops the "ERR " of an error reply, go-redis keeps it.
+	msg := strings.TrimPrefix(err.Error(), "ERR ")
 	switch {
-	case strings.Contains(msg, "floodgate: state:"), strings.HasPrefix(msg, "WRONGTYPE"):
+	case strings.HasPrefix(msg, "floodgate: state:"), strings.HasPrefix(msg, "WRONGTYPE"):
 		return fmt.Errorf("%w: %w", floodgate.ErrUnexpectedReply, err)
-	case strings.Contains(msg, "ERR floodgate:"):
+	case strings.HasPrefix(msg, "floodgate: "):
 		return fmt.Errorf("%w: %w", floodgate.ErrInvalidRequest, err)
 	}
 	return err

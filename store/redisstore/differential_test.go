@@ -27,42 +27,57 @@ import (
 // its simulated expiry reached by the next step (see afterStep), and the
 // clock goes backwards only while every key has a TTL long enough to
 // outlast the sequence.
+//
+// It runs through rueidis (New) and, with fewer sequences, through go-redis
+// (NewGoRedis).
 func TestDifferential(t *testing.T) {
-	c := newRueidis(t, standaloneAddr(t))
+	addr := standaloneAddr(t)
+	c := newRueidis(t, addr)
 	prefix := testPrefix(t)
-	rs, err := New(c, &Options{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { checkTTLs(t, c, prefix) })
-	cases := append([]floodgate.Algorithm{}, floodgate.Algorithms...)
-	cases = append(cases, "mixed")
-	for _, alg := range cases {
-		t.Run(string(alg), func(t *testing.T) {
-			t.Parallel()
-			h := fnv.New64a()
-			h.Write([]byte(alg))
-			rng := rand.New(rand.NewPCG(42, h.Sum64()))
-			sequences, steps := 40, 150
-			if testing.Short() {
-				sequences = 10
-			}
-			for seq := range sequences {
-				d := &differ{t: t, rng: rng, redis: rs, key: fmt.Sprintf("%s/seq%d", alg, seq)}
-				d.run(alg, steps)
-			}
-		})
+	checkTTLsAtEnd(t, c, prefix)
+	for _, client := range []string{"rueidis", "goredis"} {
+		var rs *Store
+		var err error
+		sequences := 40
+		if client == "rueidis" {
+			rs, err = New(c, &Options{Prefix: prefix})
+		} else {
+			rs, err = NewGoRedis(newGoRedis(t, addr), &Options{Prefix: prefix})
+			sequences = 8
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if testing.Short() {
+			sequences = max(2, sequences/4)
+		}
+		cases := append([]floodgate.Algorithm{}, floodgate.Algorithms...)
+		cases = append(cases, "mixed")
+		for _, alg := range cases {
+			t.Run(client+"/"+string(alg), func(t *testing.T) {
+				t.Parallel()
+				h := fnv.New64a()
+				h.Write([]byte(client + string(alg)))
+				rng := rand.New(rand.NewPCG(42, h.Sum64()))
+				for seq := range sequences {
+					d := &differ{t: t, rng: rng, redis: rs, inspect: c, key: fmt.Sprintf("%s/%s/seq%d", client, alg, seq)}
+					d.run(alg, 150)
+				}
+			})
+		}
 	}
 }
 
 type differ struct {
-	t      *testing.T
-	rng    *rand.Rand
-	redis  *Store
-	mem    *memstore.Store
-	key    string
-	limits []floodgate.Limit
-	now    int64 // µs
+	t     *testing.T
+	rng   *rand.Rand
+	redis *Store
+	// inspect reads the keys of redis.
+	inspect rueidis.Client
+	mem     *memstore.Store
+	key     string
+	limits  []floodgate.Limit
+	now     int64 // µs
 	// pending is a time the next step must not be before: the simulated
 	// expiry of a key that Redis drops soon in real time.
 	pending int64
@@ -175,7 +190,7 @@ func (d *differ) afterStep(touched []floodgate.Request, ds []floodgate.Decision)
 }
 
 func (d *differ) pttl(l floodgate.Limit) int64 {
-	c := d.redis.c.(rueidisConn).c
+	c := d.inspect
 	ttl, err := c.Do(d.t.Context(), c.B().Pttl().Key(d.redis.Key(d.key, l)).Build()).AsInt64()
 	if err != nil {
 		d.t.Fatal(err)
@@ -190,7 +205,7 @@ func (d *differ) pttl(l floodgate.Limit) int64 {
 // the exp field of an O(1) state, the newest entry + Period of a log, the
 // last expiry of a concurrency set.
 func (d *differ) expires(l floodgate.Limit) int64 {
-	c := d.redis.c.(rueidisConn).c
+	c := d.inspect
 	ctx, key := d.t.Context(), d.redis.Key(d.key, l)
 	var n int64
 	var err error
@@ -307,7 +322,7 @@ func (d *differ) fail(msg string) {
 	if len(h) > 30 {
 		h = h[len(h)-30:]
 	}
-	c := d.redis.c.(rueidisConn).c
+	c := d.inspect
 	for _, l := range d.limits {
 		k := d.redis.Key(d.key, l)
 		typ, _ := c.Do(d.t.Context(), c.B().Type().Key(k).Build()).ToString()
