@@ -137,7 +137,7 @@ func userinfo(s string) (user, pass string, err error) {
 // hostPort checks one "host", "host:port", "[v6]" or "[v6]:port" and adds
 // the default port.
 func hostPort(h, defaultPort string) (string, error) {
-	host, port := h, ""
+	host, port, colon := h, "", false
 	switch {
 	case strings.HasPrefix(h, "["):
 		end := strings.IndexByte(h, ']')
@@ -148,7 +148,7 @@ func hostPort(h, defaultPort string) (string, error) {
 		switch after := h[end+1:]; {
 		case after == "":
 		case after[0] == ':':
-			port = after[1:]
+			port, colon = after[1:], true
 		default:
 			return "", badURL("host %q: unexpected %q after ']'", h, after)
 		}
@@ -158,7 +158,7 @@ func hostPort(h, defaultPort string) (string, error) {
 	case strings.Count(h, ":") > 1:
 		return "", badURL("host %q: put an IPv6 address in brackets: [::1]:6379", h)
 	case strings.Contains(h, ":"):
-		host, port, _ = strings.Cut(h, ":")
+		host, port, colon = strings.Cut(h, ":")
 	}
 	if host == "" {
 		return "", badURL("empty host in %q", h)
@@ -168,10 +168,10 @@ func hostPort(h, defaultPort string) (string, error) {
 			return "", badURL("host %q: unexpected %q", h, r)
 		}
 	}
-	if port == "" {
+	if port == "" && !colon {
 		port = defaultPort
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] == '+' || port[0] == '0' {
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] < '1' || port[0] > '9' {
 		return "", badURL("host %q: port %q is not a number from 1 to 65535", h, port)
 	}
 	return net.JoinHostPort(host, port), nil
