@@ -10,10 +10,11 @@ import (
 	"github.com/floodgate-rl/floodgate"
 )
 
-// The Lua sources. common.lua holds the helpers; each algorithm's file
-// holds its step functions, then a line "-- main", then the one-line main
-// part of its single-request script; batch.lua is the main part of the
-// batch script.
+// The Lua sources. common.lua holds the helpers of every script, rate.lua
+// the rate arithmetic of token_bucket and gcra, zset.lua the sorted-set
+// helpers of sliding_window_log and concurrency. Each algorithm's file holds
+// its functions, then a line "-- main", then the one-line main part of its
+// single-request script; batch.lua is the main part of the batch script.
 //
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
@@ -51,9 +52,9 @@ type scriptSet struct {
 }
 
 // scripts is built once from the embedded files: a single-request script per
-// algorithm (common.lua + the algorithm's file) and the batch script
-// (common.lua + every algorithm's functions + batch.lua), so that each
-// algorithm's code exists once.
+// algorithm (common.lua, the helpers it needs, the algorithm's file) and
+// the batch script (every helper, every algorithm's functions, batch.lua),
+// so that each algorithm's code exists once.
 var scripts = mustBuildScripts()
 
 func mustBuildScripts() scriptSet {
@@ -65,34 +66,65 @@ func mustBuildScripts() scriptSet {
 	return s
 }
 
+// helpers lists the helper files an algorithm's script includes after
+// common.lua.
+func helpers(alg floodgate.Algorithm) []string {
+	switch alg {
+	case floodgate.TokenBucket, floodgate.GCRA:
+		return []string{"rate.lua"}
+	case floodgate.SlidingWindowLog, floodgate.Concurrency:
+		return []string{"zset.lua"}
+	}
+	return nil
+}
+
 func buildScripts() (scriptSet, error) {
+	files := make(map[string]string)
 	read := func(name string) (string, error) {
+		if src, ok := files[name]; ok {
+			return src, nil
+		}
 		b, err := scriptFiles.ReadFile("scripts/" + name)
+		files[name] = string(b)
 		return string(b), err
 	}
-	common, err := read("common.lua")
-	if err != nil {
-		return scriptSet{}, err
-	}
-	batchMain, err := read("batch.lua")
-	if err != nil {
-		return scriptSet{}, err
-	}
 	set := scriptSet{single: make(map[floodgate.Algorithm]*script)}
-	var lib strings.Builder
-	lib.WriteString(common)
+	batch := []string{"common.lua", "rate.lua", "zset.lua"}
+	var funcs []string
 	for _, alg := range floodgate.Algorithms {
-		src, err := read(string(alg) + ".lua")
-		if err != nil {
-			return scriptSet{}, err
+		parts := append(append([]string{"common.lua"}, helpers(alg)...), string(alg)+".lua")
+		var src strings.Builder
+		for _, name := range parts {
+			text, err := read(name)
+			if err != nil {
+				return scriptSet{}, err
+			}
+			src.WriteString(text + "\n")
 		}
-		funcs, _, ok := strings.Cut(src, mainMarker)
+		set.single[alg] = newScript(string(alg), src.String())
+		text, _ := read(string(alg) + ".lua")
+		f, _, ok := strings.Cut(text, mainMarker)
 		if !ok {
 			return scriptSet{}, fmt.Errorf("redisstore: scripts/%s.lua has no %q line", alg, strings.TrimSpace(mainMarker))
 		}
-		set.single[alg] = newScript(string(alg), common+"\n"+src)
-		lib.WriteString("\n" + funcs)
+		funcs = append(funcs, f)
 	}
-	set.batch = newScript("batch", lib.String()+"\n"+batchMain)
+	var src strings.Builder
+	for _, name := range batch {
+		text, err := read(name)
+		if err != nil {
+			return scriptSet{}, err
+		}
+		src.WriteString(text + "\n")
+	}
+	for _, f := range funcs {
+		src.WriteString(f + "\n")
+	}
+	text, err := read("batch.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	src.WriteString(text)
+	set.batch = newScript("batch", src.String())
 	return set, nil
 }

@@ -1,10 +1,12 @@
 -- common.lua: the helpers every Floodgate script starts with. The Go side
--- (scripts.go) prepends this file to each algorithm's file, so the single
--- scripts and batch.lua share one copy of the code.
+-- (scripts.go) builds each algorithm's script from this file, rate.lua (for
+-- token_bucket and gcra), zset.lua (for sliding_window_log and
+-- concurrency) and the algorithm's file; batch.lua gets every file, so the
+-- code of each algorithm exists once.
 --
--- Mirrors algorithm/params.go (floorDiv, instant, rate, count, the bounds)
--- and tokenbucket.go's denyAll, and checks the arguments the way
--- floodgate.Limit.Validate and floodgate.Request.Validate do.
+-- Mirrors algorithm/params.go (floorDiv, the bounds) and checks the
+-- arguments the way floodgate.Limit.Validate and floodgate.Request.Validate
+-- do.
 --
 -- Numbers: Lua numbers are doubles, exact for integers up to 2^53. Every
 -- value here stays below MAX_EXACT = 2^52 (Limit.Validate guarantees it), so
@@ -37,8 +39,6 @@ local MAX_NOW = MAX_EXACT - MAX_PERIOD -- floodgate's maxNowMicros
 local MAX_ID_LEN = 64 -- floodgate.MaxLeaseLen
 local NEVER = -1 -- algorithm.Never
 local ARGS_PER_REQUEST = 7
-local FLAG_FIRST_HIT, FLAG_COUNT_REJECTED, FLAG_RELEASE = 1, 2, 4
-local CHUNK = 1000 -- members per ZADD/ZREM/ZMSCORE: unpack has a limit
 
 local function fail(field, msg)
   error({err = 'ERR floodgate: ' .. field .. ': ' .. msg})
@@ -66,104 +66,9 @@ local function mod(a, b)
   return a - floor_div(a, b) * b
 end
 
--- trunc is Go's int64(f) for a float64 f.
-local function trunc(f)
-  if f < 0 then
-    return math.ceil(f)
-  end
-  return math.floor(f)
-end
-
--- An instant is {us = , frac = }: us microseconds plus frac/l of one,
--- 0 <= frac < l (algorithm's instant).
-local function instant(us, frac)
-  return {us = us, frac = frac}
-end
-
--- new_rate is newRate: the emission interval T = period/limit = q + r/l.
-local function new_rate(limit, period)
-  local q = floor_div(period, limit)
-  return {q = q, r = period - q * limit, l = limit}
-end
-
--- times is rate.times: n*T.
-local function times(t, n)
-  local x = n * t.r
-  local d = floor_div(x, t.l)
-  return instant(n * t.q + d, x - d * t.l)
-end
-
-local function add(t, a, b)
-  local us, frac = a.us + b.us, a.frac + b.frac
-  if frac >= t.l then
-    us, frac = us + 1, frac - t.l
-  end
-  return instant(us, frac)
-end
-
-local function sub(t, a, b)
-  local us, frac = a.us - b.us, a.frac - b.frac
-  if frac < 0 then
-    us, frac = us - 1, frac + t.l
-  end
-  return instant(us, frac)
-end
-
--- norm is rate.norm: a fraction kept under a larger earlier limit is
--- clamped.
-local function norm(t, a)
-  if a.frac >= t.l then
-    a.frac = t.l - 1
-  end
-  if a.frac < 0 then
-    a.frac = 0
-  end
-  return a
-end
-
-local function less(a, b)
-  return a.us < b.us or (a.us == b.us and a.frac < b.frac)
-end
-
-local function ceil(a)
-  if a.frac > 0 then
-    return a.us + 1
-  end
-  return a.us
-end
-
--- count is rate.count: floor(d/T) for 0 <= d <= max*T, from a floating
--- estimate corrected by exact comparisons (the same in Go and Lua).
-local function count(t, d, max)
-  local f = (d.us * t.l + d.frac) / (t.q * t.l + t.r)
-  local est = max
-  if f < max then
-    est = trunc(f)
-  end
-  if est < 0 then
-    est = 0
-  end
-  while est > 0 and less(d, times(t, est)) do
-    est = est - 1
-  end
-  while est < max and not less(d, times(t, est + 1)) do
-    est = est + 1
-  end
-  return est
-end
-
 -- decision is algorithm.Decision.
 local function decision(allowed, limit, remaining)
   return {allowed = allowed, limit = limit, remaining = remaining, reset_after = 0, retry_after = 0}
-end
-
--- deny_all is denyAll: the decision of a limit of zero.
-local function deny_all(cost)
-  local d = decision(cost <= 0, 0, 0)
-  if not d.allowed then
-    d.retry_after = NEVER
-  end
-  return d
 end
 
 -- int parses a decimal integer argument in [lo, hi].
@@ -195,7 +100,7 @@ local function parse_request(alg, argv, base)
   end
   local first_hit = flags % 2 == 1
   local count_rejected = math.floor(flags / 2) % 2 == 1
-  local release = flags >= FLAG_RELEASE
+  local release = flags >= 4
   local bucket = alg == 'token_bucket' or alg == 'gcra'
   local log = alg == 'sliding_window_log' or alg == 'concurrency'
   if first_hit and alg ~= 'fixed_window' then
@@ -253,27 +158,11 @@ end
 -- 48,000 runs. A batch reads back what it wrote.
 local MIN_TTL_MS = 1000
 
--- HOLD_MS: a sorted set whose TTL ends sooner than this loses its TTL while
--- a script changes it (hold), so that it cannot expire halfway through;
--- scripts run in far less.
-local HOLD_MS = 100
-
 -- ttl_ms is the PEXPIRE of a state that expires at exp, at now: the time
 -- left rounded up to a millisecond, so that a key never disappears before
 -- its state is back to the zero state, and at least MIN_TTL_MS.
 local function ttl_ms(exp, now)
   return str(math.max(floor_div(exp - now + 999, 1000), MIN_TTL_MS))
-end
-
--- hold removes the TTL of a sorted set about to expire, before the script
--- changes it, and reports whether it did: the script then sets a TTL again.
-local function hold(key)
-  local pttl = redis.call('PTTL', key)
-  if pttl >= 0 and pttl < HOLD_MS then
-    redis.call('PERSIST', key)
-    return true
-  end
-  return false
 end
 
 -- load_state reads the state of an O(1) algorithm, a string of integers
@@ -341,41 +230,6 @@ local function check_type(key, want)
   if t ~= 'none' and t ~= want then
     fail('state', 'the key holds a ' .. t .. ', not a ' .. want)
   end
-end
-
--- zchunks runs a command that takes members (ZMSCORE, ZREM) on
--- members[1..n] in chunks, calling each(reply) per chunk.
-local function zchunks(cmd, key, members, each)
-  local i = 1
-  while i <= #members do
-    local j = math.min(i + CHUNK - 1, #members)
-    local r = redis.call(cmd, key, unpack(members, i, j))
-    if each then
-      each(r)
-    end
-    i = j + 1
-  end
-end
-
--- zadd adds every member of members with one score, in chunks.
-local function zadd(key, score, members)
-  local i = 1
-  while i <= #members do
-    local args = {}
-    local j = math.min(i + CHUNK - 1, #members)
-    for k = i, j do
-      args[#args + 1] = score
-      args[#args + 1] = members[k]
-    end
-    redis.call('ZADD', key, unpack(args))
-    i = j + 1
-  end
-end
-
--- zscore_at is the score of the member at rank i (0-based, -1 the last).
-local function zscore_at(key, i)
-  local r = redis.call('ZRANGE', key, i, i, 'WITHSCORES')
-  return tonumber(r[2])
 end
 
 -- reply is the reply of one decision made at now: allowed (0/1), limit,

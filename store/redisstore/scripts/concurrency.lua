@@ -12,6 +12,7 @@
 --          4), id (the lease ID; "" only for a peek).
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
+-- Mirrors  algorithm.Concurrency.Step and .Expires (algorithm/concurrency.go)
 --
 -- The script is O(log N + expired + min(cost, N) + the units ahead in the
 -- retry), N <= the largest limit used on the key, at most MAX_LOG_LIMIT:

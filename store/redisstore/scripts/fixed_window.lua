@@ -10,6 +10,7 @@
 --          count_rejected 2), id ("").
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
+-- Mirrors  algorithm.FixedWindow.Step and .Expires (algorithm/fixedwindow.go)
 
 local FIXED_WINDOW_FIELDS = {'start', 'count', 'exp'}
 

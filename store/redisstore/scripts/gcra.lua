@@ -1,6 +1,6 @@
 -- gcra.lua decides one request of the generic cell rate algorithm. It
 -- mirrors algorithm.GCRA.Step (gcra.go) line for line, with the same names;
--- the exact rate arithmetic (instant, rate, count) is in common.lua.
+-- the exact rate arithmetic (instant, rate, count) is in rate.lua.
 --
 -- KEYS[1]  the state: a string "<tat>:<tat_frac>:<exp>" (GCRA.TAT,
 --          .TATFrac, and exp = GCRA.Expires, when the bucket is full again),
@@ -11,6 +11,7 @@
 --          flags (0), id ("").
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
+-- Mirrors  algorithm.GCRA.Step and .Expires (algorithm/gcra.go)
 
 local GCRA_FIELDS = {'tat', 'tat_frac', 'exp'}
 

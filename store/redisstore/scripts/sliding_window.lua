@@ -10,6 +10,8 @@
 --          limit, period, cost, burst (0), flags (count_rejected 2), id ("").
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
+-- Mirrors  algorithm.SlidingWindow.Step, .Expires, slidingRetry and slidingFirst
+--          (algorithm/slidingwindow.go)
 
 local SLIDING_WINDOW_FIELDS = {'start', 'prev', 'curr', 'exp'}
 

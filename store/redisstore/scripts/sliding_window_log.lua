@@ -14,6 +14,7 @@
 --          to this call).
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
+-- Mirrors  algorithm.SlidingWindowLog.Step and .Expires (algorithm/slidinglog.go)
 --
 -- The script is O(log N + dropped + cost), N <= the largest limit used on
 -- the key, at most MAX_LOG_LIMIT: never O(keyspace).

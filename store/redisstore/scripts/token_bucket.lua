@@ -1,6 +1,6 @@
 -- token_bucket.lua decides one request of a token bucket. It mirrors
 -- algorithm.TokenBucket.Step (tokenbucket.go) line for line, with the same
--- names; the exact rate arithmetic (instant, rate, count) is in common.lua.
+-- names; the exact rate arithmetic (instant, rate, count) is in rate.lua.
 --
 -- KEYS[1]  the state: a string "<taken>:<last>:<last_frac>:<exp>"
 --          (TokenBucket.Taken, .Last, .LastFrac, and exp =
@@ -11,6 +11,7 @@
 --          flags (0), id ("").
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
+-- Mirrors  algorithm.TokenBucket.Step and .Expires (algorithm/tokenbucket.go)
 
 local TOKEN_BUCKET_FIELDS = {'taken', 'last', 'last_frac', 'exp'}
 
