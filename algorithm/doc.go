@@ -25,7 +25,9 @@
 // 0, with RetryAfter = Never.
 //
 // A denied request changes no state, except with CountRejected (only the
-// two counting algorithms accept it), where it still adds its cost.
+// two counting algorithms accept it), where it still adds its cost, up to
+// Limit+1 for FixedWindow and Limit for SlidingWindow, so that no count
+// grows without bound.
 //
 // In every Decision: Limit is the capacity (the largest Remaining can be);
 // Remaining is the largest cost that would be admitted right after this
