@@ -59,7 +59,8 @@ func (r *Request) Validate() error {
 	}
 	if !r.Now.IsZero() {
 		if us := r.Now.UnixMicro(); us < 0 || us > maxNowMicros {
-			return fmt.Errorf("%w: now: %v is outside 1970 to 2112", ErrInvalidRequest, r.Now)
+			return fmt.Errorf("%w: now: %v is outside %v to %v", ErrInvalidRequest, r.Now,
+				time.UnixMicro(0).UTC(), time.UnixMicro(maxNowMicros).UTC())
 		}
 	}
 	if err := r.Limit.Validate(); err != nil {

@@ -62,7 +62,9 @@
 // form. The estimate assumes the previous window's requests were spread
 // evenly, so it can admit more or less than a log would; memory is O(1).
 // (Limit+1)*Period must not exceed MaxExact (Period in microseconds): for
-// instance at most 104 thousand per day, 2.5 million per hour.
+// instance at most 52 thousand per day, 1.25 million per hour; and since a
+// key lives until the end of the next window, Period is at most
+// MaxPeriod/2.
 //
 // TokenBucket ("token_bucket"): a bucket of Burst tokens, full at first,
 // that gains Limit tokens per Period, one every T = Period/Limit, kept exact
