@@ -75,9 +75,13 @@
 //
 // GCRA ("gcra"): the generic cell rate algorithm, a virtual-scheduling
 // leaky bucket that keeps one instant (the theoretical arrival time)
-// instead of a count and an instant. It admits exactly what TokenBucket
-// with the same Params admits and reports the same Remaining, ResetAfter and
-// RetryAfter (a test checks this on random sequences).
+// instead of a count and an instant. While the clock does not go backwards
+// it admits exactly what TokenBucket with the same Params admits and reports
+// the same Remaining, ResetAfter and RetryAfter (a test checks this on
+// random sequences). When the clock goes back before the last instant a
+// token was credited, GCRA is the stricter: TokenBucket keeps the tokens it
+// credited, while GCRA counts back from its one instant as if they were not
+// earned yet.
 //
 // Concurrency ("concurrency"): at most Limit units held at once by leases.
 // A lease of cost n holds n units under its ID until now+Period (its TTL)

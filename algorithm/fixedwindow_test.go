@@ -183,6 +183,7 @@ func fixedParams(rng *rand.Rand) Params {
 }
 
 func TestFixedWindowModel(t *testing.T) {
+	t.Parallel()
 	for _, back := range []bool{false, true} {
 		differential(t, 1, 400, 200, fixedParams, func() machine { return &fixedM{} }, func(p Params) model { return &fixedModel{p: p} }, back)
 	}
@@ -192,6 +193,7 @@ func TestFixedWindowModel(t *testing.T) {
 // whose clock never goes backwards: at most Limit units admitted in one
 // aligned window, and at most 2*Limit in any Period with either alignment.
 func TestFixedWindowAdmits(t *testing.T) {
+	t.Parallel()
 	for _, tr := range differential(t, 2, 400, 200, fixedParams, func() machine { return &fixedM{} }, func(p Params) model { return &fixedModel{p: p} }, false) {
 		p := tr.p
 		for _, ev := range tr.evs {

@@ -116,6 +116,7 @@ func logParams(rng *rand.Rand) Params {
 }
 
 func TestSlidingWindowLogModel(t *testing.T) {
+	t.Parallel()
 	for _, back := range []bool{false, true} {
 		differential(t, 3, 400, 200, logParams, func() machine { return &logM{} }, func(p Params) model { return &logModel{p: p} }, back)
 	}
@@ -125,6 +126,7 @@ func TestSlidingWindowLogModel(t *testing.T) {
 // whose clock never goes backwards: at most Limit units admitted in any
 // trailing Period, and never more than Limit entries kept.
 func TestSlidingWindowLogAdmits(t *testing.T) {
+	t.Parallel()
 	for _, tr := range differential(t, 4, 400, 200, logParams, func() machine { return &logM{} }, func(p Params) model { return &logModel{p: p} }, false) {
 		p := tr.p
 		var s SlidingWindowLog

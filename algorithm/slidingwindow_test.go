@@ -158,6 +158,7 @@ func slidingParams(rng *rand.Rand) Params {
 }
 
 func TestSlidingWindowModel(t *testing.T) {
+	t.Parallel()
 	for _, back := range []bool{false, true} {
 		differential(t, 5, 400, 200, slidingParams, func() machine { return &slidingM{} }, func(p Params) model { return &slidingModel{p: p} }, back)
 	}
@@ -166,6 +167,7 @@ func TestSlidingWindowModel(t *testing.T) {
 // TestSlidingWindowAdmits checks on sequences whose clock never goes
 // backwards that at most Limit units are admitted in one aligned window.
 func TestSlidingWindowAdmits(t *testing.T) {
+	t.Parallel()
 	for _, tr := range differential(t, 6, 400, 200, slidingParams, func() machine { return &slidingM{} }, func(p Params) model { return &slidingModel{p: p} }, false) {
 		p := tr.p
 		for _, ev := range tr.evs {
