@@ -173,7 +173,7 @@ func concParams(rng *rand.Rand) Params {
 func TestConcurrencyModel(t *testing.T) {
 	t.Parallel()
 	for _, back := range []bool{false, true} {
-		differential(t, 11, 300, 200, concParams, func() machine { return &concM{} }, func(p Params) model { return &concModel{p: p} }, back)
+		differential(t, 11, 150, 150, concParams, func() machine { return &concM{} }, func(p Params) model { return &concModel{p: p} }, back)
 	}
 }
 
@@ -181,7 +181,7 @@ func TestConcurrencyModel(t *testing.T) {
 // and that the units stay sorted by (Expires, ID, Index).
 func TestConcurrencyHolds(t *testing.T) {
 	t.Parallel()
-	for _, tr := range differential(t, 12, 300, 200, concParams, func() machine { return &concM{} }, func(p Params) model { return &concModel{p: p} }, true) {
+	for _, tr := range traces(t, 12, 400, 200, concParams, func() machine { return &concM{} }, true) {
 		var s Concurrency
 		for _, ev := range tr.evs {
 			s, _ = s.Step(tr.p, ev.now, ev.cost, ev.id, ev.op)

@@ -185,7 +185,7 @@ func fixedParams(rng *rand.Rand) Params {
 func TestFixedWindowModel(t *testing.T) {
 	t.Parallel()
 	for _, back := range []bool{false, true} {
-		differential(t, 1, 400, 200, fixedParams, func() machine { return &fixedM{} }, func(p Params) model { return &fixedModel{p: p} }, back)
+		differential(t, 1, 150, 150, fixedParams, func() machine { return &fixedM{} }, func(p Params) model { return &fixedModel{p: p} }, back)
 	}
 }
 
@@ -194,7 +194,7 @@ func TestFixedWindowModel(t *testing.T) {
 // aligned window, and at most 2*Limit in any Period with either alignment.
 func TestFixedWindowAdmits(t *testing.T) {
 	t.Parallel()
-	for _, tr := range differential(t, 2, 400, 200, fixedParams, func() machine { return &fixedM{} }, func(p Params) model { return &fixedModel{p: p} }, false) {
+	for _, tr := range traces(t, 2, 400, 200, fixedParams, func() machine { return &fixedM{} }, false) {
 		p := tr.p
 		for _, ev := range tr.evs {
 			if !p.FirstHit {

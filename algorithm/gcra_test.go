@@ -109,13 +109,13 @@ func (g *gcraModel) step(now, cost int64, _ string, _ LeaseOp) Decision {
 func TestGCRAModel(t *testing.T) {
 	t.Parallel()
 	for _, back := range []bool{false, true} {
-		differential(t, 9, 300, 150, bucketParams, func() machine { return &gcraM{} }, func(p Params) model { return &gcraModel{p: p} }, back)
+		differential(t, 9, 100, 150, bucketParams, func() machine { return &gcraM{} }, func(p Params) model { return &gcraModel{p: p} }, back)
 	}
 }
 
 func TestGCRAAdmits(t *testing.T) {
 	t.Parallel()
-	for _, tr := range differential(t, 10, 200, 150, bucketParams, func() machine { return &gcraM{} }, func(p Params) model { return &gcraModel{p: p} }, false) {
+	for _, tr := range traces(t, 10, 400, 200, bucketParams, func() machine { return &gcraM{} }, false) {
 		checkBucketAdmits(t, tr)
 	}
 }

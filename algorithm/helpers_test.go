@@ -336,18 +336,40 @@ func sequence(rng *rand.Rand, p Params, capacity int64, n int, back, leases bool
 
 // differential runs random sequences through the algorithm and its model
 // and wants the same Decision at every step, and every step to pass
-// checkStep. It returns the sequences, with the decisions, for the
-// admission bounds each algorithm checks on top.
-func differential(t *testing.T, seed uint64, rounds, steps int, params func(*rand.Rand) Params, newMachine func() machine, newModel func(Params) model, back bool) []trace {
+// checkStep.
+func differential(t *testing.T, seed uint64, rounds, steps int, params func(*rand.Rand) Params, newMachine func() machine, newModel func(Params) model, back bool) {
+	t.Helper()
+	simulate(t, seed, rounds, steps, params, newMachine, newModel, back)
+}
+
+// traces runs random sequences through the algorithm alone and returns
+// them with their decisions, for the admission bounds each algorithm
+// checks.
+func traces(t *testing.T, seed uint64, rounds, steps int, params func(*rand.Rand) Params, newMachine func() machine, back bool) []trace {
+	t.Helper()
+	return simulate(t, seed, rounds, steps, params, newMachine, nil, back)
+}
+
+// simulate runs the random sequences; with a model it compares and checks
+// every step.
+func simulate(t *testing.T, seed uint64, rounds, steps int, params func(*rand.Rand) Params, newMachine func() machine, newModel func(Params) model, back bool) []trace {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	var all []trace
 	for range rounds {
 		p := params(rng)
-		m, ref := newMachine(), newModel(p)
+		m := newMachine()
 		_, leases := m.(*concM)
 		evs := sequence(rng, p, capacity(p, m), steps, back, leases)
+		var ref model
+		if newModel != nil {
+			ref = newModel(p)
+		}
 		for i, ev := range evs {
+			if ref == nil {
+				evs[i].d = m.step(p, ev.now, ev.cost, ev.id, ev.op)
+				continue
+			}
 			before := m.clone()
 			d := m.step(p, ev.now, ev.cost, ev.id, ev.op)
 			if want := ref.step(ev.now, ev.cost, ev.id, ev.op); d != want {

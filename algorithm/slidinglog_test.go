@@ -118,7 +118,7 @@ func logParams(rng *rand.Rand) Params {
 func TestSlidingWindowLogModel(t *testing.T) {
 	t.Parallel()
 	for _, back := range []bool{false, true} {
-		differential(t, 3, 400, 200, logParams, func() machine { return &logM{} }, func(p Params) model { return &logModel{p: p} }, back)
+		differential(t, 3, 150, 150, logParams, func() machine { return &logM{} }, func(p Params) model { return &logModel{p: p} }, back)
 	}
 }
 
@@ -127,7 +127,7 @@ func TestSlidingWindowLogModel(t *testing.T) {
 // trailing Period, and never more than Limit entries kept.
 func TestSlidingWindowLogAdmits(t *testing.T) {
 	t.Parallel()
-	for _, tr := range differential(t, 4, 400, 200, logParams, func() machine { return &logM{} }, func(p Params) model { return &logModel{p: p} }, false) {
+	for _, tr := range traces(t, 4, 400, 200, logParams, func() machine { return &logM{} }, false) {
 		p := tr.p
 		var s SlidingWindowLog
 		for _, ev := range tr.evs {

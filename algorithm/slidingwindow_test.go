@@ -160,7 +160,7 @@ func slidingParams(rng *rand.Rand) Params {
 func TestSlidingWindowModel(t *testing.T) {
 	t.Parallel()
 	for _, back := range []bool{false, true} {
-		differential(t, 5, 400, 200, slidingParams, func() machine { return &slidingM{} }, func(p Params) model { return &slidingModel{p: p} }, back)
+		differential(t, 5, 150, 150, slidingParams, func() machine { return &slidingM{} }, func(p Params) model { return &slidingModel{p: p} }, back)
 	}
 }
 
@@ -168,7 +168,7 @@ func TestSlidingWindowModel(t *testing.T) {
 // backwards that at most Limit units are admitted in one aligned window.
 func TestSlidingWindowAdmits(t *testing.T) {
 	t.Parallel()
-	for _, tr := range differential(t, 6, 400, 200, slidingParams, func() machine { return &slidingM{} }, func(p Params) model { return &slidingModel{p: p} }, false) {
+	for _, tr := range traces(t, 6, 400, 200, slidingParams, func() machine { return &slidingM{} }, false) {
 		p := tr.p
 		for _, ev := range tr.evs {
 			start := ev.now / p.Period * p.Period

@@ -159,7 +159,7 @@ func bucketParams(rng *rand.Rand) Params {
 func TestTokenBucketModel(t *testing.T) {
 	t.Parallel()
 	for _, back := range []bool{false, true} {
-		differential(t, 7, 400, 200, bucketParams, func() machine { return &bucketM{} }, func(p Params) model { return &bucketModel{p: p} }, back)
+		differential(t, 7, 100, 150, bucketParams, func() machine { return &bucketM{} }, func(p Params) model { return &bucketModel{p: p} }, back)
 	}
 }
 
@@ -189,7 +189,7 @@ func checkBucketAdmits(t *testing.T, tr trace) {
 
 func TestTokenBucketAdmits(t *testing.T) {
 	t.Parallel()
-	for _, tr := range differential(t, 8, 300, 150, bucketParams, func() machine { return &bucketM{} }, func(p Params) model { return &bucketModel{p: p} }, false) {
+	for _, tr := range traces(t, 8, 400, 200, bucketParams, func() machine { return &bucketM{} }, false) {
 		checkBucketAdmits(t, tr)
 	}
 }
