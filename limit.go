@@ -123,8 +123,12 @@ func (l Limit) Validate() error {
 	for _, a := range Algorithms {
 		known = known || a == alg
 	}
+	// name is the algorithm in the messages below: quoted when unknown, so
+	// that text from a config file cannot break a message's one line.
+	name := string(alg)
 	if !known {
-		bad("algorithm", "unknown algorithm %q (want one of %s)", l.Algorithm, algorithmList())
+		name = strconv.Quote(name)
+		bad("algorithm", "unknown algorithm %s (want one of %s)", name, algorithmList())
 	}
 	switch {
 	case l.Limit < 0:
@@ -146,7 +150,7 @@ func (l Limit) Validate() error {
 	bucket := alg == TokenBucket || alg == GCRA
 	switch {
 	case !bucket && l.Burst != 0:
-		bad("burst", "%s takes no burst (only token_bucket and gcra do)", alg)
+		bad("burst", "%s takes no burst (only token_bucket and gcra do)", name)
 	case l.Burst < 0:
 		bad("burst", "%d is negative", l.Burst)
 	case l.Burst > MaxLimit:
@@ -173,13 +177,13 @@ func (l Limit) Validate() error {
 	case "", Aligned:
 	case FirstHit:
 		if alg != FixedWindow {
-			bad("window", "%s takes no window (only fixed_window does)", alg)
+			bad("window", "%s takes no window (only fixed_window does)", name)
 		}
 	default:
 		bad("window", "unknown window %q (want aligned or first_hit)", l.Window)
 	}
 	if l.CountRejected && alg != FixedWindow && alg != SlidingWindow {
-		bad("count_rejected", "%s does not count rejected requests (only fixed_window and sliding_window do)", alg)
+		bad("count_rejected", "%s does not count rejected requests (only fixed_window and sliding_window do)", name)
 	}
 	if len(errs) == 0 {
 		// valid() is stricter than the checks above only by mistake.

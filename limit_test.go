@@ -105,6 +105,10 @@ func TestLimitValidateRejects(t *testing.T) {
 		// Regression: Start + 2*Period (the key's expiry) must stay within
 		// MaxExact for every valid now.
 		{"sliding window period above MaxPeriod/2", Limit{Algorithm: SlidingWindow, Limit: 1, Period: MaxPeriod/2 + time.Microsecond}, []string{"period"}},
+		// Regression: the algorithm's name was printed unquoted, so a
+		// newline in it split a message in two.
+		{"unknown algorithm with a newline", Limit{Algorithm: "a\nb", Limit: 1, Period: time.Second, Burst: 1, Window: FirstHit, CountRejected: true},
+			[]string{"algorithm", "burst", "window", "count_rejected"}},
 		{"every problem at once", Limit{Algorithm: "x", Limit: -1, Period: -1, Burst: -1, Window: "w"},
 			[]string{"algorithm", "limit", "period", "burst", "window"}},
 	}
