@@ -130,6 +130,9 @@ func requestErrorField(err error) string {
 func FuzzRequestValidate(f *testing.F) {
 	for _, tc := range validRequests {
 		r := tc.r
+		if len(r.Key) > 1024 {
+			continue // a megabyte seed slows the fuzzer to a crawl; the tables test it
+		}
 		nowUS := int64(-1 << 63) // the zero time
 		if !r.Now.IsZero() {
 			nowUS = r.Now.UnixMicro()
