@@ -143,16 +143,6 @@ func capacity(p Params, m machine) int64 {
 	return p.Limit
 }
 
-// counting reports whether m is one of the two algorithms that accept
-// CountRejected.
-func counting(m machine) bool {
-	switch m.(type) {
-	case *fixedM, *slidingM:
-		return true
-	}
-	return false
-}
-
 // checkStep checks what every Decision promises, for the step of cost (id,
 // op) at now that took before (a clone of the state, kept) to after (m, the
 // state now) and answered d:
