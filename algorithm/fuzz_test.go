@@ -69,68 +69,119 @@ func FuzzStep(f *testing.F) {
 		if l.Validate() != nil {
 			return
 		}
+		runOps(t, []floodgate.Limit{l}, start, ops)
+	})
+}
+
+// runOps decodes ops into requests under the limits ls (all of one
+// algorithm and period, so they share state as in a store) and checks
+// every step with CheckStep under the limit in force.
+func runOps(t *testing.T, ls []floodgate.Limit, start int64, ops []byte) {
+	t.Helper()
+	m := algorithm.NewMachine(string(ls[0].Algorithm))
+	now := min(max(start, 0), maxNow)
+	ids := []string{"a", "b", "c"}
+	steps := maxSteps
+	for _, l := range ls {
+		if (l.Algorithm == floodgate.SlidingWindowLog || l.Algorithm == floodgate.Concurrency) && l.Limit > 1000 {
+			steps = 4 // each step and each probe is O(Limit)
+		}
+	}
+	if len(ops) > 3*steps {
+		ops = ops[:3*steps]
+	}
+	for len(ops) >= 3 {
+		move, c, lease := ops[0], int64(ops[1]), ops[2]
+		ops = ops[3:]
+		l := ls[int(lease>>3)%len(ls)]
 		p := l.Params()
-		m := algorithm.NewMachine(string(l.Algorithm))
 		capacity := l.Capacity()
 		if p.Limit == 0 {
 			capacity = 0
 		}
-		now := min(max(start, 0), maxNow)
-		ids := []string{"a", "b", "c"}
-		steps := maxSteps
-		if (l.Algorithm == floodgate.SlidingWindowLog || l.Algorithm == floodgate.Concurrency) && l.Limit > 1000 {
-			steps = 4 // each step and each probe is O(Limit)
+		switch n := int64(move >> 3); move & 7 {
+		case 0: // the same instant
+		case 1: // a few µs
+			now += n
+		case 2: // a fraction of the period
+			now += p.Period * n / 31
+		case 3: // to the next multiple of the period, or one before it
+			now += p.Period - now%p.Period - n%2
+		case 4: // backwards by a fraction of the period
+			now -= p.Period * n / 31
+		case 5: // backwards a few µs
+			now -= n
+		case 6: // a long idle spell
+			now += p.Period * (n + 1)
+		case 7: // to the end of time, or the start of it
+			now = maxNow - n*p.Period
 		}
-		if len(ops) > 3*steps {
-			ops = ops[:3*steps]
+		now = min(max(now, 0), maxNow)
+		var cost int64
+		switch {
+		case c < 200:
+			cost = c % (capacity + 2)
+		case c < 220:
+			cost = capacity
+		case c < 240:
+			cost = capacity + 1
+		case c < 250:
+			cost = capacity / 2
+		default:
+			cost = floodgate.MaxLimit
 		}
-		for len(ops) >= 3 {
-			move, c, lease := ops[0], int64(ops[1]), ops[2]
-			ops = ops[3:]
-			switch n := int64(move >> 3); move & 7 {
-			case 0: // the same instant
-			case 1: // a few µs
-				now += n
-			case 2: // a fraction of the period
-				now += p.Period * n / 31
-			case 3: // to the next multiple of the period, or one before it
-				now += p.Period - now%p.Period - n%2
-			case 4: // backwards by a fraction of the period
-				now -= p.Period * n / 31
-			case 5: // backwards a few µs
-				now -= n
-			case 6: // a long idle spell
-				now += p.Period * (n + 1)
-			case 7: // to the end of time, or the start of it
-				now = maxNow - n*p.Period
+		id, op := "", algorithm.LeaseAcquire
+		if l.Algorithm == floodgate.Concurrency {
+			id = ids[lease%3]
+			if lease&4 != 0 {
+				op = algorithm.LeaseRelease
 			}
-			now = min(max(now, 0), maxNow)
-			var cost int64
-			switch {
-			case c < 200:
-				cost = c % (capacity + 2)
-			case c < 220:
-				cost = capacity
-			case c < 240:
-				cost = capacity + 1
-			case c < 250:
-				cost = capacity / 2
-			default:
-				cost = floodgate.MaxLimit
-			}
-			id, op := "", algorithm.LeaseAcquire
-			if l.Algorithm == floodgate.Concurrency {
-				id = ids[lease%3]
-				if lease&4 != 0 {
-					op = algorithm.LeaseRelease
-				}
-			}
-			before := algorithm.CloneMachine(m)
-			d := algorithm.StepMachine(m, p, now, cost, id, op)
-			if d.ResetAfter > algorithm.MaxExact || d.RetryAfter > algorithm.MaxExact {
-				t.Fatalf("params %+v now %d: %+v past MaxExact", p, now, d)
-			}
-			algorithm.CheckStep(t, p, before, m, now, cost, id, op, d)
 		}
+		before := algorithm.CloneMachine(m)
+		d := algorithm.StepMachine(m, p, now, cost, id, op)
+		if d.ResetAfter > algorithm.MaxExact || d.RetryAfter > algorithm.MaxExact {
+			t.Fatalf("params %+v now %d: %+v past MaxExact", p, now, d)
+		}
+		algorithm.CheckStep(t, p, before, m, now, cost, id, op, d)
+	}
+}
+
+// FuzzStepChangingLimit is FuzzStep with two limits that a store keeps in
+// one state (same algorithm and period; Limit, Burst and options may
+// differ), as when a config reload changes a limit: bit 3 of an op's lease
+// byte picks the limit. Every step must keep the promises of the limit in
+// force, whatever state the other left.
+func FuzzStepChangingLimit(f *testing.F) {
+	algs := floodgate.Algorithms
+	f.Add(uint8(3), int64(1<<16), int64(1<<39), int64(1<<24), int64(1<<40), int64(1), uint8(0), int64(1_699_999_200_000_000),
+		[]byte{0, 220, 0, 1, 1, 8, 2, 1, 8, 2, 10, 8})
+	f.Add(uint8(4), int64(1<<16), int64(1<<39), int64(1<<24), int64(1<<40), int64(1), uint8(0), int64(1_699_999_200_000_000),
+		[]byte{0, 220, 0, 1, 1, 8, 2, 1, 8, 2, 10, 8})
+	f.Add(uint8(0), int64(10), int64(1_000_000), int64(0), int64(2), int64(0), uint8(2), int64(1_699_999_200_000_000),
+		[]byte{0, 9, 0, 1, 200, 8, 1, 1, 8, 2, 1, 0})
+	f.Add(uint8(1), int64(5), int64(1000), int64(0), int64(2), int64(0), uint8(0), int64(1_699_999_200_000_000),
+		[]byte{0, 5, 0, 1, 1, 8, 1, 0, 8, 2, 2, 0})
+	f.Add(uint8(2), int64(100), int64(1000), int64(0), int64(3), int64(0), uint8(1), int64(1_699_999_200_000_000),
+		[]byte{0, 100, 0, 1, 1, 8, 9, 0, 8, 2, 2, 0})
+	f.Add(uint8(5), int64(5), int64(1000), int64(0), int64(2), int64(0), uint8(0), int64(1_699_999_200_000_000),
+		[]byte{0, 5, 0, 1, 1, 9, 1, 0, 10, 2, 2, 8})
+	f.Fuzz(func(t *testing.T, alg uint8, limit1, periodUS, burst1, limit2, burst2 int64, options uint8, start int64, ops []byte) {
+		if periodUS > int64(floodgate.MaxPeriod/time.Microsecond) {
+			return
+		}
+		ls := []floodgate.Limit{
+			{Algorithm: algs[int(alg)%len(algs)], Limit: limit1, Period: time.Duration(periodUS) * time.Microsecond, Burst: burst1},
+			{Algorithm: algs[int(alg)%len(algs)], Limit: limit2, Period: time.Duration(periodUS) * time.Microsecond, Burst: burst2},
+		}
+		for i := range ls {
+			if options>>(2*i)&1 != 0 {
+				ls[i].Window = floodgate.FirstHit
+			}
+			ls[i].CountRejected = options>>(2*i+1)&1 != 0
+			if ls[i].Validate() != nil {
+				return
+			}
+		}
+		runOps(t, ls, start, ops)
 	})
 }

@@ -86,6 +86,26 @@ func TestTokenBucketSteps(t *testing.T) {
 	})
 }
 
+// TestTokenBucketBurstLowered is the regression test of an int64 overflow
+// when a store's state, kept under one limit, is read under another with a
+// smaller Burst (stores share state between limits that differ only in
+// Limit, Burst or options). Taken = 2^24 from the old limit times the new
+// interval's remainder r = 2^39 µs wrapped to a negative ResetAfter. Taken
+// is now read as at most Burst: an empty bucket.
+func TestTokenBucketBurstLowered(t *testing.T) {
+	old := Params{Limit: 1 << 16, Period: 1 << 39, Burst: 1 << 24}
+	p := Params{Limit: 1 << 40, Period: 1 << 39, Burst: 31} // T = 1/2 µs
+	run(t, old, &bucketM{}, []step{{at: t0, cost: 1 << 24, want: allow(1<<24, 0, 1<<47)}})
+	m := &bucketM{}
+	m.s, _ = m.s.Step(old, t0, 1<<24)
+	run(t, p, m, []step{
+		// 31 tokens missing: full in 15.5 µs, 15 tokens back in 7.5 µs.
+		{at: t0, cost: 15, want: deny(31, 0, 16, 8)},
+		// 16 tokens back by t0+8, 15 taken: 30 missing again.
+		{at: t0 + 8, cost: 15, want: allow(31, 1, 15)},
+	})
+}
+
 // bucketModel is a token bucket with continuous rational tokens: x tokens
 // at the instant last, gaining Limit/Period per µs up to Burst. Remaining is
 // the floor of x; ResetAfter and RetryAfter are found by search.
