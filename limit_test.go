@@ -3,6 +3,7 @@ package floodgate
 import (
 	"errors"
 	"math/big"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -340,4 +341,58 @@ func FuzzLimitValidate(f *testing.F) {
 		}
 		checkLimitError(t, err)
 	})
+}
+
+// TestLimitValidateIsExact checks that Validate accepts exactly the limits
+// within the documented bounds, computed with big integers, on random
+// limits crowded around each bound: it rejects nothing it need not.
+func TestLimitValidateIsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	near := func(x int64) int64 { return max(0, x+rng.Int64N(5)-2) }
+	pick := func(xs ...int64) int64 { return xs[rng.IntN(len(xs))] }
+	maxPeriodUS := int64(MaxPeriod / time.Microsecond)
+	for range 20_000 {
+		alg := Algorithms[rng.IntN(len(Algorithms))]
+		limit := near(pick(1, 3, 1<<rng.IntN(41), MaxLogLimit, MaxLimit, rng.Int64N(MaxLimit)))
+		periodUS := max(1, near(pick(1, 1<<rng.IntN(49), maxPeriodUS, maxPeriodUS/2, 86_400_000_000, rng.Int64N(maxPeriodUS))))
+		var burst int64
+		if alg == TokenBucket || alg == GCRA {
+			burst = near(pick(0, 1, MaxLimit, algorithm.MaxExact/max(1, limit),
+				new(big.Int).Div(new(big.Int).Mul(big.NewInt(maxPeriodUS), big.NewInt(limit)), big.NewInt(periodUS)).Int64()))
+			burst = min(burst, MaxLimit+1)
+		}
+		if alg == SlidingWindow && rng.IntN(2) == 0 {
+			limit = near(algorithm.MaxExact/periodUS - 1)
+		}
+		l := Limit{Algorithm: alg, Limit: limit, Period: time.Duration(periodUS) * time.Microsecond, Burst: burst}
+		if got, want := l.Validate() == nil, withinBounds(l); got != want {
+			t.Fatalf("%v: Validate() accepts it: %v, within the bounds: %v (%v)", l, got, want, l.Validate())
+		}
+	}
+}
+
+// withinBounds reports whether a limit with a known algorithm, a period of
+// whole microseconds and no options keeps the documented bounds, exactly.
+func withinBounds(l Limit) bool {
+	p := int64(l.Period / time.Microsecond)
+	if l.Limit < 0 || l.Limit > MaxLimit || p <= 0 || p > algorithm.MaxPeriod {
+		return false
+	}
+	n := big.NewInt
+	mul := func(a, b int64) *big.Int { return new(big.Int).Mul(n(a), n(b)) }
+	switch l.Algorithm {
+	case SlidingWindowLog, Concurrency:
+		return l.Burst == 0 && l.Limit <= MaxLogLimit
+	case SlidingWindow:
+		return l.Burst == 0 && mul(l.Limit+1, p).Cmp(n(algorithm.MaxExact)) <= 0 && 2*p <= algorithm.MaxPeriod
+	case TokenBucket, GCRA:
+		b := l.Capacity()
+		if b < 0 || b > MaxLimit {
+			return false
+		}
+		return l.Limit == 0 ||
+			mul(b, l.Limit).Cmp(n(algorithm.MaxExact)) <= 0 &&
+				mul(b, p).Cmp(mul(algorithm.MaxPeriod, l.Limit)) <= 0
+	}
+	return l.Burst == 0
 }
