@@ -91,10 +91,12 @@ type Limit struct {
 	Name string
 }
 
-// Capacity is the largest number of units the limit can admit at once:
-// Burst (or Limit when Burst is 0) for TokenBucket and GCRA, Limit otherwise.
+// Capacity is the largest number of units the limit can admit at once, and
+// the Limit of its Decisions: Burst (or Limit when Burst is 0) for
+// TokenBucket and GCRA, Limit otherwise; 0 when Limit is 0, which admits
+// nothing.
 func (l Limit) Capacity() int64 {
-	if (l.algorithm() == TokenBucket || l.algorithm() == GCRA) && l.Burst != 0 {
+	if (l.algorithm() == TokenBucket || l.algorithm() == GCRA) && l.Burst != 0 && l.Limit != 0 {
 		return l.Burst
 	}
 	return l.Limit

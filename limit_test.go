@@ -259,6 +259,7 @@ func TestLimitParams(t *testing.T) {
 		{"token bucket default burst", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second}, algorithm.Params{Limit: 10, Period: 1_000_000, Burst: 10}},
 		{"gcra burst", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Burst: 20}, algorithm.Params{Limit: 10, Period: 1_000_000, Burst: 20}},
 		{"gcra limit 0", Limit{Algorithm: GCRA, Period: time.Second}, algorithm.Params{Period: 1_000_000}},
+		{"token bucket limit 0 with a burst", Limit{Algorithm: TokenBucket, Period: time.Second, Burst: 5}, algorithm.Params{Period: 1_000_000}},
 		{"concurrency", Limit{Algorithm: Concurrency, Limit: 3, Period: 30 * time.Second}, algorithm.Params{Limit: 3, Period: 30_000_000}},
 	}
 	for _, tc := range tests {
@@ -281,6 +282,10 @@ func TestLimitCapacity(t *testing.T) {
 		{Limit{Algorithm: GCRA, Limit: 100, Period: time.Minute, Burst: 300}, 300},
 		{Limit{Algorithm: SlidingWindowLog, Limit: 7, Period: time.Minute}, 7},
 		{Limit{Algorithm: Concurrency, Limit: 4, Period: time.Minute}, 4},
+		// Regression: a bucket of limit 0 admits nothing, and its
+		// Decisions say Limit 0; Capacity said Burst.
+		{Limit{Algorithm: TokenBucket, Limit: 0, Period: time.Second, Burst: 5}, 0},
+		{Limit{Algorithm: GCRA, Limit: 0, Period: time.Second, Burst: 5}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.l.String(), func(t *testing.T) {
@@ -386,10 +391,10 @@ func withinBounds(l Limit) bool {
 	case SlidingWindow:
 		return l.Burst == 0 && mul(l.Limit+1, p).Cmp(n(algorithm.MaxExact)) <= 0 && 2*p <= algorithm.MaxPeriod
 	case TokenBucket, GCRA:
-		b := l.Capacity()
-		if b < 0 || b > MaxLimit {
+		if l.Burst < 0 || l.Burst > MaxLimit {
 			return false
 		}
+		b := l.Capacity()
 		return l.Limit == 0 ||
 			mul(b, l.Limit).Cmp(n(algorithm.MaxExact)) <= 0 &&
 				mul(b, p).Cmp(mul(algorithm.MaxPeriod, l.Limit)) <= 0

@@ -31,9 +31,11 @@
 //
 // In every Decision: Limit is the capacity (the largest Remaining can be);
 // Remaining is the largest cost that would be admitted right after this
-// step; ResetAfter is the time until the key is back to its empty state
-// (Remaining == Limit), 0 if it already is, and is also how long a store
-// keeps the key (its TTL); RetryAfter is 0 when allowed, else the time until
+// step; ResetAfter is the time until the key is back to its empty state,
+// the zero state (where Remaining == Limit, though a SlidingWindow can
+// reach Remaining == Limit sooner, when its weighted count floors to 0), 0
+// if it already is, and is also how long a store keeps the key (its TTL);
+// RetryAfter is 0 when allowed, else the time until
 // the same request would be admitted if nothing else happened, or Never.
 //
 // # The algorithms

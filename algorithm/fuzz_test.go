@@ -96,9 +96,6 @@ func runOps(t *testing.T, ls []floodgate.Limit, start int64, ops []byte) {
 		l := ls[int(lease>>3)%len(ls)]
 		p := l.Params()
 		capacity := l.Capacity()
-		if p.Limit == 0 {
-			capacity = 0
-		}
 		switch n := int64(move >> 3); move & 7 {
 		case 0: // the same instant
 		case 1: // a few µs
@@ -141,6 +138,9 @@ func runOps(t *testing.T, ls []floodgate.Limit, start int64, ops []byte) {
 		d := algorithm.StepMachine(m, p, now, cost, id, op)
 		if d.ResetAfter > algorithm.MaxExact || d.RetryAfter > algorithm.MaxExact {
 			t.Fatalf("params %+v now %d: %+v past MaxExact", p, now, d)
+		}
+		if d.Limit != capacity {
+			t.Fatalf("%v: Decision.Limit %d, Capacity() %d", l, d.Limit, capacity)
 		}
 		algorithm.CheckStep(t, p, before, m, now, cost, id, op, d)
 	}

@@ -35,6 +35,13 @@ func TestSlidingWindowSteps(t *testing.T) {
 			{at: t0 + 5*sec, cost: 0, want: allow(10, 10, 0)},
 			{at: t0 + 5*sec, cost: 11, want: deny(10, 10, 0, Never)},
 		}},
+		{"Remaining back to Limit before ResetAfter", p10, []step{
+			{at: t0 + 900*ms, cost: 1, want: allow(10, 9, 1100*ms)},
+			// prev 1 weighs floor(1 × 0.5) = 0: Remaining is Limit, yet
+			// the key is not empty until the window ends.
+			{at: t0 + 1500*ms, cost: 0, want: allow(10, 10, 500*ms)},
+			{at: t0 + 2*sec, cost: 0, want: allow(10, 10, 0)},
+		}},
 		{"retry in the window after next", Params{Limit: 20, Period: 10}, []step{
 			{at: t0, cost: 20, want: allow(20, 0, 20)},
 			// Cost 1 fits 1 µs into the next window: floor(20 × 9/10) = 18.
