@@ -33,6 +33,14 @@ var bucketTables = []struct {
 		{at: t0 + 2500*ms, cost: 3, want: deny(3, 2, 166_667, 166_667)},
 		{at: t0 + 2*sec + 666_667, cost: 3, want: allow(3, 0, sec)},
 	}},
+	// The package doc's example of the default burst.
+	{"10 per second: 10 at once, then one every 100 ms", Params{Limit: 10, Period: sec, Burst: 10}, []step{
+		{at: t0, cost: 10, want: allow(10, 0, sec)},
+		{at: t0 + 50*ms, cost: 1, want: deny(10, 0, 950*ms, 50*ms)},
+		{at: t0 + 100*ms, cost: 1, want: allow(10, 0, sec)},
+		{at: t0 + 200*ms, cost: 1, want: allow(10, 0, sec)},
+		{at: t0 + 250*ms, cost: 2, want: deny(10, 0, 950*ms, 150*ms)},
+	}},
 	{"burst above limit", Params{Limit: 1, Period: sec, Burst: 3}, []step{
 		{at: t0, cost: 3, want: allow(3, 0, 3*sec)},
 		{at: t0 + 500*ms, cost: 1, want: deny(3, 0, 2500*ms, 500*ms)},
