@@ -1,0 +1,2 @@
+// Package config reads rate limit policies from YAML files.
+package config
