@@ -85,8 +85,8 @@ func TestMetricKey(t *testing.T) {
 	}{
 		{"sms", e("category", "promotional", "recipient", "2065550100"), "sms.category_promotional.recipient"},
 		{"sms", e("recipient", "2065550100"), "sms.recipient"},
-		{"tenants", e("tenant", "initech"), "tenants.tenant_initech"},                 // detailed_metric
-		{"tenants", e("tenant", "acme"), "tenants.tenant_acme"},                       // a listed value
+		{"tenants", e("tenant", "initech"), "tenants.tenant_initech"},                   // detailed_metric
+		{"tenants", e("tenant", "acme"), "tenants.tenant_acme"},                         // a listed value
 		{"tenants", e("region", "eu", "tenant", "initech"), "tenants.region_eu.tenant"}, // value_to_metric on region only
 		{"paths", e("path", "/api/orders"), "paths.path_/api/*"},
 	} {

@@ -182,6 +182,11 @@ func isNull(n *yaml.Node) bool {
 
 // yamlError converts a syntax error of go-yaml ("yaml: line 3: did not find
 // expected key") into an *Error with the line.
+//
+// go-yaml numbers the lines of its parser errors from 0 (it reports the raw
+// mark of the construct being parsed, or of the problem, and adds 1 only for
+// scanner errors), and leaves line 0 out: for those messages the line is
+// one more than it says, the line where the construct that failed begins.
 func (p *parser) yamlError(err error) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	e := &Error{File: p.file, Msg: msg}
@@ -192,7 +197,19 @@ func (p *parser) yamlError(err error) {
 			}
 		}
 	}
+	if isParserProblem(e.Msg) {
+		e.Line++
+	}
 	p.errs = append(p.errs, e)
+}
+
+// isParserProblem reports whether msg is one of go-yaml's parser errors
+// (parserc.go), as opposed to its scanner errors.
+func isParserProblem(msg string) bool {
+	return strings.HasPrefix(msg, "did not find expected ") ||
+		strings.HasPrefix(msg, "found duplicate %") ||
+		msg == "found incompatible YAML document" ||
+		msg == "found undefined tag handle"
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
@@ -493,11 +510,19 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 			}
 		}
 	}
-	if len(p.errs) > before {
-		return nil // the limit is incomplete: Validate would only repeat the problems
+	// The fields found bad so far; Validate's findings about them would only
+	// repeat those problems.
+	bad := make(map[string]bool)
+	for _, e := range p.errs[before:] {
+		name := strings.TrimPrefix(e.Field, path+".")
+		name, _, _ = strings.Cut(name, ".")
+		name, _, _ = strings.Cut(name, "[")
+		bad[name] = true
 	}
 	if err := lim.Validate(); err != nil {
-		p.limitErrors(err, n, path, fs)
+		p.limitErrors(err, n, path, fs, bad)
+	}
+	if len(p.errs) > before {
 		return nil
 	}
 	r.Limit = lim
@@ -505,12 +530,15 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 }
 
 // limitErrors reports the problems found by floodgate.Limit.Validate, each
-// at the YAML field it is about.
-func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string]*field) {
+// at the YAML field it is about, leaving out those that follow from a field
+// already reported bad.
+func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string]*field, bad map[string]bool) {
 	errs := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		errs = j.Unwrap()
 	}
+	type problem struct{ name, msg string }
+	var problems []problem
 	prefix := floodgate.ErrInvalidLimit.Error() + ": "
 	for _, e := range errs {
 		msg := strings.TrimPrefix(e.Error(), prefix)
@@ -518,7 +546,15 @@ func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string
 		if !ok {
 			name, rest = "", msg
 		}
-		// The names of floodgate.Limit's fields, in YAML; the first that is
+		problems = append(problems, problem{name, rest})
+		if name == "algorithm" {
+			// An unknown algorithm makes every check that depends on the
+			// algorithm say "<unknown> takes no burst" and the like.
+			bad["burst"], bad["window"], bad["count_rejected"] = true, true, true
+		}
+	}
+	for _, pr := range problems {
+		// The names of floodgate.Limit's fields in YAML; the first that is
 		// given locates the problem.
 		candidates := map[string][]string{
 			"algorithm":      {"algorithm"},
@@ -527,15 +563,18 @@ func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string
 			"burst":          {"burst", "requests_per_unit"},
 			"window":         {"window"},
 			"count_rejected": {"count_rejected"},
-		}[name]
-		at, field := n, path
+		}[pr.name]
+		at, field, located := n, path, ""
 		for _, c := range candidates {
 			if f := fs[c]; f != nil {
-				at, field = f.val, join(path, c)
+				at, field, located = f.val, join(path, c), c
 				break
 			}
 		}
-		p.errorf(at, field, "%s", rest)
+		if bad[located] || bad[pr.name] || pr.name == "period" && (bad["unit"] || bad["period"]) {
+			continue
+		}
+		p.errorf(at, field, "%s", pr.msg)
 	}
 }
 
