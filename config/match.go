@@ -6,26 +6,26 @@ import (
 )
 
 // level is one level of the descriptor tree, indexed for matching: exact
-// key/value pairs in one map, and per key the wildcard values (longest
-// prefix first) and the key-only entry. Matching a level is one map lookup
-// when the value is listed, two otherwise, plus a prefix test per wildcard
-// of that key; no regexp, no allocation.
+// key/value pairs in one map; per key, the wildcard values by prefix and the
+// key-only entry. Matching a level is one map lookup when the value is
+// listed, and otherwise one more, plus one per distinct wildcard prefix
+// length of that key; no regexp, no scan of the wildcards, no allocation.
 type level struct {
 	exact map[Entry]*node
 	byKey map[string]*fallback
 }
 
 type fallback struct {
-	prefixes []*node // wildcard values, longest prefix first
-	any      *node   // key-only entry
+	prefixes map[string]*node // wildcard values, by the text before "*"
+	lengths  []int            // the distinct lengths of those prefixes, longest first
+	any      *node            // key-only entry
 }
 
 // node is one descriptor of the config.
 type node struct {
-	lv     Level
-	prefix string // lv.Value without its "*", for a wildcard
-	rule   *Rule  // nil without rate_limit
-	next   level
+	lv   Level
+	rule *Rule // nil without rate_limit
+	next level
 }
 
 // lookup returns the most specific node for e: the exact value, else the
@@ -38,9 +38,11 @@ func (l *level) lookup(e Entry) *node {
 	if f == nil {
 		return nil
 	}
-	for _, n := range f.prefixes {
-		if strings.HasPrefix(e.Value, n.prefix) {
-			return n
+	for _, n := range f.lengths {
+		if n <= len(e.Value) {
+			if nd := f.prefixes[e.Value[:n]]; nd != nil {
+				return nd
+			}
 		}
 	}
 	return f.any
@@ -58,16 +60,17 @@ func (l *level) add(n *node) bool {
 		f.any = n
 	case n.lv.Wildcard():
 		f := l.fallback(n.lv.Key)
-		for _, o := range f.prefixes {
-			if o.lv.Value == n.lv.Value {
-				return false
-			}
+		prefix := strings.TrimSuffix(n.lv.Value, "*")
+		if f.prefixes[prefix] != nil {
+			return false
 		}
-		n.prefix = strings.TrimSuffix(n.lv.Value, "*")
-		f.prefixes = append(f.prefixes, n)
-		// Stable, so that equal lengths (impossible for distinct values of
-		// one key) would keep file order.
-		slices.SortStableFunc(f.prefixes, func(a, b *node) int { return len(b.prefix) - len(a.prefix) })
+		if f.prefixes == nil {
+			f.prefixes = make(map[string]*node)
+		}
+		f.prefixes[prefix] = n
+		if i, found := slices.BinarySearchFunc(f.lengths, len(prefix), func(a, b int) int { return b - a }); !found {
+			f.lengths = slices.Insert(f.lengths, i, len(prefix))
+		}
 	default:
 		e := Entry{n.lv.Key, n.lv.Value}
 		if l.exact[e] != nil {
