@@ -506,28 +506,28 @@ func TestParseNestingLimit(t *testing.T) {
 	}
 }
 
-// TestParseAliasBomb feeds the "billion laughs": aliases of aliases that
-// would expand to 10^9 nodes. Parse must fail fast, not run out of memory.
+// TestParseAliasBomb feeds the "billion laughs": descriptors whose
+// children are aliases of descriptors whose children are aliases, 10^8
+// descriptors once expanded, each a duplicate of its siblings. Parse must
+// stop early, not run out of time or memory.
 func TestParseAliasBomb(t *testing.T) {
 	t.Parallel()
-	bomb := `
-a: &a {key: x}
-b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]
-c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]
-d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]
-e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]
-f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]
-g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
-h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g, *g]
-domain: bomb
-descriptors: [{key: top, descriptors: *h}]
-`
-	start := time.Now()
-	_, err := Parse("bomb.yaml", []byte(bomb))
-	if err == nil {
-		t.Fatal("no error")
+	var b strings.Builder
+	b.WriteString("l0: &l0 {key: k, rate_limit: {unit: second, requests_per_unit: 1}}\n")
+	for i := 1; i <= 8; i++ {
+		fmt.Fprintf(&b, "l%d: &l%d {key: k, descriptors: [%s]}\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d, ", i-1), 10), ", "))
 	}
-	if d := time.Since(start); d > 20*time.Second {
+	b.WriteString("domain: bomb\ndescriptors: [*l8]\n")
+	start := time.Now()
+	_, err := Parse("bomb.yaml", []byte(b.String()))
+	errs := Errors(err)
+	if len(errs) == 0 || len(errs) > maxErrors+1 {
+		t.Fatalf("%d problems, want 1 to %d", len(errs), maxErrors+1)
+	}
+	if last := errs[len(errs)-1]; !strings.Contains(last.Msg, "stopped here") && !strings.Contains(last.Msg, "YAML nodes") {
+		t.Errorf("last problem %v, want a note that Parse stopped", last)
+	}
+	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Parse took %v", d)
 	}
 }
@@ -539,8 +539,14 @@ func TestParseSelfAlias(t *testing.T) {
 		"domain: d\ndescriptors:\n  - &m {key: k, <<: *m}\n",
 		"a: &a [*a]\ndomain: d\ndescriptors: *a\n",
 	} {
-		if _, err := Parse("self.yaml", []byte(data)); err == nil {
+		_, err := Parse("self.yaml", []byte(data))
+		if err == nil {
 			t.Errorf("Parse(%q): no error", data)
+		}
+		for _, e := range Errors(err) {
+			if len(e.Field) > maxFieldLen+len("…") {
+				t.Errorf("field of %d bytes: %s", len(e.Field), e.Field)
+			}
 		}
 	}
 }
@@ -558,5 +564,30 @@ func TestErrorString(t *testing.T) {
 		if got := tc.e.Error(); got != tc.want {
 			t.Errorf("Error() = %q, want %q", got, tc.want)
 		}
+	}
+}
+
+// TestParseAliasReuse checks that reusing a subtree through aliases, as a
+// long config may, is not mistaken for an alias bomb: here the file expands
+// to more nodes than it has bytes.
+func TestParseAliasReuse(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString("domain: reuse\ndescriptors:\n  - key: customer\n    value: c0\n    descriptors: &common\n")
+	for i := range 100 {
+		fmt.Fprintf(&b, "      - {key: endpoint, value: e%d, rate_limit: {unit: second, requests_per_unit: 5}}\n", i)
+	}
+	for i := 1; i < 300; i++ {
+		fmt.Fprintf(&b, "  - {key: customer, value: c%d, descriptors: *common}\n", i)
+	}
+	d, err := Parse("reuse.yaml", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(d.Rules()); got != 300*100 {
+		t.Errorf("%d rules, want %d", got, 300*100)
+	}
+	if d.Match(e("customer", "c299", "endpoint", "e99")) == nil {
+		t.Error("no match through the alias")
 	}
 }

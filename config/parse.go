@@ -25,7 +25,9 @@ const MaxFileSize = 16 << 20
 const (
 	maxDepth      = 64      // nested descriptor levels
 	maxMergeDepth = 16      // nested "<<" merge keys
-	maxNodes      = 1 << 22 // YAML nodes visited, counting each use of an alias
+	extraNodes    = 1 << 20 // YAML nodes visited beyond one per byte; see visit
+	maxErrors     = 1000    // problems reported per file
+	maxFieldLen   = 200     // longer field paths are cut in the middle
 )
 
 // units are upstream's units with upstream's lengths (utils.UnitToDivider):
@@ -57,7 +59,7 @@ var (
 // every problem at once, each an *Error with line, column and field. It
 // never panics, whatever data holds.
 func Parse(file string, data []byte) (*Domain, error) {
-	p := &parser{file: file}
+	p := &parser{file: file, budget: len(data) + extraNodes}
 	d := p.parse(data)
 	if err := p.err(); err != nil {
 		return nil, err
@@ -68,8 +70,9 @@ func Parse(file string, data []byte) (*Domain, error) {
 type parser struct {
 	file     string
 	errs     []*Error
-	nodes    int
-	tooBig   bool
+	budget   int    // YAML nodes left to visit
+	stop     bool   // too many nodes or problems: the walk ends
+	stopped  *Error // why, reported after the others
 	replaces []pendingReplace
 }
 
@@ -213,6 +216,13 @@ func isParserProblem(msg string) bool {
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
+	if len(p.errs) >= maxErrors {
+		p.halt(n, fmt.Sprintf("more than %d problems; stopped here", maxErrors))
+		return
+	}
+	if len(field) > maxFieldLen {
+		field = field[:maxFieldLen/2] + "…" + field[len(field)-maxFieldLen/2:]
+	}
 	e := &Error{File: p.file, Field: field, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		e.Line, e.Column = n.Line, n.Column
@@ -220,10 +230,17 @@ func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
 	p.errs = append(p.errs, e)
 }
 
+func line(n *yaml.Node) int {
+	if n == nil {
+		return 0
+	}
+	return n.Line
+}
+
 // err returns the problems sorted by position, without repeats (an alias
 // used twice repeats the problems of its anchor).
 func (p *parser) err() error {
-	if len(p.errs) == 0 {
+	if len(p.errs) == 0 && p.stopped == nil {
 		return nil
 	}
 	slices.SortStableFunc(p.errs, func(a, b *Error) int {
@@ -237,22 +254,36 @@ func (p *parser) err() error {
 			errs = append(errs, e)
 		}
 	}
+	if p.stopped != nil {
+		errs = append(errs, p.stopped)
+	}
 	return errors.Join(errs...)
 }
 
-// visit counts a node against maxNodes, so that aliases of aliases (the
-// "billion laughs") cannot make the walk endless; it reports false, once
-// with an error, when the budget is spent.
+// visit counts a node against the budget. Without aliases a file cannot
+// hold more mappings and list items than bytes, so a budget of one node per
+// byte, plus a million for subtrees reused through aliases, only stops
+// aliases of aliases (the "billion laughs"), which would otherwise make the
+// walk endless. It reports false, once with an error, when the budget is
+// spent or too many problems were found.
 func (p *parser) visit(n *yaml.Node) bool {
-	p.nodes++
-	if p.nodes <= maxNodes {
-		return true
+	if p.stop {
+		return false
 	}
-	if !p.tooBig {
-		p.tooBig = true
-		p.errorf(n, "", "the file expands to more than %d YAML nodes (aliases of aliases?)", maxNodes)
+	p.budget--
+	if p.budget < 0 {
+		p.halt(n, "the file expands to more YAML nodes than it has bytes (aliases of aliases?); stopped here")
+		return false
 	}
-	return false
+	return true
+}
+
+// halt ends the walk, noting why and where.
+func (p *parser) halt(n *yaml.Node, msg string) {
+	if !p.stop {
+		p.stop = true
+		p.stopped = &Error{File: p.file, Line: line(n), Msg: msg}
+	}
 }
 
 // resolve follows an alias to its anchored node.
