@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // want is one expected problem: its line, the text it points at (its
@@ -394,6 +395,19 @@ domain: d
 domain: e
 `, []want{{3, "---", "", "a second YAML document"}}},
 
+		{"a document after an empty one", `
+domain: d
+---
+---
+domain: e
+`, []want{{4, "---", "", "a second YAML document"}}},
+
+		{"trailing empty documents are fine", `
+domain: d
+---
+---
+`, nil},
+
 		{"merge of a scalar", `
 domain: d
 descriptors:
@@ -589,5 +603,22 @@ func TestParseAliasReuse(t *testing.T) {
 	}
 	if d.Match(e("customer", "c299", "endpoint", "e99")) == nil {
 		t.Error("no match through the alias")
+	}
+}
+
+// TestParseLongText checks that problems quoting huge user text stay short.
+func TestParseLongText(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 100000)
+	key := strings.Repeat("é", 500) // YAML keys are at most 1024 characters
+	_, err := Parse("long.yaml", []byte("domain: d\n"+key+": 1\ndescriptors:\n  - key: k\n    rate_limit: {unit: "+long+", requests_per_unit: 1}\n"))
+	errs := Errors(err)
+	if len(errs) != 2 {
+		t.Fatalf("got %v, want 2 problems", err)
+	}
+	for _, e := range errs {
+		if len(e.Field) > maxFieldLen+len("…")+4 || len(e.Msg) > maxMsgLen+len("…")+4 || !utf8.ValidString(e.Field) || !utf8.ValidString(e.Msg) {
+			t.Errorf("field of %d bytes, message of %d bytes (valid UTF-8: %v, %v)", len(e.Field), len(e.Msg), utf8.ValidString(e.Field), utf8.ValidString(e.Msg))
+		}
 	}
 }

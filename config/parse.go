@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -28,6 +29,7 @@ const (
 	extraNodes    = 1 << 20 // YAML nodes visited beyond one per byte; see visit
 	maxErrors     = 1000    // problems reported per file
 	maxFieldLen   = 200     // longer field paths are cut in the middle
+	maxMsgLen     = 500     // longer messages (quoting long user text) are cut
 )
 
 // units are upstream's units with upstream's lengths (utils.UnitToDivider):
@@ -105,15 +107,21 @@ func (p *parser) parse(data []byte) *Domain {
 		}
 		return nil
 	}
-	var extra yaml.Node
-	switch err := decode(dec, &extra); {
-	case errors.Is(err, io.EOF):
-	case err != nil:
-		p.yamlError(err)
-		return nil
-	case !isNull(docContent(&extra)):
-		p.errorf(&extra, "", "a second YAML document (after ---): put each domain in a file of its own")
-		return nil
+	for {
+		// Empty documents (a trailing "---") are harmless; any other is not.
+		var extra yaml.Node
+		err := decode(dec, &extra)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			p.yamlError(err)
+			return nil
+		}
+		if !isNull(docContent(&extra)) {
+			p.errorf(&extra, "", "a second YAML document (after ---): put each domain in a file of its own")
+			return nil
+		}
 	}
 	root := p.resolve(docContent(&doc))
 	if isNull(root) {
@@ -220,14 +228,27 @@ func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
 		p.halt(n, fmt.Sprintf("more than %d problems; stopped here", maxErrors))
 		return
 	}
-	if len(field) > maxFieldLen {
-		field = field[:maxFieldLen/2] + "…" + field[len(field)-maxFieldLen/2:]
-	}
-	e := &Error{File: p.file, Field: field, Msg: fmt.Sprintf(format, args...)}
+	e := &Error{File: p.file, Field: cut(field, maxFieldLen), Msg: cut(fmt.Sprintf(format, args...), maxMsgLen)}
 	if n != nil {
 		e.Line, e.Column = n.Line, n.Column
 	}
 	p.errs = append(p.errs, e)
+}
+
+// cut shortens s to about n bytes by dropping its middle, at rune
+// boundaries.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	head, tail := n/2, len(s)-n/2
+	for head > 0 && !utf8.RuneStart(s[head]) {
+		head--
+	}
+	for tail < len(s) && !utf8.RuneStart(s[tail]) {
+		tail++
+	}
+	return s[:head] + "…" + s[tail:]
 }
 
 func line(n *yaml.Node) int {
