@@ -546,6 +546,44 @@ func TestParseAliasBomb(t *testing.T) {
 	}
 }
 
+// wideBomb has 10^9 descriptors once expanded, all distinct, so that no
+// problem stops the walk early: only the node budget does.
+func wideBomb() string {
+	var b strings.Builder
+	b.WriteString("domain: d\n")
+	for lvl := 0; lvl <= 8; lvl++ {
+		fmt.Fprintf(&b, "l%d: &l%d [", lvl, lvl)
+		for i := range 10 {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "{key: k%d, rate_limit: {unit: second, requests_per_unit: 1}", i)
+			if lvl > 0 {
+				fmt.Fprintf(&b, ", descriptors: *l%d", lvl-1)
+			}
+			b.WriteString("}")
+		}
+		b.WriteString("]\n")
+	}
+	b.WriteString("descriptors: *l8\n")
+	return b.String()
+}
+
+// TestParseWideAliasBomb checks that a small file cannot buy a long walk:
+// the budget grows with the file, so 7 KB stop after some 90,000 nodes.
+func TestParseWideAliasBomb(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	_, err := Parse("wide.yaml", []byte(wideBomb()))
+	errs := Errors(err)
+	if len(errs) == 0 || !strings.Contains(errs[len(errs)-1].Msg, "too many YAML nodes") {
+		t.Fatalf("got %v, want the walk stopped by the node budget", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Parse took %v", d)
+	}
+}
+
 func TestParseSelfAlias(t *testing.T) {
 	t.Parallel()
 	for _, data := range []string{
