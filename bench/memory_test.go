@@ -149,7 +149,8 @@ func keyNames(n int) []string {
 
 // BenchmarkPeers decides one unit per operation on an existing key:
 // outcome × keys (1 or 10k, visited in turn) × par (1: a loop on one
-// goroutine; GOMAXPROCS: b.RunParallel) × lib.
+// goroutine; GOMAXPROCS: b.RunParallel) × lib. Besides ns/op it reports
+// cpu-ns/op, the CPU time of the process per operation (see cpuTime).
 func BenchmarkPeers(b *testing.B) {
 	ctx := context.Background()
 	for _, o := range outcomes {
@@ -163,6 +164,8 @@ func BenchmarkPeers(b *testing.B) {
 								b.Run("lib="+l.name, func(b *testing.B) {
 									allow := l.make(b, o, keys)
 									b.ReportAllocs()
+									start, _ := cpuTime()
+									defer func() { reportCPU(b, start) }()
 									if par == 1 {
 										i := 0
 										for b.Loop() {
@@ -213,6 +216,14 @@ func TestOutcomes(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// reportCPU reports the CPU time per operation (cpu-ns/op) the process used
+// since start, where the system can tell.
+func reportCPU(b *testing.B, start time.Duration) {
+	if end, ok := cpuTime(); ok && b.N > 0 {
+		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
 	}
 }
 
