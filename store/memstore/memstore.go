@@ -15,11 +15,13 @@
 // whatever the Request.Now of the request that wrote it: a caller whose
 // clock is behind the store's loses no state to the sweeper.
 //
-// Memory per live key (measured by BenchmarkMemoryPerKey, 64-bit, Go 1.26):
-// about 100 bytes plus the key for fixed_window, sliding_window,
-// token_bucket and gcra (a 32-byte slot in a Go map); sliding_window_log
-// adds 8 bytes per logged unit and concurrency about 40 bytes plus the lease
-// ID per held unit.
+// Memory per live key (measured by BenchmarkMemoryPerKey with a million
+// keys, amd64, Go 1.26; see BENCHMARKS.md): about 135 bytes plus the key's
+// own bytes for fixed_window, sliding_window, token_bucket and gcra (a
+// 56-byte map entry, key header and state, in Go maps that run partly
+// empty); sliding_window_log about 125 bytes with one logged unit and 13
+// more per further unit; concurrency about 150 bytes with one held unit and
+// 53 more, plus the lease ID's bytes, per further unit.
 package memstore
 
 import (
