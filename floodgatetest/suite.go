@@ -46,6 +46,8 @@ type Options struct {
 //     boundaries of both alignments, burst, cost 0, cost above capacity,
 //     limit 0, count_rejected, leases), and that state is kept per key,
 //     algorithm and period;
+//   - keys: keys that differ in any byte (":", "{", "}", NUL, invalid
+//     UTF-8, MaxKeyLen bytes) never share state;
 //   - reset, if the store is a floodgate.Resetter;
 //   - batch, if the store is a floodgate.Batcher: all or nothing;
 //   - race: ten goroutines racing for the last five allowances of a limit
@@ -55,8 +57,10 @@ type Options struct {
 //   - many_keys: many goroutines on many keys never admit more than the
 //     model allows;
 //   - invalid: invalid requests and limits return errors wrapping
-//     floodgate.ErrInvalidRequest or floodgate.ErrInvalidLimit, never panic;
-//     a cancelled context returns an error.
+//     floodgate.ErrInvalidRequest or floodgate.ErrInvalidLimit from Apply,
+//     ApplyBatch and Reset, and never panic;
+//   - context: a cancelled or expired context is an error wrapping
+//     context.Canceled or context.DeadlineExceeded.
 //
 // Unless opts says ServerTime, every request carries an explicit Now, so
 // the outcome does not depend on the machine's clock or speed. Run takes

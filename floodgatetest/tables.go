@@ -340,6 +340,16 @@ func stateCases() []tcase {
 			on(3, st(0, 0, ok(2, 0))),
 			on(1, st(0, 0, ok(2, 0))),
 		}},
+		// An empty Algorithm is FixedWindow and an empty Window is Aligned:
+		// the same state as the limit that names them.
+		{"defaults_share_state", []floodgate.Limit{
+			{Limit: 2, Period: sec},
+			{Algorithm: floodgate.FixedWindow, Limit: 2, Period: sec, Window: floodgate.Aligned},
+		}, []step{
+			on(0, st(0, 2, ok(0, sec))),
+			on(1, st(0, 0, ok(0, sec))),
+			on(1, st(0, 1, no(0, sec, sec))),
+		}},
 		// Limits that differ only in Limit share state: raising a limit
 		// keeps the count.
 		{"shared_by_limit", []floodgate.Limit{lim(floodgate.FixedWindow, 2, sec), lim(floodgate.FixedWindow, 5, sec)}, []step{
@@ -352,6 +362,7 @@ func stateCases() []tcase {
 }
 
 func (s *suite) testTables(t *testing.T) {
+	t.Parallel()
 	groups := []struct {
 		name  string
 		cases []tcase
