@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -175,12 +176,8 @@ func TestSweeperRuns(t *testing.T) {
 		}
 	}
 	clock.Advance(2 * time.Minute)
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Len() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Len = %d ten seconds after every key expired, want 0", s.Len())
-		}
-		time.Sleep(time.Millisecond)
+	if !poll(func() bool { return s.Len() == 0 }) {
+		t.Fatalf("Len = %d ten seconds after every key expired, want 0", s.Len())
 	}
 }
 
@@ -226,25 +223,40 @@ func TestMemoryBounded(t *testing.T) {
 	}
 }
 
-func TestCloseStopsSweeper(t *testing.T) {
-	settled := func(want func(int) bool) int {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			n := runtime.NumGoroutine()
-			if want(n) || time.Now().After(deadline) {
-				return n
-			}
-			time.Sleep(time.Millisecond)
+// sweepers counts the goroutines that memstore.New started (its sweepers),
+// whether they have begun to run or not.
+func sweepers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "created by github.com/floodgate-rl/floodgate/store/memstore.New")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// poll calls f until it returns true, for at most ten seconds, and returns
+// its last answer. Goroutines take a moment to exit after Close returns.
+func poll(f func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if f() || time.Now().After(deadline) {
+			return f()
 		}
 	}
+}
+
+func TestCloseStopsSweeper(t *testing.T) {
+	// Earlier tests' goroutines may still be on their way out: count from
+	// when they have gone, or at least from when the sweepers have.
+	poll(func() bool { return sweepers() == 0 })
 	before := runtime.NumGoroutine()
 	stores := make([]*memstore.Store, 10)
 	for i := range stores {
 		stores[i] = memstore.New(&memstore.Options{SweepInterval: time.Millisecond})
 	}
-	if n := runtime.NumGoroutine(); n < before+len(stores) {
-		t.Errorf("%d goroutines with %d stores, want at least %d: no sweepers?", n, len(stores), before+len(stores))
+	if got := sweepers(); got != len(stores) {
+		t.Errorf("%d sweeper goroutines with %d stores, want %d", got, len(stores), len(stores))
 	}
 	for _, s := range stores {
 		if err := s.Close(); err != nil {
@@ -254,8 +266,11 @@ func TestCloseStopsSweeper(t *testing.T) {
 			t.Fatalf("second Close: %v", err)
 		}
 	}
-	if n := settled(func(n int) bool { return n <= before }); n > before {
-		t.Errorf("%d goroutines after Close, %d before New: the sweepers leak", n, before)
+	if !poll(func() bool { return sweepers() == 0 }) {
+		t.Errorf("%d sweeper goroutines ten seconds after Close, want 0", sweepers())
+	}
+	if !poll(func() bool { return runtime.NumGoroutine() <= before }) {
+		t.Errorf("%d goroutines after Close, %d before New: something leaks", runtime.NumGoroutine(), before)
 	}
 	// The store answers after Close (only the sweeper stops).
 	l := floodgate.Limit{Limit: 1, Period: time.Second}
