@@ -57,6 +57,33 @@ func TestConformanceServerTime(t *testing.T) {
 	}, floodgatetest.Options{ServerTime: true})
 }
 
+// steppingClock moves forward by step each time it is read, so a store
+// that reads it sees time pass at the pace of its own decisions.
+type steppingClock struct {
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration
+}
+
+func (c *steppingClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.now
+	c.now = c.now.Add(c.step)
+	return t
+}
+
+// TestConformanceServerTimeMoving runs the suite with the store's clock
+// moving 20µs per reading: in the differential test, whose periods are
+// 100µs to 20ms in this mode, windows end, buckets refill and leases
+// expire by the store's own clock.
+func TestConformanceServerTimeMoving(t *testing.T) {
+	clock := &steppingClock{now: start, step: 20 * time.Microsecond}
+	floodgatetest.Run(t, func(t *testing.T) floodgate.Store {
+		return newStore(t, &memstore.Options{Clock: clock})
+	}, floodgatetest.Options{ServerTime: true})
+}
+
 // allLimits has a limit of every algorithm, each with a period of a minute.
 func allLimits() []floodgate.Limit {
 	var ls []floodgate.Limit
