@@ -121,17 +121,22 @@ func (s *suite) at(d time.Duration) time.Time {
 // limit is l as the suite sends it. With ServerTime, periods are stretched
 // so that nothing depends on when the case runs: aligned windows last
 // MaxPeriod minus the period (about 8.9 years, the current window ending
-// in 2032; distinct periods stay distinct), the rest a day plus the period.
+// in 2032; distinct periods stay distinct; half that for sliding windows),
+// the rest a day plus the period.
 func (s *suite) limit(t *testing.T, l floodgate.Limit) floodgate.Limit {
 	t.Helper()
 	if !s.opts.ServerTime {
 		return l
 	}
-	aligned := l.Algorithm == floodgate.SlidingWindow ||
-		(l.Algorithm == "" || l.Algorithm == floodgate.FixedWindow) && l.Window != floodgate.FirstHit
-	if aligned {
+	switch {
+	case l.Algorithm == floodgate.SlidingWindow:
+		// A sliding window keeps a key for two periods, so its period is at
+		// most MaxPeriod/2 (about 4.5 years; the current window ends in
+		// 2027).
+		l.Period = floodgate.MaxPeriod/2 - l.Period
+	case (l.Algorithm == "" || l.Algorithm == floodgate.FixedWindow) && l.Window != floodgate.FirstHit:
 		l.Period = floodgate.MaxPeriod - l.Period
-	} else {
+	default:
 		l.Period = 24*time.Hour + l.Period
 	}
 	if err := l.Validate(); err != nil {
