@@ -1,0 +1,213 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Entry is one key/value pair of a request descriptor, as Envoy sends it:
+// ("remote_address", "10.0.0.1"). A descriptor is a []Entry, most general
+// entry first.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// FailureMode says how a rule is answered when the store fails or times out.
+type FailureMode string
+
+const (
+	// FailOpen admits the request (and the server counts the event).
+	FailOpen FailureMode = "fail_open"
+	// FailClosed denies the request.
+	FailClosed FailureMode = "fail_closed"
+)
+
+// Level is one level of a rule's path in the config file: the key and value
+// of a descriptor entry and of each of its parents.
+type Level struct {
+	// Key is the descriptor key; it matches a request entry's key exactly.
+	Key string
+	// Value is "" for a key-only entry, which matches any value (each value
+	// counted on its own); a value ending in "*" matches every value that
+	// starts with the text before the "*"; any other value matches exactly.
+	Value string
+	// ValueToMetric (value_to_metric) puts the request's value of this
+	// level into MetricKey.
+	ValueToMetric bool
+	// ShareThreshold (share_threshold) makes every value matching a
+	// wildcard Value share one counter, instead of one counter per value.
+	ShareThreshold bool
+}
+
+// Wildcard reports whether Value is a prefix pattern ("foo*").
+func (l Level) Wildcard() bool { return strings.HasSuffix(l.Value, "*") }
+
+// Rule is a descriptor of the config that has a rate_limit block. Rules are
+// made by Parse and never change: share them freely, do not modify them.
+type Rule struct {
+	// ID names the rule uniquely within a Config and stays the same across
+	// reloads while its path does: the domain and the path, escaped as in
+	// Key, key-only levels without "=": "messaging|message_type=marketing|to_number".
+	ID string
+	// Domain is the rule's domain.
+	Domain string
+	// Path is the rule's descriptor and its parents, outermost first. A
+	// request descriptor matches the rule only if it has exactly len(Path)
+	// entries.
+	Path []Level
+	// Limit is the policy, valid, with Name set from rate_limit.name. It is
+	// the zero Limit (but for Name) when Unlimited.
+	Limit floodgate.Limit
+	// Unlimited (rate_limit.unlimited) matches without limiting: the server
+	// answers OK without asking the store.
+	Unlimited bool
+	// ShadowMode (shadow_mode) decides and counts as usual, but the request
+	// is always allowed; the server counts the would-be denials.
+	ShadowMode bool
+	// DetailedMetric (detailed_metric) puts the request's value of every
+	// level into MetricKey.
+	DetailedMetric bool
+	// FailureMode (rate_limit.failure_mode) is how to answer when the store
+	// fails; empty means the server's default.
+	FailureMode FailureMode
+	// Replaces (rate_limit.replaces) names the rules this one replaces when
+	// both match one request; see Config.MatchAll.
+	Replaces []string
+	// File and Line locate the rule's descriptor in the config.
+	File string
+	Line int
+}
+
+// Domain is the parsed content of one config file: a domain and its
+// descriptor tree. It is immutable and safe for concurrent use.
+type Domain struct {
+	// Name is the domain, the same string that requests carry.
+	Name string
+	// File and Line locate the domain field.
+	File string
+	Line int
+
+	col   int
+	root  level
+	rules []*Rule
+}
+
+// Rules returns the domain's rules in file order. The slice is shared: do
+// not modify it.
+func (d *Domain) Rules() []*Rule { return d.rules }
+
+// Config is a set of domains with distinct names, loaded together by Load or
+// LoadDir. It is immutable and safe for concurrent use: a reload builds a new
+// Config and swaps the pointer. The zero Config has no domains.
+type Config struct {
+	domains map[string]*Domain
+}
+
+// New gathers domains into a Config. Two domains with the same name are an
+// error naming both files, as upstream rejects them.
+func New(domains ...*Domain) (*Config, error) {
+	c := &Config{domains: make(map[string]*Domain, len(domains))}
+	var errs []error
+	for _, d := range domains {
+		if first, ok := c.domains[d.Name]; ok {
+			errs = append(errs, &Error{File: d.File, Line: d.Line, Column: d.col, Field: "domain",
+				Msg: fmt.Sprintf("domain %q is already defined in %s:%d; each domain must be in one file", d.Name, first.File, first.Line)})
+			continue
+		}
+		c.domains[d.Name] = d
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// Domain returns the named domain, or nil.
+func (c *Config) Domain(name string) *Domain {
+	if c == nil {
+		return nil
+	}
+	return c.domains[name]
+}
+
+// Domains returns the domains sorted by name.
+func (c *Config) Domains() []*Domain {
+	if c == nil {
+		return nil
+	}
+	ds := make([]*Domain, 0, len(c.domains))
+	for _, d := range c.domains {
+		ds = append(ds, d)
+	}
+	slices.SortFunc(ds, func(a, b *Domain) int { return cmp.Compare(a.Name, b.Name) })
+	return ds
+}
+
+// ErrInvalid is wrapped by every *Error.
+var ErrInvalid = errors.New("config: invalid")
+
+// Error is one problem of a config file. Parse, Load and Validate report
+// every problem at once, as an errors.Join of *Error; Errors takes them
+// apart.
+type Error struct {
+	// File is the file's path, as given to Parse or found by Load.
+	File string
+	// Line and Column locate the problem, from 1; 0 when the problem is the
+	// whole file (it cannot be read, it is empty).
+	Line   int
+	Column int
+	// Field is the path of the field at fault:
+	// "descriptors[0].rate_limit.unit"; empty for the whole file.
+	Field string
+	// Msg says what is wrong and, where it can, what to write instead.
+	Msg string
+}
+
+// Error formats the problem as "file:line:column: field: msg", the form
+// editors and CI logs link to.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, ":%d", e.Column)
+		}
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Unwrap returns ErrInvalid.
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+// Errors returns every *Error in err, however joined or wrapped, in order.
+func Errors(err error) []*Error {
+	var out []*Error
+	var walk func(error)
+	walk = func(err error) {
+		switch x := err.(type) {
+		case nil:
+		case *Error:
+			out = append(out, x)
+		case interface{ Unwrap() []error }:
+			for _, e := range x.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			walk(x.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}

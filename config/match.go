@@ -1,0 +1,179 @@
+package config
+
+import (
+	"slices"
+	"strings"
+)
+
+// level is one level of the descriptor tree, indexed for matching: exact
+// key/value pairs in one map; per key, the wildcard values by prefix and the
+// key-only entry. Matching a level is one map lookup when the value is
+// listed, and otherwise one more, plus one per distinct wildcard prefix
+// length of that key; no regexp, no scan of the wildcards, no allocation.
+type level struct {
+	exact map[Entry]*node
+	byKey map[string]*fallback
+}
+
+type fallback struct {
+	prefixes map[string]*node // wildcard values, by the text before "*"
+	lengths  []int            // the distinct lengths of those prefixes, longest first
+	any      *node            // key-only entry
+}
+
+// node is one descriptor of the config.
+type node struct {
+	lv   Level
+	rule *Rule // nil without rate_limit
+	next level
+}
+
+// lookup returns the most specific node for e: the exact value, else the
+// longest wildcard prefix, else the key-only entry.
+func (l *level) lookup(e Entry) *node {
+	if n := l.exact[e]; n != nil {
+		return n
+	}
+	f := l.byKey[e.Key]
+	if f == nil {
+		return nil
+	}
+	for _, n := range f.lengths {
+		if n <= len(e.Value) {
+			if nd := f.prefixes[e.Value[:n]]; nd != nil {
+				return nd
+			}
+		}
+	}
+	return f.any
+}
+
+// add inserts n, reporting false if the same key and value are already at
+// this level.
+func (l *level) add(n *node) bool {
+	switch {
+	case n.lv.Value == "":
+		f := l.fallback(n.lv.Key)
+		if f.any != nil {
+			return false
+		}
+		f.any = n
+	case n.lv.Wildcard():
+		f := l.fallback(n.lv.Key)
+		prefix := strings.TrimSuffix(n.lv.Value, "*")
+		if f.prefixes[prefix] != nil {
+			return false
+		}
+		if f.prefixes == nil {
+			f.prefixes = make(map[string]*node)
+		}
+		f.prefixes[prefix] = n
+		if i, found := slices.BinarySearchFunc(f.lengths, len(prefix), func(a, b int) int { return b - a }); !found {
+			f.lengths = slices.Insert(f.lengths, i, len(prefix))
+		}
+	default:
+		e := Entry{n.lv.Key, n.lv.Value}
+		if l.exact[e] != nil {
+			return false
+		}
+		if l.exact == nil {
+			l.exact = make(map[Entry]*node)
+		}
+		l.exact[e] = n
+	}
+	return true
+}
+
+func (l *level) fallback(key string) *fallback {
+	if l.byKey == nil {
+		l.byKey = make(map[string]*fallback)
+	}
+	f := l.byKey[key]
+	if f == nil {
+		f = &fallback{}
+		l.byKey[key] = f
+	}
+	return f
+}
+
+// Match returns the rule for one request descriptor, or nil if none
+// applies. It walks the descriptor tree as envoyproxy/ratelimit does: at
+// each level it takes the most specific entry for the request's key and
+// value (exact value, else the longest wildcard prefix, else key-only),
+// never backtracking to a less specific one, and the rule applies only if
+// the descriptor ends exactly at a descriptor with a rate_limit. It does not
+// allocate.
+func (d *Domain) Match(entries []Entry) *Rule {
+	if d == nil {
+		return nil
+	}
+	lvl := &d.root
+	for i, e := range entries {
+		n := lvl.lookup(e)
+		if n == nil {
+			return nil
+		}
+		if i == len(entries)-1 {
+			return n.rule
+		}
+		lvl = &n.next
+	}
+	return nil
+}
+
+// Match returns the rule of the named domain for one request descriptor, or
+// nil if the domain is unknown or no rule applies. See Domain.Match.
+func (c *Config) Match(domain string, entries []Entry) *Rule {
+	return c.Domain(domain).Match(entries)
+}
+
+// Match is the outcome of one descriptor of a request.
+type Match struct {
+	// Rule is the matched rule, or nil when none matched.
+	Rule *Rule
+	// ReplacedBy is set when Rule is named in the replaces of a rule matched
+	// by another descriptor of the same request: Rule must then neither be
+	// checked nor counted.
+	ReplacedBy *Rule
+}
+
+// Limited reports whether the descriptor must be checked against the
+// store: a rule matched, it is not replaced, and it is not unlimited.
+func (m Match) Limited() bool {
+	return m.Rule != nil && m.ReplacedBy == nil && !m.Rule.Unlimited
+}
+
+// MatchAll matches every descriptor of one request, in order, and applies
+// replaces across them: a matched rule whose rate_limit.name is named in the
+// replaces of any rule matched by the request is marked ReplacedBy that
+// rule. Every matched rule replaces, whether it is itself replaced,
+// unlimited or in shadow mode. The result has one Match per descriptor.
+func (c *Config) MatchAll(domain string, descriptors [][]Entry) []Match {
+	out := make([]Match, len(descriptors))
+	d := c.Domain(domain)
+	if d == nil {
+		return out
+	}
+	replacing := false
+	for i, entries := range descriptors {
+		r := d.Match(entries)
+		out[i].Rule = r
+		replacing = replacing || (r != nil && len(r.Replaces) > 0)
+	}
+	if !replacing {
+		return out
+	}
+	for i := range out {
+		r := out[i].Rule
+		if r == nil || r.Limit.Name == "" {
+			continue
+		}
+		for _, o := range out {
+			if o.Rule != nil && slices.Contains(o.Rule.Replaces, r.Limit.Name) {
+				out[i].ReplacedBy = o.Rule
+				break
+			}
+		}
+	}
+	return out
+}
