@@ -99,12 +99,14 @@
 //
 // The state in each key, and the Go function its script mirrors:
 //
-//	fixed_window        string "<start>:<count>:<exp>"        algorithm.FixedWindow
-//	sliding_window      string "<start>:<prev>:<curr>:<exp>"  algorithm.SlidingWindow
-//	token_bucket        string "<taken>:<last>:<last_frac>:<exp>"  algorithm.TokenBucket
-//	gcra                string "<tat>:<tat_frac>:<exp>"       algorithm.GCRA
-//	sliding_window_log  sorted set, member "<call id>:<i>" scored by its µs  algorithm.SlidingWindowLog
-//	concurrency         sorted set, member "<lease ID>.<i>" scored by its expiry µs  algorithm.Concurrency
+//	fixed_window        string "<start>:<count>"                algorithm.FixedWindow
+//	sliding_window      string "<start>:<prev>:<curr>"          algorithm.SlidingWindow
+//	token_bucket        string "<taken>:<last>:<last_frac>"     algorithm.TokenBucket
+//	gcra                string "<tat>:<tat_frac>"               algorithm.GCRA
+//	sliding_window_log  sorted set: member "<call id>:<i>",
+//	                    scored by the µs it was admitted at     algorithm.SlidingWindowLog
+//	concurrency         sorted set: member "<lease ID>.<i>",
+//	                    scored by the µs it expires at          algorithm.Concurrency
 //
 // Times are integer microseconds and every value an integer: the scripts
 // (scripts/*.lua, one per algorithm, embedded in the binary) mirror the
@@ -115,12 +117,14 @@
 // in the same script): never O(keyspace).
 //
 // Every script that writes a key sets its TTL in the same step: the time
-// until the state expires (exp, the newest log entry + period, the last
-// lease), rounded up to a millisecond, and at least one second. The state
-// itself says when it expires, so a TTL only collects garbage; the second
-// is there because Redis 7.0 can expire a key while a script is still
-// using it. A script that leaves a state empty deletes its key. No key is
-// ever left without a TTL; the tests scan Redis for one after every run.
+// until the state is back to empty (the algorithm's Expires, the
+// decision's ResetAfter), rounded up to a millisecond, and at least one
+// second, because Redis 7.0 can expire a key while a script is still using
+// it. Keeping a state past its expiry changes no decision: the algorithms
+// read a state older than its period as empty. A script that leaves a
+// state empty deletes its key, and one that changes nothing writes
+// nothing. No key is ever left without a TTL; the tests scan Redis for one
+// after every run.
 //
 // Scripts run by EVALSHA. When Redis does not have a script (after a
 // restart, a failover or SCRIPT FLUSH) it answers NOSCRIPT and the store

@@ -116,10 +116,14 @@ local function parse_request(alg, argv, base)
     fail('burst', alg .. ' takes no burst')
   end
   if bucket and limit > 0 then
+    -- floodgate's bucketFits: burst*limit <= MAX_EXACT, and refilling the
+    -- whole bucket, burst*period/limit rounded up, takes at most MAX_PERIOD.
     if burst > floor_div(MAX_EXACT, limit) then
       fail('burst', 'burst times limit is above 2^52')
     end
-    if burst > floor_div(MAX_PERIOD, math.max(1, floor_div(period, limit))) then
+    local q = floor_div(period, limit)
+    local r = period - q * limit
+    if (q > 0 and burst > floor_div(MAX_PERIOD, q)) or burst * q + floor_div(burst * r + limit - 1, limit) > MAX_PERIOD then
       fail('burst', 'burst takes longer than 2^48 us to refill')
     end
   end
@@ -128,6 +132,9 @@ local function parse_request(alg, argv, base)
   end
   if alg == 'sliding_window' and limit + 1 > floor_div(MAX_EXACT, period) then
     fail('limit', '(limit+1) * period is above 2^52 for sliding_window')
+  end
+  if alg == 'sliding_window' and period > MAX_PERIOD / 2 then
+    fail('period', 'above 2^47 us for sliding_window, which keeps a key for two periods')
   end
   if alg == 'sliding_window_log' and cost > 0 and id == '' then
     fail('id', 'sliding_window_log needs a request id')
@@ -149,30 +156,30 @@ local function server_now()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- MIN_TTL_MS is the shortest TTL a script gives a key. A state's meaning
--- never depends on its TTL (an O(1) state keeps its expiry in exp, log and
--- lease entries carry their own times), so the TTL only collects garbage,
--- and it is at least a second because Redis 7.0 can expire a key in the
--- middle of a script: on 7.0.15, a key written with PEXPIRE 1 was gone when
--- the same script read it back less than a millisecond later, 13 times in
--- 48,000 runs. A batch reads back what it wrote.
+-- MIN_TTL_MS is the shortest TTL a script gives a key. A key lives for its
+-- state's Expires - now (the decision's ResetAfter), as in memstore, but at
+-- least a second, because Redis 7.0 can expire a key in the middle of a
+-- script: on 7.0.15, a key written with PEXPIRE 1 was gone when the same
+-- script read it back less than a millisecond later, 13 times in 48,000
+-- runs, and a batch reads back what it wrote. Keeping a state past its
+-- expiry changes no decision: every Step reads a state older than its
+-- period as the empty state.
 local MIN_TTL_MS = 1000
 
 -- ttl_ms is the PEXPIRE of a state that expires at exp, at now: the time
 -- left rounded up to a millisecond, so that a key never disappears before
 -- its state is back to the zero state, and at least MIN_TTL_MS.
 local function ttl_ms(exp, now)
-  return str(math.max(floor_div(exp - now + 999, 1000), MIN_TTL_MS))
+  return str(math.max(floor_div(math.max(exp - now, 0) + 999, 1000), MIN_TTL_MS))
 end
 
 -- load_state reads the state of an O(1) algorithm, a string of integers
--- "<field 1>:<field 2>:...:<exp>" in the order of fields, whose last field
--- exp is the µs at which the state expires (its algorithm's Expires when it
--- was stored). An absent key reads as the zero state, and so does a state
--- expired at now, as in memstore: a decision never depends on when Redis
--- happens to drop a key. A value of another shape is an error (a foreign
--- key), raised before the script writes anything.
-local function load_state(key, fields, now)
+-- "<field 1>:<field 2>:..." in the order of fields. An absent key reads as
+-- the zero state; a state that expired but is still there is read as it is
+-- (as memstore does), and the algorithm treats it as empty. A value of
+-- another shape is an error (a foreign key), raised before the script
+-- writes anything.
+local function load_state(key, fields)
   local v = redis.call('GET', key)
   local s = {}
   for _, f in ipairs(fields) do
@@ -192,18 +199,14 @@ local function load_state(key, fields, now)
   if i ~= #fields then
     fail('state', 'the key holds ' .. string.format('%q', string.sub(v, 1, 64)) .. ', not a state')
   end
-  if s.exp <= now then
-    for _, f in ipairs(fields) do
-      s[f] = 0
-    end
-  end
   return s
 end
 
--- save_state stores the state s (with s.exp set) and its TTL in one SET, or
--- deletes the key if s is expired at now (the zero state). A state equal to
--- old is not written again: its key and TTL are unchanged.
-local function save_state(key, fields, old, s, now)
+-- save_state stores the state s, which expires at exp (its algorithm's
+-- Expires; 0 for the zero state), with its TTL in one SET, or deletes the
+-- key for the zero state. A state equal to old is not written again: its
+-- key and TTL stay as the last change set them, as in memstore.
+local function save_state(key, fields, old, s, exp, now)
   local same = true
   for _, f in ipairs(fields) do
     same = same and old[f] == s[f]
@@ -211,12 +214,12 @@ local function save_state(key, fields, old, s, now)
   if same then
     return
   end
-  if s.exp > now then
+  if exp > 0 then
     local vals = {}
     for i, f in ipairs(fields) do
       vals[i] = str(s[f])
     end
-    redis.call('SET', key, table.concat(vals, ':'), 'PX', ttl_ms(s.exp, now))
+    redis.call('SET', key, table.concat(vals, ':'), 'PX', ttl_ms(exp, now))
   else
     redis.call('DEL', key)
   end

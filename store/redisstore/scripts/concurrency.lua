@@ -84,9 +84,11 @@ local function concurrency_step(key, p, now, cost, id, release)
       zchunks('ZREM', key, own)
       changed = true
     end
-  elseif cost > 0 then
+  else
+    -- A peek (cost 0) is decided like any cost: denied only when the key
+    -- is over its limit (a limit lowered below what is held).
     allowed = others + cost <= p.limit
-    if allowed then
+    if allowed and cost > 0 then
       -- Replacing the units id holds below cost by units 0..cost-1 is
       -- setting the score of those members.
       local members = {}

@@ -2,9 +2,9 @@
 -- mirrors algorithm.FixedWindow.Step (fixedwindow.go) line for line, with
 -- the same names.
 --
--- KEYS[1]  the state: a string "<start>:<count>:<exp>" (FixedWindow.Start,
---          .Count, and exp = FixedWindow.Expires), with a TTL until exp (at
---          least MIN_TTL_MS); absent for the zero state.
+-- KEYS[1]  the state: a string "<start>:<count>" (FixedWindow.Start,
+--          .Count), with a TTL until FixedWindow.Expires (at least
+--          MIN_TTL_MS); absent for the zero state.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (0), flags (first_hit 1,
 --          count_rejected 2), id ("").
@@ -12,7 +12,7 @@
 --          (-1 never), now_us}.
 -- Mirrors  algorithm.FixedWindow.Step and .Expires (algorithm/fixedwindow.go)
 
-local FIXED_WINDOW_FIELDS = {'start', 'count', 'exp'}
+local FIXED_WINDOW_FIELDS = {'start', 'count'}
 
 -- fixed_window_step is FixedWindow.Step.
 local function fixed_window_step(p, s, now, cost)
@@ -26,8 +26,10 @@ local function fixed_window_step(p, s, now, cost)
     end
   end
   local allowed = count + cost <= p.limit
-  if allowed or p.count_rejected then
+  if allowed then
     count = count + cost
+  elseif p.count_rejected then
+    count = math.min(count + cost, p.limit + 1)
   end
   local d = decision(allowed, p.limit, math.max(0, p.limit - count))
   if count > 0 then
@@ -55,15 +57,14 @@ end
 -- fixed_window_check fails if the key holds something else than a state.
 local function fixed_window_check(key)
   check_type(key, 'string')
-  load_state(key, FIXED_WINDOW_FIELDS, 0)
+  load_state(key, FIXED_WINDOW_FIELDS)
 end
 
 -- fixed_window_apply loads the state, steps it and stores it, as memstore does.
 local function fixed_window_apply(key, p, r, now)
-  local old = load_state(key, FIXED_WINDOW_FIELDS, now)
+  local old = load_state(key, FIXED_WINDOW_FIELDS)
   local s, d = fixed_window_step(p, old, now, r.cost)
-  s.exp = fixed_window_expires(p, s)
-  save_state(key, FIXED_WINDOW_FIELDS, old, s, now)
+  save_state(key, FIXED_WINDOW_FIELDS, old, s, fixed_window_expires(p, s), now)
   return d
 end
 

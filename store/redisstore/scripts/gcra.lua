@@ -2,10 +2,9 @@
 -- mirrors algorithm.GCRA.Step (gcra.go) line for line, with the same names;
 -- the exact rate arithmetic (instant, rate, count) is in rate.lua.
 --
--- KEYS[1]  the state: a string "<tat>:<tat_frac>:<exp>" (GCRA.TAT,
---          .TATFrac, and exp = GCRA.Expires, when the bucket is full again),
---          with a TTL until exp (at least MIN_TTL_MS); absent for a full
---          bucket.
+-- KEYS[1]  the state: a string "<tat>:<tat_frac>" (GCRA.TAT, .TATFrac),
+--          with a TTL until the bucket is full again (GCRA.Expires; at
+--          least MIN_TTL_MS); absent for a full bucket.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (the capacity, > 0 if limit > 0),
 --          flags (0), id ("").
@@ -13,7 +12,7 @@
 --          (-1 never), now_us}.
 -- Mirrors  algorithm.GCRA.Step and .Expires (algorithm/gcra.go)
 
-local GCRA_FIELDS = {'tat', 'tat_frac', 'exp'}
+local GCRA_FIELDS = {'tat', 'tat_frac'}
 
 -- gcra_step is GCRA.Step.
 local function gcra_step(p, s, now, cost)
@@ -72,15 +71,14 @@ end
 -- gcra_check fails if the key holds something else than a state.
 local function gcra_check(key)
   check_type(key, 'string')
-  load_state(key, GCRA_FIELDS, 0)
+  load_state(key, GCRA_FIELDS)
 end
 
 -- gcra_apply loads the state, steps it and stores it, as memstore does.
 local function gcra_apply(key, p, r, now)
-  local old = load_state(key, GCRA_FIELDS, now)
+  local old = load_state(key, GCRA_FIELDS)
   local s, d = gcra_step(p, old, now, r.cost)
-  s.exp = gcra_expires(p, s)
-  save_state(key, GCRA_FIELDS, old, s, now)
+  save_state(key, GCRA_FIELDS, old, s, gcra_expires(p, s), now)
   return d
 end
 

@@ -2,9 +2,8 @@
 -- mirrors algorithm.SlidingWindow.Step, slidingRetry and slidingFirst
 -- (slidingwindow.go) line for line, with the same names.
 --
--- KEYS[1]  the state: a string "<start>:<prev>:<curr>:<exp>"
---          (SlidingWindow.Start, .Prev, .Curr, and exp =
---          SlidingWindow.Expires), with a TTL until exp (at least
+-- KEYS[1]  the state: a string "<start>:<prev>:<curr>" (SlidingWindow.Start,
+--          .Prev, .Curr), with a TTL until SlidingWindow.Expires (at least
 --          MIN_TTL_MS); absent for the zero state.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (0), flags (count_rejected 2), id ("").
@@ -13,7 +12,7 @@
 -- Mirrors  algorithm.SlidingWindow.Step, .Expires, slidingRetry and slidingFirst
 --          (algorithm/slidingwindow.go)
 
-local SLIDING_WINDOW_FIELDS = {'start', 'prev', 'curr', 'exp'}
+local SLIDING_WINDOW_FIELDS = {'start', 'prev', 'curr'}
 
 -- sliding_first is slidingFirst: the least elapsed time e in [0, Period)
 -- with floor(prev*(Period-e)/Period) <= room, and whether there is one.
@@ -93,15 +92,14 @@ end
 -- sliding_window_check fails if the key holds something else than a state.
 local function sliding_window_check(key)
   check_type(key, 'string')
-  load_state(key, SLIDING_WINDOW_FIELDS, 0)
+  load_state(key, SLIDING_WINDOW_FIELDS)
 end
 
 -- sliding_window_apply loads the state, steps it and stores it, as memstore does.
 local function sliding_window_apply(key, p, r, now)
-  local old = load_state(key, SLIDING_WINDOW_FIELDS, now)
+  local old = load_state(key, SLIDING_WINDOW_FIELDS)
   local s, d = sliding_window_step(p, old, now, r.cost)
-  s.exp = sliding_window_expires(p, s)
-  save_state(key, SLIDING_WINDOW_FIELDS, old, s, now)
+  save_state(key, SLIDING_WINDOW_FIELDS, old, s, sliding_window_expires(p, s), now)
   return d
 end
 

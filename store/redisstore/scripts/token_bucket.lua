@@ -2,10 +2,10 @@
 -- algorithm.TokenBucket.Step (tokenbucket.go) line for line, with the same
 -- names; the exact rate arithmetic (instant, rate, count) is in rate.lua.
 --
--- KEYS[1]  the state: a string "<taken>:<last>:<last_frac>:<exp>"
---          (TokenBucket.Taken, .Last, .LastFrac, and exp =
---          TokenBucket.Expires, when the bucket is full again), with a TTL
---          until exp (at least MIN_TTL_MS); absent for a full bucket.
+-- KEYS[1]  the state: a string "<taken>:<last>:<last_frac>"
+--          (TokenBucket.Taken, .Last, .LastFrac), with a TTL until the
+--          bucket is full again (TokenBucket.Expires; at least MIN_TTL_MS);
+--          absent for a full bucket.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (the capacity, > 0 if limit > 0),
 --          flags (0), id ("").
@@ -13,7 +13,7 @@
 --          (-1 never), now_us}.
 -- Mirrors  algorithm.TokenBucket.Step and .Expires (algorithm/tokenbucket.go)
 
-local TOKEN_BUCKET_FIELDS = {'taken', 'last', 'last_frac', 'exp'}
+local TOKEN_BUCKET_FIELDS = {'taken', 'last', 'last_frac'}
 
 -- token_bucket_step is TokenBucket.Step.
 local function token_bucket_step(p, s, now, cost)
@@ -21,7 +21,10 @@ local function token_bucket_step(p, s, now, cost)
     return {taken = 0, last = 0, last_frac = 0}, deny_all(cost)
   end
   local t = new_rate(p.limit, p.period)
-  local taken = math.max(0, s.taken)
+  -- A state kept under a larger Burst (a store shares it when a limit
+  -- changes) is read under this one: the bucket is at most empty, which
+  -- also keeps taken*T within the bounds parse_request checks for p.
+  local taken = math.min(math.max(0, s.taken), p.burst)
   local last = norm(t, instant(s.last, s.last_frac))
   local now_i = instant(now, 0)
   if taken > 0 and less(last, now_i) then
@@ -58,21 +61,20 @@ local function token_bucket_expires(p, s)
     return 0
   end
   local t = new_rate(p.limit, p.period)
-  return ceil(add(t, norm(t, instant(s.last, s.last_frac)), times(t, s.taken)))
+  return ceil(add(t, norm(t, instant(s.last, s.last_frac)), times(t, math.min(s.taken, p.burst))))
 end
 
 -- token_bucket_check fails if the key holds something else than a state.
 local function token_bucket_check(key)
   check_type(key, 'string')
-  load_state(key, TOKEN_BUCKET_FIELDS, 0)
+  load_state(key, TOKEN_BUCKET_FIELDS)
 end
 
 -- token_bucket_apply loads the state, steps it and stores it, as memstore does.
 local function token_bucket_apply(key, p, r, now)
-  local old = load_state(key, TOKEN_BUCKET_FIELDS, now)
+  local old = load_state(key, TOKEN_BUCKET_FIELDS)
   local s, d = token_bucket_step(p, old, now, r.cost)
-  s.exp = token_bucket_expires(p, s)
-  save_state(key, TOKEN_BUCKET_FIELDS, old, s, now)
+  save_state(key, TOKEN_BUCKET_FIELDS, old, s, token_bucket_expires(p, s), now)
   return d
 end
 
