@@ -21,10 +21,11 @@ import (
 // BenchmarkAllow decides one unit per operation against a local
 // redis-server, with the server's clock: every algorithm, over one hot key
 // or 100k keys (visited in turn, made before timing), by 1, 16, 64 or 256
-// concurrent callers sharing one rueidis client. It reports decisions/s and
-// roundtrips/op: the scripts the server ran per decision (EVALSHA and EVAL
-// calls from INFO commandstats; each is one request and one reply,
-// pipelined with the other callers' or not).
+// concurrent callers sharing one rueidis client. It reports decisions/s,
+// roundtrips/op (the scripts the server ran per decision: EVALSHA and EVAL
+// calls from INFO commandstats, each one request and one reply, pipelined
+// with the other callers' or not) and server-µs/op (the time Redis spent
+// running them, which a loaded machine disturbs less than wall time).
 func BenchmarkAllow(b *testing.B) {
 	srv := redistest.Standalone(b)
 	c := newRueidis(b, srv.Addr)
@@ -99,7 +100,7 @@ func BenchmarkClient(b *testing.B) {
 // and reports decisions/s and roundtrips/op.
 func runCallers(b *testing.B, c rueidis.Client, callers int, op func(i int, lease string)) {
 	b.ReportAllocs()
-	before := commandCalls(b, c)
+	before, beforeUsec := scriptStats(b, c)
 	if callers == 1 {
 		lease := fmt.Sprint("g", benchLeases.Add(1))
 		i := 0
@@ -120,33 +121,38 @@ func runCallers(b *testing.B, c rueidis.Client, callers int, op func(i int, leas
 		})
 	}
 	b.StopTimer()
-	calls := commandCalls(b, c) - before
+	calls, usec := scriptStats(b, c)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-	b.ReportMetric(float64(calls)/float64(b.N), "roundtrips/op")
+	b.ReportMetric(float64(calls-before)/float64(b.N), "roundtrips/op")
+	b.ReportMetric(float64(usec-beforeUsec)/float64(b.N), "server-µs/op")
 }
 
-// commandCalls is the number of scripts the server has run (EVALSHA and
+// scriptStats is the number of scripts the server has run (EVALSHA and
 // EVAL calls, from INFO commandstats; the commands a script runs inside are
-// counted under their own names and are not round trips).
-func commandCalls(b *testing.B, c rueidis.Client) int64 {
+// counted under their own names and are not round trips) and the
+// microseconds it spent in them.
+func scriptStats(b *testing.B, c rueidis.Client) (calls, usec int64) {
 	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total int64
 	for line := range strings.SplitSeq(info, "\n") {
 		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
 			continue
 		}
-		_, stats, _ := strings.Cut(line, ":")
+		_, stats, _ := strings.Cut(strings.TrimSpace(line), ":")
 		for kv := range strings.SplitSeq(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls += n
+			case "usec":
+				usec += n
 			}
 		}
 	}
-	return total
+	return calls, usec
 }
 
 // benchLimit is a limit that admits most of what the benchmark sends; the

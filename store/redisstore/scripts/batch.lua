@@ -32,15 +32,15 @@ local ALGORITHMS = {
 
 -- snapshot saves a key's type, TTL and content.
 local function snapshot(key)
-  local t = redis.call('TYPE', key)['ok']
+  local t = call('TYPE', key)['ok']
   if t == 'none' then
     return {type = t}
   end
-  local sn = {type = t, pttl = redis.call('PTTL', key)}
+  local sn = {type = t, pttl = call('PTTL', key)}
   if t == 'string' then
-    sn.data = redis.call('GET', key)
+    sn.data = call('GET', key)
   else
-    sn.data = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    sn.data = call('ZRANGE', key, 0, -1, 'WITHSCORES')
   end
   return sn
 end
@@ -48,26 +48,26 @@ end
 -- restore puts back a key saved by snapshot, with its TTL (at least
 -- MIN_TTL_MS, see common.lua).
 local function restore(key, sn)
-  redis.call('DEL', key)
+  call('DEL', key)
   if sn.type == 'none' then
     return
   end
   if sn.type == 'string' then
-    redis.call('SET', key, sn.data)
+    call('SET', key, sn.data)
   end
   local i = 1
   while sn.type == 'zset' and i <= #sn.data do
-    local j = math.min(i + 2 * CHUNK - 1, #sn.data)
+    local j = min(i + 2 * CHUNK - 1, #sn.data)
     local args = {}
     for k = i, j, 2 do
       args[#args + 1] = sn.data[k + 1]
       args[#args + 1] = sn.data[k]
     end
-    redis.call('ZADD', key, unpack(args))
+    call('ZADD', key, unpack(args))
     i = j + 1
   end
   if sn.pttl >= 0 then
-    redis.call('PEXPIRE', key, math.max(sn.pttl, MIN_TTL_MS))
+    call('PEXPIRE', key, max(sn.pttl, MIN_TTL_MS))
   end
 end
 

@@ -18,7 +18,7 @@
 -- ARGS_PER_REQUEST strings (parse_request):
 --
 --   now_us   the time of the decision in µs since the epoch, or -1 for the
---            server clock (redis.call('TIME'))
+--            server clock (call('TIME'))
 --   limit    Params.Limit
 --   period   Params.Period, µs
 --   cost     the request's cost
@@ -30,6 +30,13 @@
 -- Every argument is checked before the first write (Redis does not roll
 -- back a script that fails halfway); a bad one is the error reply
 -- "ERR floodgate: <field> ...".
+
+-- The library functions the scripts use, as locals: a global lookup costs
+-- more than the operation in Redis's Lua.
+local floor, max, min = math.floor, math.max, math.min
+local call = redis.call
+local format, match = string.format, string.match
+local error, ipairs, tonumber, type, unpack = error, ipairs, tonumber, type, unpack
 
 local MAX_EXACT = 4503599627370496 -- 2^52, algorithm.MaxExact
 local MAX_PERIOD = 281474976710656 -- 2^48, algorithm.MaxPeriod
@@ -46,13 +53,13 @@ end
 
 -- str formats an integer for redis.call without an exponent.
 local function str(n)
-  return string.format('%d', n)
+  return format('%d', n)
 end
 
 -- floor_div is floorDiv: a/b rounded down, for 0 <= a <= MAX_EXACT and
 -- 0 < b <= MAX_EXACT.
 local function floor_div(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -73,7 +80,7 @@ end
 
 -- int parses a decimal integer argument in [lo, hi].
 local function int(field, s, lo, hi)
-  if type(s) ~= 'string' or not string.match(s, '^%-?%d+$') or #s > 17 then
+  if type(s) ~= 'string' or not match(s, '^%-?%d+$') or #s > 17 then
     fail(field, 'not an integer: ' .. tostring(s))
   end
   local n = tonumber(s)
@@ -95,11 +102,11 @@ local function parse_request(alg, argv, base)
   local burst = int('burst', argv[base + 5], 0, MAX_LIMIT)
   local flags = int('flags', argv[base + 6], 0, 7)
   local id = argv[base + 7]
-  if type(id) ~= 'string' or #id > MAX_ID_LEN or (id ~= '' and not string.match(id, '^[%w_%-]+$')) then
+  if type(id) ~= 'string' or #id > MAX_ID_LEN or (id ~= '' and not match(id, '^[%w_%-]+$')) then
     fail('id', 'not 0 to 64 bytes of [A-Za-z0-9_-]')
   end
   local first_hit = flags % 2 == 1
-  local count_rejected = math.floor(flags / 2) % 2 == 1
+  local count_rejected = floor(flags / 2) % 2 == 1
   local release = flags >= 4
   local bucket = alg == 'token_bucket' or alg == 'gcra'
   local log = alg == 'sliding_window_log' or alg == 'concurrency'
@@ -152,7 +159,7 @@ end
 -- server_now is the Redis server's clock in µs. Redis 7 replicates a
 -- script's effects, not the script, so TIME before a write is allowed.
 local function server_now()
-  local t = redis.call('TIME')
+  local t = call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
@@ -170,7 +177,7 @@ local MIN_TTL_MS = 1000
 -- left rounded up to a millisecond, so that a key never disappears before
 -- its state is back to the zero state, and at least MIN_TTL_MS.
 local function ttl_ms(exp, now)
-  return str(math.max(floor_div(math.max(exp - now, 0) + 999, 1000), MIN_TTL_MS))
+  return str(max(floor_div(max(exp - now, 0) + 999, 1000), MIN_TTL_MS))
 end
 
 -- load_state reads the state of an O(1) algorithm, a string of integers
@@ -180,7 +187,7 @@ end
 -- another shape is an error (a foreign key), raised before the script
 -- writes anything.
 local function load_state(key, fields)
-  local v = redis.call('GET', key)
+  local v = call('GET', key)
   local s = {}
   for _, f in ipairs(fields) do
     s[f] = 0
@@ -191,7 +198,7 @@ local function load_state(key, fields)
   local i = 0
   for x in string.gmatch(v, '[^:]+') do
     i = i + 1
-    if i > #fields or not string.match(x, '^%-?%d+$') or #x > 17 then
+    if i > #fields or not match(x, '^%-?%d+$') or #x > 17 then
       fail('state', 'the key holds ' .. string.format('%q', string.sub(v, 1, 64)) .. ', not a state')
     end
     s[fields[i]] = tonumber(x)
@@ -219,9 +226,9 @@ local function save_state(key, fields, old, s, exp, now)
     for i, f in ipairs(fields) do
       vals[i] = str(s[f])
     end
-    redis.call('SET', key, table.concat(vals, ':'), 'PX', ttl_ms(exp, now))
+    call('SET', key, table.concat(vals, ':'), 'PX', ttl_ms(exp, now))
   else
-    redis.call('DEL', key)
+    call('DEL', key)
   end
 end
 
@@ -229,7 +236,7 @@ end
 -- first write, so that a foreign key fails the script before it changed
 -- anything.
 local function check_type(key, want)
-  local t = redis.call('TYPE', key)['ok']
+  local t = call('TYPE', key)['ok']
   if t ~= 'none' and t ~= want then
     fail('state', 'the key holds a ' .. t .. ', not a ' .. want)
   end

@@ -20,7 +20,7 @@
 
 -- concurrency_unit splits a member "<ID>.<Index>"; nil for a foreign member.
 local function concurrency_unit(member)
-  local id, index = string.match(member, '^(.*)%.(%d+)$')
+  local id, index = match(member, '^(.*)%.(%d+)$')
   if not id then
     return nil, nil
   end
@@ -30,7 +30,7 @@ end
 -- concurrency_own lists the members of the units lease id holds with
 -- Index < cost (own in Step), and the units held in all.
 local function concurrency_own(key, id, cost)
-  local held = redis.call('ZCARD', key)
+  local held = call('ZCARD', key)
   local own = {}
   if id == '' or cost <= 0 or held == 0 then
     return own, held
@@ -38,7 +38,7 @@ local function concurrency_own(key, id, cost)
   -- An index is below the largest limit the lease was admitted under, so
   -- below MAX_LOG_LIMIT. Ask for the candidates by name when they are fewer
   -- than the units held, else look at every unit.
-  local k = math.min(cost, MAX_LOG_LIMIT)
+  local k = min(cost, MAX_LOG_LIMIT)
   if k <= held then
     local members = {}
     for i = 0, k - 1 do
@@ -54,7 +54,7 @@ local function concurrency_own(key, id, cost)
       end
     end)
   else
-    for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    for _, m in ipairs(call('ZRANGE', key, 0, -1)) do
       local uid, index = concurrency_unit(m)
       if uid == id and index < cost then
         own[#own + 1] = m
@@ -67,7 +67,7 @@ end
 -- concurrency_step is Concurrency.Step on the sorted set key.
 local function concurrency_step(key, p, now, cost, id, release)
   local held_ttl = hold(key)
-  local dropped = redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now))
+  local dropped = call('ZREMRANGEBYSCORE', key, '-inf', str(now))
   -- An acquire above the limit is denied for ever whatever id holds: skip
   -- looking its units up.
   local own_cost = cost
@@ -99,8 +99,8 @@ local function concurrency_step(key, p, now, cost, id, release)
       changed = true
     end
   end
-  held = redis.call('ZCARD', key)
-  local d = decision(allowed, p.limit, math.max(0, p.limit - held))
+  held = call('ZCARD', key)
+  local d = decision(allowed, p.limit, max(0, p.limit - held))
   local last = 0
   if held > 0 then
     last = zscore_at(key, -1)
@@ -116,7 +116,7 @@ local function concurrency_step(key, p, now, cost, id, release)
     for _, m in ipairs(own) do
       is_own[m] = true
     end
-    local units = redis.call('ZRANGE', key, 0, k + own_held - 1, 'WITHSCORES')
+    local units = call('ZRANGE', key, 0, k + own_held - 1, 'WITHSCORES')
     for i = 1, #units, 2 do
       if not is_own[units[i]] then
         k = k - 1
@@ -130,7 +130,7 @@ local function concurrency_step(key, p, now, cost, id, release)
   -- The key's TTL is Concurrency.Expires, the last unit's expiry; an empty
   -- sorted set no longer exists.
   if held > 0 and changed then
-    redis.call('PEXPIRE', key, ttl_ms(last, now))
+    call('PEXPIRE', key, ttl_ms(last, now))
   end
   return d
 end

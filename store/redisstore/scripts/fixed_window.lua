@@ -29,9 +29,9 @@ local function fixed_window_step(p, s, now, cost)
   if allowed then
     count = count + cost
   elseif p.count_rejected then
-    count = math.min(count + cost, p.limit + 1)
+    count = min(count + cost, p.limit + 1)
   end
-  local d = decision(allowed, p.limit, math.max(0, p.limit - count))
+  local d = decision(allowed, p.limit, max(0, p.limit - count))
   if count > 0 then
     d.reset_after = start + p.period - now
   else

@@ -11,7 +11,7 @@ local function trunc(f)
   if f < 0 then
     return math.ceil(f)
   end
-  return math.floor(f)
+  return floor(f)
 end
 
 -- An instant is {us = , frac = }: us microseconds plus frac/l of one,

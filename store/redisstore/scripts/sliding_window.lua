@@ -52,16 +52,16 @@ local function sliding_window_step(p, s, now, cost)
     -- The clock went backwards: stay in the stored window.
     start, prev, curr = s.start, s.prev, s.curr
   end
-  prev, curr = math.min(prev, p.limit), math.min(curr, p.limit)
-  local elapsed = math.max(0, now - start)
+  prev, curr = min(prev, p.limit), min(curr, p.limit)
+  local elapsed = max(0, now - start)
   local weighted = floor_div(prev * (p.period - elapsed), p.period)
   local allowed = weighted + curr + cost <= p.limit
   if allowed then
     curr = curr + cost
   elseif p.count_rejected then
-    curr = math.min(curr + cost, p.limit)
+    curr = min(curr + cost, p.limit)
   end
-  local d = decision(allowed, p.limit, math.max(0, p.limit - weighted - curr))
+  local d = decision(allowed, p.limit, max(0, p.limit - weighted - curr))
   if curr > 0 then
     d.reset_after = start + 2 * p.period - now
   elseif prev > 0 then

@@ -23,8 +23,8 @@
 local function sliding_window_log_step(key, p, now, cost, id)
   local held = hold(key)
   local cutoff = now - p.period
-  local drop = redis.call('ZREMRANGEBYSCORE', key, '-inf', str(cutoff))
-  local n = redis.call('ZCARD', key)
+  local drop = call('ZREMRANGEBYSCORE', key, '-inf', str(cutoff))
+  local n = call('ZCARD', key)
   local allowed = n + cost <= p.limit
   if allowed and cost > 0 then
     -- The sorted set keeps the log sorted even when the clock went
@@ -36,7 +36,7 @@ local function sliding_window_log_step(key, p, now, cost, id)
     zadd(key, str(now), members)
     n = n + cost
   end
-  local d = decision(allowed, p.limit, math.max(0, p.limit - n))
+  local d = decision(allowed, p.limit, max(0, p.limit - n))
   local newest = 0
   if n > 0 then
     newest = zscore_at(key, -1)
@@ -52,7 +52,7 @@ local function sliding_window_log_step(key, p, now, cost, id)
   -- The key's TTL is SlidingWindowLog.Expires, the newest entry + Period;
   -- an empty sorted set no longer exists.
   if n > 0 and (held or drop > 0 or (allowed and cost > 0)) then
-    redis.call('PEXPIRE', key, ttl_ms(newest + p.period, now))
+    call('PEXPIRE', key, ttl_ms(newest + p.period, now))
   end
   return d
 end

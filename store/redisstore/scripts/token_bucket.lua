@@ -24,7 +24,7 @@ local function token_bucket_step(p, s, now, cost)
   -- A state kept under a larger Burst (a store shares it when a limit
   -- changes) is read under this one: the bucket is at most empty, which
   -- also keeps taken*T within the bounds parse_request checks for p.
-  local taken = math.min(math.max(0, s.taken), p.burst)
+  local taken = min(max(0, s.taken), p.burst)
   local last = norm(t, instant(s.last, s.last_frac))
   local now_i = instant(now, 0)
   if taken > 0 and less(last, now_i) then
@@ -39,7 +39,7 @@ local function token_bucket_step(p, s, now, cost)
   if allowed then
     taken = taken + cost
   end
-  local d = decision(allowed, p.burst, math.max(0, p.burst - taken))
+  local d = decision(allowed, p.burst, max(0, p.burst - taken))
   if taken > 0 then
     d.reset_after = ceil(add(t, last, times(t, taken))) - now
   end
@@ -61,7 +61,7 @@ local function token_bucket_expires(p, s)
     return 0
   end
   local t = new_rate(p.limit, p.period)
-  return ceil(add(t, norm(t, instant(s.last, s.last_frac)), times(t, math.min(s.taken, p.burst))))
+  return ceil(add(t, norm(t, instant(s.last, s.last_frac)), times(t, min(s.taken, p.burst))))
 end
 
 -- token_bucket_check fails if the key holds something else than a state.

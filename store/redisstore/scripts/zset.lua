@@ -11,9 +11,9 @@ local HOLD_MS = 100
 -- hold removes the TTL of a sorted set about to expire, before the script
 -- changes it, and reports whether it did: the script then sets a TTL again.
 local function hold(key)
-  local pttl = redis.call('PTTL', key)
+  local pttl = call('PTTL', key)
   if pttl >= 0 and pttl < HOLD_MS then
-    redis.call('PERSIST', key)
+    call('PERSIST', key)
     return true
   end
   return false
@@ -24,8 +24,8 @@ end
 local function zchunks(cmd, key, members, each)
   local i = 1
   while i <= #members do
-    local j = math.min(i + CHUNK - 1, #members)
-    local r = redis.call(cmd, key, unpack(members, i, j))
+    local j = min(i + CHUNK - 1, #members)
+    local r = call(cmd, key, unpack(members, i, j))
     if each then
       each(r)
     end
@@ -38,19 +38,19 @@ local function zadd(key, score, members)
   local i = 1
   while i <= #members do
     local args = {}
-    local j = math.min(i + CHUNK - 1, #members)
+    local j = min(i + CHUNK - 1, #members)
     for k = i, j do
       args[#args + 1] = score
       args[#args + 1] = members[k]
     end
-    redis.call('ZADD', key, unpack(args))
+    call('ZADD', key, unpack(args))
     i = j + 1
   end
 end
 
 -- zscore_at is the score of the member at rank i (0-based, -1 the last).
 local function zscore_at(key, i)
-  local r = redis.call('ZRANGE', key, i, i, 'WITHSCORES')
+  local r = call('ZRANGE', key, i, i, 'WITHSCORES')
   return tonumber(r[2])
 end
 
