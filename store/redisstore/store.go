@@ -72,9 +72,12 @@ func New(client rueidis.Client, opts *Options) (*Store, error) {
 //
 // go-redis retries a command after a network error (Options.MaxRetries,
 // default 3), so a script whose reply was lost may run twice and count a
-// request twice; set MaxRetries to -1 for exact counts. Its plain clients
-// send one command per connection round trip, so under concurrency the
-// rueidis client of New is faster (see the package doc).
+// request twice; set MaxRetries to -1 for exact counts, and
+// ContextTimeoutEnabled so that the callers' deadlines reach the socket.
+// An AutoPipeliner ignores a call's context once it is queued and resends
+// a failed batch whatever MaxRetries says. Plain go-redis clients send one
+// command per connection at a time, so under concurrency the rueidis client
+// of New is faster (see the package doc).
 func NewGoRedis(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redisstore: NewGoRedis: nil client")
@@ -239,12 +242,11 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 	return out, nil
 }
 
-// Reset deletes key's state under limit's algorithm and period.
+// Reset deletes key's state under limit's algorithm and period. An empty
+// or too long key, or an invalid limit, is an error, as in Apply.
 func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
-	if key == "" {
-		return fmt.Errorf("%w: key: empty", floodgate.ErrInvalidRequest)
-	}
-	if err := limit.Validate(); err != nil {
+	probe := floodgate.Request{Key: key, Limit: limit}
+	if err := probe.Validate(); err != nil {
 		return err
 	}
 	if s.closed.Load() {
