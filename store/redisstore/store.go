@@ -37,8 +37,9 @@ type Options struct {
 }
 
 // Store is the Redis floodgate.Store: each decision is one Lua script run
-// atomically next to the state. It is safe for concurrent use; share one
-// per client. Apply is the method most callers want, through a
+// atomically next to the state. Make one with Open, New or NewGoRedis; the
+// zero value is not usable. It is safe for concurrent use; share one per
+// client. Apply is the method most callers want, through a
 // floodgate.Limiter.
 type Store struct {
 	c      conn
