@@ -272,8 +272,5 @@ func (l Limit) String() string {
 	return b.String()
 }
 
-// micros converts a time to integer microseconds for the algorithms.
-func micros(t time.Time) int64 { return t.UnixMicro() }
-
 // maxNowMicros bounds Request.Now so that now plus a period stays exact.
 const maxNowMicros = algorithm.MaxExact - algorithm.MaxPeriod

@@ -1,0 +1,321 @@
+package redistest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// cli runs s.CLI and fails the test on an error.
+func cli(t *testing.T, s *redistest.Server, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	out, err := s.CLI(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// pingWithin pings s and gives up after d.
+func pingWithin(t *testing.T, s *redistest.Server, d time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	out, err := s.CLI(ctx, "PING")
+	if err == nil && out != "PONG" {
+		err = fmt.Errorf("PING: got %q, want PONG", out)
+	}
+	return err
+}
+
+func TestStandalone(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	s := redistest.Standalone(t)
+	t.Logf("standalone up in %v", time.Since(start))
+
+	if got, want := s.Addr, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)); got != want {
+		t.Errorf("Addr = %q, want %q", got, want)
+	}
+	if got, want := cli(t, s, "PING"), "PONG"; got != want {
+		t.Errorf("PING = %q, want %q", got, want)
+	}
+	cli(t, s, "SET", "k", "v w")
+	if got, want := cli(t, s, "GET", "k"), "v w"; got != want {
+		t.Errorf("GET k = %q, want %q", got, want)
+	}
+	for param, value := range map[string]string{"save": "", "appendonly": "no", "bind": "127.0.0.1"} {
+		if got, want := cli(t, s, "CONFIG", "GET", param), strings.TrimSpace(param+"\n"+value); got != want {
+			t.Errorf("CONFIG GET %s = %q, want %q", param, got, want)
+		}
+	}
+	if _, err := s.CLI(t.Context(), "NOSUCHCOMMAND"); err == nil {
+		t.Error("CLI NOSUCHCOMMAND: no error for an error reply")
+	}
+}
+
+func TestStandaloneWithArgs(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t, redistest.WithArgs("--maxmemory", "1mb", "--maxmemory-policy", "noeviction"))
+	if got, want := cli(t, s, "CONFIG", "GET", "maxmemory"), "maxmemory\n1048576"; got != want {
+		t.Errorf("CONFIG GET maxmemory = %q, want %q", got, want)
+	}
+	if got, want := cli(t, s, "CONFIG", "GET", "maxmemory-policy"), "maxmemory-policy\nnoeviction"; got != want {
+		t.Errorf("CONFIG GET maxmemory-policy = %q, want %q", got, want)
+	}
+}
+
+func TestPassword(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t, redistest.WithPassword("s3cret pw"))
+	if got, want := cli(t, s, "PING"), "PONG"; got != want {
+		t.Errorf("PING with password = %q, want %q", got, want)
+	}
+	out, err := exec.CommandContext(t.Context(), "redis-cli", "-p", strconv.Itoa(s.Port), "PING").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "NOAUTH") {
+		t.Errorf("PING without password = %q, want NOAUTH", out)
+	}
+}
+
+func TestUser(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t, redistest.WithUser("alice", "pw"), redistest.WithArgs("--user", "default", "off"))
+	if got, want := cli(t, s, "ACL", "WHOAMI"), "alice"; got != want {
+		t.Errorf("ACL WHOAMI = %q, want %q", got, want)
+	}
+	out, err := exec.CommandContext(t.Context(), "redis-cli", "-p", strconv.Itoa(s.Port), "PING").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "NOAUTH") {
+		t.Errorf("PING as the disabled default user = %q, want NOAUTH", out)
+	}
+}
+
+func TestStopIsIdempotent(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t)
+	for i := range 2 {
+		if err := s.Stop(); err != nil {
+			t.Fatalf("Stop #%d: %v", i+1, err)
+		}
+	}
+	if err := pingWithin(t, s, 2*time.Second); err == nil {
+		t.Error("PING after Stop succeeded")
+	}
+	if err := s.Kill(); err != nil {
+		t.Errorf("Kill after Stop: %v", err)
+	}
+}
+
+func TestKillRestart(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t)
+	port := s.Port
+	cli(t, s, "SET", "k", "v")
+
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pingWithin(t, s, 2*time.Second); err == nil {
+		t.Fatal("PING after Kill succeeded")
+	}
+	if err := s.Kill(); err != nil {
+		t.Errorf("second Kill: %v", err)
+	}
+
+	start := time.Now()
+	if err := s.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restart in %v", time.Since(start))
+	if got, want := s.Port, port; got != want {
+		t.Errorf("Port after Restart = %d, want %d", got, want)
+	}
+	if err := pingWithin(t, s, 2*time.Second); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+	if got, want := cli(t, s, "EXISTS", "k"), "0"; got != want {
+		t.Errorf("EXISTS k after a restart without persistence = %s, want %s", got, want)
+	}
+
+	// Restart of a running server stops it first.
+	if err := s.Restart(t); err != nil {
+		t.Fatalf("Restart while running: %v", err)
+	}
+	if err := pingWithin(t, s, 2*time.Second); err != nil {
+		t.Fatalf("PING after second Restart: %v", err)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t)
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	err := pingWithin(t, s, 300*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("PING while paused: got %v, want a deadline error", err)
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pingWithin(t, s, 2*time.Second); err != nil {
+		t.Errorf("PING after Resume: %v", err)
+	}
+
+	// A paused server still stops.
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Errorf("Stop while paused: %v", err)
+	}
+	if err := s.Pause(); err == nil {
+		t.Error("Pause after Stop: no error")
+	}
+}
+
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	c := redistest.StartCluster(t)
+	t.Logf("cluster of 3 masters up in %v", time.Since(start))
+
+	if got, want := len(c.Masters), 3; got != want {
+		t.Fatalf("%d masters, want %d", got, want)
+	}
+	if got, want := len(c.Replicas), 0; got != want {
+		t.Errorf("%d replicas, want %d", got, want)
+	}
+	if got, want := len(c.Addrs()), 3; got != want {
+		t.Errorf("%d addresses, want %d", got, want)
+	}
+	for _, m := range c.Masters {
+		info := cli(t, m, "CLUSTER", "INFO")
+		for _, want := range []string{"cluster_state:ok", "cluster_slots_ok:16384"} {
+			if !strings.Contains(info, want) {
+				t.Errorf("%s: CLUSTER INFO lacks %s:\n%s", m.Addr, want, info)
+			}
+		}
+	}
+
+	// One key on each master, written through the first and read through
+	// the last, following redirections.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	keyOn := make(map[*redistest.Server]string)
+	for i := 0; len(keyOn) < len(c.Masters); i++ {
+		if i > 1000 {
+			t.Fatalf("1000 keys landed on only %d masters", len(keyOn))
+		}
+		key := fmt.Sprintf("key:%d", i)
+		m, err := c.MasterFor(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := keyOn[m]; !ok {
+			keyOn[m] = key
+		}
+	}
+	first, last := c.Masters[0], c.Masters[len(c.Masters)-1]
+	for m, key := range keyOn {
+		cli(t, first, "-c", "SET", key, "value of "+key)
+		if got, want := cli(t, last, "-c", "GET", key), "value of "+key; got != want {
+			t.Errorf("GET %s through %s = %q, want %q", key, last.Addr, got, want)
+		}
+		if got, want := cli(t, m, "GET", key), "value of "+key; got != want {
+			t.Errorf("GET %s on its master %s = %q, want %q", key, m.Addr, got, want)
+		}
+		if got, want := cli(t, m, "DBSIZE"), "1"; got != want {
+			t.Errorf("DBSIZE on %s = %s, want %s", m.Addr, got, want)
+		}
+	}
+
+	// A killed master restarted on its port and directory takes its slots
+	// back from nodes.conf.
+	m := c.Masters[1]
+	if err := m.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, n := range c.Masters {
+		for {
+			info := cli(t, n, "CLUSTER", "INFO")
+			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: cluster not ok 10 s after restarting %s:\n%s", n.Addr, m.Addr, info)
+			}
+			<-time.After(20 * time.Millisecond)
+		}
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if got, err := c.MasterFor(ctx, keyOn[m]); err != nil || got != m {
+		t.Errorf("after restart, MasterFor(%q) = %v, %v; want %s", keyOn[m], got, err, m.Addr)
+	}
+}
+
+func TestClusterWithReplicas(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	c := redistest.StartCluster(t, redistest.WithReplicas(1))
+	t.Logf("cluster of 3 masters and 3 replicas up in %v", time.Since(start))
+
+	if got, want := len(c.Replicas), 3; got != want {
+		t.Fatalf("%d replicas, want %d", got, want)
+	}
+	if got, want := len(c.Addrs()), 6; got != want {
+		t.Errorf("%d addresses, want %d", got, want)
+	}
+	for i, r := range c.Replicas {
+		role := strings.Fields(cli(t, r, "ROLE"))
+		if len(role) < 3 || role[0] != "slave" || role[2] != strconv.Itoa(c.Masters[i].Port) {
+			t.Errorf("ROLE of Replicas[%d] = %q, want slave of port %d", i, role, c.Masters[i].Port)
+		}
+	}
+}
+
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	d := redistest.StartSentinel(t)
+	t.Logf("sentinel set up in %v", time.Since(start))
+
+	if got, want := len(d.SentinelAddrs()), 3; got != want {
+		t.Fatalf("%d sentinels, want %d", got, want)
+	}
+	for _, s := range d.Sentinels {
+		got := strings.Fields(cli(t, s, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName))
+		if want := []string{"127.0.0.1", strconv.Itoa(d.Master.Port)}; strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: master address %q, want %q", s.Addr, got, want)
+		}
+	}
+	if got, want := strings.Fields(cli(t, d.Replica, "ROLE"))[0], "slave"; got != want {
+		t.Errorf("replica ROLE = %q, want %q", got, want)
+	}
+	cli(t, d.Master, "SET", "k", "v")
+	cli(t, d.Master, "WAIT", "1", "5000")
+	if got, want := cli(t, d.Replica, "GET", "k"), "v"; got != want {
+		t.Errorf("GET k on the replica = %q, want %q", got, want)
+	}
+}

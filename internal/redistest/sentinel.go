@@ -1,0 +1,164 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sentinelTimeout bounds the wait for the replica to sync and for the
+// sentinels to find each other.
+const sentinelTimeout = 30 * time.Second
+
+// MasterName is the name the sentinels of StartSentinel monitor.
+const MasterName = "mymaster"
+
+// Sentinel is a running Sentinel deployment: one master, one replica and
+// three sentinels with quorum 2.
+type Sentinel struct {
+	// Master and Replica are the data nodes' roles when it started; after a
+	// failover they are swapped.
+	Master  *Server
+	Replica *Server
+	// Sentinels are the three sentinel processes.
+	Sentinels []*Server
+	// MasterName is the name the sentinels monitor: "mymaster".
+	MasterName string
+}
+
+// StartSentinel starts a master, a replica of it, and three sentinels that
+// monitor it as "mymaster" with quorum 2, down-after-milliseconds 1000 and
+// failover-timeout 3000, so failover tests finish in seconds. It waits until
+// the replica is in sync and every sentinel names the master, sees the
+// replica connected, and knows the other two sentinels, so a failover can
+// be authorized from the start. It registers t.Cleanup to stop everything.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	Require(t)
+	ctx, cancel := context.WithTimeout(t.Context(), sentinelTimeout)
+	defer cancel()
+	d := &Sentinel{MasterName: MasterName}
+
+	var o options
+	d.Master = newServer(t, o, false, func(s *Server, port int) ([]string, error) {
+		return dataArgs(port, s.Dir, o, false), nil
+	})
+	if err := d.Master.startFresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	replicaOf := WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(d.Master.Port))
+	ro := newOptions([]Option{replicaOf})
+	d.Replica = newServer(t, ro, false, func(s *Server, port int) ([]string, error) {
+		return dataArgs(port, s.Dir, ro, false), nil
+	})
+	if err := d.Replica.startFresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Sentinels learn replicas from the master's INFO, which they ask for
+	// on connecting and then only every 10 s: start them once the master
+	// lists its replica.
+	if err := poll(ctx, func() error { return linksUp(ctx, []*Server{d.Replica}) }); err != nil {
+		t.Fatalf("redistest: sentinel replica not in sync: %v", err)
+	}
+
+	for range 3 {
+		d.Sentinels = append(d.Sentinels, newServer(t, options{}, false, func(s *Server, port int) ([]string, error) {
+			return sentinelArgs(s.Dir, port, d.Master.Port)
+		}))
+	}
+	if err := startAll(ctx, d.Sentinels); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, d.agreed(ctx)); err != nil {
+		t.Fatalf("redistest: sentinels not ready: %v", err)
+	}
+	return d
+}
+
+// sentinelArgs writes a sentinel's configuration file, which the sentinel
+// rewrites as it learns, and returns the command line that runs it.
+func sentinelArgs(dir string, port, masterPort int) ([]string, error) {
+	conf := filepath.Join(dir, confName)
+	text := fmt.Sprintf(`port %d
+bind 127.0.0.1
+protected-mode no
+daemonize no
+dir %q
+logfile %q
+sentinel monitor %s 127.0.0.1 %d 2
+sentinel down-after-milliseconds %[4]s 1000
+sentinel failover-timeout %[4]s 3000
+sentinel parallel-syncs %[4]s 1
+`, port, dir, filepath.Join(dir, logName), MasterName, masterPort)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		return nil, fmt.Errorf("redistest: write sentinel config: %w", err)
+	}
+	return []string{conf, "--sentinel"}, nil
+}
+
+// agreed returns a check that every sentinel names the master, sees the
+// replica with its link up, and knows the other sentinels.
+func (d *Sentinel) agreed(ctx context.Context) func() error {
+	return func() error {
+		for _, s := range d.Sentinels {
+			out, err := s.CLI(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName)
+			if err != nil {
+				return err
+			}
+			if got, want := strings.Join(strings.Fields(out), ":"), d.Master.Addr; got != want {
+				return fmt.Errorf("%s: master is %q, want %q", s.Addr, got, want)
+			}
+			out, err = s.CLI(ctx, "SENTINEL", "MASTER", d.MasterName)
+			if err != nil {
+				return err
+			}
+			m := pairs(out)
+			if got, want := m["num-other-sentinels"], strconv.Itoa(len(d.Sentinels)-1); got != want {
+				return fmt.Errorf("%s: num-other-sentinels %s, want %s", s.Addr, got, want)
+			}
+			if got := m["flags"]; got != "master" {
+				return fmt.Errorf("%s: master flags %q, want master", s.Addr, got)
+			}
+			out, err = s.CLI(ctx, "SENTINEL", "REPLICAS", d.MasterName)
+			if err != nil {
+				return err
+			}
+			r := pairs(out)
+			if got := r["name"]; got != d.Replica.Addr {
+				return fmt.Errorf("%s: replica %q, want %q", s.Addr, got, d.Replica.Addr)
+			}
+			if got := r["flags"]; got != "slave" {
+				return fmt.Errorf("%s: replica flags %q, want slave", s.Addr, got)
+			}
+			if got := r["master-link-status"]; got != "ok" {
+				return fmt.Errorf("%s: replica master-link-status %q, want ok", s.Addr, got)
+			}
+		}
+		return nil
+	}
+}
+
+// pairs reads a flat key, value, key, value reply in redis-cli's raw
+// format, one element per line. A later key overwrites an earlier one.
+func pairs(out string) map[string]string {
+	lines := strings.Split(out, "\n")
+	m := make(map[string]string, len(lines)/2)
+	for i := 0; i+1 < len(lines); i += 2 {
+		m[strings.TrimSpace(lines[i])] = strings.TrimSpace(lines[i+1])
+	}
+	return m
+}
+
+// SentinelAddrs returns the addresses of the sentinels.
+func (d *Sentinel) SentinelAddrs() []string {
+	addrs := make([]string, len(d.Sentinels))
+	for i, s := range d.Sentinels {
+		addrs[i] = s.Addr
+	}
+	return addrs
+}

@@ -1,0 +1,346 @@
+// Package httplimit rate limits net/http handlers with a floodgate.Limiter.
+// It works with any router built on http.Handler.
+//
+// The five-line setup, 10 requests per second per client address on the
+// memory store:
+//
+//	limiter, _ := floodgate.New(memstore.New(nil), nil)
+//	mw, err := httplimit.New(httplimit.Config{
+//		Limiter: limiter,
+//		Limits:  []floodgate.Limit{{Limit: 10, Period: time.Second}},
+//	})
+//	http.ListenAndServe(":8080", mw.Handler(mux))
+//
+// # What a request goes through
+//
+// A request that Skip selects passes untouched. Otherwise the Key function
+// names the subject being limited: by default the peer address of the
+// connection (ClientIP with no trusted proxies); behind a reverse proxy,
+// ClientIP with TrustedProxies; an API key with Header (stored hashed); or
+// any function of the request, such as the authenticated user. A request
+// without a key is answered as MissingKey says: denied with 400 by default,
+// allowed unlimited, or counted under one shared key; never pooled by
+// accident.
+//
+// Every limit of Config.Limits is then checked for the key, all or nothing
+// (Limiter.AllowEach, atomic on a store with floodgate.Batcher such as
+// memstore and redisstore): "10 per second and 1000 per hour" never lets a
+// denial by one use up the other.
+//
+// Every limited response carries RateLimit-Policy and RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-11, written by package
+// ratelimitheader), and, on request, the legacy X-RateLimit-* trio. A
+// denied request gets 429 Too Many Requests with Retry-After in
+// delay-seconds, Cache-Control: no-store, and an RFC 9457 problem body of
+// type https://iana.org/assignments/http-problem-types#quota-exceeded
+// listing the violated policies; Config.Deny replaces that answer.
+//
+// # Failures
+//
+// When the store fails, the Limiter's failure policy decides: with
+// floodgate.FailOpen the request passes (with RateLimit-Policy only, since
+// the state is unknown); with floodgate.FailClosed, the default, it is
+// answered 503 Service Unavailable, not 429: the client did nothing wrong.
+// A key the Limiter refuses (longer than floodgate.MaxKeyLen) is 400.
+//
+// # Trying a limit out
+//
+// With DryRun the middleware decides, writes the fields and reports as
+// usual, but never denies: a denial is reported (Report, and the
+// Limiter's Observer) and the request passes, without Retry-After.
+package httplimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/ratelimitheader"
+)
+
+// ProblemQuotaExceeded is the problem type of a 429 answer, defined by
+// draft-ietf-httpapi-ratelimit-headers-11, section 5.1.
+const ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// ErrMissingKey is the Result.Err of a request for which the Key function
+// found no key.
+var ErrMissingKey = errors.New("httplimit: request has no key")
+
+// KeyFunc names the subject a request is limited as ("ip:192.0.2.1",
+// "user:42"). It returns "" when the request carries no key; Config.MissingKey
+// says what happens then. Keys of different kinds must not collide: the
+// key functions of this package prefix theirs ("ip:", "header:").
+type KeyFunc func(*http.Request) string
+
+// MissingKey says what to do with a request whose KeyFunc returns "".
+type MissingKey int
+
+const (
+	// DenyMissingKey answers the request 400 Bad Request (through Deny,
+	// with Result.Err ErrMissingKey). It is the default.
+	DenyMissingKey MissingKey = iota
+	// AllowMissingKey lets the request through without limiting it. Use
+	// it only where another layer limits keyless requests.
+	AllowMissingKey
+	// SharedMissingKey counts every keyless request under one key,
+	// Config.AnonymousKey: all anonymous clients share one budget.
+	SharedMissingKey
+)
+
+// DenyFunc answers a request that is not let through: a denial (Result.Err
+// nil), a missing or refused key, or a store failure under
+// floodgate.FailClosed. The RateLimit fields and Retry-After are already in
+// w.Header() when it is called. WriteDenied is the default.
+type DenyFunc func(w http.ResponseWriter, r *http.Request, res Result)
+
+// Config configures a Middleware. Limiter and Limits are required; every
+// other field has a working zero value.
+type Config struct {
+	// Limiter decides; its Options set the store, the failure policy and
+	// the timeout.
+	Limiter *floodgate.Limiter
+	// Limits are checked together for every request, all or nothing; each
+	// request costs 1 unit of each. At least one; not Concurrency (a lease
+	// must outlive the decision: see examples/concurrency). Names, if set,
+	// must be unique; they name the policies in the fields and the
+	// problem body (see ratelimitheader.PolicyName).
+	Limits []floodgate.Limit
+	// Key names the subject; nil means ClientIP{}.Key, the peer address of
+	// the connection, believing no forwarding header.
+	Key KeyFunc
+	// KeyPrefix is prepended to every key, so that two middlewares with the
+	// same limits on one Limiter (two routes) count apart. Empty shares.
+	KeyPrefix string
+	// MissingKey says what a request without a key gets; default
+	// DenyMissingKey.
+	MissingKey MissingKey
+	// AnonymousKey is the key of SharedMissingKey; default "anonymous".
+	AnonymousKey string
+	// Skip, if set, lets the requests it selects through untouched and
+	// uncounted (health checks, metrics).
+	Skip func(*http.Request) bool
+	// DryRun decides and reports but never denies.
+	DryRun bool
+	// Headers chooses the fields written; nil writes RateLimit-Policy,
+	// RateLimit and Retry-After.
+	Headers *ratelimitheader.Options
+	// Deny answers requests that are not let through; nil means
+	// WriteDenied.
+	Deny DenyFunc
+	// Report, if set, is called with the Result of every request that was
+	// not skipped, before it is passed on or denied. It must be fast and
+	// safe for concurrent use.
+	Report func(*http.Request, Result)
+}
+
+// Result is what the middleware decided for a request. The next handler
+// finds it with FromContext.
+type Result struct {
+	// Key is the key sent to the Limiter (with KeyPrefix), "" when the
+	// request had none and was not counted under AnonymousKey.
+	Key string
+	// Limits are the limits checked, Config.Limits.
+	Limits []floodgate.Limit
+	// Decision is the combined decision (floodgate.Combine), or the failure
+	// policy's when Err is set.
+	Decision floodgate.Decision
+	// Decisions are the decisions of each limit, in the order of Limits;
+	// nil when the state is unknown (Err set, or no key).
+	Decisions []floodgate.Decision
+	// Err is ErrMissingKey, the Limiter's error (a store failure, or an
+	// error wrapping floodgate.ErrInvalidRequest for a refused key), or nil.
+	Err error
+	// DryRun reports that the request passed only because of
+	// Config.DryRun.
+	DryRun bool
+}
+
+// Violated names the policies that denied the request (by
+// ratelimitheader.PolicyName): those whose own decision is a denial with a
+// wait, not those that merely had to give back their unit because
+// another limit denied.
+func (res Result) Violated() []string {
+	var names []string
+	for i, d := range res.Decisions {
+		if !d.Allowed && d.RetryAfter != 0 && i < len(res.Limits) {
+			names = append(names, ratelimitheader.PolicyName(res.Limits, i))
+		}
+	}
+	return names
+}
+
+// Middleware limits the handlers it wraps. It is safe for concurrent use.
+type Middleware struct {
+	c Config
+}
+
+// New checks c and returns a Middleware.
+func New(c Config) (*Middleware, error) {
+	var errs []error
+	if c.Limiter == nil {
+		errs = append(errs, errors.New("httplimit: New: nil Limiter"))
+	}
+	if len(c.Limits) == 0 {
+		errs = append(errs, errors.New("httplimit: New: no Limits"))
+	}
+	names := map[string]bool{}
+	for i, l := range c.Limits {
+		if err := l.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("httplimit: New: limits[%d]: %w", i, err))
+		}
+		if l.Algorithm == floodgate.Concurrency {
+			errs = append(errs, fmt.Errorf("httplimit: New: limits[%d]: %w: algorithm: a concurrency limit needs a lease held for the whole request; use Limiter.Acquire", i, floodgate.ErrInvalidLimit))
+		}
+		if err := ratelimitheader.CheckName(l.Name); err != nil {
+			errs = append(errs, fmt.Errorf("httplimit: New: limits[%d]: %w", i, err))
+		}
+		name := ratelimitheader.PolicyName(c.Limits, i)
+		if names[name] {
+			errs = append(errs, fmt.Errorf("httplimit: New: limits[%d]: policy name %q is used twice; set Limit.Name", i, name))
+		}
+		names[name] = true
+	}
+	switch c.MissingKey {
+	case DenyMissingKey, AllowMissingKey, SharedMissingKey:
+	default:
+		errs = append(errs, fmt.Errorf("httplimit: New: unknown MissingKey %d", c.MissingKey))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	c.Limits = append([]floodgate.Limit(nil), c.Limits...)
+	if c.Key == nil {
+		c.Key = ClientIP{}.Key
+	}
+	if c.AnonymousKey == "" {
+		c.AnonymousKey = "anonymous"
+	}
+	if c.Deny == nil {
+		c.Deny = WriteDenied
+	}
+	return &Middleware{c: c}, nil
+}
+
+// Handler wraps next: requests the limits admit (or that are skipped, or
+// pass in DryRun) reach next; others are answered by Config.Deny. Its
+// signature fits routers' Use methods.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.c.Skip != nil && m.c.Skip(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		res := m.Check(r)
+		h := w.Header()
+		switch {
+		case res.Decisions != nil:
+			ratelimitheader.SetEach(h, res.Limits, res.Decisions, m.c.Headers)
+		case res.Key != "" && res.Err != nil && !errors.Is(res.Err, floodgate.ErrInvalidRequest):
+			// A store failure: the policy is known, the state is not.
+			ratelimitheader.SetEach(h, res.Limits, nil, m.c.Headers)
+		}
+		if !res.Decision.Allowed && m.c.DryRun {
+			res.DryRun = true
+			h.Del(ratelimitheader.HeaderRetryAfter)
+		}
+		if m.c.Report != nil {
+			m.c.Report(r, res)
+		}
+		if res.Decision.Allowed || res.DryRun {
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), resultKey{}, res)))
+			return
+		}
+		m.c.Deny(w, r, res)
+	})
+}
+
+// Check decides r without answering it: the key, then every limit. It
+// takes from the limits like Handler does; most callers want Handler.
+func (m *Middleware) Check(r *http.Request) Result {
+	res := Result{Limits: m.c.Limits}
+	key := m.c.Key(r)
+	if key == "" {
+		switch m.c.MissingKey {
+		case AllowMissingKey:
+			res.Decision, res.Err = floodgate.Decision{Allowed: true}, ErrMissingKey
+			return res
+		case SharedMissingKey:
+			key = m.c.AnonymousKey
+		default:
+			res.Err = ErrMissingKey
+			return res
+		}
+	}
+	res.Key = m.c.KeyPrefix + key
+	res.Decision, res.Decisions, res.Err = m.c.Limiter.AllowEach(r.Context(), res.Key, 1, m.c.Limits...)
+	return res
+}
+
+type resultKey struct{}
+
+// FromContext returns the Result of the middleware that let the request
+// through, from the request's context.
+func FromContext(ctx context.Context) (Result, bool) {
+	res, ok := ctx.Value(resultKey{}).(Result)
+	return res, ok
+}
+
+// Problem is an RFC 9457 problem details object, as WriteDenied writes it.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// ViolatedPolicies names the policies that denied the request
+	// (draft-ietf-httpapi-ratelimit-headers-11, section 5.1).
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+}
+
+// ProblemFor is the problem WriteDenied answers res with: 429 and
+// ProblemQuotaExceeded for a denial; 400 for a missing or refused key; 503
+// for a store failure under floodgate.FailClosed. Its detail never carries
+// the key or the store's error text.
+func ProblemFor(res Result) Problem {
+	const (
+		bad         = http.StatusBadRequest
+		unavailable = http.StatusServiceUnavailable
+	)
+	switch {
+	case errors.Is(res.Err, ErrMissingKey):
+		return Problem{Type: "about:blank", Title: http.StatusText(bad), Status: bad, Detail: "The request carries no rate limit key."}
+	case errors.Is(res.Err, floodgate.ErrInvalidRequest):
+		return Problem{Type: "about:blank", Title: http.StatusText(bad), Status: bad, Detail: "The request's rate limit key is not valid."}
+	case res.Err != nil:
+		return Problem{Type: "about:blank", Title: http.StatusText(unavailable), Status: unavailable, Detail: "The rate limiter is unavailable; try again later."}
+	}
+	p := Problem{Type: ProblemQuotaExceeded, Title: "Quota Exceeded", Status: http.StatusTooManyRequests, ViolatedPolicies: res.Violated()}
+	switch ra := res.Decision.RetryAfter; {
+	case ra == floodgate.Never:
+		p.Detail = "The request exceeds the quota and can never be admitted."
+	case ra > 0 && ra <= time.Second:
+		p.Detail = "Retry after 1 second."
+	case ra > 0:
+		p.Detail = "Retry after " + ratelimitheader.RetryAfter(ra) + " seconds."
+	}
+	return p
+}
+
+// WriteDenied is the default DenyFunc: it writes ProblemFor(res) as
+// application/problem+json with Cache-Control: no-store.
+func WriteDenied(w http.ResponseWriter, r *http.Request, res Result) {
+	p := ProblemFor(res)
+	body, _ := json.Marshal(p) // a Problem always marshals
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(p.Status)
+	if r.Method != http.MethodHead {
+		w.Write(append(body, '\n'))
+	}
+}
