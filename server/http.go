@@ -516,4 +516,3 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	w.Write(buf.Bytes())
 }
-
