@@ -88,8 +88,9 @@
 // denial is reported as admitted. Upstream sends no headers by default
 // (LIMIT_RESPONSE_HEADERS_ENABLED=false), and when enabled sends
 // RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (names of the
-// draft's early versions, set by LIMIT_LIMIT_HEADER and so on) for the one
-// descriptor with the least remaining; Options.Headers with Legacy set adds
+// draft's early versions, renamed by LIMIT_LIMIT_HEADER and so on) for the
+// one descriptor closest to its limit (the least remaining, or the last over
+// it), with no policy and no Retry-After; Options.Headers with Legacy set adds
 // Floodgate's X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
 // trio for clients that want one limit in that style.
 //
@@ -180,10 +181,11 @@ func New(srv *server.Server, opts *Options) *Service {
 	return s
 }
 
-// Register registers a Service on g with the default options, so that g
-// answers Envoy's rate limit calls by deciding with srv. For other options,
-// register New(srv, opts) with rlsv3.RegisterRateLimitServiceServer.
-func Register(g *grpc.Server, srv *server.Server) {
+// Register registers a Service with the default options on g (a
+// *grpc.Server), so that g answers Envoy's rate limit calls by deciding with
+// srv. For other options, register New(srv, opts) with
+// rlsv3.RegisterRateLimitServiceServer.
+func Register(g grpc.ServiceRegistrar, srv *server.Server) {
 	rlsv3.RegisterRateLimitServiceServer(g, New(srv, nil))
 }
 
@@ -210,16 +212,19 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	case len(pds) > server.MaxDescriptors:
 		return nil, nil, invalid("descriptors", "%d descriptors, more than the %d allowed", len(pds), server.MaxDescriptors)
 	}
-	// Upstream applies a limit override only in a domain it knows.
+	// Upstream applies a limit override only in a domain it knows. (A reload
+	// between this look and Decide's may decide one request by the other
+	// config's domains; it cannot mix two configs' rules.)
 	knownDomain := s.srv.Config().Domain(domain) != nil
 
 	n := 0
-	for _, pd := range pds {
+	for i, pd := range pds {
+		if m := len(pd.GetEntries()); m > server.MaxEntries {
+			return nil, nil, invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, more than the %d allowed", m, server.MaxEntries)
+		}
 		n += len(pd.GetEntries())
 	}
-	if n > server.MaxDescriptors*server.MaxEntries {
-		n = 0 // Decide rejects the request; do not allocate for it.
-	}
+	// One array for the entries of every descriptor, one for the costs.
 	all := make([]config.Entry, 0, n)
 	ds := make([]server.Descriptor, len(pds))
 	hitsOf := make([]int64, len(pds))
@@ -243,17 +248,8 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 				ds[i].Limit = &lim
 			}
 		}
-		es := pd.GetEntries()
-		if len(es) > server.MaxEntries || cap(all)-len(all) < len(es) {
-			// Decide rejects it, or the entries did not fit: no shared array.
-			ds[i].Entries = make([]config.Entry, len(es))
-			for j, e := range es {
-				ds[i].Entries[j] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
-			}
-			continue
-		}
 		start := len(all)
-		for _, e := range es {
+		for _, e := range pd.GetEntries() {
 			all = append(all, config.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		ds[i].Entries = all[start:len(all):len(all)]
