@@ -23,6 +23,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/envoyrls"
 	"github.com/floodgate-rl/floodgate/store/memstore"
@@ -486,6 +487,12 @@ func TestResponseHeaders(t *testing.T) {
 	// No limited descriptor, no headers.
 	if got := headers(call(t, f, req(desc("internal", "x")))); got != "" {
 		t.Errorf("unlimited only: headers %q", got)
+	}
+
+	legacy := serve(t, nil, &envoyrls.Options{Headers: &ratelimitheader.Options{OmitPolicy: true, Legacy: true}})
+	want := "Ratelimit: \"per_ip\";r=2;t=45\nX-Ratelimit-Limit: 3\nX-Ratelimit-Remaining: 2\nX-Ratelimit-Reset: 45"
+	if got := headers(call(t, legacy, req(ip))); got != want {
+		t.Errorf("legacy: response_headers_to_add\n%s\nwant\n%s", got, want)
 	}
 
 	quiet := serve(t, nil, &envoyrls.Options{OmitHeaders: true})
