@@ -73,7 +73,8 @@ type Limit struct {
 	Limit int64
 	// Period is the window, the refill period, or the lease TTL
 	// (Concurrency): above zero, a whole number of microseconds, at most
-	// MaxPeriod.
+	// MaxPeriod (MaxPeriod/2 for SlidingWindow, which keeps a key for two
+	// periods).
 	Period time.Duration
 	// Burst is the capacity of TokenBucket and GCRA: the most units admitted
 	// at once after an idle spell. 0 means Limit. Other algorithms take no
@@ -90,10 +91,12 @@ type Limit struct {
 	Name string
 }
 
-// Capacity is the largest number of units the limit can admit at once:
-// Burst (or Limit when Burst is 0) for TokenBucket and GCRA, Limit otherwise.
+// Capacity is the largest number of units the limit can admit at once, and
+// the Limit of its Decisions: Burst (or Limit when Burst is 0) for
+// TokenBucket and GCRA, Limit otherwise; 0 when Limit is 0, which admits
+// nothing.
 func (l Limit) Capacity() int64 {
-	if (l.algorithm() == TokenBucket || l.algorithm() == GCRA) && l.Burst != 0 {
+	if (l.algorithm() == TokenBucket || l.algorithm() == GCRA) && l.Burst != 0 && l.Limit != 0 {
 		return l.Burst
 	}
 	return l.Limit
@@ -122,8 +125,12 @@ func (l Limit) Validate() error {
 	for _, a := range Algorithms {
 		known = known || a == alg
 	}
+	// name is the algorithm in the messages below: quoted when unknown, so
+	// that text from a config file cannot break a message's one line.
+	name := string(alg)
 	if !known {
-		bad("algorithm", "unknown algorithm %q (want one of %s)", l.Algorithm, algorithmList())
+		name = strconv.Quote(name)
+		bad("algorithm", "unknown algorithm %s (want one of %s)", name, algorithmList())
 	}
 	switch {
 	case l.Limit < 0:
@@ -145,35 +152,40 @@ func (l Limit) Validate() error {
 	bucket := alg == TokenBucket || alg == GCRA
 	switch {
 	case !bucket && l.Burst != 0:
-		bad("burst", "%s takes no burst (only token_bucket and gcra do)", alg)
+		bad("burst", "%s takes no burst (only token_bucket and gcra do)", name)
 	case l.Burst < 0:
 		bad("burst", "%d is negative", l.Burst)
 	case l.Burst > MaxLimit:
 		bad("burst", "%d is above the maximum %d", l.Burst, MaxLimit)
 	case bucket && l.Limit > 0 && l.Limit <= MaxLimit && periodUS > 0:
 		b := l.Capacity()
-		if b > algorithm.MaxExact/l.Limit {
+		switch productOK, refillOK := bucketFits(b, l.Limit, periodUS); {
+		case !productOK:
 			bad("burst", "burst %d times limit %d is above 2^52; lower one of them", b, l.Limit)
-		} else if b > algorithm.MaxPeriod/max(1, periodUS/l.Limit) {
+		case !refillOK:
 			bad("burst", "burst %d takes longer than %v to refill", b, MaxPeriod)
 		}
 	}
-	if alg == SlidingWindow && l.Limit >= 0 && l.Limit <= MaxLimit && periodUS > 0 && periodUS <= algorithm.MaxPeriod &&
-		l.Limit+1 > algorithm.MaxExact/periodUS {
-		bad("limit", "(limit+1) × period in microseconds is above 2^52 for sliding_window (at most %d per %v); use a shorter period or another algorithm",
-			algorithm.MaxExact/periodUS-1, l.Period)
+	if alg == SlidingWindow && l.Limit >= 0 && l.Limit <= MaxLimit && periodUS > 0 && periodUS <= algorithm.MaxPeriod {
+		if l.Limit+1 > algorithm.MaxExact/periodUS {
+			bad("limit", "(limit+1) × period in microseconds is above 2^52 for sliding_window (at most %d per %v); use a shorter period or another algorithm",
+				algorithm.MaxExact/periodUS-1, l.Period)
+		}
+		if periodUS > algorithm.MaxPeriod/2 {
+			bad("period", "%v is above %v, the maximum for sliding_window, which keeps a key for two periods", l.Period, MaxPeriod/2)
+		}
 	}
 	switch l.Window {
 	case "", Aligned:
 	case FirstHit:
 		if alg != FixedWindow {
-			bad("window", "%s takes no window (only fixed_window does)", alg)
+			bad("window", "%s takes no window (only fixed_window does)", name)
 		}
 	default:
 		bad("window", "unknown window %q (want aligned or first_hit)", l.Window)
 	}
 	if l.CountRejected && alg != FixedWindow && alg != SlidingWindow {
-		bad("count_rejected", "%s does not count rejected requests (only fixed_window and sliding_window do)", alg)
+		bad("count_rejected", "%s does not count rejected requests (only fixed_window and sliding_window do)", name)
 	}
 	if len(errs) == 0 {
 		// valid() is stricter than the checks above only by mistake.
@@ -208,7 +220,7 @@ func (l Limit) valid() bool {
 			return false
 		}
 	case SlidingWindow:
-		if l.Limit+1 > algorithm.MaxExact/periodUS {
+		if l.Limit+1 > algorithm.MaxExact/periodUS || periodUS > algorithm.MaxPeriod/2 {
 			return false
 		}
 	case TokenBucket, GCRA:
@@ -216,14 +228,32 @@ func (l Limit) valid() bool {
 			return false
 		}
 		if l.Limit > 0 {
-			b := l.Capacity()
-			return b <= algorithm.MaxExact/l.Limit && b <= algorithm.MaxPeriod/max(1, periodUS/l.Limit)
+			productOK, refillOK := bucketFits(l.Capacity(), l.Limit, periodUS)
+			return productOK && refillOK
 		}
 		return true
 	default:
 		return false
 	}
 	return l.Burst == 0
+}
+
+// bucketFits reports whether a TokenBucket or GCRA of capacity b refilled
+// limit per periodUS keeps its arithmetic exact: productOK when
+// b*limit <= MaxExact (instants carry a fraction of a microsecond in units
+// of 1/limit), refillOK when also b*periodUS/limit <= MaxPeriod, exactly
+// (refilling the whole bucket takes at most MaxPeriod, so now plus that
+// stays within MaxExact). limit > 0, periodUS > 0, 0 <= b <= MaxLimit.
+func bucketFits(b, limit, periodUS int64) (productOK, refillOK bool) {
+	if b > algorithm.MaxExact/limit {
+		return false, false
+	}
+	// b*periodUS/limit = b*q + b*r/limit; b*r <= b*limit <= MaxExact.
+	q, r := periodUS/limit, periodUS%limit
+	if q > 0 && b > algorithm.MaxPeriod/q {
+		return true, false
+	}
+	return true, b*q+(b*r+limit-1)/limit <= algorithm.MaxPeriod
 }
 
 func algorithmList() string {

@@ -59,7 +59,8 @@ func (r *Request) Validate() error {
 	}
 	if !r.Now.IsZero() {
 		if us := r.Now.UnixMicro(); us < 0 || us > maxNowMicros {
-			return fmt.Errorf("%w: now: %v is outside 1970 to 2112", ErrInvalidRequest, r.Now)
+			return fmt.Errorf("%w: now: %v is outside %v to %v", ErrInvalidRequest, r.Now,
+				time.UnixMicro(0).UTC(), time.UnixMicro(maxNowMicros).UTC())
 		}
 	}
 	if err := r.Limit.Validate(); err != nil {
@@ -95,8 +96,9 @@ type Decision struct {
 	// 59 after the first request of 60 per minute.
 	Remaining int64
 	// ResetAfter is the time until the key is back to its empty state
-	// (Remaining == Limit); 0 if it already is. For a fixed window with a
-	// count above 0, the time until the window ends.
+	// (where Remaining == Limit, though a SlidingWindow may get there
+	// sooner); 0 if it already is. For a fixed window with a count above 0,
+	// the time until the window ends.
 	ResetAfter time.Duration
 	// RetryAfter is 0 when allowed. When denied, it is the time until the
 	// same request would be admitted if nothing else happened, or Never.

@@ -50,9 +50,11 @@ func (s Concurrency) Step(p Params, now, cost int64, id string, op LeaseOp) (Con
 	allowed := true
 	if op == LeaseRelease {
 		units = slices.DeleteFunc(units, own)
-	} else if cost > 0 {
+	} else {
+		// A peek (cost 0) is decided like any cost: denied only when the
+		// key is over its limit (a limit lowered below what is held).
 		allowed = others+cost <= p.Limit
-		if allowed {
+		if allowed && cost > 0 {
 			units = slices.DeleteFunc(units, own)
 			for i := range cost {
 				units = append(units, Unit{ID: id, Index: i, Expires: now + p.Period})

@@ -25,13 +25,17 @@
 // 0, with RetryAfter = Never.
 //
 // A denied request changes no state, except with CountRejected (only the
-// two counting algorithms accept it), where it still adds its cost.
+// two counting algorithms accept it), where it still adds its cost, up to
+// Limit+1 for FixedWindow and Limit for SlidingWindow, so that no count
+// grows without bound.
 //
 // In every Decision: Limit is the capacity (the largest Remaining can be);
 // Remaining is the largest cost that would be admitted right after this
-// step; ResetAfter is the time until the key is back to its empty state
-// (Remaining == Limit), 0 if it already is, and is also how long a store
-// keeps the key (its TTL); RetryAfter is 0 when allowed, else the time until
+// step; ResetAfter is the time until the key is back to its empty state,
+// the zero state (where Remaining == Limit, though a SlidingWindow can
+// reach Remaining == Limit sooner, when its weighted count floors to 0), 0
+// if it already is, and is also how long a store keeps the key (its TTL);
+// RetryAfter is 0 when allowed, else the time until
 // the same request would be admitted if nothing else happened, or Never.
 //
 // # The algorithms
@@ -60,7 +64,9 @@
 // form. The estimate assumes the previous window's requests were spread
 // evenly, so it can admit more or less than a log would; memory is O(1).
 // (Limit+1)*Period must not exceed MaxExact (Period in microseconds): for
-// instance at most 104 thousand per day, 2.5 million per hour.
+// instance at most 52 thousand per day, 1.25 million per hour; and since a
+// key lives until the end of the next window, Period is at most
+// MaxPeriod/2.
 //
 // TokenBucket ("token_bucket"): a bucket of Burst tokens, full at first,
 // that gains Limit tokens per Period, one every T = Period/Limit, kept exact
@@ -71,9 +77,13 @@
 //
 // GCRA ("gcra"): the generic cell rate algorithm, a virtual-scheduling
 // leaky bucket that keeps one instant (the theoretical arrival time)
-// instead of a count and an instant. It admits exactly what TokenBucket
-// with the same Params admits and reports the same Remaining, ResetAfter and
-// RetryAfter (a test checks this on random sequences).
+// instead of a count and an instant. While the clock does not go backwards
+// it admits exactly what TokenBucket with the same Params admits and reports
+// the same Remaining, ResetAfter and RetryAfter (a test checks this on
+// random sequences). When the clock goes back before the last instant a
+// token was credited, GCRA is the stricter: TokenBucket keeps the tokens it
+// credited, while GCRA counts back from its one instant as if they were not
+// earned yet.
 //
 // Concurrency ("concurrency"): at most Limit units held at once by leases.
 // A lease of cost n holds n units under its ID until now+Period (its TTL)

@@ -12,6 +12,11 @@ type FixedWindow struct {
 // Count > 0 and now < Start+Period; a clock that goes backwards stays in the
 // live window and never opens a new one early. A new window starts at the
 // multiple of Period at or before now, or at now with FirstHit.
+//
+// With CountRejected a denied request still adds its cost, but the count
+// stops at Limit+1: every count above Limit decides alike (all denied,
+// Remaining 0), and the cap keeps the count below MaxExact and away from
+// int64 overflow however long a client keeps retrying.
 func (s FixedWindow) Step(p Params, now, cost int64) (FixedWindow, Decision) {
 	start, count := s.Start, s.Count
 	if count <= 0 || now >= start+p.Period {
@@ -23,8 +28,10 @@ func (s FixedWindow) Step(p Params, now, cost int64) (FixedWindow, Decision) {
 		}
 	}
 	allowed := count+cost <= p.Limit
-	if allowed || p.CountRejected {
+	if allowed {
 		count += cost
+	} else if p.CountRejected {
+		count = min(count+cost, p.Limit+1)
 	}
 	d := Decision{Allowed: allowed, Limit: p.Limit, Remaining: max(0, p.Limit-count)}
 	if count > 0 {

@@ -3,9 +3,10 @@ package algorithm
 // GCRA is the state of the generic cell rate algorithm (a leaky bucket used
 // as a meter): the theoretical arrival time TAT + TATFrac/Limit
 // microseconds, the instant at which the bucket would be full again. The
-// zero value (any TAT at or before now) is a full bucket. It admits exactly
-// what a TokenBucket with the same Params admits, keeping one instant
-// instead of a count and an instant. Mirrored by
+// zero value (any TAT at or before now) is a full bucket. While the clock
+// does not go backwards it admits exactly what a TokenBucket with the same
+// Params admits, keeping one instant instead of a count and an instant (see
+// the package doc for a clock that does). Mirrored by
 // store/redisstore/scripts/gcra.lua.
 type GCRA struct {
 	TAT     int64

@@ -55,8 +55,9 @@ type Decision struct {
 	Limit int64
 	// Remaining is the largest cost admissible right after this step, >= 0.
 	Remaining int64
-	// ResetAfter is the time until the key is back to its empty state
-	// (Remaining == Limit), in microseconds, rounded up; 0 if it is empty.
+	// ResetAfter is the time until the key is back to its empty state (the
+	// zero state, where Remaining == Limit), in microseconds, rounded up; 0
+	// if it is empty. It is Expires - now.
 	ResetAfter int64
 	// RetryAfter is 0 when allowed; otherwise the time until a request of the
 	// same cost would be admitted if nothing else happened, rounded up, or

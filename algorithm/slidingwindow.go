@@ -12,10 +12,13 @@ type SlidingWindow struct {
 
 // Step decides a request of cost units at now. With e = now - Start, the
 // estimate is floor(Prev*(Period-e)/Period) + Curr, and the request is
-// admitted if estimate + cost <= Limit. Taking the floor loses nothing: the
-// right side is an integer, so the comparison is the same as with the exact
-// fraction. Counts never exceed Limit (CountRejected saturates at Limit), so
-// every product stays below (Limit+1)*Period <= MaxExact.
+// admitted if estimate + cost <= Limit. The floor is the spec, not a
+// shortcut: it admits a request whenever the exact weighted fraction is
+// below Limit - Curr - cost + 1, so up to one unit more than comparing the
+// exact fraction would (Prev 1, halfway through the window: the exact
+// weight is 1/2, the floor 0). Counts never exceed Limit (CountRejected
+// saturates at Limit), so every product stays below (Limit+1)*Period <=
+// MaxExact.
 func (s SlidingWindow) Step(p Params, now, cost int64) (SlidingWindow, Decision) {
 	start, prev, curr := now-now%p.Period, int64(0), int64(0)
 	switch {

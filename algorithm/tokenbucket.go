@@ -18,13 +18,17 @@ type TokenBucket struct {
 // Step decides a request of cost units at now. It first credits the whole
 // tokens earned since Last (at most Taken of them), then admits the request
 // if the tokens in the bucket, Burst - Taken, are at least cost. A request
-// taken from a full bucket starts the refill clock at now.
+// taken from a full bucket starts the refill clock at now. Taken is read as
+// at most Burst: a bucket never holds fewer than 0 tokens.
 func (s TokenBucket) Step(p Params, now, cost int64) (TokenBucket, Decision) {
 	if p.Limit <= 0 {
 		return TokenBucket{}, denyAll(cost)
 	}
 	t := newRate(p.Limit, p.Period)
-	taken := max(0, s.Taken)
+	// A state kept under a larger Burst (a store shares it when a limit
+	// changes) is read under this one: the bucket is at most empty, which
+	// also keeps taken*T within the bounds Validate checks for p.
+	taken := min(max(0, s.Taken), p.Burst)
 	last := t.norm(instant{s.Last, s.LastFrac})
 	nowI := instant{us: now}
 	if taken > 0 && last.less(nowI) {
@@ -62,7 +66,7 @@ func (s TokenBucket) Expires(p Params) int64 {
 		return 0
 	}
 	t := newRate(p.Limit, p.Period)
-	return t.add(t.norm(instant{s.Last, s.LastFrac}), t.times(s.Taken)).ceil()
+	return t.add(t.norm(instant{s.Last, s.LastFrac}), t.times(min(s.Taken, p.Burst))).ceil()
 }
 
 // denyAll is the decision of a limit of zero: every request of cost above

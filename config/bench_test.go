@@ -122,3 +122,29 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseHostile measures what a small hostile file can cost: alias
+// bombs stopped by the problem cap (duplicates) and by the node budget
+// (distinct descriptors).
+func BenchmarkParseHostile(b *testing.B) {
+	var dup strings.Builder
+	dup.WriteString("l0: &l0 {key: k, rate_limit: {unit: second, requests_per_unit: 1}}\n")
+	for i := 1; i <= 8; i++ {
+		fmt.Fprintf(&dup, "l%d: &l%d {key: k, descriptors: [%s]}\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d, ", i-1), 10), ", "))
+	}
+	dup.WriteString("domain: bomb\ndescriptors: [*l8]\n")
+	for _, bc := range []struct{ name, data string }{
+		{"input=duplicate-bomb", dup.String()},
+		{"input=wide-bomb", wideBomb()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Parse("bomb.yaml", []byte(bc.data)); err == nil {
+					b.Fatal("no error")
+				}
+			}
+		})
+	}
+}

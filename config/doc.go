@@ -35,7 +35,8 @@
 //
 // Parse never panics, whatever its input (it is fuzzed), and bounds what a
 // hostile file can cost: 16 MiB, 64 nested descriptor levels, aliases
-// expanding to at most one node per byte plus a million, 1000 problems.
+// expanding the file to at most four YAML nodes per byte (and 64k; 2M in
+// all), 1000 problems.
 //
 // # The format, as upstream defines it
 //

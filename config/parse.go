@@ -26,7 +26,9 @@ const MaxFileSize = 16 << 20
 const (
 	maxDepth      = 64      // nested descriptor levels
 	maxMergeDepth = 16      // nested "<<" merge keys
-	extraNodes    = 1 << 20 // YAML nodes visited beyond one per byte; see visit
+	nodesPerByte  = 4       // YAML nodes visited per byte of the file; see visit
+	extraNodes    = 1 << 16 // and beyond that
+	maxNodes      = 1 << 21 // and never more
 	maxErrors     = 1000    // problems reported per file
 	maxFieldLen   = 200     // longer field paths are cut in the middle
 	maxMsgLen     = 500     // longer messages (quoting long user text) are cut
@@ -61,7 +63,7 @@ var (
 // every problem at once, each an *Error with line, column and field. It
 // never panics, whatever data holds.
 func Parse(file string, data []byte) (*Domain, error) {
-	p := &parser{file: file, budget: len(data) + extraNodes}
+	p := &parser{file: file, budget: min(nodesPerByte*len(data)+extraNodes, maxNodes)}
 	d := p.parse(data)
 	if err := p.err(); err != nil {
 		return nil, err
@@ -282,18 +284,20 @@ func (p *parser) err() error {
 }
 
 // visit counts a node against the budget. Without aliases a file cannot
-// hold more mappings and list items than bytes, so a budget of one node per
-// byte, plus a million for subtrees reused through aliases, only stops
-// aliases of aliases (the "billion laughs"), which would otherwise make the
-// walk endless. It reports false, once with an error, when the budget is
-// spent or too many problems were found.
+// hold more mappings and list items than bytes; subtrees reused through
+// aliases may expand it to four nodes per byte and some (a 16 MiB file of
+// plain descriptors is about a million). The budget only stops aliases of
+// aliases (the "billion laughs"), which would otherwise make the walk
+// endless, and keeps a small hostile file cheap: 2.5 KB cannot cost more
+// than some 75,000 nodes. It reports false, once with an error, when the
+// budget is spent or too many problems were found.
 func (p *parser) visit(n *yaml.Node) bool {
 	if p.stop {
 		return false
 	}
 	p.budget--
 	if p.budget < 0 {
-		p.halt(n, "the file expands to more YAML nodes than it has bytes (aliases of aliases?); stopped here")
+		p.halt(n, "aliases expand the file to too many YAML nodes (aliases of aliases?); stopped here")
 		return false
 	}
 	return true
@@ -408,7 +412,6 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 		shadow, detailed                bool
 	)
 	for _, f := range p.fields(n, path, 0) {
-		fpath := join(path, f.name)
 		switch f.name {
 		case "key":
 			key = &f
@@ -419,13 +422,13 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 		case "descriptors":
 			children = &f
 		case "shadow_mode":
-			shadow, _ = p.boolean(f.val, fpath)
+			shadow, _ = p.boolean(f.val, join(path, f.name))
 		case "detailed_metric":
-			detailed, _ = p.boolean(f.val, fpath)
+			detailed, _ = p.boolean(f.val, join(path, f.name))
 		case "value_to_metric":
-			lv.ValueToMetric, _ = p.boolean(f.val, fpath)
+			lv.ValueToMetric, _ = p.boolean(f.val, join(path, f.name))
 		case "share_threshold":
-			lv.ShareThreshold, _ = p.boolean(f.val, fpath)
+			lv.ShareThreshold, _ = p.boolean(f.val, join(path, f.name))
 		default:
 			p.unknown(f, path, "a descriptor", descriptorFields)
 		}

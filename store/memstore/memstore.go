@@ -11,12 +11,17 @@
 // decision on an existing key of an O(1) algorithm allocates nothing.
 // Expired state is dropped when it is next touched and by a background
 // sweeper, so memory stays bounded by the keys live in the last period.
+// Like a Redis TTL, a key lives for its ResetAfter by the store's Clock,
+// whatever the Request.Now of the request that wrote it: a caller whose
+// clock is behind the store's loses no state to the sweeper.
 //
-// Memory per live key (measured by BenchmarkMemoryPerKey, 64-bit, Go 1.26):
-// about 100 bytes plus the key for fixed_window, sliding_window,
-// token_bucket and gcra (a 32-byte slot in a Go map); sliding_window_log
-// adds 8 bytes per logged unit and concurrency about 40 bytes plus the lease
-// ID per held unit.
+// Memory per live key (measured by BenchmarkMemoryPerKey with a million
+// keys, amd64, Go 1.26; see BENCHMARKS.md): about 135 bytes plus the key's
+// own bytes for fixed_window, sliding_window, token_bucket and gcra (a
+// 56-byte map entry, key header and state, in Go maps that run partly
+// empty); sliding_window_log about 125 bytes with one logged unit and 13
+// more per further unit; concurrency about 150 bytes with one held unit and
+// 53 more, plus the lease ID's bytes, per further unit.
 package memstore
 
 import (
@@ -101,7 +106,7 @@ type mkey struct {
 }
 
 // slot is the state of one key of an O(1) algorithm: up to three integers
-// and the time (µs) at which it expires.
+// and the time (µs, by the store's clock) at which the sweeper may drop it.
 type slot struct {
 	a, b, c int64
 	exp     int64
@@ -165,11 +170,15 @@ func (s *Store) shard(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)&s.mask]
 }
 
-func (s *Store) nowMicros(r *floodgate.Request) int64 {
+// times returns the time (µs) r is decided at, and skew, what to add to a
+// time of the request to make it a time of the store's clock: 0 unless r
+// has its own Now.
+func (s *Store) times(r *floodgate.Request) (now, skew int64) {
 	if r.Now.IsZero() {
-		return s.clock.Now().UnixMicro()
+		return s.clock.Now().UnixMicro(), 0
 	}
-	return r.Now.UnixMicro()
+	now = r.Now.UnixMicro()
+	return now, s.clock.Now().UnixMicro() - now
 }
 
 // Apply decides r atomically: see floodgate.Store.
@@ -180,17 +189,21 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 	if err := ctx.Err(); err != nil {
 		return floodgate.Decision{}, err
 	}
-	now := s.nowMicros(&r)
+	now, skew := s.times(&r)
 	sh := s.shard(r.Key)
 	sh.mu.Lock()
-	d := sh.step(&r, r.Limit.Params(), now, true)
+	d := sh.step(&r, r.Limit.Params(), now, skew, true)
 	sh.mu.Unlock()
 	return floodgate.FromAlgorithm(d, now), nil
 }
 
-// step decides r in the shard, whose lock the caller holds, and stores the
-// new state if commit is set (or the state did not change).
-func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now int64, commit bool) algorithm.Decision {
+// step decides r at now in the shard, whose lock the caller holds, and
+// stores the new state if commit is set. State that expired but was not
+// swept yet is passed to the algorithm as it is: every Step treats state
+// older than its period as the empty state, and returns the empty state,
+// which step then deletes. The state's sweeping deadline is its Expires
+// plus skew (see Store.times), on the store's clock.
+func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now, skew int64, commit bool) algorithm.Decision {
 	k := kindOf(r.Limit.Algorithm)
 	mk := mkey{r.Key, p.Period}
 	var d algorithm.Decision
@@ -198,7 +211,7 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now int64, commi
 	case kLog:
 		ls := sh.logs[mk]
 		var st algorithm.SlidingWindowLog
-		if ls != nil && ls.exp > now {
+		if ls != nil {
 			st.Log = ls.log
 		}
 		if !commit {
@@ -213,14 +226,14 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now int64, commi
 				ls = &logSlot{}
 				sh.logs[mk] = ls
 			}
-			ls.log, ls.exp = st.Log, exp
+			ls.log, ls.exp = st.Log, exp+skew
 		} else if ls != nil {
 			delete(sh.logs, mk)
 		}
 	case kConc:
 		cs := sh.conc[mk]
 		var st algorithm.Concurrency
-		if cs != nil && cs.exp > now {
+		if cs != nil {
 			st.Units = cs.units
 		}
 		if !commit {
@@ -239,16 +252,13 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now int64, commi
 				cs = &concSlot{}
 				sh.conc[mk] = cs
 			}
-			cs.units, cs.exp = st.Units, exp
+			cs.units, cs.exp = st.Units, exp+skew
 		} else if cs != nil {
 			delete(sh.conc, mk)
 		}
 	default:
 		m := sh.small[k]
 		old, ok := m[mk]
-		if ok && old.exp <= now {
-			old = slot{}
-		}
 		var next slot
 		switch k {
 		case kFixed:
@@ -264,10 +274,13 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now int64, commi
 			st, dd := algorithm.GCRA{TAT: old.a, TATFrac: old.b}.Step(p, now, r.Cost)
 			next, d = slot{a: st.TAT, b: st.TATFrac, exp: st.Expires(p)}, dd
 		}
-		if !commit || next == old {
+		// A decision that changes no state (a denial, a peek) leaves the
+		// deadline as the last change set it, as a Redis TTL would.
+		if !commit || next.a == old.a && next.b == old.b && next.c == old.c {
 			return d
 		}
-		if next.exp > now {
+		if next.exp > 0 {
+			next.exp += skew
 			m[mk] = next
 		} else if ok {
 			delete(m, mk)
@@ -302,16 +315,23 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 			s.shards[i].mu.Unlock()
 		}
 	}()
+	// One reading of the clock for the whole batch: one decision, one time.
+	clockNow := s.clock.Now().UnixMicro()
 	nows := make([]int64, len(rs))
+	skews := make([]int64, len(rs))
 	params := make([]algorithm.Params, len(rs))
 	ds := make([]algorithm.Decision, len(rs))
 	undo := make([]snapshot, len(rs))
 	admitted := true
 	for i := range rs {
-		nows[i], params[i] = s.nowMicros(&rs[i]), rs[i].Limit.Params()
+		nows[i], params[i] = clockNow, rs[i].Limit.Params()
+		if !rs[i].Now.IsZero() {
+			nows[i] = rs[i].Now.UnixMicro()
+			skews[i] = clockNow - nows[i]
+		}
 		sh := &s.shards[idx[i]]
 		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), mkey{rs[i].Key, params[i].Period})
-		ds[i] = sh.step(&rs[i], params[i], nows[i], true)
+		ds[i] = sh.step(&rs[i], params[i], nows[i], skews[i], true)
 		admitted = admitted && ds[i].Allowed
 	}
 	if !admitted {
@@ -324,10 +344,10 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 			case ds[i].Allowed:
 				peek := rs[i]
 				peek.Cost, peek.Lease, peek.Release = 0, "", false
-				ds[i] = sh.step(&peek, params[i], nows[i], false)
+				ds[i] = sh.step(&peek, params[i], nows[i], skews[i], false)
 				ds[i].Allowed, ds[i].RetryAfter = false, 0
 			case rs[i].Limit.CountRejected:
-				sh.step(&rs[i], params[i], nows[i], true)
+				sh.step(&rs[i], params[i], nows[i], skews[i], true)
 			}
 		}
 	}
@@ -382,8 +402,13 @@ func (sh *shard) restore(sn snapshot) {
 	}
 }
 
-// Reset forgets key's state for limit's algorithm.
+// Reset forgets key's state under limit's algorithm and period. An empty
+// key or an invalid limit is an error, as in Apply.
 func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
+	probe := floodgate.Request{Key: key, Limit: limit}
+	if err := probe.Validate(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -1,0 +1,212 @@
+package algorithm
+
+import (
+	"math/big"
+	"math/rand/v2"
+	"testing"
+)
+
+func TestSlidingWindowSteps(t *testing.T) {
+	p10 := Params{Limit: 10, Period: sec}
+	tests := []struct {
+		name  string
+		p     Params
+		steps []step
+	}{
+		{"weighted estimate", p10, []step{
+			// Window [t0, t0+1s): curr 4, then 10.
+			{at: t0 + 500*ms, cost: 4, want: allow(10, 6, 1500*ms)},
+			{at: t0 + 900*ms, cost: 6, want: allow(10, 0, 1100*ms)},
+			// In the next window prev = 10 weighs floor(10*(1s-e)/1s): 9
+			// from e = 1 µs on, room for 1.
+			{at: t0 + 900*ms, cost: 1, want: deny(10, 0, 1100*ms, 100*ms+1)},
+			// e = 250 ms: floor(10 × 0.75) = 7, Remaining 3.
+			{at: t0 + 1250*ms, cost: 0, want: allow(10, 3, 750*ms)},
+			// 4 fits once floor(10*(1s-e)/1s) <= 6: e = 1s - floor((7s-1)/10) = 300001 µs.
+			{at: t0 + 1250*ms, cost: 4, want: deny(10, 3, 750*ms, 50*ms+1)},
+			// Admitted by the floor: the exact weight is 6.99999, so the
+			// exact estimate 6.99999+4 is above 10; the spec takes the floor.
+			{at: t0 + sec + 300_001, cost: 4, want: allow(10, 0, 2*sec-300_001)},
+			// Window [t0+2s, t0+3s): prev 4 weighs floor(4 × 0.5) = 2.
+			// 10 fits when the weight is 0: e = 1s - floor((1s-1)/4) = 750001 µs.
+			{at: t0 + 2500*ms, cost: 10, want: deny(10, 8, 500*ms, 250*ms+1)},
+			{at: t0 + 2*sec + 750_001, cost: 10, want: allow(10, 0, 2*sec-750_001)},
+			// Two windows later both counts have left.
+			{at: t0 + 5*sec, cost: 0, want: allow(10, 10, 0)},
+			{at: t0 + 5*sec, cost: 11, want: deny(10, 10, 0, Never)},
+		}},
+		{"Remaining back to Limit before ResetAfter", p10, []step{
+			{at: t0 + 900*ms, cost: 1, want: allow(10, 9, 1100*ms)},
+			// prev 1 weighs floor(1 × 0.5) = 0: Remaining is Limit, yet
+			// the key is not empty until the window ends.
+			{at: t0 + 1500*ms, cost: 0, want: allow(10, 10, 500*ms)},
+			{at: t0 + 2*sec, cost: 0, want: allow(10, 10, 0)},
+		}},
+		{"retry in the window after next", Params{Limit: 20, Period: 10}, []step{
+			{at: t0, cost: 20, want: allow(20, 0, 20)},
+			// Cost 1 fits 1 µs into the next window: floor(20 × 9/10) = 18.
+			{at: t0, cost: 1, want: deny(20, 0, 20, 11)},
+			// Cost 20 needs a weight of 0, but floor(20 × 1/10) = 2 even at
+			// the last microsecond of the next window: it fits in the one
+			// after, when the key is empty.
+			{at: t0, cost: 20, want: deny(20, 0, 20, 20)},
+			{at: t0 + 19, cost: 20, want: deny(20, 18, 1, 1)},
+			{at: t0 + 20, cost: 20, want: allow(20, 0, 20)},
+		}},
+		{"count rejected off", p10, []step{
+			{at: t0 + 500*ms, cost: 8, want: allow(10, 2, 1500*ms)},
+			// 5 fits when floor(8*(1s-e)/1s) <= 5: e = 1s - floor((6s-1)/8) = 250001 µs.
+			{at: t0 + 600*ms, cost: 5, want: deny(10, 2, 1400*ms, 650*ms+1)},
+			{at: t0 + 700*ms, cost: 2, want: allow(10, 0, 1300*ms)},
+		}},
+		{"count rejected", Params{Limit: 10, Period: sec, CountRejected: true}, []step{
+			{at: t0 + 500*ms, cost: 8, want: allow(10, 2, 1500*ms)},
+			// Counted, saturating at Limit: curr 10. 5 fits when
+			// floor(10*(1s-e)/1s) <= 5: e = 1s - floor((6s-1)/10) = 400001 µs.
+			{at: t0 + 600*ms, cost: 5, want: deny(10, 0, 1400*ms, 800*ms+1)},
+			// At the limit, not over it: a peek is allowed.
+			{at: t0 + 700*ms, cost: 0, want: allow(10, 0, 1300*ms)},
+			{at: t0 + 700*ms, cost: 11, want: deny(10, 0, 1300*ms, Never)},
+			{at: t0 + sec + 400_001, cost: 5, want: allow(10, 0, 2*sec-400_001)},
+		}},
+		{"limit 0", Params{Limit: 0, Period: sec}, []step{
+			{at: t0, cost: 1, want: deny(0, 0, 0, Never)},
+			{at: t0, cost: 0, want: allow(0, 0, 0)},
+		}},
+		{"clock going backwards", p10, []step{
+			{at: t0 + 1500*ms, cost: 5, want: allow(10, 5, 1500*ms)},
+			// Back into the previous window: the state stays in the window
+			// of t0+1s, with 0 elapsed.
+			{at: t0 + 900*ms, cost: 1, want: allow(10, 4, 2100*ms)},
+			// Window of t0+2s: prev 6 weighs 3 at e = 500 ms.
+			{at: t0 + 2500*ms, cost: 0, want: allow(10, 7, 500*ms)},
+			// Back again: prev weighs all of its 6.
+			{at: t0 + 1900*ms, cost: 0, want: allow(10, 4, 1100*ms)},
+			// 5 fits from 1 µs into the window of t0+2s: floor(6 × (1s-1)/1s) = 5.
+			{at: t0 + 1900*ms, cost: 5, want: deny(10, 4, 1100*ms, 100*ms+1)},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			run(t, tc.p, &slidingM{}, tc.steps)
+		})
+	}
+}
+
+// slidingModel is the sliding window counter of the package doc, written
+// out: the weight floor(Prev*(Period-e)/Period) is an exact big.Rat floored,
+// and RetryAfter is found by searching for the first instant the same
+// request is admitted.
+type slidingModel struct {
+	p                 Params
+	start, prev, curr int64
+}
+
+// view is the window, counts and elapsed time a request at t sees.
+func (s *slidingModel) view(t int64) (start, prev, curr, e int64) {
+	w := t / s.p.Period * s.p.Period
+	switch {
+	case s.prev == 0 && s.curr == 0:
+		return w, 0, 0, t - w
+	case w < s.start: // the clock went back: stay, with nothing elapsed
+		return s.start, s.prev, s.curr, 0
+	case w == s.start:
+		return w, s.prev, s.curr, t - w
+	case w == s.start+s.p.Period:
+		return w, s.curr, 0, t - w
+	}
+	return w, 0, 0, t - w
+}
+
+func (s *slidingModel) weight(prev, e int64) int64 {
+	r := new(big.Rat).SetFrac(big.NewInt(prev), big.NewInt(s.p.Period))
+	r.Mul(r, new(big.Rat).SetInt64(s.p.Period-e))
+	return new(big.Int).Quo(r.Num(), r.Denom()).Int64() // floor: r >= 0
+}
+
+func (s *slidingModel) admits(t, cost int64) bool {
+	_, prev, curr, e := s.view(t)
+	return s.weight(prev, e)+curr+cost <= s.p.Limit
+}
+
+func (s *slidingModel) step(now, cost int64, _ string, _ LeaseOp) Decision {
+	start, prev, curr, e := s.view(now)
+	w := s.weight(prev, e)
+	allowed := w+curr+cost <= s.p.Limit
+	if allowed {
+		curr += cost
+	} else if s.p.CountRejected {
+		curr = min(curr+cost, s.p.Limit)
+	}
+	s.start, s.prev, s.curr = start, prev, curr
+	d := Decision{Allowed: allowed, Limit: s.p.Limit, Remaining: max(0, s.p.Limit-w-curr)}
+	switch {
+	case curr > 0:
+		d.ResetAfter = start + 2*s.p.Period - now
+	case prev > 0:
+		d.ResetAfter = start + s.p.Period - now
+	}
+	switch {
+	case allowed:
+	case cost > s.p.Limit:
+		d.RetryAfter = Never
+	default:
+		d.RetryAfter = firstTrue(now+1, now+d.ResetAfter, func(t int64) bool { return s.admits(t, cost) }) - now
+	}
+	return d
+}
+
+func slidingParams(rng *rand.Rand) Params {
+	p := Params{Limit: rng.Int64N(12), Period: randomPeriod(rng), CountRejected: rng.IntN(2) == 0}
+	if rng.IntN(4) == 0 {
+		p.Limit = rng.Int64N(200) // Limit above Period: the weight stays above 0
+	}
+	return p
+}
+
+func TestSlidingWindowModel(t *testing.T) {
+	t.Parallel()
+	for _, back := range []bool{false, true} {
+		differential(t, 5, 150, 150, slidingParams, func() machine { return &slidingM{} }, func(p Params) model { return &slidingModel{p: p} }, back)
+	}
+}
+
+// TestSlidingWindowAdmits checks on sequences whose clock never goes
+// backwards that at most Limit units are admitted in one aligned window.
+func TestSlidingWindowAdmits(t *testing.T) {
+	t.Parallel()
+	for _, tr := range traces(t, 6, 400, 200, slidingParams, func() machine { return &slidingM{} }, false) {
+		p := tr.p
+		for _, ev := range tr.evs {
+			start := ev.now / p.Period * p.Period
+			if n := tr.admitted(start, start+p.Period); n > p.Limit {
+				t.Fatalf("params %+v: %d units admitted in the window starting at %d", p, n, start)
+			}
+		}
+	}
+}
+
+// TestSlidingWindowRetryClosedForm checks slidingFirst, the closed form of
+// the first instant the weight lets a request fit, against a search over
+// every elapsed time, for every small prev, room and period.
+func TestSlidingWindowRetryClosedForm(t *testing.T) {
+	for period := int64(1); period <= 12; period++ {
+		p := Params{Period: period}
+		m := slidingModel{p: p}
+		for prev := int64(0); prev <= 30; prev++ {
+			for room := int64(-1); room <= 31; room++ {
+				wantE, wantOK := int64(0), false
+				for e := range period {
+					if m.weight(prev, e) <= room {
+						wantE, wantOK = e, true
+						break
+					}
+				}
+				e, ok := slidingFirst(p, prev, room)
+				if ok != wantOK || ok && e != wantE {
+					t.Errorf("period %d prev %d room %d: slidingFirst = %d, %v; want %d, %v", period, prev, room, e, ok, wantE, wantOK)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,238 @@
+// Package bench compares floodgate's memory store with other Go rate
+// limiters, side by side in one run. It is a module of its own so that the
+// peers never become dependencies of floodgate's users.
+//
+//	cd bench && go test -run '^$' -bench . -benchmem -count 3
+//
+// BENCHMARKS.md at the repository root has the figures and how to read them.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/store/memstore"
+	"github.com/sethvargo/go-limiter"
+	"github.com/sethvargo/go-limiter/memorystore"
+	"golang.org/x/time/rate"
+)
+
+// An outcome is a load every library gets the same way: a rate so high that
+// nothing is ever denied, or one unit per hour, so that all but the first
+// request of each key are denied.
+type outcome struct {
+	name     string
+	perSec   float64 // the rate, for x/time/rate
+	tokens   uint64  // per interval, for go-limiter
+	interval time.Duration
+	limit    floodgate.Limit // Algorithm filled in per library
+}
+
+var outcomes = []outcome{
+	// A billion per second admits more than any benchmark can ask. The burst
+	// of the buckets is 4 million, the most floodgate allows at that rate
+	// (burst × limit ≤ 2^52).
+	{"allowed", 1e9, 1e9, time.Second, floodgate.Limit{Limit: 1e9, Period: time.Second, Burst: 4_000_000}},
+	{"denied", 1.0 / 3600, 1, time.Hour, floodgate.Limit{Limit: 1, Period: time.Hour}},
+}
+
+// A lib answers "may key take one unit?". Each is made per benchmark, with
+// every key already seen once, so the benchmark measures the decision on an
+// existing key, not the first insertion.
+type lib struct {
+	name string
+	make func(tb testing.TB, o outcome, keys []string) func(ctx context.Context, key string) bool
+}
+
+var libs = []lib{
+	{"floodgate-gcra-limiter", floodgateLimiter(floodgate.GCRA)},
+	{"floodgate-gcra-store", floodgateStore(floodgate.GCRA)},
+	{"floodgate-token_bucket-limiter", floodgateLimiter(floodgate.TokenBucket)},
+	{"floodgate-token_bucket-store", floodgateStore(floodgate.TokenBucket)},
+	{"x-time-rate", xTimeRate},
+	{"go-limiter", goLimiter},
+}
+
+func newMemstore(tb testing.TB) *memstore.Store {
+	s := memstore.New(nil)
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// floodgateLimiter decides through floodgate.Limiter.Allow, what most
+// callers use: it validates the limit and builds the Request.
+func floodgateLimiter(alg floodgate.Algorithm) func(testing.TB, outcome, []string) func(context.Context, string) bool {
+	return func(tb testing.TB, o outcome, keys []string) func(context.Context, string) bool {
+		l := o.limit
+		l.Algorithm = alg
+		lim, err := floodgate.New(newMemstore(tb), nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		allow := func(ctx context.Context, key string) bool {
+			d, err := lim.Allow(ctx, key, l)
+			return err == nil && d.Allowed
+		}
+		for _, k := range keys {
+			allow(context.Background(), k)
+		}
+		return allow
+	}
+}
+
+// floodgateStore calls Store.Apply directly, as a store's own caller
+// would.
+func floodgateStore(alg floodgate.Algorithm) func(testing.TB, outcome, []string) func(context.Context, string) bool {
+	return func(tb testing.TB, o outcome, keys []string) func(context.Context, string) bool {
+		l := o.limit
+		l.Algorithm = alg
+		s := newMemstore(tb)
+		allow := func(ctx context.Context, key string) bool {
+			d, err := s.Apply(ctx, floodgate.Request{Key: key, Limit: l, Cost: 1})
+			return err == nil && d.Allowed
+		}
+		for _, k := range keys {
+			allow(context.Background(), k)
+		}
+		return allow
+	}
+}
+
+// xTimeRate keeps one rate.Limiter per key. x/time/rate has no notion of
+// keys, so the limiters are made up front and looked up in a map that is
+// only read while the benchmark runs: no lock and no insertion, which
+// flatters it against the stores that can take new keys at any time.
+func xTimeRate(tb testing.TB, o outcome, keys []string) func(context.Context, string) bool {
+	burst := int(min(o.limit.Capacity(), 4_000_000))
+	if o.limit.Burst == 0 {
+		burst = int(o.limit.Limit)
+	}
+	m := make(map[string]*rate.Limiter, len(keys))
+	for _, k := range keys {
+		m[k] = rate.NewLimiter(rate.Limit(o.perSec), burst)
+		m[k].Allow()
+	}
+	return func(_ context.Context, key string) bool { return m[key].Allow() }
+}
+
+// goLimiter is github.com/sethvargo/go-limiter's memorystore: a map under
+// a read-write lock, a mutex per bucket, and a clock that ticks per
+// interval (its buckets refill in steps of a whole interval).
+func goLimiter(tb testing.TB, o outcome, keys []string) func(context.Context, string) bool {
+	s, err := memorystore.New(&memorystore.Config{Tokens: o.tokens, Interval: o.interval})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close(context.Background()) })
+	var st limiter.Store = s
+	allow := func(ctx context.Context, key string) bool {
+		_, _, _, ok, err := st.Take(ctx, key)
+		return err == nil && ok
+	}
+	for _, k := range keys {
+		allow(context.Background(), k)
+	}
+	return allow
+}
+
+func keyNames(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%d", i)
+	}
+	return keys
+}
+
+// BenchmarkPeers decides one unit per operation on an existing key:
+// outcome × keys (1 or 10k, visited in turn) × par (1: a loop on one
+// goroutine; GOMAXPROCS: b.RunParallel) × lib. Besides ns/op it reports
+// cpu-ns/op, the CPU time of the process per operation (see cpuTime).
+func BenchmarkPeers(b *testing.B) {
+	ctx := context.Background()
+	for _, o := range outcomes {
+		b.Run("outcome="+o.name, func(b *testing.B) {
+			for _, nkeys := range []int{1, 10_000} {
+				keys := keyNames(nkeys)
+				b.Run(fmt.Sprintf("keys=%s", count(nkeys)), func(b *testing.B) {
+					for _, par := range []int{1, runtime.GOMAXPROCS(0)} {
+						b.Run(fmt.Sprintf("par=%d", par), func(b *testing.B) {
+							for _, l := range libs {
+								b.Run("lib="+l.name, func(b *testing.B) {
+									allow := l.make(b, o, keys)
+									b.ReportAllocs()
+									start, _ := cpuTime()
+									defer func() { reportCPU(b, start) }()
+									if par == 1 {
+										i := 0
+										for b.Loop() {
+											allow(ctx, keys[i])
+											if i++; i == len(keys) {
+												i = 0
+											}
+										}
+										return
+									}
+									b.RunParallel(func(pb *testing.PB) {
+										i := 0
+										for pb.Next() {
+											allow(ctx, keys[i])
+											if i++; i == len(keys) {
+												i = 0
+											}
+										}
+									})
+								})
+							}
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestOutcomes checks that each outcome is what its name says for every
+// library, so that the benchmark compares like with like.
+func TestOutcomes(t *testing.T) {
+	ctx := context.Background()
+	keys := []string{"a"}
+	for _, o := range outcomes {
+		for _, l := range libs {
+			t.Run(o.name+"/"+l.name, func(t *testing.T) {
+				allow := l.make(t, o, keys) // the first request of "a" is taken here
+				allowed := 0
+				for range 1000 {
+					if allow(ctx, "a") {
+						allowed++
+					}
+				}
+				want := map[string]int{"allowed": 1000, "denied": 0}[o.name]
+				if allowed != want {
+					t.Errorf("%d of 1000 allowed, want %d", allowed, want)
+				}
+			})
+		}
+	}
+}
+
+// reportCPU reports the CPU time per operation (cpu-ns/op) the process used
+// since start, where the system can tell.
+func reportCPU(b *testing.B, start time.Duration) {
+	if end, ok := cpuTime(); ok && b.N > 0 {
+		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+func count(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}

@@ -1,0 +1,143 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// conn is the little a Store needs from a Redis client: run a script by
+// digest or by source, delete a key, and recognise the NOSCRIPT error. One
+// implementation per client library keeps the store itself library-neutral.
+type conn interface {
+	// evalSHA runs EVALSHA and returns its reply, an array of integers.
+	evalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error)
+	// eval runs EVAL (which also caches the script on the node).
+	eval(ctx context.Context, src string, keys, args []string) ([]int64, error)
+	// del deletes a key.
+	del(ctx context.Context, key string) error
+	// isNoScript reports whether err is Redis's NOSCRIPT error.
+	isNoScript(err error) bool
+	// close closes the client.
+	close()
+}
+
+// rueidisConn runs scripts on a rueidis client, which pipelines concurrent
+// calls. EVALSHA and EVAL are built without ToRetryable: rueidis never
+// resends them after a network error, so a script never runs twice.
+type rueidisConn struct{ c rueidis.Client }
+
+func (r rueidisConn) evalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	cmd := r.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return rueidisInts(r.c.Do(ctx, cmd))
+}
+
+func (r rueidisConn) eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
+	cmd := r.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return rueidisInts(r.c.Do(ctx, cmd))
+}
+
+func (r rueidisConn) del(ctx context.Context, key string) error {
+	return r.c.Do(ctx, r.c.B().Del().Key(key).Build()).Error()
+}
+
+func (rueidisConn) isNoScript(err error) bool {
+	e, ok := rueidis.IsRedisErr(err)
+	return ok && e.IsNoScript()
+}
+
+func (r rueidisConn) close() { r.c.Close() }
+
+// rueidisInts decodes an array of integers, checking every element.
+func rueidisInts(res rueidis.RedisResult) ([]int64, error) {
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	msgs, err := res.ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", floodgate.ErrUnexpectedReply, err)
+	}
+	out := make([]int64, len(msgs))
+	for i := range msgs {
+		if !msgs[i].IsInt64() {
+			return nil, fmt.Errorf("%w: element %d of the reply is not an integer", floodgate.ErrUnexpectedReply, i)
+		}
+		if out[i], err = msgs[i].AsInt64(); err != nil {
+			return nil, fmt.Errorf("%w: element %d: %v", floodgate.ErrUnexpectedReply, i, err)
+		}
+	}
+	return out, nil
+}
+
+// goRedisConn runs scripts on a go-redis client. A go-redis client that is
+// not an AutoPipeliner sends one command per connection round trip.
+type goRedisConn struct{ c redis.UniversalClient }
+
+func (g goRedisConn) evalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	return goRedisInts(g.c.EvalSha(ctx, sha, keys, anys(args)...))
+}
+
+func (g goRedisConn) eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
+	return goRedisInts(g.c.Eval(ctx, src, keys, anys(args)...))
+}
+
+func (g goRedisConn) del(ctx context.Context, key string) error {
+	return g.c.Del(ctx, key).Err()
+}
+
+func (goRedisConn) isNoScript(err error) bool {
+	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+func (g goRedisConn) close() { _ = g.c.Close() }
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// goRedisInts decodes an array of integers, checking every element.
+func goRedisInts(cmd *redis.Cmd) ([]int64, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: a %T, not an array", floodgate.ErrUnexpectedReply, v)
+	}
+	out := make([]int64, len(arr))
+	for i, e := range arr {
+		n, ok := e.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%w: element %d of the reply is a %T, not an integer", floodgate.ErrUnexpectedReply, i, e)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// classify wraps the error replies of the scripts in floodgate's sentinels:
+// a rejected argument is an invalid request (Apply checks every request
+// first, so it means the Go and Lua checks disagree), a key holding
+// something else than Floodgate state is an unexpected reply.
+func classify(err error) error {
+	// rueidis drops the "ERR " of an error reply, go-redis keeps it.
+	msg := strings.TrimPrefix(err.Error(), "ERR ")
+	switch {
+	case strings.HasPrefix(msg, "floodgate: state:"), strings.HasPrefix(msg, "WRONGTYPE"):
+		return fmt.Errorf("%w: %w", floodgate.ErrUnexpectedReply, err)
+	case strings.HasPrefix(msg, "floodgate: "):
+		return fmt.Errorf("%w: %w", floodgate.ErrInvalidRequest, err)
+	}
+	return err
+}

@@ -1,0 +1,79 @@
+package redisstore
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// maxSubjectLen is the longest subject (Request.Key) kept in a Redis key as
+// it is; a longer one is replaced by its SHA-256.
+const maxSubjectLen = 128
+
+// DefaultPrefix is the prefix of every key when Options.Prefix is empty.
+const DefaultPrefix = "floodgate"
+
+// keyVersion is the version of the state layout in every key: a change of
+// layout changes it, so new code never misreads old state.
+const keyVersion = "v1"
+
+// redisKey is the key that holds the state of subject under a limit of
+// algorithm alg and the given period:
+//
+//	<prefix>:v1:<algorithm>:<period in µs>:{<encoded subject>}
+func redisKey(prefix string, alg floodgate.Algorithm, period time.Duration, subject string) string {
+	if alg == "" {
+		alg = floodgate.FixedWindow
+	}
+	enc := encodeSubject(subject)
+	var b strings.Builder
+	b.Grow(len(prefix) + len(alg) + len(enc) + 32)
+	b.WriteString(prefix)
+	b.WriteString(":" + keyVersion + ":")
+	b.WriteString(string(alg))
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatInt(int64(period/time.Microsecond), 10))
+	b.WriteString(":{")
+	b.WriteString(enc)
+	b.WriteByte('}')
+	return b.String()
+}
+
+// encodeSubject is the hash tag of a subject's keys: the subject with every
+// '%', '{', '}' and '#' percent-escaped ("%25", "%7B", "%7D", "%23"), or,
+// for a subject longer than 128 bytes, '#' followed by the unpadded
+// base64url SHA-256 of the subject. The encoding is injective: no two
+// subjects share a tag, since an escaped subject never contains '#'. The tag
+// never contains a brace, so Redis Cluster hashes exactly the tag: every key
+// of a subject is in one slot, whatever the subject holds.
+func encodeSubject(subject string) string {
+	if len(subject) > maxSubjectLen {
+		sum := sha256.Sum256([]byte(subject))
+		return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+	}
+	n := 0
+	for i := 0; i < len(subject); i++ {
+		switch subject[i] {
+		case '%', '{', '}', '#':
+			n++
+		}
+	}
+	if n == 0 {
+		return subject
+	}
+	const hexDigits = "0123456789ABCDEF"
+	b := make([]byte, 0, len(subject)+2*n)
+	for i := 0; i < len(subject); i++ {
+		switch c := subject[i]; c {
+		case '%', '{', '}', '#':
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,117 @@
+package redisstore
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+func TestEncodeSubject(t *testing.T) {
+	long := strings.Repeat("x", maxSubjectLen+1)
+	for _, tc := range []struct{ subject, want string }{
+		{"user:42", "user:42"},
+		{"{evil}", "%7Bevil%7D"},
+		{"a}b{c", "a%7Db%7Bc"},
+		{"100%", "100%25"},
+		{"#tag", "%23tag"},
+		{"%7B", "%257B"},
+		{"\x00\xff é", "\x00\xff é"},
+		{strings.Repeat("x", maxSubjectLen), strings.Repeat("x", maxSubjectLen)},
+		// python3: base64.urlsafe_b64encode(sha256(b"x"*129).digest()).rstrip(b"=")
+		{long, "#DsnrM-dFELzdHy6lUgboLyFknFwr7L8rQz60dbNMAb0"},
+	} {
+		if got := encodeSubject(tc.subject); got != tc.want {
+			t.Errorf("encodeSubject(%.40q) = %q, want %q", tc.subject, got, tc.want)
+		}
+	}
+}
+
+// TestEncodeSubjectInjective checks on random subjects over a small
+// alphabet full of the escaped bytes that distinct subjects never share an
+// encoding, and that no encoding holds a brace.
+func TestEncodeSubjectInjective(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "%{}#7BDa2:"
+	seen := make(map[string]string)
+	for range 200_000 {
+		n := 1 + rng.IntN(8)
+		if rng.IntN(100) == 0 {
+			n = maxSubjectLen - 2 + rng.IntN(5)
+		}
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		s := string(b)
+		enc := encodeSubject(s)
+		if strings.ContainsAny(enc, "{}") {
+			t.Fatalf("encodeSubject(%q) = %q holds a brace", s, enc)
+		}
+		if prev, ok := seen[enc]; ok && prev != s {
+			t.Fatalf("encodeSubject(%q) = encodeSubject(%q) = %q", s, prev, enc)
+		}
+		seen[enc] = s
+	}
+}
+
+func TestKeySchema(t *testing.T) {
+	lim := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second}
+	if got, want := redisKey("fg", lim.Algorithm, lim.Period, "{evil}"), "fg:v1:gcra:1000000:{%7Bevil%7D}"; got != want {
+		t.Errorf("key = %q, want %q", got, want)
+	}
+	if got, want := redisKey("fg", "", time.Minute, "u"), "fg:v1:fixed_window:60000000:{u}"; got != want {
+		t.Errorf("key = %q, want %q", got, want)
+	}
+	// The hash tag of every key is the encoded subject, whatever the
+	// subject holds.
+	for _, subject := range []string{"{evil}", "}{", "a{b}c", "{}", strings.Repeat("{", 500)} {
+		k := redisKey("fg", floodgate.FixedWindow, time.Second, subject)
+		if got, want := hashTag(k), encodeSubject(subject); got != want {
+			t.Errorf("hash tag of %.60q is %.60q, want %.60q", k, got, want)
+		}
+		if got, want := keySlot(k), keySlot(encodeSubject(subject)); got != want {
+			t.Errorf("slot of %.60q is %d, want %d (the slot of its encoded subject)", k, got, want)
+		}
+	}
+}
+
+// hashTag is the part of key Redis Cluster hashes: between the first '{'
+// and the first '}' after it, if not empty; else the whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// keySlot is Redis Cluster's HASH_SLOT: CRC16 (XMODEM) of the hash tag,
+// modulo 16384.
+func keySlot(key string) uint16 {
+	var crc uint16
+	for _, b := range []byte(hashTag(key)) {
+		crc ^= uint16(b) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
+
+func TestKeySlotKnownValues(t *testing.T) {
+	// Values from CLUSTER KEYSLOT; TestClusterKeySlot compares with a live
+	// cluster too.
+	for key, want := range map[string]uint16{"foo": 12182, "bar": 5061, "{user1000}.following": 3443, "123456789": 12739} {
+		if got := keySlot(key); got != want {
+			t.Errorf("keySlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package redisstore
+
+import (
+	"crypto/sha1"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// The Lua sources. common.lua holds the helpers of every script, rate.lua
+// the rate arithmetic of token_bucket and gcra, zset.lua the sorted-set
+// helpers of sliding_window_log and concurrency. Each algorithm's file holds
+// its functions, then a line "-- main", then the one-line main part of its
+// single-request script; batch.lua is the main part of the batch script.
+//
+//go:embed scripts/*.lua
+var scriptFiles embed.FS
+
+// mainMarker separates an algorithm file's functions from its main part.
+const mainMarker = "\n-- main\n"
+
+// argsPerRequest is ARGS_PER_REQUEST in common.lua: the ARGV strings of one
+// request.
+const argsPerRequest = 7
+
+// Flags of a request, as common.lua reads them.
+const (
+	flagFirstHit      = 1
+	flagCountRejected = 2
+	flagRelease       = 4
+)
+
+// script is a Lua script and its SHA-1 digest, which EVALSHA names it by.
+type script struct {
+	name string
+	src  string
+	sha  string
+}
+
+func newScript(name, src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// scriptSet is every script the store runs.
+type scriptSet struct {
+	single map[floodgate.Algorithm]*script
+	batch  *script
+}
+
+// scripts is built once from the embedded files: a single-request script per
+// algorithm (common.lua, the helpers it needs, the algorithm's file) and
+// the batch script (every helper, every algorithm's functions, batch.lua),
+// so that each algorithm's code exists once.
+var scripts = mustBuildScripts()
+
+func mustBuildScripts() scriptSet {
+	s, err := buildScripts()
+	if err != nil {
+		// The files are compiled into the binary; TestScripts checks them.
+		panic(err)
+	}
+	return s
+}
+
+// helpers lists the helper files an algorithm's script includes after
+// common.lua.
+func helpers(alg floodgate.Algorithm) []string {
+	switch alg {
+	case floodgate.TokenBucket, floodgate.GCRA:
+		return []string{"rate.lua"}
+	case floodgate.SlidingWindowLog, floodgate.Concurrency:
+		return []string{"zset.lua"}
+	}
+	return nil
+}
+
+func buildScripts() (scriptSet, error) {
+	files := make(map[string]string)
+	read := func(name string) (string, error) {
+		if src, ok := files[name]; ok {
+			return src, nil
+		}
+		b, err := scriptFiles.ReadFile("scripts/" + name)
+		files[name] = string(b)
+		return string(b), err
+	}
+	set := scriptSet{single: make(map[floodgate.Algorithm]*script)}
+	batch := []string{"common.lua", "rate.lua", "zset.lua"}
+	var funcs []string
+	for _, alg := range floodgate.Algorithms {
+		parts := append(append([]string{"common.lua"}, helpers(alg)...), string(alg)+".lua")
+		var src strings.Builder
+		for _, name := range parts {
+			text, err := read(name)
+			if err != nil {
+				return scriptSet{}, err
+			}
+			src.WriteString(text + "\n")
+		}
+		set.single[alg] = newScript(string(alg), src.String())
+		text, _ := read(string(alg) + ".lua")
+		f, _, ok := strings.Cut(text, mainMarker)
+		if !ok {
+			return scriptSet{}, fmt.Errorf("redisstore: scripts/%s.lua has no %q line", alg, strings.TrimSpace(mainMarker))
+		}
+		funcs = append(funcs, f)
+	}
+	var src strings.Builder
+	for _, name := range batch {
+		text, err := read(name)
+		if err != nil {
+			return scriptSet{}, err
+		}
+		src.WriteString(text + "\n")
+	}
+	for _, f := range funcs {
+		src.WriteString(f + "\n")
+	}
+	text, err := read("batch.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	src.WriteString(text)
+	set.batch = newScript("batch", src.String())
+	return set, nil
+}

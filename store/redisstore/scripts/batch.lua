@@ -1,0 +1,138 @@
+-- batch.lua decides several requests of one subject in one atomic step, all
+-- or nothing. It mirrors memstore.Store.ApplyBatch and the documentation of
+-- floodgate.Batcher: every request is applied in order; if any is denied,
+-- every key is put back as it was, each request that had room reports the
+-- unchanged state (a peek that stores nothing) with allowed 0 and
+-- retry_after 0, and a denied
+-- request whose limit counts rejections is applied again, alone.
+--
+-- The Go side builds this script from common.lua, the step functions of
+-- every algorithm file (without their main parts) and this file, so the
+-- algorithms exist once.
+--
+-- KEYS[i]  the state of request i, as in the algorithm's script. All keys
+--          share the hash tag {<encoded subject>}, so they are in one
+--          Cluster slot.
+-- ARGV     per request, (1 + ARGS_PER_REQUEST) strings: the algorithm name,
+--          then the request as parse_request in common.lua reads it.
+-- Reply    per request, {allowed 0/1, limit, remaining, reset_after_us,
+--          retry_after_us (-1 never), now_us}, one flat array.
+--
+-- O(the sum of the requests' costs and of the keys' sizes): a key is saved
+-- before the first write so that it can be put back.
+
+local ALGORITHMS = {
+  fixed_window = {check = fixed_window_check, apply = fixed_window_apply},
+  sliding_window_log = {check = sliding_window_log_check, apply = sliding_window_log_apply},
+  sliding_window = {check = sliding_window_check, apply = sliding_window_apply},
+  token_bucket = {check = token_bucket_check, apply = token_bucket_apply},
+  gcra = {check = gcra_check, apply = gcra_apply},
+  concurrency = {check = concurrency_check, apply = concurrency_apply},
+}
+
+-- snapshot saves a key's type, TTL and content.
+local function snapshot(key)
+  local t = call('TYPE', key)['ok']
+  if t == 'none' then
+    return {type = t}
+  end
+  local sn = {type = t, pttl = call('PTTL', key)}
+  if t == 'string' then
+    sn.data = call('GET', key)
+  else
+    sn.data = call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  end
+  return sn
+end
+
+-- restore puts back a key saved by snapshot, with its TTL (at least
+-- MIN_TTL_MS, see common.lua).
+local function restore(key, sn)
+  call('DEL', key)
+  if sn.type == 'none' then
+    return
+  end
+  if sn.type == 'string' then
+    call('SET', key, sn.data)
+  end
+  local i = 1
+  while sn.type == 'zset' and i <= #sn.data do
+    local j = min(i + 2 * CHUNK - 1, #sn.data)
+    local args = {}
+    for k = i, j, 2 do
+      args[#args + 1] = sn.data[k + 1]
+      args[#args + 1] = sn.data[k]
+    end
+    call('ZADD', key, unpack(args))
+    i = j + 1
+  end
+  if sn.pttl >= 0 then
+    call('PEXPIRE', key, max(sn.pttl, MIN_TTL_MS))
+  end
+end
+
+local n = #KEYS
+local width = 1 + ARGS_PER_REQUEST
+if n == 0 or #ARGV ~= n * width then
+  fail('args', 'want ' .. width .. ' arguments per key')
+end
+
+-- Read and check every request, and every key, before the first write.
+local reqs = {}
+local server = nil
+for i = 1, n do
+  local base = (i - 1) * width
+  local name = ARGV[base + 1]
+  local alg = ALGORITHMS[name]
+  if not alg then
+    fail('algorithm', 'unknown algorithm ' .. tostring(name))
+  end
+  local p, r = parse_request(name, ARGV, base + 1)
+  if r.now < 0 then
+    server = server or server_now()
+    r.now = server
+  end
+  reqs[i] = {alg = alg, key = KEYS[i], p = p, r = r}
+end
+local saved, keys = {}, {}
+for i = 1, n do
+  local key = KEYS[i]
+  reqs[i].alg.check(key)
+  if not saved[key] then
+    saved[key] = snapshot(key)
+    keys[#keys + 1] = key
+  end
+end
+
+local ds, admitted = {}, true
+for i = 1, n do
+  local q = reqs[i]
+  ds[i] = q.alg.apply(q.key, q.p, q.r, q.r.now)
+  admitted = admitted and ds[i].allowed
+end
+if not admitted then
+  for _, key in ipairs(keys) do
+    restore(key, saved[key])
+  end
+  for i = 1, n do
+    local q = reqs[i]
+    if ds[i].allowed then
+      -- A peek that stores nothing, as memstore's step without commit: a
+      -- peek may rewrite a state in a form another limit of the same
+      -- period reads differently (credited tokens, dropped entries).
+      local peek = {now = q.r.now, cost = 0, id = '', release = false}
+      local sn = snapshot(q.key)
+      ds[i] = q.alg.apply(q.key, q.p, peek, q.r.now)
+      restore(q.key, sn)
+      ds[i].allowed, ds[i].retry_after = false, 0
+    elseif q.p.count_rejected then
+      q.alg.apply(q.key, q.p, q.r, q.r.now)
+    end
+  end
+end
+
+local out = {}
+for i = 1, n do
+  reply(out, ds[i], reqs[i].r.now)
+end
+return out

@@ -1,0 +1,274 @@
+-- common.lua: the helpers every Floodgate script starts with. The Go side
+-- (scripts.go) builds each algorithm's script from this file, rate.lua (for
+-- token_bucket and gcra), zset.lua (for sliding_window_log and
+-- concurrency) and the algorithm's file; batch.lua gets every file, so the
+-- code of each algorithm exists once.
+--
+-- Mirrors algorithm/params.go (floorDiv, the bounds) and checks the
+-- arguments the way floodgate.Limit.Validate and floodgate.Request.Validate
+-- do.
+--
+-- Numbers: Lua numbers are doubles, exact for integers up to 2^53. Every
+-- value here stays below MAX_EXACT = 2^52 (Limit.Validate guarantees it), so
+-- + - * on integers are exact. Division is not: floor_div corrects the
+-- floating quotient by one step, and mod is built on it, because Lua's own
+-- a % b is a - floor(a/b)*b with an inexact floor(a/b).
+--
+-- Request arguments: every script reads requests in the same layout of
+-- ARGS_PER_REQUEST strings (parse_request):
+--
+--   now_us   the time of the decision in µs since the epoch, or -1 for the
+--            server clock (call('TIME'))
+--   limit    Params.Limit
+--   period   Params.Period, µs
+--   cost     the request's cost
+--   burst    Params.Burst (token_bucket, gcra; else 0)
+--   flags    1 = Params.FirstHit, 2 = Params.CountRejected, 4 = release
+--   id       sliding_window_log: a random id unique to this call, the
+--            prefix of its log members; concurrency: the lease ID; else ""
+--
+-- Every argument is checked before the first write (Redis does not roll
+-- back a script that fails halfway); a bad one is the error reply
+-- "ERR floodgate: <field> ...".
+
+-- The library functions the scripts use, as locals: a global lookup costs
+-- more than the operation in Redis's Lua.
+local floor, max, min = math.floor, math.max, math.min
+local call = redis.call
+local format, match = string.format, string.match
+local error, ipairs, tonumber, type, unpack = error, ipairs, tonumber, type, unpack
+
+local MAX_EXACT = 4503599627370496 -- 2^52, algorithm.MaxExact
+local MAX_PERIOD = 281474976710656 -- 2^48, algorithm.MaxPeriod
+local MAX_LIMIT = 1099511627776 -- 2^40, algorithm.MaxLimit
+local MAX_LOG_LIMIT = 100000 -- algorithm.MaxLogLimit
+local MAX_NOW = MAX_EXACT - MAX_PERIOD -- floodgate's maxNowMicros
+local MAX_ID_LEN = 64 -- floodgate.MaxLeaseLen
+local NEVER = -1 -- algorithm.Never
+local ARGS_PER_REQUEST = 7
+
+local function fail(field, msg)
+  error({err = 'ERR floodgate: ' .. field .. ': ' .. msg})
+end
+
+-- str formats an integer for redis.call without an exponent.
+local function str(n)
+  return format('%d', n)
+end
+
+-- floor_div is floorDiv: a/b rounded down, for 0 <= a <= MAX_EXACT and
+-- 0 < b <= MAX_EXACT.
+local function floor_div(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- mod is Go's a % b for a >= 0, b > 0.
+local function mod(a, b)
+  return a - floor_div(a, b) * b
+end
+
+-- decision is algorithm.Decision.
+local function decision(allowed, limit, remaining)
+  return {allowed = allowed, limit = limit, remaining = remaining, reset_after = 0, retry_after = 0}
+end
+
+-- int parses a decimal integer argument in [lo, hi].
+local function int(field, s, lo, hi)
+  if type(s) ~= 'string' or not match(s, '^%-?%d+$') or #s > 17 then
+    fail(field, 'not an integer: ' .. tostring(s))
+  end
+  local n = tonumber(s)
+  if n < lo or n > hi then
+    fail(field, s .. ' is outside [' .. str(lo) .. ', ' .. str(hi) .. ']')
+  end
+  return n
+end
+
+-- parse_request reads and checks the ARGS_PER_REQUEST arguments of one
+-- request of algorithm alg starting at argv[base+1]. It returns the params p
+-- (limit, period, burst, first_hit, count_rejected) and the request r
+-- (now, cost, id, release); r.now is -1 for the server clock.
+local function parse_request(alg, argv, base)
+  local now = int('now_us', argv[base + 1], -1, MAX_NOW)
+  local limit = int('limit', argv[base + 2], 0, MAX_LIMIT)
+  local period = int('period', argv[base + 3], 1, MAX_PERIOD)
+  local cost = int('cost', argv[base + 4], 0, MAX_LIMIT)
+  local burst = int('burst', argv[base + 5], 0, MAX_LIMIT)
+  local flags = int('flags', argv[base + 6], 0, 7)
+  local id = argv[base + 7]
+  if type(id) ~= 'string' or #id > MAX_ID_LEN or (id ~= '' and not match(id, '^[%w_%-]+$')) then
+    fail('id', 'not 0 to 64 bytes of [A-Za-z0-9_-]')
+  end
+  local first_hit = flags % 2 == 1
+  local count_rejected = floor(flags / 2) % 2 == 1
+  local release = flags >= 4
+  local bucket = alg == 'token_bucket' or alg == 'gcra'
+  local log = alg == 'sliding_window_log' or alg == 'concurrency'
+  if first_hit and alg ~= 'fixed_window' then
+    fail('flags', alg .. ' takes no first_hit window')
+  end
+  if count_rejected and alg ~= 'fixed_window' and alg ~= 'sliding_window' then
+    fail('flags', alg .. ' does not count rejected requests')
+  end
+  if release and alg ~= 'concurrency' then
+    fail('flags', alg .. ' takes no release')
+  end
+  if not bucket and burst ~= 0 then
+    fail('burst', alg .. ' takes no burst')
+  end
+  if bucket and limit > 0 then
+    -- floodgate's bucketFits: burst*limit <= MAX_EXACT, and refilling the
+    -- whole bucket, burst*period/limit rounded up, takes at most MAX_PERIOD.
+    if burst > floor_div(MAX_EXACT, limit) then
+      fail('burst', 'burst times limit is above 2^52')
+    end
+    local q = floor_div(period, limit)
+    local r = period - q * limit
+    if (q > 0 and burst > floor_div(MAX_PERIOD, q)) or burst * q + floor_div(burst * r + limit - 1, limit) > MAX_PERIOD then
+      fail('burst', 'burst takes longer than 2^48 us to refill')
+    end
+  end
+  if log and limit > MAX_LOG_LIMIT then
+    fail('limit', str(limit) .. ' is above ' .. str(MAX_LOG_LIMIT) .. ' for ' .. alg)
+  end
+  if alg == 'sliding_window' and limit + 1 > floor_div(MAX_EXACT, period) then
+    fail('limit', '(limit+1) * period is above 2^52 for sliding_window')
+  end
+  if alg == 'sliding_window' and period > MAX_PERIOD / 2 then
+    fail('period', 'above 2^47 us for sliding_window, which keeps a key for two periods')
+  end
+  if alg == 'sliding_window_log' and cost > 0 and id == '' then
+    fail('id', 'sliding_window_log needs a request id')
+  end
+  if alg == 'concurrency' and id == '' and (cost > 0 or release) then
+    fail('id', 'concurrency needs a lease ID to acquire or release')
+  end
+  if alg ~= 'sliding_window_log' and alg ~= 'concurrency' and id ~= '' then
+    fail('id', alg .. ' takes no id')
+  end
+  local p = {limit = limit, period = period, burst = burst, first_hit = first_hit, count_rejected = count_rejected}
+  return p, {now = now, cost = cost, id = id, release = release}
+end
+
+-- server_now is the Redis server's clock in µs. Redis 7 replicates a
+-- script's effects, not the script, so TIME before a write is allowed.
+local function server_now()
+  local t = call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- MIN_TTL_MS is the shortest TTL a script gives a key. A key lives for its
+-- state's Expires - now (the decision's ResetAfter), as in memstore, but at
+-- least a second, because Redis 7.0 can expire a key in the middle of a
+-- script: on 7.0.15, a key written with PEXPIRE 1 was gone when the same
+-- script read it back less than a millisecond later, 13 times in 48,000
+-- runs, and a batch reads back what it wrote. Keeping a state past its
+-- expiry changes no decision: every Step reads a state older than its
+-- period as the empty state.
+local MIN_TTL_MS = 1000
+
+-- ttl_ms is the PEXPIRE of a state that expires at exp, at now: the time
+-- left rounded up to a millisecond, so that a key never disappears before
+-- its state is back to the zero state, and at least MIN_TTL_MS.
+local function ttl_ms(exp, now)
+  return str(max(floor_div(max(exp - now, 0) + 999, 1000), MIN_TTL_MS))
+end
+
+-- load_state reads the state of an O(1) algorithm, a string of integers
+-- "<field 1>:<field 2>:..." in the order of fields. An absent key reads as
+-- the zero state; a state that expired but is still there is read as it is
+-- (as memstore does), and the algorithm treats it as empty. A value of
+-- another shape is an error (a foreign key), raised before the script
+-- writes anything.
+local function load_state(key, fields)
+  local v = call('GET', key)
+  local s = {}
+  for _, f in ipairs(fields) do
+    s[f] = 0
+  end
+  if not v then
+    return s
+  end
+  local i = 0
+  for x in string.gmatch(v, '[^:]+') do
+    i = i + 1
+    if i > #fields or not match(x, '^%-?%d+$') or #x > 17 then
+      fail('state', 'the key holds ' .. string.format('%q', string.sub(v, 1, 64)) .. ', not a state')
+    end
+    s[fields[i]] = tonumber(x)
+  end
+  if i ~= #fields then
+    fail('state', 'the key holds ' .. string.format('%q', string.sub(v, 1, 64)) .. ', not a state')
+  end
+  return s
+end
+
+-- save_state stores the state s, which expires at exp (its algorithm's
+-- Expires; 0 for the zero state), with its TTL in one SET, or deletes the
+-- key for the zero state. A state equal to old is not written again: its
+-- key and TTL stay as the last change set them, as in memstore.
+local function save_state(key, fields, old, s, exp, now)
+  local same = true
+  for _, f in ipairs(fields) do
+    same = same and old[f] == s[f]
+  end
+  if same then
+    return
+  end
+  if exp > 0 then
+    local vals = {}
+    for i, f in ipairs(fields) do
+      vals[i] = str(s[f])
+    end
+    call('SET', key, table.concat(vals, ':'), 'PX', ttl_ms(exp, now))
+  else
+    call('DEL', key)
+  end
+end
+
+-- check_type fails unless key is absent or of type want: checked before the
+-- first write, so that a foreign key fails the script before it changed
+-- anything.
+local function check_type(key, want)
+  local t = call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    fail('state', 'the key holds a ' .. t .. ', not a ' .. want)
+  end
+end
+
+-- reply is the reply of one decision made at now: allowed (0/1), limit,
+-- remaining, reset_after_us, retry_after_us (-1 never), now_us.
+local function reply(out, d, now)
+  local allowed = 0
+  if d.allowed then
+    allowed = 1
+  end
+  out[#out + 1] = allowed
+  out[#out + 1] = d.limit
+  out[#out + 1] = d.remaining
+  out[#out + 1] = d.reset_after
+  out[#out + 1] = d.retry_after
+  out[#out + 1] = now
+  return out
+end
+
+-- single is the main part of a one-request script: KEYS[1] is the key,
+-- ARGV the request (parse_request); apply(key, p, r, now) decides it and
+-- returns its decision.
+local function single(alg, apply)
+  if #KEYS ~= 1 or #ARGV ~= ARGS_PER_REQUEST then
+    fail('args', 'want 1 key and ' .. ARGS_PER_REQUEST .. ' arguments')
+  end
+  local p, r = parse_request(alg, ARGV, 0)
+  local now = r.now
+  if now < 0 then
+    now = server_now()
+  end
+  return reply({}, apply(KEYS[1], p, r, now), now)
+end

@@ -1,0 +1,72 @@
+-- fixed_window.lua decides one request of a fixed window counter. It
+-- mirrors algorithm.FixedWindow.Step (fixedwindow.go) line for line, with
+-- the same names.
+--
+-- KEYS[1]  the state: a string "<start>:<count>" (FixedWindow.Start,
+--          .Count), with a TTL until FixedWindow.Expires (at least
+--          MIN_TTL_MS); absent for the zero state.
+-- ARGV     one request, as parse_request in common.lua reads it: now_us,
+--          limit, period, cost, burst (0), flags (first_hit 1,
+--          count_rejected 2), id ("").
+-- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
+--          (-1 never), now_us}.
+-- Mirrors  algorithm.FixedWindow.Step and .Expires (algorithm/fixedwindow.go)
+
+local FIXED_WINDOW_FIELDS = {'start', 'count'}
+
+-- fixed_window_step is FixedWindow.Step.
+local function fixed_window_step(p, s, now, cost)
+  local start, count = s.start, s.count
+  if count <= 0 or now >= start + p.period then
+    count = 0
+    if p.first_hit then
+      start = now
+    else
+      start = now - mod(now, p.period)
+    end
+  end
+  local allowed = count + cost <= p.limit
+  if allowed then
+    count = count + cost
+  elseif p.count_rejected then
+    count = min(count + cost, p.limit + 1)
+  end
+  local d = decision(allowed, p.limit, max(0, p.limit - count))
+  if count > 0 then
+    d.reset_after = start + p.period - now
+  else
+    start = 0
+  end
+  if allowed then
+  elseif cost > p.limit then
+    d.retry_after = NEVER
+  else
+    d.retry_after = start + p.period - now
+  end
+  return {start = start, count = count}, d
+end
+
+-- fixed_window_expires is FixedWindow.Expires.
+local function fixed_window_expires(p, s)
+  if s.count <= 0 then
+    return 0
+  end
+  return s.start + p.period
+end
+
+-- fixed_window_check fails if the key holds something else than a state.
+local function fixed_window_check(key)
+  check_type(key, 'string')
+  load_state(key, FIXED_WINDOW_FIELDS)
+end
+
+-- fixed_window_apply loads the state, steps it and stores it, as memstore does.
+local function fixed_window_apply(key, p, r, now)
+  local old = load_state(key, FIXED_WINDOW_FIELDS)
+  local s, d = fixed_window_step(p, old, now, r.cost)
+  save_state(key, FIXED_WINDOW_FIELDS, old, s, fixed_window_expires(p, s), now)
+  return d
+end
+
+-- main
+return single('fixed_window', fixed_window_apply)

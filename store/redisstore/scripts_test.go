@@ -1,0 +1,39 @@
+package redisstore
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// TestScripts checks the embedded scripts: each algorithm's file has its
+// header, a main part, and its functions once in the batch script.
+func TestScripts(t *testing.T) {
+	set, err := buildScripts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range floodgate.Algorithms {
+		src, err := scriptFiles.ReadFile("scripts/" + string(alg) + ".lua")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(src)
+		for _, want := range []string{"-- KEYS[1]", "-- ARGV", "-- Reply", "-- Mirrors  algorithm.", "local function " + string(alg) + "_step(", mainMarker} {
+			if !strings.Contains(text, want) {
+				t.Errorf("scripts/%s.lua lacks %q", alg, want)
+			}
+		}
+		sc := set.single[alg]
+		if sc == nil || len(sc.sha) != 40 || !strings.HasSuffix(sc.src, "return single('"+string(alg)+"', "+string(alg)+"_apply)\n\n") {
+			t.Errorf("%s: the single script does not end with its main part", alg)
+		}
+		if n := strings.Count(set.batch.src, "local function "+string(alg)+"_step("); n != 1 {
+			t.Errorf("the batch script defines %s_step %d times", alg, n)
+		}
+	}
+	if strings.Contains(set.batch.src, "return single(") {
+		t.Error("the batch script holds an algorithm's main part")
+	}
+}

@@ -1,0 +1,376 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
+)
+
+// Options configure a Store. A nil *Options, or the zero value, means every
+// default.
+type Options struct {
+	// Prefix starts every key; default DefaultPrefix ("floodgate"). It must
+	// not contain '{' or '}', which would change the keys' Cluster slot.
+	// Give each application its own prefix when several share a Redis.
+	Prefix string
+	// ClientTime decides requests whose Now is zero at this process's clock
+	// (Clock), passed to the script, instead of the Redis server's TIME.
+	// Use it on managed Redis offerings that forbid TIME in scripts. Every
+	// process sharing the limits should then have a synchronised clock.
+	// Default false: the server's clock, which every instance shares.
+	ClientTime bool
+	// Clock is the clock of ClientTime; nil means the system clock. Setting
+	// it implies ClientTime.
+	Clock floodgate.Clock
+}
+
+// Store is the Redis floodgate.Store: each decision is one Lua script run
+// atomically next to the state. It is safe for concurrent use; share one
+// per client. Apply is the method most callers want, through a
+// floodgate.Limiter.
+type Store struct {
+	c      conn
+	prefix string
+	clock  floodgate.Clock // nil: the server's TIME
+	owned  bool            // Close closes c
+	closed atomic.Bool
+}
+
+var (
+	_ floodgate.Store    = (*Store)(nil)
+	_ floodgate.Resetter = (*Store)(nil)
+	_ floodgate.Batcher  = (*Store)(nil)
+	_ floodgate.Closer   = (*Store)(nil)
+)
+
+// New returns a Store over a rueidis client: standalone, Sentinel or
+// Cluster, as the client was built. The client stays the caller's: Close
+// does not close it. opts may be nil.
+func New(client rueidis.Client, opts *Options) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("redisstore: New: nil client")
+	}
+	return newStore(rueidisConn{client}, opts)
+}
+
+// NewGoRedis returns a Store over a go-redis client (*redis.Client,
+// *redis.ClusterClient, a failover client, or an AutoPipeliner): for
+// applications that already have one. The client stays the caller's: Close
+// does not close it. opts may be nil.
+//
+// go-redis retries a command after a network error (Options.MaxRetries,
+// default 3), so a script whose reply was lost may run twice and count a
+// request twice; set MaxRetries to -1 for exact counts. Its plain clients
+// send one command per connection round trip, so under concurrency the
+// rueidis client of New is faster (see the package doc).
+func NewGoRedis(client redis.UniversalClient, opts *Options) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("redisstore: NewGoRedis: nil client")
+	}
+	return newStore(goRedisConn{client}, opts)
+}
+
+// Open connects to the Redis named by rawURL (see the package doc for the
+// forms) with a rueidis client that the Store owns: Close closes it. It
+// fails if the server cannot be reached or refuses the credentials before
+// ctx is done. opts may be nil.
+func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
+	cfg, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := validOptions(opts); err != nil {
+		return nil, err
+	}
+	o := cfg.clientOption()
+	if d, ok := ctx.Deadline(); ok && (o.Dialer.Timeout == 0 || time.Until(d) < o.Dialer.Timeout) {
+		o.Dialer.Timeout = max(time.Until(d), time.Millisecond)
+		o.Sentinel.Dialer.Timeout = o.Dialer.Timeout
+	}
+	client, err := rueidis.NewClient(o)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: Open %s %v: %w", cfg.Topology, cfg.Addrs, err)
+	}
+	if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("redisstore: Open %s %v: %w", cfg.Topology, cfg.Addrs, err)
+	}
+	s, err := newStore(rueidisConn{client}, opts)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+func validOptions(opts *Options) error {
+	if opts != nil && strings.ContainsAny(opts.Prefix, "{}") {
+		return fmt.Errorf("redisstore: Options.Prefix %q contains a brace, which would change the keys' Cluster slot", opts.Prefix)
+	}
+	return nil
+}
+
+func newStore(c conn, opts *Options) (*Store, error) {
+	if err := validOptions(opts); err != nil {
+		return nil, err
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	s := &Store{c: c, prefix: o.Prefix, clock: o.Clock}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if o.ClientTime && s.clock == nil {
+		s.clock = floodgate.SystemClock{}
+	}
+	return s, nil
+}
+
+// Key returns the Redis key that holds key's state under limit:
+//
+//	<prefix>:v1:<algorithm>:<period in µs>:{<encoded key>}
+//
+// See the package doc for the encoding. The store reads and writes only
+// such keys; Key is for tools and tests that inspect Redis.
+func (s *Store) Key(key string, limit floodgate.Limit) string {
+	return redisKey(s.prefix, limit.Algorithm, limit.Period, key)
+}
+
+// Apply decides r in one script run: see floodgate.Store. An error from
+// Redis (connection, timeout, ctx done) is returned wrapped with the
+// algorithm and key; the request may then have been counted or not.
+func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
+	if err := r.Validate(); err != nil {
+		return floodgate.Decision{}, err
+	}
+	if s.closed.Load() {
+		return floodgate.Decision{}, floodgate.ErrClosed
+	}
+	alg := algorithmOf(r.Limit)
+	key := s.Key(r.Key, r.Limit)
+	now := s.nowMicros(&r)
+	args := appendRequest(make([]string, 0, argsPerRequest), &r, alg, now)
+	vals, err := s.run(ctx, scripts.single[alg], []string{key}, args)
+	if err != nil {
+		return floodgate.Decision{}, fmt.Errorf("redisstore: %s %s: %w", alg, key, err)
+	}
+	if len(vals) != replyLen {
+		return floodgate.Decision{}, fmt.Errorf("redisstore: %s %s: %w: %d integers, want %d", alg, key, floodgate.ErrUnexpectedReply, len(vals), replyLen)
+	}
+	d, err := decode(vals, now)
+	if err != nil {
+		return floodgate.Decision{}, fmt.Errorf("redisstore: %s %s: %w", alg, key, err)
+	}
+	return d, nil
+}
+
+// ApplyBatch decides rs in one script run, all or nothing: see
+// floodgate.Batcher. Every request must have the same Key (the subject), so
+// that every key of the batch shares its hash tag and one Cluster slot;
+// requests of different keys are an error wrapping
+// floodgate.ErrInvalidRequest. A batch of one is an Apply.
+func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
+	for i := range rs {
+		if err := rs[i].Validate(); err != nil {
+			return nil, fmt.Errorf("redisstore: batch request %d: %w", i, err)
+		}
+		if rs[i].Key != rs[0].Key {
+			return nil, fmt.Errorf("%w: key: a batch decides one key, but request %d has another key than request 0", floodgate.ErrInvalidRequest, i)
+		}
+	}
+	switch len(rs) {
+	case 0:
+		return []floodgate.Decision{}, nil
+	case 1:
+		d, err := s.Apply(ctx, rs[0])
+		if err != nil {
+			return nil, err
+		}
+		return []floodgate.Decision{d}, nil
+	}
+	if s.closed.Load() {
+		return nil, floodgate.ErrClosed
+	}
+	keys := make([]string, len(rs))
+	nows := make([]int64, len(rs))
+	args := make([]string, 0, len(rs)*(1+argsPerRequest))
+	for i := range rs {
+		alg := algorithmOf(rs[i].Limit)
+		keys[i] = s.Key(rs[i].Key, rs[i].Limit)
+		nows[i] = s.nowMicros(&rs[i])
+		args = append(args, string(alg))
+		args = appendRequest(args, &rs[i], alg, nows[i])
+	}
+	vals, err := s.run(ctx, scripts.batch, keys, args)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: batch %s: %w", keys[0], err)
+	}
+	if len(vals) != replyLen*len(rs) {
+		return nil, fmt.Errorf("redisstore: batch %s: %w: %d integers, want %d", keys[0], floodgate.ErrUnexpectedReply, len(vals), replyLen*len(rs))
+	}
+	out := make([]floodgate.Decision, len(rs))
+	allowed := 0
+	for i := range rs {
+		if out[i], err = decode(vals[i*replyLen:(i+1)*replyLen], nows[i]); err != nil {
+			return nil, fmt.Errorf("redisstore: batch %s: request %d: %w", keys[i], i, err)
+		}
+		if out[i].Allowed {
+			allowed++
+		}
+	}
+	if allowed != 0 && allowed != len(rs) {
+		return nil, fmt.Errorf("redisstore: batch %s: %w: %d of %d allowed, want all or none", keys[0], floodgate.ErrUnexpectedReply, allowed, len(rs))
+	}
+	return out, nil
+}
+
+// Reset deletes key's state under limit's algorithm and period.
+func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
+	if key == "" {
+		return fmt.Errorf("%w: key: empty", floodgate.ErrInvalidRequest)
+	}
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return floodgate.ErrClosed
+	}
+	k := s.Key(key, limit)
+	if err := s.c.del(ctx, k); err != nil {
+		return fmt.Errorf("redisstore: reset %s: %w", k, err)
+	}
+	return nil
+}
+
+// Close makes the store refuse further calls with floodgate.ErrClosed and
+// closes the client if Open made it; a client handed to New or NewGoRedis
+// stays open. Close is idempotent.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.owned {
+		s.c.close()
+	}
+	return nil
+}
+
+// run runs sc by digest and, if the server does not have it (NOSCRIPT:
+// after a restart, a failover or SCRIPT FLUSH), by source, which also
+// caches it again. The caller never sees NOSCRIPT. A script that failed with
+// NOSCRIPT did not run, so running it again cannot count twice.
+func (s *Store) run(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	vals, err := s.c.evalSHA(ctx, sc.sha, keys, args)
+	if err != nil && s.c.isNoScript(err) {
+		vals, err = s.c.eval(ctx, sc.src, keys, args)
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	return vals, nil
+}
+
+func algorithmOf(l floodgate.Limit) floodgate.Algorithm {
+	if l.Algorithm == "" {
+		return floodgate.FixedWindow
+	}
+	return l.Algorithm
+}
+
+// nowMicros is the time passed to the script: Request.Now, the Clock with
+// ClientTime, or -1 for the server's TIME.
+func (s *Store) nowMicros(r *floodgate.Request) int64 {
+	switch {
+	case !r.Now.IsZero():
+		return r.Now.UnixMicro()
+	case s.clock != nil:
+		return s.clock.Now().UnixMicro()
+	}
+	return -1
+}
+
+// appendRequest appends the ARGV of one request, in the layout of
+// parse_request in common.lua.
+func appendRequest(args []string, r *floodgate.Request, alg floodgate.Algorithm, now int64) []string {
+	p := r.Limit.Params()
+	flags := 0
+	if p.FirstHit {
+		flags |= flagFirstHit
+	}
+	if p.CountRejected {
+		flags |= flagCountRejected
+	}
+	if r.Release {
+		flags |= flagRelease
+	}
+	id := ""
+	switch alg {
+	case floodgate.SlidingWindowLog:
+		id = requestID()
+	case floodgate.Concurrency:
+		id = r.Lease
+	}
+	return append(args,
+		strconv.FormatInt(now, 10),
+		strconv.FormatInt(p.Limit, 10),
+		strconv.FormatInt(p.Period, 10),
+		strconv.FormatInt(r.Cost, 10),
+		strconv.FormatInt(p.Burst, 10),
+		strconv.Itoa(flags),
+		id,
+	)
+}
+
+// requestID is 96 random bits, the prefix of a call's sliding log members,
+// which keeps them unique: two calls in the same microsecond collide with
+// probability 2^-96.
+func requestID() string {
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// replyLen is the number of integers in the reply of one decision.
+const replyLen = 6
+
+// decode checks the reply of one decision ({allowed, limit, remaining,
+// reset_after_us, retry_after_us, now_us}) and converts it. wantNow is the
+// time passed to the script, or -1 for the server's.
+func decode(v []int64, wantNow int64) (floodgate.Decision, error) {
+	allowed, limit, remaining, resetAfter, retryAfter, now := v[0], v[1], v[2], v[3], v[4], v[5]
+	bad := func(field string, n int64) (floodgate.Decision, error) {
+		return floodgate.Decision{}, fmt.Errorf("%w: %s %d out of range", floodgate.ErrUnexpectedReply, field, n)
+	}
+	switch {
+	case allowed != 0 && allowed != 1:
+		return bad("allowed", allowed)
+	case limit < 0 || limit > algorithm.MaxLimit:
+		return bad("limit", limit)
+	case remaining < 0 || remaining > limit:
+		return bad("remaining", remaining)
+	case resetAfter < 0 || resetAfter > algorithm.MaxExact:
+		return bad("reset_after_us", resetAfter)
+	case retryAfter < algorithm.Never || retryAfter > algorithm.MaxExact || (allowed == 1 && retryAfter != 0):
+		return bad("retry_after_us", retryAfter)
+	case now < 0 || now > algorithm.MaxExact || (wantNow >= 0 && now != wantNow):
+		return bad("now_us", now)
+	}
+	d := algorithm.Decision{Allowed: allowed == 1, Limit: limit, Remaining: remaining, ResetAfter: resetAfter, RetryAfter: retryAfter}
+	return floodgate.FromAlgorithm(d, now), nil
+}
