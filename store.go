@@ -56,3 +56,18 @@ type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
+
+// Pipeliner is a Store that decides several independent requests in one
+// round trip: each request is atomic on its own, but unlike Batcher they are
+// not all or nothing, and they may be of different keys and hash slots. The
+// service uses it to decide every descriptor of a request at once. The
+// result has one Decision and one error per request.
+type Pipeliner interface {
+	ApplyPipelined(ctx context.Context, rs []Request) ([]Decision, []error)
+}
+
+// Pinger is a Store that can tell whether it is reachable, for readiness
+// checks.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}

@@ -1,6 +1,12 @@
 // Command floodgate runs Floodgate from the command line.
 //
-//	floodgate check [flags]    simulate a limit on the embedded store and print each decision
+//	floodgate serve [flags]              run the rate limit service (Envoy gRPC, HTTP JSON API, metrics)
+//	floodgate config validate PATH...    check config files without starting
+//	floodgate check [flags]              simulate a limit on the embedded store and print each decision
+//
+// Every flag of serve can also be set by an environment variable:
+// FLOODGATE_ and the flag's name in capitals, dashes as underscores
+// (FLOODGATE_REDIS, FLOODGATE_LOG_LEVEL); a flag on the command line wins.
 //
 // Run "floodgate help" for the flags of each command.
 package main
@@ -13,11 +19,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
@@ -32,8 +40,10 @@ func main() {
 const usage = `usage: floodgate <command> [flags]
 
 commands:
-  check    simulate a limit on the embedded store and print each decision
-  help     print this help
+  serve              run the rate limit service (Envoy gRPC, HTTP JSON API, metrics)
+  config validate    check config files (envoyproxy/ratelimit YAML) without starting
+  check              simulate a limit on the embedded store and print each decision
+  help               print this help
 
 Run "floodgate <command> -h" for a command's flags.
 `
@@ -45,6 +55,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stdout, stderr)
+	case "config":
+		return configCmd(args[1:], stdout, stderr)
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
@@ -53,6 +67,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "floodgate: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// configCmd is "floodgate config validate PATH...".
+func configCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) < 2 || args[0] != "validate" {
+		fmt.Fprintln(stderr, "usage: floodgate config validate FILE_OR_DIR...")
+		return 2
+	}
+	if err := config.Validate(args[1:]...); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", strings.Join(args[1:], ", "))
+	return 0
 }
 
 // check simulates requests against one limit on the memory store, with a

@@ -24,6 +24,9 @@ type conn interface {
 	del(ctx context.Context, key string) error
 	// isNoScript reports whether err is Redis's NOSCRIPT error.
 	isNoScript(err error) bool
+	// ping checks that the server (every node, for a cluster client that
+	// routes PING to one) answers.
+	ping(ctx context.Context) error
 	// close closes the client.
 	close()
 }
@@ -50,6 +53,10 @@ func (r rueidisConn) del(ctx context.Context, key string) error {
 func (rueidisConn) isNoScript(err error) bool {
 	e, ok := rueidis.IsRedisErr(err)
 	return ok && e.IsNoScript()
+}
+
+func (r rueidisConn) ping(ctx context.Context) error {
+	return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
 }
 
 func (r rueidisConn) close() { r.c.Close() }
@@ -94,6 +101,8 @@ func (g goRedisConn) del(ctx context.Context, key string) error {
 func (goRedisConn) isNoScript(err error) bool {
 	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
 }
+
+func (g goRedisConn) ping(ctx context.Context) error { return g.c.Ping(ctx).Err() }
 
 func (g goRedisConn) close() { _ = g.c.Close() }
 

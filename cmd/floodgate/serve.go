@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/store/memstore"
+	"github.com/peterbourgon/ff/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// serveConfig is everything `floodgate serve` reads from its flags and
+// environment, once, at start.
+type serveConfig struct {
+	httpAddr, grpcAddr string
+	configPath         string
+	redisURL           string
+	logFormat          string
+	logLevel           slog.Level
+	timeout            time.Duration
+	failureMode        string
+	shutdownTimeout    time.Duration
+	pprof              bool
+}
+
+func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
+	var c serveConfig
+	fs := flag.NewFlagSet("floodgate serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "HTTP API, /metrics and health `address` (env FLOODGATE_HTTP)")
+	fs.StringVar(&c.grpcAddr, "grpc", "127.0.0.1:8081", "Envoy rate limit gRPC `address`; empty disables (env FLOODGATE_GRPC)")
+	fs.StringVar(&c.configPath, "config", "", "config `file or directory` in envoyproxy/ratelimit's YAML format, reloaded on change and on SIGHUP (env FLOODGATE_CONFIG)")
+	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL`: redis://, rediss://, redis-sentinel://, redis-cluster://; empty runs on the embedded memory store (env FLOODGATE_REDIS)")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json (env FLOODGATE_LOG_FORMAT)")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug (explains every denial), info, warn, error (env FLOODGATE_LOG_LEVEL)")
+	fs.DurationVar(&c.timeout, "timeout", server.DefaultTimeout, "deadline of each store call (env FLOODGATE_TIMEOUT)")
+	fs.StringVar(&c.failureMode, "failure-mode", string(floodgate.FailOpen), "answer when the store fails, for rules without failure_mode: fail_open or fail_closed (env FLOODGATE_FAILURE_MODE)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
+	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address (env FLOODGATE_PPROF)")
+	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, 0, false
+		}
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return c, 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "floodgate serve: unexpected argument %q\n", fs.Arg(0))
+		return c, 2, false
+	}
+	switch {
+	case c.logFormat != "text" && c.logFormat != "json":
+		fmt.Fprintf(stderr, "floodgate serve: -log-format: %q is not text or json\n", c.logFormat)
+		return c, 2, false
+	case c.failureMode != string(floodgate.FailOpen) && c.failureMode != string(floodgate.FailClosed):
+		fmt.Fprintf(stderr, "floodgate serve: -failure-mode: %q is not fail_open or fail_closed\n", c.failureMode)
+		return c, 2, false
+	case c.timeout <= 0:
+		fmt.Fprintf(stderr, "floodgate serve: -timeout: %v must be above zero\n", c.timeout)
+		return c, 2, false
+	case c.httpAddr == "":
+		fmt.Fprintf(stderr, "floodgate serve: -http: empty\n")
+		return c, 2, false
+	}
+	return c, 0, true
+}
+
+// serve runs the service until ctx ends (SIGINT/SIGTERM), then shuts down
+// gracefully: it stops accepting, finishes in-flight requests, and closes
+// the store.
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, code, ok := parseServe(args, stderr)
+	if !ok {
+		return code
+	}
+	var handler slog.Handler
+	hopts := &slog.HandlerOptions{Level: c.logLevel}
+	if c.logFormat == "json" {
+		handler = slog.NewJSONHandler(stderr, hopts)
+	} else {
+		handler = slog.NewTextHandler(stderr, hopts)
+	}
+	log := slog.New(handler)
+
+	store, closeStore, err := openStore(ctx, c.redisURL)
+	if err != nil {
+		log.Error("store unavailable", "error", err)
+		return 1
+	}
+	defer closeStore()
+	srv, err := server.New(server.Options{
+		Store: store, FailureMode: floodgate.FailurePolicy(c.failureMode), Timeout: c.timeout,
+		Logger: log, Pprof: c.pprof,
+	})
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		return 1
+	}
+	if c.configPath != "" {
+		reloader, err := server.NewReloader(srv, c.configPath)
+		if err != nil {
+			log.Error("config rejected", "error", err)
+			fmt.Fprintf(stderr, "%v\n", err)
+			return 1
+		}
+		go func() {
+			if err := reloader.Watch(ctx); err != nil {
+				log.Error("config watch failed; reload with SIGHUP", "error", err)
+			}
+		}()
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					_ = reloader.Reload()
+				}
+			}
+		}()
+	}
+
+	httpLn, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		log.Error("cannot listen", "addr", c.httpAddr, "error", err)
+		return 1
+	}
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(httpExtras(srv)),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- httpSrv.Serve(httpLn) }()
+
+	var grpcSrv *grpc.Server
+	grpcAddr := "disabled"
+	if c.grpcAddr != "" {
+		grpcLn, err := net.Listen("tcp", c.grpcAddr)
+		if err != nil {
+			httpLn.Close()
+			log.Error("cannot listen", "addr", c.grpcAddr, "error", err)
+			return 1
+		}
+		grpcSrv = grpc.NewServer()
+		registerGRPC(grpcSrv, srv)
+		hs := health.NewServer()
+		healthpb.RegisterHealthServer(grpcSrv, hs)
+		go func() { errc <- grpcSrv.Serve(grpcLn) }()
+		grpcAddr = grpcLn.Addr().String()
+	}
+	storeName := "memory"
+	if c.redisURL != "" {
+		storeName = redactURL(c.redisURL)
+	}
+	log.Info("serving", "http_addr", httpLn.Addr().String(), "grpc_addr", grpcAddr, "store", storeName)
+	fmt.Fprintf(stdout, "floodgate: serving HTTP on %s, gRPC on %s, store %s\n", httpLn.Addr(), grpcAddr, storeName)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		log.Error("server failed", "error", err)
+		return 1
+	}
+	log.Info("shutting down", "timeout", c.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		if grpcSrv != nil {
+			grpcSrv.GracefulStop()
+		}
+		close(done)
+	}()
+	if err := httpSrv.Shutdown(sctx); err != nil {
+		log.Warn("HTTP shutdown incomplete", "error", err)
+	}
+	select {
+	case <-done:
+	case <-sctx.Done():
+		grpcSrv.Stop()
+	}
+	return 0
+}
+
+// openStore opens the memory store, or Redis for a URL.
+func openStore(ctx context.Context, url string) (floodgate.Store, func(), error) {
+	if url == "" {
+		s := memstore.New(nil)
+		return s, func() { s.Close() }, nil
+	}
+	return openRedis(ctx, url)
+}
+
+// redactURL hides a password in a URL for logs.
+func redactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+			return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
+		}
+	}
+	return u
+}

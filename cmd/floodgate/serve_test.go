@@ -1,0 +1,411 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// instance is one `floodgate serve` started through run, on loopback ports
+// chosen by the kernel.
+type instance struct {
+	httpURL  string
+	grpcAddr string
+	stderr   *syncBuffer
+	stop     func() int
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var servingLine = regexp.MustCompile(`serving HTTP on (\S+), gRPC on (\S+),`)
+
+// startServe runs `floodgate serve args...` until the test ends.
+func startServe(t *testing.T, args ...string) *instance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	inst := &instance{stderr: &syncBuffer{}}
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, append([]string{"serve", "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0"}, args...), pw, inst.stderr)
+		pw.Close()
+	}()
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	var once sync.Once
+	exit := -1
+	inst.stop = func() int {
+		once.Do(func() {
+			cancel()
+			select {
+			case exit = <-code:
+			case <-time.After(15 * time.Second):
+				t.Errorf("serve did not stop within 15s")
+			}
+		})
+		return exit
+	}
+	t.Cleanup(func() { inst.stop() })
+	select {
+	case line := <-lines:
+		m := servingLine.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("unexpected first line %q; stderr:\n%s", line, inst.stderr)
+		}
+		inst.httpURL, inst.grpcAddr = "http://"+m[1], m[2]
+	case c := <-code:
+		t.Fatalf("serve exited with %d before serving; stderr:\n%s", c, inst.stderr)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not start within 15s; stderr:\n%s", inst.stderr)
+	}
+	return inst
+}
+
+func (in *instance) allow(t *testing.T, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(in.httpURL+"/v1/allow", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (in *instance) rls(t *testing.T) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+const e2eYAML = `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+  - key: path
+    value: /login
+    rate_limit:
+      name: login
+      algorithm: gcra
+      unit: minute
+      requests_per_unit: 2
+`
+
+func writeConfig(t *testing.T, yaml string) (dir, file string) {
+	t.Helper()
+	dir = t.TempDir()
+	file = filepath.Join(dir, "edge.yaml")
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, file
+}
+
+func rlsRequest(domain string, entries ...string) *rlsv3.RateLimitRequest {
+	d := &commonrl.RateLimitDescriptor{}
+	for i := 0; i+1 < len(entries); i += 2 {
+		d.Entries = append(d.Entries, &commonrl.RateLimitDescriptor_Entry{Key: entries[i], Value: entries[i+1]})
+	}
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*commonrl.RateLimitDescriptor{d}}
+}
+
+func TestServeMemory(t *testing.T) {
+	dir, _ := writeConfig(t, e2eYAML)
+	in := startServe(t, "-config", dir)
+	rls := in.rls(t)
+	ctx := t.Context()
+	for i := range 7 {
+		resp, err := rls.ShouldRateLimit(ctx, rlsRequest("edge", "remote_address", "10.0.0.1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := rlsv3.RateLimitResponse_OK
+		if i >= 5 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if resp.OverallCode != want {
+			t.Errorf("request %d: %v, want %v", i, resp.OverallCode, want)
+		}
+	}
+	if _, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("no descriptors: %v, want InvalidArgument", err)
+	}
+	code, body := in.allow(t, `{"key": "k", "limit": {"limit": 1, "period": "1m"}}`)
+	if code != 200 || !strings.Contains(body, `"allowed":true`) {
+		t.Errorf("inline allow: %d %s", code, body)
+	}
+	code, body = in.allow(t, `{"domain": "edge", "descriptors": [{"entries": [{"key": "path", "value": "/login"}]}]}`)
+	if code != 200 || !strings.Contains(body, `"remaining":1`) {
+		t.Errorf("descriptor allow: %d %s", code, body)
+	}
+	resp, err := http.Get(in.httpURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `floodgate_decisions_total{algorithm="fixed_window",domain="edge",outcome="denied",rule="edge|remote_address"} 2`) {
+		t.Errorf("metrics lack the two denials:\n%s", grepLines(string(b), "floodgate_decisions_total"))
+	}
+	if got := in.stop(); got != 0 {
+		t.Errorf("exit code %d after SIGTERM-like cancel; stderr:\n%s", got, in.stderr)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestServeBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "-log-format", "xml"},
+		{"serve", "-failure-mode", "maybe"},
+		{"serve", "-timeout", "0s"},
+		{"serve", "extra"},
+	} {
+		var stdout, stderr strings.Builder
+		if code := run(t.Context(), args, &stdout, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2; stderr %s", args, code, stderr.String())
+		}
+	}
+	var stdout, stderr strings.Builder
+	dir, _ := writeConfig(t, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	if code := run(t.Context(), []string{"serve", "-http", "127.0.0.1:0", "-grpc", "", "-config", dir}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "edge.yaml:4") {
+		t.Errorf("bad config: exit %d, stderr %s", code, stderr.String())
+	}
+	t.Setenv("FLOODGATE_LOG_FORMAT", "yaml")
+	if code := run(t.Context(), []string{"serve"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `"yaml" is not text or json`) {
+		t.Errorf("env var: exit %d, stderr %s", code, stderr.String())
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	_, good := writeConfig(t, e2eYAML)
+	_, bad := writeConfig(t, "domain: edge\ndescriptors:\n  - key: a\n    colour: red\n")
+	var stdout, stderr strings.Builder
+	if code := run(t.Context(), []string{"config", "validate", good}, &stdout, &stderr); code != 0 {
+		t.Errorf("good config: exit %d: %s", code, stderr.String())
+	}
+	if code := run(t.Context(), []string{"config", "validate", bad}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "edge.yaml:4") {
+		t.Errorf("bad config: exit %d: %s", code, stderr.String())
+	}
+}
+
+// TestServeRedisShared starts three serve instances on one Redis and sends
+// concurrent requests for one key through all of them: exactly the limit is
+// admitted in total.
+func TestServeRedisShared(t *testing.T) {
+	redis := redistest.Standalone(t)
+	dir, _ := writeConfig(t, `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 50}
+`)
+	var ins []*instance
+	for range 3 {
+		ins = append(ins, startServe(t, "-config", dir, "-redis", "redis://"+redis.Addr, "-timeout", "2s"))
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rls := ins[i%3].rls(t)
+			for range 5 {
+				resp, err := rls.ShouldRateLimit(t.Context(), rlsRequest("edge", "user", "shared"))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got, want := admitted.Load(), int64(50); got != want {
+		t.Errorf("admitted %d of 150 across three instances, want exactly %d", got, want)
+	}
+	_ = fmt.Sprint()
+}
+
+// TestServeRedisDown stops Redis under a fail_closed and a fail_open rule:
+// every answer comes within the deadline, by the rule's failure mode, and
+// the service recovers by itself when Redis is back.
+func TestServeRedisDown(t *testing.T) {
+	redis := redistest.Standalone(t)
+	dir, _ := writeConfig(t, `
+domain: edge
+descriptors:
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 1000, failure_mode: fail_closed}
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 1000, failure_mode: fail_open}
+`)
+	in := startServe(t, "-config", dir, "-redis", "redis://"+redis.Addr, "-timeout", "100ms")
+	rls := in.rls(t)
+	ask := func(key string) (rlsv3.RateLimitResponse_Code, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		resp, err := rls.ShouldRateLimit(t.Context(), rlsRequest("edge", key, "x"))
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return resp.OverallCode, time.Since(start)
+	}
+	if c, _ := ask("closed"); c != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("with Redis up: %v", c)
+	}
+	if err := redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		c, took := ask("closed")
+		if c != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("fail_closed with Redis down: %v", c)
+		}
+		if took > time.Second {
+			t.Errorf("fail_closed answer took %v, want within the 100ms deadline (plus scheduling)", took)
+		}
+		if c, _ := ask("open"); c != rlsv3.RateLimitResponse_OK {
+			t.Errorf("fail_open with Redis down: %v", c)
+		}
+	}
+	if err := redis.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, _ := ask("closed"); c == rlsv3.RateLimitResponse_OK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the service did not recover within 20s of Redis restarting")
+		}
+		waitTick()
+	}
+}
+
+// TestServeReloadUnderLoad rewrites the config, good and bad, while clients
+// keep asking: no request fails, a good file takes effect, a bad one is
+// rejected and the old rules keep serving.
+func TestServeReloadUnderLoad(t *testing.T) {
+	dir, file := writeConfig(t, e2eYAML)
+	in := startServe(t, "-config", dir)
+	rls := in.rls(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	var sent, failed atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < 20000 && ctx.Err() == nil; n++ {
+				_, err := rls.ShouldRateLimit(ctx, rlsRequest("edge", "remote_address", fmt.Sprint(n)))
+				if ctx.Err() != nil {
+					return
+				}
+				sent.Add(1)
+				if err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	rewrite := func(yaml string) {
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limitOf := func() string {
+		_, body := in.allow(t, `{"domain": "edge", "hits": 0, "descriptors": [{"entries": [{"key": "path", "value": "/login"}]}]}`)
+		return body
+	}
+	rewrite(strings.Replace(e2eYAML, "requests_per_unit: 2", "requests_per_unit: 7", 1))
+	waitUntil(t, 10*time.Second, func() bool { return strings.Contains(limitOf(), `"limit":7`) })
+	rewrite("domain: edge\ndescriptors: [ {key: oops\n")
+	waitUntil(t, 10*time.Second, func() bool { return strings.Contains(in.stderr.String(), "config rejected") })
+	if body := limitOf(); !strings.Contains(body, `"limit":7`) {
+		t.Errorf("after a bad file: %s, want the previous rules still serving", body)
+	}
+	cancel()
+	wg.Wait()
+	if sent.Load() == 0 || failed.Load() != 0 {
+		t.Errorf("%d of %d requests failed during reloads", failed.Load(), sent.Load())
+	}
+}
+
+func waitTick() { <-time.After(20 * time.Millisecond) }
+
+// waitUntil polls cond, bounded by d.
+func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("condition not met within %v", d)
+		}
+		waitTick()
+	}
+}

@@ -1,0 +1,472 @@
+// Package envoyrls serves Envoy's rate limit service protocol,
+// envoy.service.ratelimit.v3.RateLimitService, over gRPC, and over HTTP as
+// the POST /json endpoint of envoyproxy/ratelimit. It only translates: the
+// protobuf request becomes server.Descriptors for server.Server.Decide, and
+// the server.Statuses it returns become the protobuf response. Protobuf
+// types go no further into Floodgate than this package.
+//
+// Most callers want Register, and JSONHandler for the HTTP side:
+//
+//	g := grpc.NewServer()
+//	envoyrls.Register(g, srv)
+//	h := srv.Handler(map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)})
+//
+// Behaviour follows envoyproxy/ratelimit (src/service/ratelimit.go,
+// src/limiter/base_limiter.go, src/utils/utilities.go, src/config/config_impl.go
+// and src/server/server_impl.go), so that Envoy, and any client written for
+// that service, can use Floodgate unchanged. Where this package does
+// otherwise, the last section says so and why.
+//
+// # The request
+//
+//   - domain is required. An empty domain, no descriptors, more than
+//     server.MaxDescriptors descriptors, a descriptor without entries or with
+//     more than server.MaxEntries, or an entry with an empty key is a gRPC
+//     InvalidArgument whose message starts with the field
+//     ("descriptors[1].entries[0].key: empty") and whose details carry an
+//     errdetails.BadRequest naming it.
+//   - hits_addend is what each descriptor costs; 0 (unset) means 1, as
+//     upstream's utils.GetHitsAddends reads it.
+//   - descriptors[i].hits_addend, when set, is that descriptor's cost instead;
+//     0 checks the descriptor without consuming anything. At most
+//     floodgate.MaxLimit (2^40).
+//   - descriptors[i].limit overrides the config for that descriptor, as
+//     upstream's config.GetLimit does: a fixed window of requests_per_unit per
+//     unit (times unit_multiplier, when set), aligned to the Unix epoch like
+//     every upstream window, counted per domain and entries apart from the
+//     counters of config rules, never in shadow mode. As upstream, it applies
+//     only if the domain is in the config (upstream looks the domain up
+//     first and answers OK with no limit when it is unknown). A unit of
+//     UNKNOWN (or a number that is no unit) is InvalidArgument; upstream would
+//     panic in utils.UnitToDivider. WEEK, which envoy.type.v3.RateLimitUnit
+//     lacks, is accepted by its number 7, as upstream's numeric cast accepts it.
+//
+// # The response
+//
+// overall_code is OVER_LIMIT if any descriptor is, OK otherwise, and there is
+// one status per descriptor, in the request's order:
+//
+//   - No rule (unknown domain, no match, a rule replaced by another
+//     descriptor's rule, or a concurrency rule, which this protocol cannot
+//     enforce): code OK and nothing else, as upstream's
+//     generateResponseDescriptorStatus(OK, nil, 0).
+//   - An unlimited rule: code OK and limit_remaining 4294967295, as upstream's
+//     shouldRateLimitWorker sets math.MaxUint32.
+//   - A limited descriptor: code; current_limit with requests_per_unit (the
+//     Limit, at most 4294967295), unit and name (rate_limit.name);
+//     limit_remaining, what the store says can still be admitted
+//     (floodgate.Decision.Remaining, at most 4294967295); and
+//     duration_until_reset, the time until the limit is back to its full
+//     quota (Decision.ResetAfter), rounded up to whole seconds.
+//   - A rule in shadow mode that denied: code OK, with the limit's numbers
+//     kept, as upstream's base_limiter turns OVER_LIMIT into OK.
+//   - A store failure (or timeout) is answered by the rule's failure mode:
+//     fail_open is code OK with nothing else (the state is unknown);
+//     fail_closed is OVER_LIMIT with current_limit and limit_remaining 0.
+//     Neither is a gRPC error: Envoy answers an error by its own
+//     failure_mode_deny, false by default, so a gRPC error would let through
+//     the traffic a fail_closed rule is there to stop. Upstream returns the
+//     Redis error.
+//
+// unit is SECOND, MINUTE, HOUR, DAY, WEEK, MONTH (30 days) or YEAR (365 days)
+// when the limit's period is exactly one of them, the lengths upstream's
+// utils.UnitToDivider gives them. Any other period (90s, 10m, 1.5s, which
+// Floodgate's config allows through its period extension and a limit
+// override through unit_multiplier) is UNKNOWN. The newer unit_multiplier
+// field of current_limit could say "10 MINUTE", but a reader written before
+// it, upstream and every Envoy that ignores it, would read that as one
+// minute and advertise the wrong window; Envoy leaves a limit of UNKNOWN unit
+// out of its X-RateLimit quota policy instead. requests_per_unit is the
+// limit's Limit: for token_bucket and gcra, the refill per period, and
+// limit_remaining can then reach the burst.
+//
+// Unless Options.OmitHeaders is set, response_headers_to_add carries the
+// RateLimit-Policy and RateLimit fields of draft-ietf-httpapi-ratelimit-headers
+// (see package ratelimitheader), one item per limited descriptor the store
+// answered, and Retry-After in seconds when one of them denied and a retry
+// can succeed; Envoy adds them to its response to the client. A shadow-mode
+// denial is reported as admitted. Upstream sends no headers by default
+// (LIMIT_RESPONSE_HEADERS_ENABLED=false), and when enabled sends
+// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (names of the
+// draft's early versions, renamed by LIMIT_LIMIT_HEADER and so on) for the
+// one descriptor closest to its limit (the least remaining, or the last over
+// it), with no policy and no Retry-After; Options.Headers with Legacy set adds
+// Floodgate's X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
+// trio for clients that want one limit in that style.
+//
+// # What differs from upstream, and why
+//
+//   - Invalid requests are InvalidArgument naming the field. Upstream returns
+//     a plain error ("rate limit domain must not be empty"), which gRPC sends
+//     as Unknown.
+//   - A descriptor without entries, or an entry with an empty key, is
+//     InvalidArgument; upstream finds no rule for it and answers OK. Envoy
+//     never sends either (it drops a descriptor an action cannot fill), so
+//     such a request comes from a hand-written client that is better told.
+//   - A request may hold at most server.MaxDescriptors descriptors of at most
+//     server.MaxEntries entries, so one caller cannot make the server do
+//     unbounded work; upstream has no bound.
+//   - is_negative_hits (returning hits to the budget) is InvalidArgument:
+//     Floodgate's algorithms take no negative cost. Upstream ignores the flag
+//     and charges the hits, the opposite of what the caller asked.
+//   - A denied request consumes nothing (unless the rule sets
+//     count_rejected), so limit_remaining on OVER_LIMIT is what a smaller
+//     request could still take; upstream counts the denied hits and reports 0.
+//   - duration_until_reset is the time until the limit is full again. For an
+//     aligned fixed window that has counted something, that is the end of the
+//     window, upstream's unit - now%unit; it is 0 for a key with no state
+//     (a check with hits_addend 0 on a fresh key), and for the other
+//     algorithms the time the bucket takes to refill.
+//   - Store failures: see above.
+//
+// The HTTP endpoint is described at JSONHandler.
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/ratelimitheader"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// Options configure a Service. A nil *Options, or the zero value, is the
+// default: response headers on, in the draft's form only.
+type Options struct {
+	// OmitHeaders leaves response_headers_to_add empty (and, on POST /json,
+	// the HTTP response without RateLimit fields), for deployments where
+	// Envoy or the application sets its own.
+	OmitHeaders bool
+	// Headers chooses the fields besides RateLimit and Retry-After: leave out
+	// RateLimit-Policy, or add the legacy X-RateLimit-* trio. Nil writes
+	// RateLimit-Policy, RateLimit and, on a denial, Retry-After.
+	Headers *ratelimitheader.Options
+}
+
+// Service implements envoy.service.ratelimit.v3.RateLimitService on a
+// server.Server. It is safe for concurrent use. Most callers want Register.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	srv  *server.Server
+	opts Options
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
+
+// New returns a Service deciding with srv. A nil opts means the defaults.
+func New(srv *server.Server, opts *Options) *Service {
+	s := &Service{srv: srv}
+	if opts != nil {
+		s.opts = *opts
+		if opts.Headers != nil {
+			h := *opts.Headers
+			s.opts.Headers = &h
+		}
+	}
+	return s
+}
+
+// Register registers a Service with the default options on g (a
+// *grpc.Server), so that g answers Envoy's rate limit calls by deciding with
+// srv. For other options, register New(srv, opts) with
+// rlsv3.RegisterRateLimitServiceServer.
+func Register(g grpc.ServiceRegistrar, srv *server.Server) {
+	rlsv3.RegisterRateLimitServiceServer(g, New(srv, nil))
+}
+
+// ShouldRateLimit decides the descriptors of req; see the package doc. A
+// malformed request is an InvalidArgument error; a denial, and a store
+// failure, are answers, never errors.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, _, err := s.decide(ctx, req)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return resp, nil
+}
+
+// decide translates req, decides it and translates the result back; the
+// statuses are returned as well for the HTTP handler's header fields.
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, []server.Status, error) {
+	domain, pds := req.GetDomain(), req.GetDescriptors()
+	switch {
+	case domain == "":
+		return nil, nil, invalid("domain", "empty")
+	case len(pds) == 0:
+		return nil, nil, invalid("descriptors", "empty")
+	case len(pds) > server.MaxDescriptors:
+		return nil, nil, invalid("descriptors", "%d descriptors, more than the %d allowed", len(pds), server.MaxDescriptors)
+	}
+	// Upstream applies a limit override only in a domain it knows. (A reload
+	// between this look and Decide's may decide one request by the other
+	// config's domains; it cannot mix two configs' rules.)
+	knownDomain := s.srv.Config().Domain(domain) != nil
+
+	n := 0
+	for i, pd := range pds {
+		if m := len(pd.GetEntries()); m > server.MaxEntries {
+			return nil, nil, invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, more than the %d allowed", m, server.MaxEntries)
+		}
+		n += len(pd.GetEntries())
+	}
+	// One array for the entries of every descriptor, one for the costs.
+	all := make([]config.Entry, 0, n)
+	ds := make([]server.Descriptor, len(pds))
+	hitsOf := make([]int64, len(pds))
+	for i, pd := range pds {
+		if pd.GetIsNegativeHits() {
+			return nil, nil, invalid(fmt.Sprintf("descriptors[%d].is_negative_hits", i), "returning hits to the budget is not supported")
+		}
+		if h := pd.GetHitsAddend(); h != nil {
+			if h.GetValue() > uint64(floodgate.MaxLimit) {
+				return nil, nil, invalid(fmt.Sprintf("descriptors[%d].hits_addend", i), "%d is more than the %d allowed", h.GetValue(), floodgate.MaxLimit)
+			}
+			hitsOf[i] = int64(h.GetValue())
+			ds[i].Hits = &hitsOf[i]
+		}
+		if o := pd.GetLimit(); o != nil {
+			lim, err := overrideLimit(o, i)
+			if err != nil {
+				return nil, nil, err
+			}
+			if knownDomain {
+				ds[i].Limit = &lim
+			}
+		}
+		start := len(all)
+		for _, e := range pd.GetEntries() {
+			all = append(all, config.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		ds[i].Entries = all[start:len(all):len(all)]
+	}
+	hits := int64(req.GetHitsAddend())
+	if hits == 0 {
+		hits = 1
+	}
+	res, err := s.srv.Decide(ctx, domain, ds, hits)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.response(res), res.Statuses, nil
+}
+
+// response translates the server's result.
+func (s *Service) response(res server.Result) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: code(res.Code),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
+	}
+	// One allocation for every status of the request.
+	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(res.Statuses))
+	for i, st := range res.Statuses {
+		ds := &sts[i]
+		resp.Statuses[i] = ds
+		ds.Code = code(st.Code)
+		switch {
+		case !st.Limited:
+			if st.Rule != nil && st.Rule.Unlimited {
+				ds.LimitRemaining = math.MaxUint32
+			}
+		case st.Err != nil:
+			if st.Code == server.OverLimit {
+				ds.CurrentLimit = currentLimit(st.Limit)
+			}
+		default:
+			ds.CurrentLimit = currentLimit(st.Limit)
+			ds.LimitRemaining = clampUint32(st.Decision.Remaining)
+			ds.DurationUntilReset = &durationpb.Duration{Seconds: ratelimitheader.Seconds(st.Decision.ResetAfter)}
+		}
+	}
+	if !s.opts.OmitHeaders {
+		resp.ResponseHeadersToAdd = s.headers(res.Statuses)
+	}
+	return resp
+}
+
+// headers returns the RateLimit fields of the statuses the store answered.
+func (s *Service) headers(statuses []server.Status) []*corev3.HeaderValue {
+	var limits []floodgate.Limit
+	var ds []floodgate.Decision
+	for _, st := range statuses {
+		if !st.Limited || st.Err != nil {
+			continue
+		}
+		d := st.Decision
+		if st.Shadow {
+			d.Allowed, d.RetryAfter = true, 0
+		}
+		limits = append(limits, st.Limit)
+		ds = append(ds, d)
+	}
+	fields := ratelimitheader.Fields(limits, ds, s.opts.Headers)
+	if len(fields) == 0 {
+		return nil
+	}
+	hs := make([]corev3.HeaderValue, len(fields))
+	out := make([]*corev3.HeaderValue, len(fields))
+	for i, f := range fields {
+		hs[i].Key, hs[i].Value = f.Name, f.Value
+		out[i] = &hs[i]
+	}
+	return out
+}
+
+func code(c server.Code) rlsv3.RateLimitResponse_Code {
+	if c == server.OverLimit {
+		return rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return rlsv3.RateLimitResponse_OK
+}
+
+func currentLimit(l floodgate.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	return &rlsv3.RateLimitResponse_RateLimit{
+		Name:            l.Name,
+		RequestsPerUnit: clampUint32(l.Limit),
+		Unit:            unitOf(l.Period),
+	}
+}
+
+// Unit lengths, as upstream's utils.UnitToDivider defines them.
+const (
+	day   = 24 * time.Hour
+	week  = 7 * day
+	month = 30 * day
+	year  = 365 * day
+)
+
+// unitOf is the unit whose length is exactly p, or UNKNOWN.
+func unitOf(p time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch p {
+	case time.Second:
+		return rlsv3.RateLimitResponse_RateLimit_SECOND
+	case time.Minute:
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case day:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	case week:
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
+	case month:
+		return rlsv3.RateLimitResponse_RateLimit_MONTH
+	case year:
+		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+// unitLength is the length of a unit, or 0 for UNKNOWN and numbers that are
+// no unit. The override's envoy.type.v3.RateLimitUnit numbers its units as
+// the response's enum does, which also has WEEK (7): upstream converts one
+// to the other by number, and so does this.
+func unitLength(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
+	switch u {
+	case rlsv3.RateLimitResponse_RateLimit_SECOND:
+		return time.Second
+	case rlsv3.RateLimitResponse_RateLimit_MINUTE:
+		return time.Minute
+	case rlsv3.RateLimitResponse_RateLimit_HOUR:
+		return time.Hour
+	case rlsv3.RateLimitResponse_RateLimit_DAY:
+		return day
+	case rlsv3.RateLimitResponse_RateLimit_WEEK:
+		return week
+	case rlsv3.RateLimitResponse_RateLimit_MONTH:
+		return month
+	case rlsv3.RateLimitResponse_RateLimit_YEAR:
+		return year
+	}
+	return 0
+}
+
+// overrideLimit converts descriptors[i].limit.
+func overrideLimit(o *commonv3.RateLimitDescriptor_RateLimitOverride, i int) (floodgate.Limit, error) {
+	unit := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	length := unitLength(unit)
+	if length == 0 {
+		return floodgate.Limit{}, invalid(fmt.Sprintf("descriptors[%d].limit.unit", i), "%s is not a unit (want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)", unit)
+	}
+	period := length
+	if m := o.GetUnitMultiplier(); m != nil {
+		switch n := m.GetValue(); {
+		case n == 0:
+			return floodgate.Limit{}, invalid(fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i), "0; want at least 1")
+		case time.Duration(n) > floodgate.MaxPeriod/length:
+			return floodgate.Limit{}, invalid(fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i), "%d %s is longer than the longest period, %v", n, unit, floodgate.MaxPeriod)
+		default:
+			period = time.Duration(n) * length
+		}
+	}
+	return floodgate.Limit{
+		Algorithm: floodgate.FixedWindow,
+		Limit:     int64(o.GetRequestsPerUnit()),
+		Period:    period,
+		Window:    floodgate.Aligned,
+	}, nil
+}
+
+func clampUint32(n int64) uint32 {
+	return uint32(min(max(n, 0), math.MaxUint32))
+}
+
+// fieldError names the field of a request the caller got wrong.
+type fieldError struct {
+	field, msg string
+}
+
+func (e *fieldError) Error() string { return e.field + ": " + e.msg }
+func (e *fieldError) Unwrap() error { return server.ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &fieldError{field: field, msg: fmt.Sprintf(format, args...)}
+}
+
+// fieldOf is the field an invalid-request error names: this package's
+// fieldError, or the server's, whose message is "field: msg".
+func fieldOf(err error) string {
+	if fe, ok := errors.AsType[*fieldError](err); ok {
+		return fe.field
+	}
+	if errors.Is(err, server.ErrInvalid) {
+		if f, _, ok := strings.Cut(err.Error(), ": "); ok {
+			return f
+		}
+	}
+	return ""
+}
+
+// grpcError maps an error of decide to a gRPC status: InvalidArgument, with
+// an errdetails.BadRequest naming the field, for the caller's mistakes.
+func grpcError(err error) error {
+	switch {
+	case errors.Is(err, server.ErrInvalid):
+		st := status.New(codes.InvalidArgument, err.Error())
+		if f := fieldOf(err); f != "" {
+			msg := strings.TrimPrefix(err.Error(), f+": ")
+			if d, derr := st.WithDetails(&errdetails.BadRequest{
+				FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: f, Description: msg}},
+			}); derr == nil {
+				st = d
+			}
+		}
+		return st.Err()
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Internal, err.Error())
+}

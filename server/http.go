@@ -1,0 +1,518 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/ratelimitheader"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler returns the HTTP API:
+//
+//	POST /v1/allow    decide an inline limit or a domain's descriptors
+//	POST /v1/reset    forget an inline key's state
+//	GET  /v1/config   the rules in force
+//	GET  /metrics     Prometheus metrics
+//	GET  /healthz     the process is alive
+//	GET  /readyz      config loaded and store reachable
+//	/debug/pprof/     with Options.Pprof
+//
+// extra handlers (such as envoyrls's POST /json) are added by pattern.
+func (s *Server) Handler(extra map[string]http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/allow", s.handleAllow)
+	mux.HandleFunc("POST /v1/reset", s.handleReset)
+	mux.HandleFunc("GET /v1/config", s.handleConfig)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := s.Ready(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	if s.pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	for pattern, h := range extra {
+		mux.Handle(pattern, h)
+	}
+	return mux
+}
+
+// LimitJSON is a floodgate.Limit in the HTTP API:
+// {"algorithm": "gcra", "limit": 10, "period": "1s", "burst": 20}.
+type LimitJSON struct {
+	Algorithm     string `json:"algorithm,omitempty"`
+	Limit         *int64 `json:"limit"`
+	Period        string `json:"period"`
+	Burst         int64  `json:"burst,omitempty"`
+	Window        string `json:"window,omitempty"`
+	CountRejected bool   `json:"count_rejected,omitempty"`
+	Name          string `json:"name,omitempty"`
+}
+
+// Limit converts the JSON form, naming the field of any problem under
+// prefix ("limit").
+func (l *LimitJSON) toLimit(prefix string) (floodgate.Limit, error) {
+	if l.Limit == nil {
+		return floodgate.Limit{}, invalid(prefix+".limit", "required")
+	}
+	if l.Period == "" {
+		return floodgate.Limit{}, invalid(prefix+".period", "required (a duration such as \"1m\" or \"90s\")")
+	}
+	period, err := time.ParseDuration(l.Period)
+	if err != nil {
+		return floodgate.Limit{}, invalid(prefix+".period", "%q is not a duration such as \"1m\" or \"90s\"", l.Period)
+	}
+	lim := floodgate.Limit{
+		Algorithm: floodgate.Algorithm(l.Algorithm), Limit: *l.Limit, Period: period, Burst: l.Burst,
+		Window: floodgate.Window(l.Window), CountRejected: l.CountRejected, Name: l.Name,
+	}
+	if err := lim.Validate(); err != nil {
+		// Name the first field Validate complains about.
+		msg := err.Error()
+		field := prefix
+		if _, rest, ok := strings.Cut(msg, floodgate.ErrInvalidLimit.Error()+": "); ok {
+			if f, _, ok := strings.Cut(rest, ":"); ok {
+				field = prefix + "." + f
+			}
+		}
+		return floodgate.Limit{}, invalid(field, "%s", strings.ReplaceAll(msg, "\n", "; "))
+	}
+	if err := ratelimitheader.CheckName(lim.Name); err != nil {
+		return floodgate.Limit{}, invalid(prefix+".name", "%v", err)
+	}
+	return lim, nil
+}
+
+func limitJSON(l floodgate.Limit) *LimitJSON {
+	n := l.Limit
+	alg := l.Algorithm
+	if alg == "" {
+		alg = floodgate.FixedWindow
+	}
+	return &LimitJSON{Algorithm: string(alg), Limit: &n, Period: l.Period.String(), Burst: l.Burst,
+		Window: string(l.Window), CountRejected: l.CountRejected, Name: l.Name}
+}
+
+// EntryJSON is one key/value pair of a descriptor.
+type EntryJSON struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// DescriptorJSON is one descriptor of a request.
+type DescriptorJSON struct {
+	Entries []EntryJSON `json:"entries"`
+	Hits    *int64      `json:"hits,omitempty"`
+	Limit   *LimitJSON  `json:"limit,omitempty"`
+}
+
+// AllowRequest is the body of POST /v1/allow: either key and limit (inline),
+// or domain and descriptors (config rules).
+type AllowRequest struct {
+	Key         string           `json:"key,omitempty"`
+	Limit       *LimitJSON       `json:"limit,omitempty"`
+	Cost        *int64           `json:"cost,omitempty"`
+	Domain      string           `json:"domain,omitempty"`
+	Descriptors []DescriptorJSON `json:"descriptors,omitempty"`
+	Hits        *int64           `json:"hits,omitempty"`
+}
+
+// DecisionJSON is one decision. Times are whole milliseconds, rounded up;
+// retry_after_ms is -1 when the request can never be admitted.
+type DecisionJSON struct {
+	Allowed      bool       `json:"allowed"`
+	Code         string     `json:"code,omitempty"`
+	Limit        int64      `json:"limit"`
+	Remaining    int64      `json:"remaining"`
+	ResetAfterMS int64      `json:"reset_after_ms"`
+	RetryAfterMS int64      `json:"retry_after_ms"`
+	Rule         string     `json:"rule,omitempty"`
+	Policy       *LimitJSON `json:"policy,omitempty"`
+	Unlimited    bool       `json:"unlimited,omitempty"`
+	ShadowMode   bool       `json:"shadow_mode,omitempty"`
+	StoreError   bool       `json:"store_error,omitempty"`
+}
+
+// AllowResponse is the answer of POST /v1/allow: the overall decision and,
+// for descriptors, one per descriptor in order.
+type AllowResponse struct {
+	DecisionJSON
+	Descriptors []DecisionJSON `json:"descriptors,omitempty"`
+}
+
+func millisCeil(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func statusJSON(st Status) DecisionJSON {
+	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil, ShadowMode: st.Shadow}
+	if st.Rule != nil {
+		out.Rule = st.Rule.ID
+		out.Unlimited = st.Rule.Unlimited
+	}
+	if st.Limited {
+		out.Policy = limitJSON(st.Limit)
+		d := st.Decision
+		out.Limit, out.Remaining = d.Limit, d.Remaining
+		out.ResetAfterMS, out.RetryAfterMS = millisCeil(d.ResetAfter), millisCeil(d.RetryAfter)
+		if st.Shadow {
+			out.RetryAfterMS = 0
+		}
+	}
+	return out
+}
+
+func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
+	var req AllowRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	inline := req.Key != "" || req.Limit != nil || req.Cost != nil
+	byConfig := req.Domain != "" || req.Descriptors != nil || req.Hits != nil
+	switch {
+	case inline && byConfig:
+		writeProblem(w, invalid("body", "give either key and limit, or domain and descriptors, not both"))
+		return
+	case !inline && !byConfig:
+		writeProblem(w, invalid("body", "give either key and limit (an inline limit), or domain and descriptors (config rules)"))
+		return
+	}
+	var (
+		statuses []Status
+		overall  Status
+	)
+	if inline {
+		if req.Limit == nil {
+			writeProblem(w, invalid("limit", "required with key"))
+			return
+		}
+		lim, err := req.Limit.toLimit("limit")
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+		cost := int64(1)
+		if req.Cost != nil {
+			cost = *req.Cost
+		}
+		st, err := s.DecideInline(r.Context(), req.Key, lim, cost)
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+		overall, statuses = st, []Status{st}
+	} else {
+		ds := make([]Descriptor, len(req.Descriptors))
+		if len(ds) > MaxDescriptors {
+			writeProblem(w, invalid("descriptors", "%d descriptors, more than the %d allowed", len(ds), MaxDescriptors))
+			return
+		}
+		for i, d := range req.Descriptors {
+			ds[i].Hits = d.Hits
+			ds[i].Entries = make([]config.Entry, len(d.Entries))
+			for j, e := range d.Entries {
+				ds[i].Entries[j] = config.Entry{Key: e.Key, Value: e.Value}
+			}
+			if d.Limit != nil {
+				lim, err := d.Limit.toLimit(fmt.Sprintf("descriptors[%d].limit", i))
+				if err != nil {
+					writeProblem(w, err)
+					return
+				}
+				ds[i].Limit = &lim
+			}
+		}
+		hits := int64(1)
+		if req.Hits != nil {
+			hits = *req.Hits
+		}
+		res, err := s.Decide(r.Context(), req.Domain, ds, hits)
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+		statuses = res.Statuses
+		overall = Binding(res)
+	}
+	resp := AllowResponse{DecisionJSON: statusJSON(overall)}
+	if byConfig {
+		resp.Rule, resp.Policy = "", nil
+		resp.Code = Combine(statuses).String()
+		resp.Allowed = resp.Code == "OK"
+		for _, st := range statuses {
+			resp.Descriptors = append(resp.Descriptors, statusJSON(st))
+		}
+	}
+	SetHeaders(w.Header(), statuses)
+	if failedClosed(statuses) {
+		retry := max(time.Second, overall.Decision.RetryAfter)
+		w.Header().Set(ratelimitheader.HeaderRetryAfter, ratelimitheader.RetryAfter(retry))
+		writeJSON(w, http.StatusServiceUnavailable, resp)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// Combine is OverLimit if any status is.
+func Combine(statuses []Status) Code {
+	for _, st := range statuses {
+		if st.Code == OverLimit {
+			return OverLimit
+		}
+	}
+	return OK
+}
+
+// Binding picks the status that decides a request: the first over-limit
+// descriptor with the longest wait, or else the limited descriptor with the
+// least remaining; a zero Status if none was limited.
+func Binding(res Result) Status {
+	best := -1
+	for i, st := range res.Statuses {
+		if !st.Limited {
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := res.Statuses[best]
+		switch {
+		case st.Code == OverLimit && b.Code != OverLimit:
+			best = i
+		case st.Code == OverLimit && b.Code == OverLimit:
+			if st.Decision.RetryAfter == floodgate.Never || (b.Decision.RetryAfter != floodgate.Never && st.Decision.RetryAfter > b.Decision.RetryAfter) {
+				best = i
+			}
+		case st.Code == b.Code && st.Decision.Remaining < b.Decision.Remaining:
+			best = i
+		}
+	}
+	if best < 0 {
+		return Status{Code: res.Code}
+	}
+	return res.Statuses[best]
+}
+
+func failedClosed(statuses []Status) bool {
+	for _, st := range statuses {
+		if st.Err != nil && st.Code == OverLimit {
+			return true
+		}
+	}
+	return false
+}
+
+// SetHeaders writes the RateLimit-Policy and RateLimit fields of every
+// limited descriptor that the store answered, and Retry-After when one of
+// them denied.
+func SetHeaders(h http.Header, statuses []Status) {
+	var limits []floodgate.Limit
+	var ds []floodgate.Decision
+	for _, st := range statuses {
+		if st.Limited && st.Err == nil {
+			limits = append(limits, st.Limit)
+			d := st.Decision
+			if st.Shadow {
+				d.Allowed, d.RetryAfter = true, 0
+			}
+			ds = append(ds, d)
+		}
+	}
+	if len(limits) > 0 {
+		ratelimitheader.SetEach(h, limits, ds, nil)
+	}
+}
+
+// ResetRequest is the body of POST /v1/reset.
+type ResetRequest struct {
+	Key   string     `json:"key"`
+	Limit *LimitJSON `json:"limit"`
+}
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	var req ResetRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	if req.Limit == nil {
+		writeProblem(w, invalid("limit", "required"))
+		return
+	}
+	lim, err := req.Limit.toLimit("limit")
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	if err := s.ResetInline(r.Context(), req.Key, lim); err != nil {
+		writeProblem(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// RuleJSON is one rule in GET /v1/config.
+type RuleJSON struct {
+	ID          string     `json:"id"`
+	Domain      string     `json:"domain"`
+	Limit       *LimitJSON `json:"limit,omitempty"`
+	Unlimited   bool       `json:"unlimited,omitempty"`
+	ShadowMode  bool       `json:"shadow_mode,omitempty"`
+	FailureMode string     `json:"failure_mode,omitempty"`
+	Replaces    []string   `json:"replaces,omitempty"`
+	File        string     `json:"file"`
+	Line        int        `json:"line"`
+}
+
+func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
+	out := struct {
+		Rules []RuleJSON `json:"rules"`
+	}{Rules: []RuleJSON{}}
+	for _, d := range s.cfg.Load().Domains() {
+		for _, r := range d.Rules() {
+			rj := RuleJSON{ID: r.ID, Domain: r.Domain, Unlimited: r.Unlimited, ShadowMode: r.ShadowMode,
+				FailureMode: string(r.FailureMode), Replaces: r.Replaces, File: r.File, Line: r.Line}
+			if !r.Unlimited {
+				rj.Limit = limitJSON(r.Limit)
+			}
+			out.Rules = append(out.Rules, rj)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// decodeJSON reads a JSON body strictly (size-limited, unknown fields and
+// trailing data rejected), answering 400 itself on failure.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		writeProblem(w, &httpError{status: http.StatusUnsupportedMediaType, field: "Content-Type", msg: fmt.Sprintf("%q is not application/json", ct)})
+		return false
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON value")
+	}
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("trailing data after the JSON value")
+		}
+	}
+	if err != nil {
+		writeProblem(w, jsonError(err))
+		return false
+	}
+	return true
+}
+
+// jsonError names the field of a JSON decoding error.
+func jsonError(err error) error {
+	var maxErr *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &maxErr):
+		return &httpError{status: http.StatusRequestEntityTooLarge, field: "body", msg: fmt.Sprintf("larger than %d bytes", maxErr.Limit)}
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return invalid(field, "want %s, not a JSON %s", typeErr.Type, typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return invalid("body", "malformed JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
+	case errors.Is(err, io.EOF):
+		return invalid("body", "empty")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("body", "truncated JSON")
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, _ = strconv.Unquote(name)
+		return invalid(name, "unknown field")
+	}
+	return invalid("body", "%v", err)
+}
+
+// httpError is a caller's error with its own status.
+type httpError struct {
+	status int
+	field  string
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.field + ": " + e.msg }
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Field  string `json:"field,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, err error) {
+	p := Problem{Type: "about:blank", Status: http.StatusInternalServerError, Detail: err.Error()}
+	var fe *fieldError
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+		p.Status, p.Field, p.Detail = he.status, he.field, he.Error()
+	case errors.As(err, &fe):
+		p.Status, p.Field = http.StatusBadRequest, fe.Field
+	case errors.Is(err, floodgate.ErrNotSupported):
+		p.Status = http.StatusNotImplemented
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		p.Status = http.StatusServiceUnavailable
+	default:
+		p.Status, p.Detail = http.StatusServiceUnavailable, "store failed: "+err.Error()
+	}
+	p.Title = http.StatusText(p.Status)
+	var buf bytes.Buffer
+	json.NewEncoder(&buf).Encode(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	w.Write(buf.Bytes())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		writeProblem(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Outcomes of a descriptor, the "outcome" label of
+// floodgate_decisions_total.
+const (
+	outcomeAllowed      = "allowed"
+	outcomeDenied       = "denied"
+	outcomeShadowDenied = "shadow_denied"
+	outcomeUnlimited    = "unlimited"
+	outcomeFailedOpen   = "failed_open"
+	outcomeFailedClosed = "failed_closed"
+)
+
+type metrics struct {
+	decisions    *prometheus.CounterVec
+	nearLimit    *prometheus.CounterVec
+	storeLatency prometheus.Histogram
+	storeErrors  prometheus.Counter
+	reloads      *prometheus.CounterVec
+	reloadTime   prometheus.Gauge
+	rules        prometheus.Gauge
+}
+
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_decisions_total",
+			Help: "Descriptors decided, by domain, rule (its ID, or its metric key with detailed_metric; empty for no rule or an inline limit), algorithm and outcome (allowed, denied, shadow_denied, unlimited, failed_open, failed_closed).",
+		}, []string{"domain", "rule", "algorithm", "outcome"}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_near_limit_total",
+			Help: "Admitted descriptors that left their limit at or above the near-limit ratio (default 80%) used.",
+		}, []string{"domain", "rule"}),
+		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "floodgate_store_duration_seconds",
+			Help:    "Time of one store call (all descriptors of a request in one round trip).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_store_errors_total",
+			Help: "Descriptors whose store call failed or timed out, answered by their failure mode.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_config_reloads_total",
+			Help: "Config reloads, by result (success or failure; a failed reload keeps the old config).",
+		}, []string{"result"}),
+		reloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last config load that succeeded.",
+		}),
+		rules: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_config_rules",
+			Help: "Rules in the config in force.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{
+		m.decisions, m.nearLimit, m.storeLatency, m.storeErrors, m.reloads, m.reloadTime, m.rules,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// decision counts one descriptor's outcome.
+func (m *metrics) decision(domain string, r *config.Rule, entries []config.Entry, outcome string) {
+	rule, alg := "", ""
+	if r != nil {
+		rule = r.ID
+		if r.DetailedMetric {
+			rule = r.MetricKey(entries)
+		}
+		if !r.Unlimited {
+			alg = string(r.Limit.Algorithm)
+			if alg == "" {
+				alg = "fixed_window"
+			}
+		}
+	}
+	m.decisions.WithLabelValues(domain, rule, alg, outcome).Inc()
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/fsnotify/fsnotify"
+)
+
+// Reloader loads config files into a Server: once at start, again whenever
+// a file changes (watched with fsnotify; editors and Kubernetes ConfigMap
+// updates replace files, so the directories are watched, not the files),
+// and whenever Reload is called (on SIGHUP). A valid config swaps in
+// atomically and no request is dropped; an invalid one is rejected, logged
+// once, counted in floodgate_config_reloads_total{result="failure"}, and the
+// old config keeps serving.
+type Reloader struct {
+	srv      *Server
+	paths    []string
+	debounce time.Duration
+
+	mu      sync.Mutex // serializes loads
+	lastErr string
+}
+
+// NewReloader loads paths (files or directories, as config.Load) into srv
+// and returns the Reloader that keeps them loaded. The first load must
+// succeed.
+func NewReloader(srv *Server, paths ...string) (*Reloader, error) {
+	if len(paths) == 0 {
+		return nil, errors.New("server: NewReloader: no config path")
+	}
+	r := &Reloader{srv: srv, paths: paths, debounce: 100 * time.Millisecond}
+	cfg, err := config.Load(paths...)
+	if err != nil {
+		srv.m.reloads.WithLabelValues("failure").Inc()
+		return nil, err
+	}
+	r.swap(cfg)
+	return r, nil
+}
+
+// Reload loads the config files again and swaps them in if they are valid.
+// It returns the problems of an invalid config, which then is not used.
+func (r *Reloader) Reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cfg, err := config.Load(r.paths...)
+	if err != nil {
+		r.srv.m.reloads.WithLabelValues("failure").Inc()
+		if msg := err.Error(); msg != r.lastErr {
+			r.lastErr = msg
+			r.srv.log.Error("config rejected, keeping the previous one", "paths", r.paths, "error", err)
+		}
+		return err
+	}
+	r.lastErr = ""
+	r.swap(cfg)
+	return nil
+}
+
+func (r *Reloader) swap(cfg *config.Config) {
+	r.srv.SetConfig(cfg)
+	r.srv.m.reloads.WithLabelValues("success").Inc()
+	r.srv.m.reloadTime.SetToCurrentTime()
+	n := 0
+	for _, d := range cfg.Domains() {
+		n += len(d.Rules())
+	}
+	r.srv.log.Info("config loaded", "paths", r.paths, "domains", len(cfg.Domains()), "rules", n)
+}
+
+// Watch reloads on every change under the config paths until ctx ends. A
+// burst of events (an editor's write, rename and chmod) causes one reload,
+// after the events have been quiet for a short debounce.
+func (r *Reloader) Watch(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	dirs := map[string]bool{}
+	for _, p := range r.paths {
+		dir := p
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			dir = filepath.Dir(p)
+		}
+		if !dirs[dir] {
+			dirs[dir] = true
+			if err := w.Add(dir); err != nil {
+				return err
+			}
+		}
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+			timer.Reset(r.debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			r.srv.log.Warn("config watch error", "error", err)
+		case <-timer.C:
+			_ = r.Reload()
+		}
+	}
+}
