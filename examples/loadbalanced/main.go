@@ -39,6 +39,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/middleware/httplimit"
 	"github.com/floodgate-rl/floodgate/store/memstore"
+	"github.com/floodgate-rl/floodgate/store/redisstore"
 )
 
 func main() {
@@ -204,7 +205,9 @@ func openStore(ctx context.Context, c config) (floodgate.Store, error) {
 	case "memory":
 		return memstore.New(nil), nil
 	case "redis":
-		return nil, errors.New("-store=redis needs store/redisstore, which this build does not have yet")
+		// Each instance opens its own connection, as separate processes
+		// would; the budget is shared because the state is in Redis.
+		return redisstore.Open(ctx, c.redisURL, &redisstore.Options{Prefix: "loadbalanced"})
 	}
 	return nil, fmt.Errorf("-store %q: want memory or redis", c.store)
 }
