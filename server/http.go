@@ -455,6 +455,9 @@ func jsonError(err error) error {
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name, _ = strconv.Unquote(name)
+		if name == "" {
+			return invalid("body", `unknown field ""`)
+		}
 		return invalid(name, "unknown field")
 	}
 	return invalid("body", "%v", err)

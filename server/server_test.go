@@ -61,7 +61,7 @@ descriptors:
 // start is a calendar minute, so window arithmetic in tests is simple.
 var start = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
-func newServer(t *testing.T, store floodgate.Store, yaml string) (*server.Server, *floodgatetest.FakeClock) {
+func newServer(t testing.TB, store floodgate.Store, yaml string) (*server.Server, *floodgatetest.FakeClock) {
 	t.Helper()
 	clock := floodgatetest.NewFakeClock(start)
 	if store == nil {
