@@ -49,6 +49,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 	"github.com/floodgate-rl/floodgate/internal/netkey"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
 )
@@ -132,66 +133,36 @@ type Result struct {
 // Violated names the policies that denied the call (by
 // ratelimitheader.PolicyName).
 func (res Result) Violated() []string {
-	var names []string
-	for i, d := range res.Decisions {
-		if !d.Allowed && d.RetryAfter != 0 && i < len(res.Limits) {
-			names = append(names, ratelimitheader.PolicyName(res.Limits, i))
-		}
-	}
-	return names
+	return limitcheck.Violated(res.Limits, res.Decisions)
 }
 
 // Interceptor holds the interceptors of one Config. It is safe for
 // concurrent use.
 type Interceptor struct {
-	c Config
+	c   Config
+	chk limitcheck.Checker
 }
 
 // New checks c and returns an Interceptor.
 func New(c Config) (*Interceptor, error) {
-	var errs []error
-	if c.Limiter == nil {
-		errs = append(errs, errors.New("grpclimit: New: nil Limiter"))
+	chk := limitcheck.Checker{
+		Limiter:       c.Limiter,
+		Limits:        c.Limits,
+		KeyPrefix:     c.KeyPrefix,
+		MissingKey:    limitcheck.MissingKey(c.MissingKey),
+		AnonymousKey:  c.AnonymousKey,
+		ErrMissingKey: ErrMissingKey,
 	}
-	if len(c.Limits) == 0 {
-		errs = append(errs, errors.New("grpclimit: New: no Limits"))
-	}
-	names := map[string]bool{}
-	for i, l := range c.Limits {
-		if err := l.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("grpclimit: New: limits[%d]: %w", i, err))
-		}
-		if l.Algorithm == floodgate.Concurrency {
-			errs = append(errs, fmt.Errorf("grpclimit: New: limits[%d]: %w: algorithm: a concurrency limit needs a lease held for the whole call; use Limiter.Acquire", i, floodgate.ErrInvalidLimit))
-		}
-		if err := ratelimitheader.CheckName(l.Name); err != nil {
-			errs = append(errs, fmt.Errorf("grpclimit: New: limits[%d]: %w", i, err))
-		}
-		name := ratelimitheader.PolicyName(c.Limits, i)
-		if names[name] {
-			errs = append(errs, fmt.Errorf("grpclimit: New: limits[%d]: policy name %q is used twice; set Limit.Name", i, name))
-		}
-		names[name] = true
-	}
-	switch c.MissingKey {
-	case DenyMissingKey, AllowMissingKey, SharedMissingKey:
-	default:
-		errs = append(errs, fmt.Errorf("grpclimit: New: unknown MissingKey %d", c.MissingKey))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := chk.Init("grpclimit", "call"); err != nil {
 		return nil, err
 	}
-	c.Limits = append([]floodgate.Limit(nil), c.Limits...)
 	if c.Key == nil {
 		c.Key = Peer{}.Key
-	}
-	if c.AnonymousKey == "" {
-		c.AnonymousKey = "anonymous"
 	}
 	if c.Deny == nil {
 		c.Deny = func(_ context.Context, _ string, res Result) error { return Status(res).Err() }
 	}
-	return &Interceptor{c: c}, nil
+	return &Interceptor{c: c, chk: chk}, nil
 }
 
 // UnaryServerInterceptor limits unary calls: one unit per call.
@@ -259,23 +230,8 @@ func (l *Interceptor) admit(ctx context.Context, method string) (context.Context
 // Check decides a call without failing it: the key, then every limit. It
 // takes from the limits like the interceptors do.
 func (l *Interceptor) Check(ctx context.Context, fullMethod string) Result {
-	res := Result{Limits: l.c.Limits}
-	key := l.c.Key(ctx, fullMethod)
-	if key == "" {
-		switch l.c.MissingKey {
-		case AllowMissingKey:
-			res.Decision, res.Err = floodgate.Decision{Allowed: true}, ErrMissingKey
-			return res
-		case SharedMissingKey:
-			key = l.c.AnonymousKey
-		default:
-			res.Err = ErrMissingKey
-			return res
-		}
-	}
-	res.Key = l.c.KeyPrefix + key
-	res.Decision, res.Decisions, res.Err = l.c.Limiter.AllowEach(ctx, res.Key, 1, l.c.Limits...)
-	return res
+	o := l.chk.Check(ctx, l.c.Key(ctx, fullMethod))
+	return Result{Key: o.Key, Limits: l.chk.Limits, Decision: o.Decision, Decisions: o.Decisions, Err: o.Err}
 }
 
 type resultKey struct{}
@@ -314,14 +270,12 @@ func Status(res Result) *status.Status {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(ra)})
 	}
 	qf := &errdetails.QuotaFailure{}
-	for i, d := range res.Decisions {
-		if !d.Allowed && d.RetryAfter != 0 && i < len(res.Limits) {
-			l := res.Limits[i]
-			qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
-				Subject:     "policy:" + ratelimitheader.PolicyName(res.Limits, i),
-				Description: fmt.Sprintf("at most %d per %v", l.Capacity(), l.Period),
-			})
-		}
+	for _, i := range limitcheck.ViolatedIndexes(res.Limits, res.Decisions) {
+		l := res.Limits[i]
+		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
+			Subject:     "policy:" + ratelimitheader.PolicyName(res.Limits, i),
+			Description: fmt.Sprintf("at most %d per %v", l.Capacity(), l.Period),
+		})
 	}
 	if len(qf.Violations) > 0 {
 		details = append(details, qf)

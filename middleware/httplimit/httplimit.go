@@ -54,12 +54,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
 )
 
@@ -165,65 +165,35 @@ type Result struct {
 // wait, not those that merely had to give back their unit because
 // another limit denied.
 func (res Result) Violated() []string {
-	var names []string
-	for i, d := range res.Decisions {
-		if !d.Allowed && d.RetryAfter != 0 && i < len(res.Limits) {
-			names = append(names, ratelimitheader.PolicyName(res.Limits, i))
-		}
-	}
-	return names
+	return limitcheck.Violated(res.Limits, res.Decisions)
 }
 
 // Middleware limits the handlers it wraps. It is safe for concurrent use.
 type Middleware struct {
-	c Config
+	c   Config
+	chk limitcheck.Checker
 }
 
 // New checks c and returns a Middleware.
 func New(c Config) (*Middleware, error) {
-	var errs []error
-	if c.Limiter == nil {
-		errs = append(errs, errors.New("httplimit: New: nil Limiter"))
+	chk := limitcheck.Checker{
+		Limiter:       c.Limiter,
+		Limits:        c.Limits,
+		KeyPrefix:     c.KeyPrefix,
+		MissingKey:    limitcheck.MissingKey(c.MissingKey),
+		AnonymousKey:  c.AnonymousKey,
+		ErrMissingKey: ErrMissingKey,
 	}
-	if len(c.Limits) == 0 {
-		errs = append(errs, errors.New("httplimit: New: no Limits"))
-	}
-	names := map[string]bool{}
-	for i, l := range c.Limits {
-		if err := l.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("httplimit: New: limits[%d]: %w", i, err))
-		}
-		if l.Algorithm == floodgate.Concurrency {
-			errs = append(errs, fmt.Errorf("httplimit: New: limits[%d]: %w: algorithm: a concurrency limit needs a lease held for the whole request; use Limiter.Acquire", i, floodgate.ErrInvalidLimit))
-		}
-		if err := ratelimitheader.CheckName(l.Name); err != nil {
-			errs = append(errs, fmt.Errorf("httplimit: New: limits[%d]: %w", i, err))
-		}
-		name := ratelimitheader.PolicyName(c.Limits, i)
-		if names[name] {
-			errs = append(errs, fmt.Errorf("httplimit: New: limits[%d]: policy name %q is used twice; set Limit.Name", i, name))
-		}
-		names[name] = true
-	}
-	switch c.MissingKey {
-	case DenyMissingKey, AllowMissingKey, SharedMissingKey:
-	default:
-		errs = append(errs, fmt.Errorf("httplimit: New: unknown MissingKey %d", c.MissingKey))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := chk.Init("httplimit", "request"); err != nil {
 		return nil, err
 	}
-	c.Limits = append([]floodgate.Limit(nil), c.Limits...)
 	if c.Key == nil {
 		c.Key = ClientIP{}.Key
-	}
-	if c.AnonymousKey == "" {
-		c.AnonymousKey = "anonymous"
 	}
 	if c.Deny == nil {
 		c.Deny = WriteDenied
 	}
-	return &Middleware{c: c}, nil
+	return &Middleware{c: c, chk: chk}, nil
 }
 
 // Handler wraps next: requests the limits admit (or that are skipped, or
@@ -262,23 +232,8 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // Check decides r without answering it: the key, then every limit. It
 // takes from the limits like Handler does; most callers want Handler.
 func (m *Middleware) Check(r *http.Request) Result {
-	res := Result{Limits: m.c.Limits}
-	key := m.c.Key(r)
-	if key == "" {
-		switch m.c.MissingKey {
-		case AllowMissingKey:
-			res.Decision, res.Err = floodgate.Decision{Allowed: true}, ErrMissingKey
-			return res
-		case SharedMissingKey:
-			key = m.c.AnonymousKey
-		default:
-			res.Err = ErrMissingKey
-			return res
-		}
-	}
-	res.Key = m.c.KeyPrefix + key
-	res.Decision, res.Decisions, res.Err = m.c.Limiter.AllowEach(r.Context(), res.Key, 1, m.c.Limits...)
-	return res
+	o := m.chk.Check(r.Context(), m.c.Key(r))
+	return Result{Key: o.Key, Limits: m.chk.Limits, Decision: o.Decision, Decisions: o.Decisions, Err: o.Err}
 }
 
 type resultKey struct{}
