@@ -230,11 +230,11 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 		}
 		overall, statuses = st, []Status{st}
 	} else {
-		ds := make([]Descriptor, len(req.Descriptors))
-		if len(ds) > MaxDescriptors {
-			writeProblem(w, invalid("descriptors", "%d descriptors, more than the %d allowed", len(ds), MaxDescriptors))
+		if len(req.Descriptors) > MaxDescriptors {
+			writeProblem(w, invalid("descriptors", "%d descriptors, more than the %d allowed", len(req.Descriptors), MaxDescriptors))
 			return
 		}
+		ds := make([]Descriptor, len(req.Descriptors))
 		for i, d := range req.Descriptors {
 			ds[i].Hits = d.Hits
 			ds[i].Entries = make([]config.Entry, len(d.Entries))
