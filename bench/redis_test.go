@@ -1,0 +1,419 @@
+package bench
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/ulule/limiter/v3"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/store/redisstore"
+)
+
+// TestMain stops the redis-server that a Redis benchmark or test started.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopRedis()
+	os.Exit(code)
+}
+
+var (
+	redisOnce sync.Once
+	redisCmd  *exec.Cmd
+	redisAddr string
+	redisErr  error
+)
+
+// startRedis starts one redis-server for the whole run, on a free loopback
+// port, without persistence (internal/redistest does the same for the root
+// module, which this module cannot import). Every library benchmarked
+// shares it. It skips when redis-server is absent.
+func startRedis(tb testing.TB) string {
+	tb.Helper()
+	redisOnce.Do(func() {
+		bin, err := exec.LookPath("redis-server")
+		if err != nil {
+			redisErr = err
+			return
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			redisErr = err
+			return
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		redisAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		redisCmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no")
+		if redisErr = redisCmd.Start(); redisErr != nil {
+			return
+		}
+		c := redis.NewClient(&redis.Options{Addr: redisAddr})
+		defer c.Close()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if redisErr = c.Ping(context.Background()).Err(); redisErr == nil || time.Now().After(deadline) {
+				return
+			}
+		}
+	})
+	if redisErr != nil {
+		if os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
+			tb.Fatalf("redis-server: %v", redisErr)
+		}
+		tb.Skipf("SKIPPED, no Redis: %v", redisErr)
+	}
+	return redisAddr
+}
+
+func stopRedis() {
+	if redisCmd != nil && redisCmd.Process != nil {
+		redisCmd.Process.Kill()
+		redisCmd.Wait()
+	}
+}
+
+// redisLimit is the rate every library gets: a million per second per key,
+// so that nothing is denied (the benchmarks fail if anything is).
+const redisLimit = 1_000_000
+
+// A redisLib answers "may key take one unit?" against the shared Redis.
+type redisLib struct {
+	name string
+	make func(tb testing.TB, addr string) func(ctx context.Context, key string) bool
+}
+
+var redisLibs = []redisLib{
+	{"floodgate-gcra", floodgateRedis(floodgate.GCRA)},
+	{"floodgate-fixed_window", floodgateRedis(floodgate.FixedWindow)},
+	{"redis_rate", redisRate},
+	{"ulule", ulule},
+}
+
+// floodgateRedis decides through floodgate.Limiter.Allow on redisstore
+// (rueidis, from redisstore.Open with default options), server clock.
+func floodgateRedis(alg floodgate.Algorithm) func(testing.TB, string) func(context.Context, string) bool {
+	return func(tb testing.TB, addr string) func(context.Context, string) bool {
+		s, err := redisstore.Open(context.Background(), "redis://"+addr+"/0", nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { s.Close() })
+		lim, err := floodgate.New(s, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		l := floodgate.Limit{Algorithm: alg, Limit: redisLimit, Period: time.Second}
+		return func(ctx context.Context, key string) bool {
+			d, err := lim.Allow(ctx, key, l)
+			if err != nil {
+				panic(err)
+			}
+			return d.Allowed
+		}
+	}
+}
+
+func newGoRedis(tb testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// redisRate is github.com/go-redis/redis_rate/v10 (GCRA) on a go-redis v9
+// client with default options.
+func redisRate(tb testing.TB, addr string) func(context.Context, string) bool {
+	l := redis_rate.NewLimiter(newGoRedis(tb, addr))
+	rate := redis_rate.PerSecond(redisLimit)
+	return func(ctx context.Context, key string) bool {
+		res, err := l.Allow(ctx, key, rate)
+		if err != nil {
+			panic(err)
+		}
+		return res.Allowed > 0
+	}
+}
+
+// ulule is github.com/ulule/limiter/v3 (a fixed window) with its Redis
+// store on a go-redis v9 client with default options.
+func ulule(tb testing.TB, addr string) func(context.Context, string) bool {
+	s, err := ulredis.NewStoreWithOptions(newGoRedis(tb, addr), limiter.StoreOptions{Prefix: "ulule"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l := limiter.New(s, limiter.Rate{Period: time.Second, Limit: redisLimit})
+	return func(ctx context.Context, key string) bool {
+		c, err := l.Get(ctx, key)
+		if err != nil {
+			panic(err)
+		}
+		return !c.Reached
+	}
+}
+
+var (
+	redisKeysOnce sync.Once
+	redisKeyList  []string
+	redisCallerID atomic.Int64
+)
+
+func redisKeys(n int) []string {
+	redisKeysOnce.Do(func() {
+		redisKeyList = make([]string, 100_000)
+		for i := range redisKeyList {
+			redisKeyList[i] = "user:" + strconv.Itoa(i)
+		}
+	})
+	return redisKeyList[:n]
+}
+
+// BenchmarkRedis compares floodgate's Redis store with redis_rate and
+// ulule/limiter on one redis-server, in one run: one decision of one unit
+// per operation, over one hot key or 100k keys (visited in turn, each seen
+// once before timing), by 1, 16, 64 or 256 concurrent callers
+// (b.SetParallelism(callers/GOMAXPROCS); callers=1 is a plain loop). Besides
+// decisions/s it reports cpu-ns/op (this process: the client side),
+// redis-cpu-µs/op (the redis-server process, from INFO cpu) and
+// scripts/op (the EVALSHA and EVAL calls Redis ran per decision, from INFO
+// commandstats). lib=ceiling-P1 and ceiling-P16 then run redis-benchmark
+// against the same server (see runCeiling).
+func BenchmarkRedis(b *testing.B) {
+	addr := startRedis(b)
+	stats := newGoRedis(b, addr)
+	for _, lib := range redisLibs {
+		b.Run("lib="+lib.name, func(b *testing.B) {
+			allow := lib.make(b, addr)
+			for _, n := range []int{1, 100_000} {
+				keys := redisKeys(n)
+				warmRedis(b, allow, keys)
+				b.Run("keys="+count(n), func(b *testing.B) {
+					for _, callers := range []int{1, 16, 64, 256} {
+						b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+							runRedis(b, stats, callers, keys, allow)
+						})
+					}
+				})
+			}
+		})
+	}
+	// The ceiling, on the same server in the same run: redis-benchmark
+	// running EVALSHA of floodgate's fixed_window script with the arguments
+	// floodgate sends, -c callers connections, unpipelined and -P 16.
+	sha := loadFixedWindow(b, stats)
+	for _, pipeline := range []int{1, 16} {
+		b.Run(fmt.Sprintf("lib=ceiling-P%d", pipeline), func(b *testing.B) {
+			for _, n := range []int{1, 100_000} {
+				b.Run("keys="+count(n), func(b *testing.B) {
+					for _, callers := range []int{1, 16, 64, 256} {
+						b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+							runCeiling(b, stats, addr, sha, n, callers, pipeline)
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+// loadFixedWindow loads fixedWindowScript and returns its SHA-1.
+func loadFixedWindow(tb testing.TB, c *redis.Client) string {
+	sha, err := c.ScriptLoad(context.Background(), fixedWindowScript(tb)).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return sha
+}
+
+// runCeiling runs EVALSHA calls of the fixed_window script with
+// redis-benchmark, as redis-ceiling.sh does; cpu-ns/op is redis-benchmark's
+// CPU time. It makes at least 16 pipelines per connection and a whole number
+// of pipelines (redis-benchmark with fewer requests than connections can
+// take a second to finish, and aborts with part of a pipeline), so in the
+// first, small rounds ns/op overstates; the metrics are per call made.
+func runCeiling(b *testing.B, stats *redis.Client, addr, sha string, keys, callers, pipeline int) {
+	host, port, _ := net.SplitHostPort(addr)
+	key := "fw:hot"
+	batch := callers * pipeline
+	calls := (max(b.N, 16*batch) + batch - 1) / batch * batch
+	args := []string{"-h", host, "-p", port, "-c", strconv.Itoa(callers), "-n", strconv.Itoa(calls),
+		"-P", strconv.Itoa(pipeline), "-q"}
+	if keys > 1 {
+		key = "fw:user:__rand_int__"
+		args = append(args, "-r", strconv.Itoa(keys))
+	}
+	// Options end at the first command word.
+	args = append(args, "evalsha", sha, "1", key,
+		"-1", strconv.Itoa(redisLimit), "1000000", "1", "0", "0", "")
+	cmd := exec.Command("redis-benchmark", args...)
+	before := serverStats(b, stats)
+	b.ResetTimer()
+	out, err := cmd.CombinedOutput()
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("redis-benchmark: %v\n%s", err, out)
+	}
+	after := serverStats(b, stats)
+	n := float64(calls)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "decisions/s")
+	b.ReportMetric(float64(cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())/n, "cpu-ns/op")
+	b.ReportMetric((after.cpuSec-before.cpuSec)*1e6/n, "redis-cpu-µs/op")
+	b.ReportMetric(float64(after.scripts-before.scripts)/n, "scripts/op")
+}
+
+// warmRedis makes the state of every key before timing, from 64 goroutines.
+func warmRedis(tb testing.TB, allow func(context.Context, string) bool, keys []string) {
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := g; i < len(keys); i += 64 {
+				allow(context.Background(), keys[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func runRedis(b *testing.B, stats *redis.Client, callers int, keys []string, allow func(context.Context, string) bool) {
+	b.ReportAllocs()
+	var denied atomic.Int64
+	ctx := context.Background()
+	before := serverStats(b, stats)
+	cpu0, cpuOK := cpuTime()
+	if callers == 1 {
+		i := 0
+		for b.Loop() {
+			if !allow(ctx, keys[i%len(keys)]) {
+				denied.Add(1)
+			}
+			i++
+		}
+	} else {
+		b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(redisCallerID.Add(1)) * 7919 // callers start on different keys
+			for pb.Next() {
+				if !allow(ctx, keys[i%len(keys)]) {
+					denied.Add(1)
+				}
+				i++
+			}
+		})
+	}
+	b.StopTimer()
+	cpu1, _ := cpuTime()
+	after := serverStats(b, stats)
+	if d := denied.Load(); d > 0 {
+		b.Fatalf("%d of %d denied; the limit must admit everything", d, b.N)
+	}
+	n := float64(b.N)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "decisions/s")
+	if cpuOK {
+		b.ReportMetric(float64(cpu1-cpu0)/n, "cpu-ns/op")
+	}
+	b.ReportMetric((after.cpuSec-before.cpuSec)*1e6/n, "redis-cpu-µs/op")
+	b.ReportMetric(float64(after.scripts-before.scripts)/n, "scripts/op")
+}
+
+type redisStats struct {
+	cpuSec  float64 // used_cpu_user + used_cpu_sys of redis-server
+	scripts int64   // EVALSHA and EVAL calls
+}
+
+func serverStats(tb testing.TB, c *redis.Client) redisStats {
+	info, err := c.Info(context.Background(), "cpu", "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var s redisStats
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch k {
+		case "used_cpu_user", "used_cpu_sys":
+			f, _ := strconv.ParseFloat(v, 64)
+			s.cpuSec += f
+		case "cmdstat_evalsha", "cmdstat_eval":
+			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+			n, _ := strconv.ParseInt(calls, 10, 64)
+			s.scripts += n
+		}
+	}
+	return s
+}
+
+// fixedWindowScript is the source of redisstore's single-request
+// fixed_window script, built as store/redisstore/scripts.go builds it:
+// common.lua, then fixed_window.lua, each followed by a newline.
+// redis-ceiling.sh builds the same bytes with printf.
+func fixedWindowScript(tb testing.TB) string {
+	var src strings.Builder
+	for _, name := range []string{"common.lua", "fixed_window.lua"} {
+		b, err := os.ReadFile(filepath.Join("..", "store", "redisstore", "scripts", name))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		src.WriteString(string(b) + "\n")
+	}
+	return src.String()
+}
+
+// TestFixedWindowScript checks that the script redis-ceiling.sh loads is the
+// one floodgate runs: after a fixed_window decision through redisstore,
+// Redis holds a script with the SHA-1 of fixedWindowScript. With
+// FLOODGATE_PRINT_SCRIPT=file it also writes the source to file.
+func TestFixedWindowScript(t *testing.T) {
+	src := fixedWindowScript(t)
+	if f := os.Getenv("FLOODGATE_PRINT_SCRIPT"); f != "" {
+		if err := os.WriteFile(f, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := startRedis(t)
+	c := newGoRedis(t, addr)
+	ctx := context.Background()
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	allow := floodgateRedis(floodgate.FixedWindow)(t, addr)
+	if !allow(ctx, "script-check") {
+		t.Fatal("denied")
+	}
+	sum := sha1.Sum([]byte(src))
+	sha := hex.EncodeToString(sum[:])
+	exists, err := c.ScriptExists(ctx, sha).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !exists[0] {
+		t.Fatalf("Redis has no script %s after a fixed_window decision: the source differs from redisstore's", sha)
+	}
+}
+
+// TestRedisLibsAllow checks that every library admits what the benchmark
+// sends it (a few hundred decisions on one key).
+func TestRedisLibsAllow(t *testing.T) {
+	addr := startRedis(t)
+	for _, lib := range redisLibs {
+		allow := lib.make(t, addr)
+		for i := range 300 {
+			if !allow(context.Background(), "allow-check") {
+				t.Fatalf("%s denied decision %d", lib.name, i)
+			}
+		}
+	}
+}
