@@ -32,9 +32,7 @@
 // In every Decision: Limit is the capacity (the largest Remaining can be);
 // Remaining is the largest cost that would be admitted right after this
 // step; ResetAfter is the time until the key is back to its empty state,
-// the zero state (where Remaining == Limit, though a SlidingWindow can
-// reach Remaining == Limit sooner, when its weighted count floors to 0), 0
-// if it already is, and is also how long a store keeps the key (its TTL);
+// the zero state (where Remaining == Limit), 0 if it already is, and is also how long a store keeps the key (its TTL);
 // RetryAfter is 0 when allowed, else the time until
 // the same request would be admitted if nothing else happened, or Never.
 //
@@ -56,10 +54,12 @@
 //
 // SlidingWindow ("sliding_window"): the sliding window counter of
 // Cloudflare's write-up, a weighted estimate of the trailing Period from two
-// aligned windows: admitted if floor(prev*(Period-e)/Period) + curr + cost <=
-// Limit, with e the time since the current window began. Remaining = Limit -
-// estimate - curr; ResetAfter = until both counts have left (the end of the
-// next window if curr > 0); RetryAfter = the first microsecond at which the
+// aligned windows: admitted if prev*(Period-e)/Period + curr + cost <=
+// Limit, with e the time since the current window began. The comparison is
+// exact: it is made on the ceiling of the weighted term, which is at most an
+// integer exactly when the fraction is. Remaining = Limit -
+// ceil(prev*(Period-e)/Period) - curr; ResetAfter = until both counts have
+// left (the end of the next window if curr > 0); RetryAfter = the first microsecond at which the
 // shrinking weight of the previous window lets cost fit, computed in closed
 // form. The estimate assumes the previous window's requests were spread
 // evenly, so it can admit more or less than a log would; memory is O(1).

@@ -11,14 +11,14 @@ type SlidingWindow struct {
 }
 
 // Step decides a request of cost units at now. With e = now - Start, the
-// estimate is floor(Prev*(Period-e)/Period) + Curr, and the request is
-// admitted if estimate + cost <= Limit. The floor is the spec, not a
-// shortcut: it admits a request whenever the exact weighted fraction is
-// below Limit - Curr - cost + 1, so up to one unit more than comparing the
-// exact fraction would (Prev 1, halfway through the window: the exact
-// weight is 1/2, the floor 0). Counts never exceed Limit (CountRejected
-// saturates at Limit), so every product stays below (Limit+1)*Period <=
-// MaxExact.
+// weight of the previous window is the exact fraction w =
+// Prev*(Period-e)/Period, and the request is admitted if w + Curr + cost <=
+// Limit. The comparison is exact: it is made on ceil(w) =
+// floor((Prev*(Period-e) + Period - 1)/Period), and ceil(w) <= R if and only
+// if w <= R for an integer R. Remaining = Limit - ceil(w) - Curr, the
+// largest cost that would be admitted. Counts never exceed Limit
+// (CountRejected saturates at Limit), so every product stays below
+// (Limit+1)*Period <= MaxExact.
 func (s SlidingWindow) Step(p Params, now, cost int64) (SlidingWindow, Decision) {
 	start, prev, curr := now-now%p.Period, int64(0), int64(0)
 	switch {
@@ -33,7 +33,7 @@ func (s SlidingWindow) Step(p Params, now, cost int64) (SlidingWindow, Decision)
 	}
 	prev, curr = min(prev, p.Limit), min(curr, p.Limit)
 	elapsed := max(0, now-start)
-	weighted := floorDiv(prev*(p.Period-elapsed), p.Period)
+	weighted := floorDiv(prev*(p.Period-elapsed)+p.Period-1, p.Period) // ceil(w)
 	allowed := weighted+curr+cost <= p.Limit
 	if allowed {
 		curr += cost
@@ -75,8 +75,9 @@ func slidingRetry(p Params, start, prev, curr, cost int64) int64 {
 }
 
 // slidingFirst is the least elapsed time e in [0, Period) with
-// floor(prev*(Period-e)/Period) <= room, if there is one:
-// e = Period - floor(((room+1)*Period - 1) / prev).
+// ceil(prev*(Period-e)/Period) <= room, that is prev*(Period-e) <=
+// room*Period, if there is one: e = Period - floor(room*Period/prev) when
+// prev > room (room*Period <= Limit*Period stays exact).
 func slidingFirst(p Params, prev, room int64) (int64, bool) {
 	if room < 0 {
 		return 0, false
@@ -84,7 +85,7 @@ func slidingFirst(p Params, prev, room int64) (int64, bool) {
 	if prev <= room {
 		return 0, true
 	}
-	e := p.Period - floorDiv((room+1)*p.Period-1, prev)
+	e := p.Period - floorDiv(room*p.Period, prev)
 	return e, e < p.Period
 }
 

@@ -17,37 +17,46 @@ func TestSlidingWindowSteps(t *testing.T) {
 			// Window [t0, t0+1s): curr 4, then 10.
 			{at: t0 + 500*ms, cost: 4, want: allow(10, 6, 1500*ms)},
 			{at: t0 + 900*ms, cost: 6, want: allow(10, 0, 1100*ms)},
-			// In the next window prev = 10 weighs floor(10*(1s-e)/1s): 9
-			// from e = 1 µs on, room for 1.
-			{at: t0 + 900*ms, cost: 1, want: deny(10, 0, 1100*ms, 100*ms+1)},
-			// e = 250 ms: floor(10 × 0.75) = 7, Remaining 3.
-			{at: t0 + 1250*ms, cost: 0, want: allow(10, 3, 750*ms)},
-			// 4 fits once floor(10*(1s-e)/1s) <= 6: e = 1s - floor((7s-1)/10) = 300001 µs.
-			{at: t0 + 1250*ms, cost: 4, want: deny(10, 3, 750*ms, 50*ms+1)},
-			// Admitted by the floor: the exact weight is 6.99999, so the
-			// exact estimate 6.99999+4 is above 10; the spec takes the floor.
-			{at: t0 + sec + 300_001, cost: 4, want: allow(10, 0, 2*sec-300_001)},
-			// Window [t0+2s, t0+3s): prev 4 weighs floor(4 × 0.5) = 2.
-			// 10 fits when the weight is 0: e = 1s - floor((1s-1)/4) = 750001 µs.
-			{at: t0 + 2500*ms, cost: 10, want: deny(10, 8, 500*ms, 250*ms+1)},
-			{at: t0 + 2*sec + 750_001, cost: 10, want: allow(10, 0, 2*sec-750_001)},
+			// In the next window prev = 10 weighs 10*(1s-e)/1s, which is
+			// at most 9 from e = 1s - floor(9s/10) = 100 ms on: room for 1.
+			{at: t0 + 900*ms, cost: 1, want: deny(10, 0, 1100*ms, 200*ms)},
+			// e = 250 ms: the weight is 10 × 0.75 = 7.5, Remaining
+			// 10 - ceil(7.5) = 2.
+			{at: t0 + 1250*ms, cost: 0, want: allow(10, 2, 750*ms)},
+			// 4 fits once 10*(1s-e)/1s <= 6: e = 1s - floor(6s/10) = 400 ms.
+			{at: t0 + 1250*ms, cost: 4, want: deny(10, 2, 750*ms, 150*ms)},
+			// 1 µs earlier the exact weight is 6.00001: 6.00001+4 is above
+			// 10, so the comparison, exact, denies.
+			{at: t0 + 1400*ms - 1, cost: 4, want: deny(10, 3, 600*ms+1, 1)},
+			// The weight is exactly 6: 6+4 fits.
+			{at: t0 + 1400*ms, cost: 4, want: allow(10, 0, 1600*ms)},
+			// Window [t0+2s, t0+3s): prev 4 weighs 4 × 0.5 = 2, Remaining 8.
+			// 9 fits once 4*(1s-e)/1s <= 1: e = 1s - floor(1s/4) = 750 ms.
+			{at: t0 + 2500*ms, cost: 9, want: deny(10, 8, 500*ms, 250*ms)},
+			// 10 needs a weight of 0, which the exact fraction reaches only
+			// at the end of the window: it fits at t0+3s.
+			{at: t0 + 2500*ms, cost: 10, want: deny(10, 8, 500*ms, 500*ms)},
+			{at: t0 + 3*sec - 1, cost: 10, want: deny(10, 9, 1, 1)},
+			{at: t0 + 3*sec, cost: 10, want: allow(10, 0, 2*sec)},
 			// Two windows later both counts have left.
 			{at: t0 + 5*sec, cost: 0, want: allow(10, 10, 0)},
 			{at: t0 + 5*sec, cost: 11, want: deny(10, 10, 0, Never)},
 		}},
-		{"Remaining back to Limit before ResetAfter", p10, []step{
+		{"Remaining below Limit until ResetAfter", p10, []step{
 			{at: t0 + 900*ms, cost: 1, want: allow(10, 9, 1100*ms)},
-			// prev 1 weighs floor(1 × 0.5) = 0: Remaining is Limit, yet
-			// the key is not empty until the window ends.
-			{at: t0 + 1500*ms, cost: 0, want: allow(10, 10, 500*ms)},
+			// prev 1 weighs 1 × 0.5: Remaining is 10 - ceil(0.5) = 9.
+			{at: t0 + 1500*ms, cost: 0, want: allow(10, 9, 500*ms)},
+			// Even 1 µs before the window ends the weight is above 0.
+			{at: t0 + 2*sec - 1, cost: 0, want: allow(10, 9, 1)},
+			{at: t0 + 2*sec - 1, cost: 10, want: deny(10, 9, 1, 1)},
 			{at: t0 + 2*sec, cost: 0, want: allow(10, 10, 0)},
 		}},
 		{"retry in the window after next", Params{Limit: 20, Period: 10}, []step{
 			{at: t0, cost: 20, want: allow(20, 0, 20)},
-			// Cost 1 fits 1 µs into the next window: floor(20 × 9/10) = 18.
+			// Cost 1 fits 1 µs into the next window: 20 × 9/10 = 18.
 			{at: t0, cost: 1, want: deny(20, 0, 20, 11)},
-			// Cost 20 needs a weight of 0, but floor(20 × 1/10) = 2 even at
-			// the last microsecond of the next window: it fits in the one
+			// Cost 20 needs a weight of 0, but 20 × 1/10 = 2 even at the
+			// last microsecond of the next window: it fits in the one
 			// after, when the key is empty.
 			{at: t0, cost: 20, want: deny(20, 0, 20, 20)},
 			{at: t0 + 19, cost: 20, want: deny(20, 18, 1, 1)},
@@ -55,19 +64,19 @@ func TestSlidingWindowSteps(t *testing.T) {
 		}},
 		{"count rejected off", p10, []step{
 			{at: t0 + 500*ms, cost: 8, want: allow(10, 2, 1500*ms)},
-			// 5 fits when floor(8*(1s-e)/1s) <= 5: e = 1s - floor((6s-1)/8) = 250001 µs.
-			{at: t0 + 600*ms, cost: 5, want: deny(10, 2, 1400*ms, 650*ms+1)},
+			// 5 fits once 8*(1s-e)/1s <= 5: e = 1s - floor(5s/8) = 375 ms.
+			{at: t0 + 600*ms, cost: 5, want: deny(10, 2, 1400*ms, 775*ms)},
 			{at: t0 + 700*ms, cost: 2, want: allow(10, 0, 1300*ms)},
 		}},
 		{"count rejected", Params{Limit: 10, Period: sec, CountRejected: true}, []step{
 			{at: t0 + 500*ms, cost: 8, want: allow(10, 2, 1500*ms)},
-			// Counted, saturating at Limit: curr 10. 5 fits when
-			// floor(10*(1s-e)/1s) <= 5: e = 1s - floor((6s-1)/10) = 400001 µs.
-			{at: t0 + 600*ms, cost: 5, want: deny(10, 0, 1400*ms, 800*ms+1)},
+			// Counted, saturating at Limit: curr 10. 5 fits once
+			// 10*(1s-e)/1s <= 5: e = 1s - floor(5s/10) = 500 ms.
+			{at: t0 + 600*ms, cost: 5, want: deny(10, 0, 1400*ms, 900*ms)},
 			// At the limit, not over it: a peek is allowed.
 			{at: t0 + 700*ms, cost: 0, want: allow(10, 0, 1300*ms)},
 			{at: t0 + 700*ms, cost: 11, want: deny(10, 0, 1300*ms, Never)},
-			{at: t0 + sec + 400_001, cost: 5, want: allow(10, 0, 2*sec-400_001)},
+			{at: t0 + 1500*ms, cost: 5, want: allow(10, 0, 1500*ms)},
 		}},
 		{"limit 0", Params{Limit: 0, Period: sec}, []step{
 			{at: t0, cost: 1, want: deny(0, 0, 0, Never)},
@@ -82,8 +91,9 @@ func TestSlidingWindowSteps(t *testing.T) {
 			{at: t0 + 2500*ms, cost: 0, want: allow(10, 7, 500*ms)},
 			// Back again: prev weighs all of its 6.
 			{at: t0 + 1900*ms, cost: 0, want: allow(10, 4, 1100*ms)},
-			// 5 fits from 1 µs into the window of t0+2s: floor(6 × (1s-1)/1s) = 5.
-			{at: t0 + 1900*ms, cost: 5, want: deny(10, 4, 1100*ms, 100*ms+1)},
+			// The state stays in the window of t0+2s: 5 fits once
+			// 6*(1s-e)/1s <= 5 there, e = 1s - floor(5s/6) = 166667 µs.
+			{at: t0 + 1900*ms, cost: 5, want: deny(10, 4, 1100*ms, 266_667)},
 		}},
 	}
 	for _, tc := range tests {
@@ -94,9 +104,10 @@ func TestSlidingWindowSteps(t *testing.T) {
 }
 
 // slidingModel is the sliding window counter of the package doc, written
-// out: the weight floor(Prev*(Period-e)/Period) is an exact big.Rat floored,
-// and RetryAfter is found by searching for the first instant the same
-// request is admitted.
+// out: the weight Prev*(Period-e)/Period is an exact big.Rat compared as a
+// fraction, Remaining is the largest cost whose exact estimate fits, and
+// RetryAfter is found by searching for the first instant the same request
+// is admitted.
 type slidingModel struct {
 	p                 Params
 	start, prev, curr int64
@@ -118,28 +129,34 @@ func (s *slidingModel) view(t int64) (start, prev, curr, e int64) {
 	return w, 0, 0, t - w
 }
 
-func (s *slidingModel) weight(prev, e int64) int64 {
+func (s *slidingModel) weight(prev, e int64) *big.Rat {
 	r := new(big.Rat).SetFrac(big.NewInt(prev), big.NewInt(s.p.Period))
-	r.Mul(r, new(big.Rat).SetInt64(s.p.Period-e))
-	return new(big.Int).Quo(r.Num(), r.Denom()).Int64() // floor: r >= 0
+	return r.Mul(r, new(big.Rat).SetInt64(s.p.Period-e))
+}
+
+// fits reports whether the exact weight of prev at e is at most room.
+func (s *slidingModel) fits(prev, e, room int64) bool {
+	return s.weight(prev, e).Cmp(new(big.Rat).SetInt64(room)) <= 0
 }
 
 func (s *slidingModel) admits(t, cost int64) bool {
 	_, prev, curr, e := s.view(t)
-	return s.weight(prev, e)+curr+cost <= s.p.Limit
+	return s.fits(prev, e, s.p.Limit-curr-cost)
 }
 
 func (s *slidingModel) step(now, cost int64, _ string, _ LeaseOp) Decision {
 	start, prev, curr, e := s.view(now)
-	w := s.weight(prev, e)
-	allowed := w+curr+cost <= s.p.Limit
+	allowed := s.fits(prev, e, s.p.Limit-curr-cost)
 	if allowed {
 		curr += cost
 	} else if s.p.CountRejected {
 		curr = min(curr+cost, s.p.Limit)
 	}
 	s.start, s.prev, s.curr = start, prev, curr
-	d := Decision{Allowed: allowed, Limit: s.p.Limit, Remaining: max(0, s.p.Limit-w-curr)}
+	// The largest cost c with w + curr + c <= Limit: floor(Limit - curr - w).
+	left := new(big.Rat).Sub(new(big.Rat).SetInt64(s.p.Limit-curr), s.weight(prev, e))
+	rem := new(big.Int).Div(left.Num(), left.Denom()).Int64() // Euclidean: floor for a positive denominator
+	d := Decision{Allowed: allowed, Limit: s.p.Limit, Remaining: max(0, rem)}
 	switch {
 	case curr > 0:
 		d.ResetAfter = start + 2*s.p.Period - now
@@ -197,7 +214,7 @@ func TestSlidingWindowRetryClosedForm(t *testing.T) {
 			for room := int64(-1); room <= 31; room++ {
 				wantE, wantOK := int64(0), false
 				for e := range period {
-					if m.weight(prev, e) <= room {
+					if m.fits(prev, e, room) {
 						wantE, wantOK = e, true
 						break
 					}

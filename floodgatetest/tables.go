@@ -137,19 +137,21 @@ func slidingWindowCases() []tcase {
 		{"weighted", []floodgate.Limit{sw(4, sec)}, []step{
 			st(0, 2, ok(2, 2*sec)),
 			st(500*ms, 2, ok(0, 1500*ms)),
-			// The previous window must weigh 4*(1-e) < 4: e > 0.
-			st(600*ms, 1, no(0, 1400*ms, 400_001*us)),
-			st(sec, 1, no(0, sec, us)),
-			st(1_000_001*us, 1, ok(0, 1_999_999*us)), // floor(4*0.999999)=3, +1
-			st(1500*ms, 0, ok(1, 1500*ms)),           // floor(4*0.5)=2, +1
-			st(1750*ms, 1, ok(1, 1250*ms)),           // floor(4*0.25)=1, +2
-			st(2500*ms, 4, no(3, 500*ms, us)),        // floor(2*0.5)=1; fits from e=0.500001s
-			st(3*sec, 4, ok(0, 2*sec)),               // both earlier windows left
+			// The previous window must weigh 4*(1-e) <= 3: e >= 0.25s.
+			st(600*ms, 1, no(0, 1400*ms, 650*ms)),
+			st(sec, 1, no(0, sec, 250*ms)),
+			st(1_249_999*us, 1, no(0, 750_001*us, us)), // 4*0.750001 = 3.000004, +1 > 4
+			st(1250*ms, 1, ok(0, 1750*ms)),             // 4*0.75 = 3, +1
+			st(1500*ms, 0, ok(1, 1500*ms)),             // 4*0.5 = 2, +1
+			st(1750*ms, 1, ok(1, 1250*ms)),             // 4*0.25 = 1, +2
+			st(2500*ms, 4, no(3, 500*ms, 500*ms)),      // 2*0.5 = 1; fits only once prev has left
+			st(3*sec, 4, ok(0, 2*sec)),                 // both earlier windows left
 		}},
 		{"cost", []floodgate.Limit{sw(5, sec)}, []step{
 			st(0, 5, ok(0, 2*sec)),
 			st(0, 0, ok(0, 2*sec)),
-			st(0, 1, no(0, 2*sec, 1_000_001*us)),
+			// 5*(1-e) <= 4: e >= 0.2s into the next window.
+			st(0, 1, no(0, 2*sec, 1200*ms)),
 			st(0, 6, no(0, 2*sec, floodgate.Never)),
 		}},
 		{"above_capacity_on_empty_key", []floodgate.Limit{sw(5, sec)}, []step{
@@ -162,16 +164,18 @@ func slidingWindowCases() []tcase {
 		}},
 		{"count_rejected_off", []floodgate.Limit{sw(3, sec)}, []step{
 			st(0, 2, ok(1, 2*sec)),
-			st(0, 2, no(1, 2*sec, 1_000_001*us)),
+			// 2*(1-e) <= 1: e >= 0.5s into the next window.
+			st(0, 2, no(1, 2*sec, 1500*ms)),
 			st(0, 1, ok(0, 2*sec)),
 		}},
 		{"count_rejected_on", []floodgate.Limit{with(sw(3, sec), countRejected)}, []step{
 			st(0, 2, ok(1, 2*sec)),
 			// Counted up to the limit (3), so 2 fits only when
-			// floor(3*(1-e)) <= 1: e >= 0.333334s into the next window.
-			st(0, 2, no(0, 2*sec, 1_333_334*us)),
+			// 3*(1-e) <= 1: e >= 0.666667s into the next window.
+			st(0, 2, no(0, 2*sec, 1_666_667*us)),
 			st(0, 0, ok(0, 2*sec)),
-			st(0, 1, no(0, 2*sec, 1_000_001*us)),
+			// 3*(1-e) <= 2: e >= 0.333334s.
+			st(0, 1, no(0, 2*sec, 1_333_334*us)),
 		}},
 	}
 }

@@ -15,7 +15,8 @@
 local SLIDING_WINDOW_FIELDS = {'start', 'prev', 'curr'}
 
 -- sliding_first is slidingFirst: the least elapsed time e in [0, Period)
--- with floor(prev*(Period-e)/Period) <= room, and whether there is one.
+-- with ceil(prev*(Period-e)/Period) <= room, that is prev*(Period-e) <=
+-- room*Period, and whether there is one.
 local function sliding_first(p, prev, room)
   if room < 0 then
     return 0, false
@@ -23,7 +24,7 @@ local function sliding_first(p, prev, room)
   if prev <= room then
     return 0, true
   end
-  local e = p.period - floor_div((room + 1) * p.period - 1, prev)
+  local e = p.period - floor_div(room * p.period, prev)
   return e, e < p.period
 end
 
@@ -54,7 +55,7 @@ local function sliding_window_step(p, s, now, cost)
   end
   prev, curr = min(prev, p.limit), min(curr, p.limit)
   local elapsed = max(0, now - start)
-  local weighted = floor_div(prev * (p.period - elapsed), p.period)
+  local weighted = floor_div(prev * (p.period - elapsed) + p.period - 1, p.period) -- ceil(w)
   local allowed = weighted + curr + cost <= p.limit
   if allowed then
     curr = curr + cost
