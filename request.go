@@ -108,8 +108,9 @@ type Decision struct {
 	Now time.Time
 }
 
-// decision converts an algorithm.Decision made at nowUS.
-func decision(d algorithm.Decision, nowUS int64) Decision {
+// FromAlgorithm converts a decision of the algorithm package, made at nowUS
+// microseconds since the epoch, into a Decision. Stores use it.
+func FromAlgorithm(d algorithm.Decision, nowUS int64) Decision {
 	out := Decision{
 		Allowed:    d.Allowed,
 		Limit:      d.Limit,
@@ -123,10 +124,6 @@ func decision(d algorithm.Decision, nowUS int64) Decision {
 	}
 	return out
 }
-
-// FromAlgorithm converts a decision of the algorithm package, made at nowUS
-// microseconds since the epoch, into a Decision. Stores use it.
-func FromAlgorithm(d algorithm.Decision, nowUS int64) Decision { return decision(d, nowUS) }
 
 // Combine folds the decisions of several limits checked together (a batch)
 // into one: allowed only if all are; the smallest Remaining (with its Limit);

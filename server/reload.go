@@ -68,11 +68,7 @@ func (r *Reloader) swap(cfg *config.Config) {
 	r.srv.SetConfig(cfg)
 	r.srv.m.reloads.WithLabelValues("success").Inc()
 	r.srv.m.reloadTime.SetToCurrentTime()
-	n := 0
-	for _, d := range cfg.Domains() {
-		n += len(d.Rules())
-	}
-	r.srv.log.Info("config loaded", "paths", r.paths, "domains", len(cfg.Domains()), "rules", n)
+	r.srv.log.Info("config loaded", "paths", r.paths, "domains", len(cfg.Domains()), "rules", countRules(cfg))
 }
 
 // Watch reloads on every change under the config paths until ctx ends. A

@@ -162,11 +162,16 @@ func New(opts Options) (*Server, error) {
 func (s *Server) SetConfig(c *config.Config) {
 	s.cfg.Store(c)
 	s.loaded.Store(true)
+	s.m.rules.Set(float64(countRules(c)))
+}
+
+// countRules is the number of rules of every domain of c.
+func countRules(c *config.Config) int {
 	n := 0
 	for _, d := range c.Domains() {
 		n += len(d.Rules())
 	}
-	s.m.rules.Set(float64(n))
+	return n
 }
 
 // Config returns the config in force.

@@ -198,7 +198,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	select {
 	case <-done:
 	case <-sctx.Done():
-		grpcSrv.Stop()
+		if grpcSrv != nil {
+			grpcSrv.Stop()
+		}
 	}
 	return 0
 }
