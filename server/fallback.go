@@ -128,6 +128,7 @@ func (s *Server) settleLocal(domain string, entries []config.Entry, st *Status, 
 	shadow := st.Rule != nil && st.Rule.ShadowMode
 	st.Decision = d
 	st.FailureMode = floodgate.FailLocal
+	st.Limit = floodgate.Share(st.Limit, s.fb.Instances()) // the limit applied
 	if storeErr != nil {
 		s.m.storeErrors.Inc()
 		s.log.Warn("store failed, decided locally", "domain", domain, "rule", ruleID(st.Rule), "failure_mode", string(floodgate.FailLocal), "error", storeErr)
@@ -141,7 +142,7 @@ func (s *Server) settleLocal(domain string, entries []config.Entry, st *Status, 
 	default:
 		st.Code = OverLimit
 		s.m.decision(domain, st.Rule, entries, outcomeLocalDenied)
-		s.log.Debug("denied locally", "domain", domain, "rule", ruleID(st.Rule), "limit", floodgate.Share(st.Limit, s.fb.Instances()).String(),
+		s.log.Debug("denied locally", "domain", domain, "rule", ruleID(st.Rule), "limit", st.Limit.String(),
 			"remaining", d.Remaining, "retry_after", d.RetryAfter, "reset_after", d.ResetAfter)
 	}
 }

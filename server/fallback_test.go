@@ -90,7 +90,7 @@ func TestFailureModeLocal(t *testing.T) {
 	for i := range 5 {
 		st, took := decide("local")
 		s := st[0]
-		if s.Err != nil || !s.Decision.Fallback || s.FailureMode != floodgate.FailLocal || s.Decision.Limit != 3 {
+		if s.Err != nil || !s.Decision.Fallback || s.FailureMode != floodgate.FailLocal || s.Decision.Limit != 3 || s.Limit.Limit != 3 {
 			t.Fatalf("call %d with Redis down: %+v, want a local decision with limit 3", i, s)
 		}
 		if i > 0 && took >= timeout {

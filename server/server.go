@@ -247,7 +247,8 @@ type Status struct {
 	// Limited reports whether the store decided the descriptor: false when
 	// no rule matched, or the rule is unlimited or was replaced.
 	Limited bool
-	// Limit is the limit applied, when Limited.
+	// Limit is the limit applied, when Limited: for a decision of the
+	// failure mode local, this instance's share (floodgate.Share).
 	Limit floodgate.Limit
 	// Decision is the store's decision, when Limited and the store answered.
 	Decision floodgate.Decision

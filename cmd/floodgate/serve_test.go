@@ -364,7 +364,7 @@ descriptors:
   - key: user
     rate_limit: {period: 8760h, requests_per_unit: 10, failure_mode: local}
 `)
-	args := []string{"-config", dir, "-grpc", "", "-redis", "redis://" + redis.Addr, "-timeout", "100ms", "-probe-interval", "50ms"}
+	args := []string{"-config", dir, "-redis", "redis://" + redis.Addr, "-timeout", "100ms", "-probe-interval", "50ms"}
 	a := startServe(t, append(args, "-instances", "2")...)
 	t.Setenv("FLOODGATE_INSTANCES", "2")
 	b := startServe(t, args...)
@@ -407,6 +407,14 @@ descriptors:
 		if allowed != 5 {
 			t.Errorf("%s, Redis down: %d of 8 admitted, want the share 5", name, allowed)
 		}
+	}
+	// Envoy's protocol: the same local share, over the limit once spent.
+	resp, err := b.rls(t).ShouldRateLimit(t.Context(), rlsRequest("edge", "user", "u"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := resp.Statuses[0]; resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || s.CurrentLimit.GetRequestsPerUnit() != 5 || s.LimitRemaining != 0 {
+		t.Errorf("Envoy, Redis down, share spent: %v", resp)
 	}
 	if err := redis.Restart(t); err != nil {
 		t.Fatal(err)
