@@ -57,7 +57,13 @@ type FallbackOptions struct {
 // the count is what it was before the failure (or nothing after a restart
 // without persistence). A window that spans a handover can therefore admit
 // up to one extra limit: the shared store's count plus the fleet's local
-// shares.
+// shares. Instances is what keeps the local part within the limit: an
+// instance count below the real fleet size multiplies the local budget.
+//
+// A Concurrency lease lives on the side that granted it: released after
+// the breaker changed state, it is released on the other side, where it
+// is unknown (harmless), and holds its units until it expires after the
+// limit's Period. Limiter.Reset forgets a key in the shared store only.
 type Fallback struct {
 	local     Store
 	instances int64

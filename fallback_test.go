@@ -364,3 +364,43 @@ func TestFailLocalPausedRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestFailLocalAllowEach checks several limits at once with Redis down:
+// the local store decides them all or nothing, each with its share.
+func TestFailLocalAllowEach(t *testing.T) {
+	f := newLocalFleet(t, 2)
+	l := f.limiters[0]
+	perMinute := floodgate.Limit{Limit: 10, Period: time.Minute} // share 5
+	perSecond := floodgate.Limit{Limit: 4, Period: time.Second}  // share 2
+	if d, _, err := l.AllowEach(t.Context(), "k", 1, perMinute, perSecond); err != nil || !d.Allowed || d.Fallback {
+		t.Fatalf("with Redis up: %+v, %v", d, err)
+	}
+	if err := f.srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Three seconds of 3 calls each: 2, 2, then 1 (the minute's share of 5
+	// is spent), and a denial by one limit takes nothing from the other.
+	var admittedPerSecond []int
+	var last []floodgate.Decision
+	for range 3 {
+		n := 0
+		for range 3 {
+			d, ds, err := l.AllowEach(t.Context(), "k", 1, perMinute, perSecond)
+			if err != nil || !d.Fallback || len(ds) != 2 || !ds[0].Fallback || !ds[1].Fallback {
+				t.Fatalf("with Redis down: %+v %+v, %v; want local decisions", d, ds, err)
+			}
+			if d.Allowed {
+				n++
+			}
+			last = ds
+		}
+		admittedPerSecond = append(admittedPerSecond, n)
+		f.clock.Advance(time.Second)
+	}
+	if got := admittedPerSecond; got[0] != 2 || got[1] != 2 || got[2] != 1 {
+		t.Errorf("admitted per second %v, want [2 2 1] (shares 2/s and 5/min)", got)
+	}
+	if got := last[1].Remaining; got != 1 {
+		t.Errorf("per-second remaining after a denial by the minute %d, want 1 (nothing taken)", got)
+	}
+}

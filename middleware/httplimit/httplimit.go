@@ -43,7 +43,9 @@
 // answered 503 Service Unavailable, not 429: the client did nothing wrong.
 // With floodgate.FailLocal the Limiter's local store decides with this
 // instance's share of each limit, and the answer is an ordinary one (429
-// on a denial, the fields giving the share), since the decision is real.
+// on a denial), since the decision is real: RateLimit-Policy still names
+// the configured policy, the fleet's, while RateLimit gives what is left of
+// this instance's share.
 // A key the Limiter refuses (longer than floodgate.MaxKeyLen) is 400.
 //
 // # Trying a limit out
