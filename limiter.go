@@ -55,7 +55,7 @@ type Options struct {
 	Instances int
 	// ProbeInterval is how long FailLocal decides locally after a store
 	// failure before one call tries the store again; default
-	// DefaultProbeInterval.
+	// DefaultProbeInterval, timed by Clock when set.
 	ProbeInterval time.Duration
 }
 
