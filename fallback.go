@@ -53,12 +53,17 @@ type FallbackOptions struct {
 // admits at most Instances × Share(limit) per window, which is at most the
 // limit (up to Instances when the limit is below Instances, since each
 // share is at least 1). On each change of side a key's count restarts from
-// what that side holds: the local store starts empty, and back on the store
-// the count is what it was before the failure (or nothing after a restart
-// without persistence). A window that spans a handover can therefore admit
-// up to one extra limit: the shared store's count plus the fleet's local
-// shares. Instances is what keeps the local part within the limit: an
-// instance count below the real fleet size multiplies the local budget.
+// what that side holds: the local store starts empty (or, after an earlier
+// outage in the same window, where that outage left it), and back on the
+// store the count is what it was before the failure (or nothing after a
+// restart without persistence). So a window that spans a handover admits
+// up to one extra limit, the store's count plus the fleet's local shares;
+// more precisely, in any span of time the fleet admits at most twice what
+// the limit allows (once through the store, once through the local
+// shares; for TokenBucket and GCRA, one burst plus the rate over the span,
+// twice), plus whatever a restart of the store made it forget. Instances
+// is what keeps the local part within the limit: a count below the real
+// fleet size multiplies the local budget.
 //
 // A Concurrency lease lives on the side that granted it: released after
 // the breaker changed state, it is released on the other side, where it
