@@ -154,3 +154,32 @@ type downStore struct{}
 func (downStore) Apply(context.Context, floodgate.Request) (floodgate.Decision, error) {
 	return floodgate.Decision{}, errors.New("store down")
 }
+
+// With FailLocal, a Limiter that cannot reach its shared store decides in
+// a memory store with its share of the limit: here one of 3 instances
+// holds 2 of "6 per minute". A local decision is a real one, so it comes
+// without an error; Decision.Fallback says where it came from, and the
+// Observer sees the store's error.
+func ExampleFailurePolicy_local() {
+	local := memstore.New(nil)
+	defer local.Close()
+	limiter, err := floodgate.New(downStore{}, &floodgate.Options{
+		Clock:         floodgatetest.NewFakeClock(start),
+		FailurePolicy: floodgate.FailLocal,
+		Local:         local,
+		Instances:     3,
+		Timeout:       5 * time.Millisecond,
+	})
+	if err != nil {
+		panic(err)
+	}
+	perMinute := floodgate.Limit{Limit: 6, Period: time.Minute}
+	for range 3 {
+		d, err := limiter.Allow(context.Background(), "user:42", perMinute)
+		fmt.Printf("allowed=%v limit=%d remaining=%d fallback=%v err=%v\n", d.Allowed, d.Limit, d.Remaining, d.Fallback, err)
+	}
+	// Output:
+	// allowed=true limit=2 remaining=1 fallback=true err=<nil>
+	// allowed=true limit=2 remaining=0 fallback=true err=<nil>
+	// allowed=false limit=2 remaining=0 fallback=true err=<nil>
+}

@@ -19,6 +19,11 @@ const (
 	// FailOpen allows while the store is failing: availability over the
 	// limit. Report the failures through the Observer and alert on them.
 	FailOpen FailurePolicy = "fail_open"
+	// FailLocal decides in Options.Local, an in-process store, with this
+	// instance's share of each limit (see Share) while the store is
+	// failing, and returns to the store when it answers again (see
+	// Fallback). Options.Local and Options.Instances are required.
+	FailLocal FailurePolicy = "local"
 )
 
 // Options configure a Limiter. A nil *Options, or the zero value, means
@@ -40,6 +45,18 @@ type Options struct {
 	Timeout time.Duration
 	// Observer, if set, sees every decision and failure (for metrics).
 	Observer Observer
+	// Local is the in-process store FailLocal decides in while the store
+	// is failing, usually memstore.New(nil); required for FailLocal. The
+	// Limiter does not close it.
+	Local Store
+	// Instances is the number of Limiter instances sharing the store
+	// (replicas of the service), which FailLocal divides each limit by;
+	// required (at least 1) for FailLocal.
+	Instances int
+	// ProbeInterval is how long FailLocal decides locally after a store
+	// failure before one call tries the store again; default
+	// DefaultProbeInterval, timed by Clock when set.
+	ProbeInterval time.Duration
 }
 
 // Observer sees what a Limiter decides. Observe is called synchronously on
@@ -55,7 +72,9 @@ type Event struct {
 	// Decision is what the caller got: the store's, or the failure policy's
 	// when Err is set.
 	Decision Decision
-	// Err is the store's error, if it failed.
+	// Err is the store's error, if it failed. Under FailLocal a decision
+	// with Decision.Fallback set carries the error that sent it to the
+	// local store, or nil when the open breaker did not ask the store.
 	Err error
 	// Latency is the time the store call took.
 	Latency time.Duration
@@ -71,6 +90,7 @@ type Limiter struct {
 	policy  FailurePolicy
 	timeout time.Duration
 	obs     Observer
+	fb      *Fallback // FailLocal's, else nil
 }
 
 // New returns a Limiter over store. opts may be nil.
@@ -85,14 +105,18 @@ func New(store Store, opts *Options) (*Limiter, error) {
 	switch o.FailurePolicy {
 	case "":
 		o.FailurePolicy = FailClosed
-	case FailClosed, FailOpen:
+	case FailClosed, FailOpen, FailLocal:
 	default:
-		return nil, fmt.Errorf("floodgate: New: unknown failure policy %q (want fail_open or fail_closed)", o.FailurePolicy)
+		return nil, fmt.Errorf("floodgate: New: unknown failure policy %q (want fail_open, fail_closed or local)", o.FailurePolicy)
 	}
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("floodgate: New: negative timeout %v", o.Timeout)
 	}
-	return &Limiter{store: store, clock: o.Clock, prefix: o.KeyPrefix, policy: o.FailurePolicy, timeout: o.Timeout, obs: o.Observer}, nil
+	fb, err := newLimiterFallback(&o)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{store: store, clock: o.Clock, prefix: o.KeyPrefix, policy: o.FailurePolicy, timeout: o.Timeout, obs: o.Observer, fb: fb}, nil
 }
 
 // Store returns the limiter's store.
@@ -107,7 +131,9 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision,
 //
 // The Decision is always usable: on a store failure Allow returns the
 // failure policy's decision (allowed for FailOpen, denied for FailClosed)
-// together with the error, so a caller may act on the decision alone. An
+// together with the error, so a caller may act on the decision alone.
+// Under FailLocal the local store decides instead, with no error, and the
+// decision has Fallback set. An
 // invalid key, limit or n returns an error wrapping ErrInvalidRequest or
 // ErrInvalidLimit and a denial, whatever the policy.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
@@ -151,6 +177,9 @@ func (l *Limiter) AllowEach(ctx context.Context, key string, n int64, limits ...
 		if err := l.prepare(&rs[i], now); err != nil {
 			return Decision{RetryAfter: Never}, nil, err
 		}
+	}
+	if l.fb != nil {
+		return l.applyEachFallback(ctx, rs)
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -257,6 +286,9 @@ func (ls *Lease) Renew(ctx context.Context) (Decision, error) {
 func (l *Limiter) apply(ctx context.Context, r Request) (Decision, error) {
 	if err := l.prepare(&r, l.now()); err != nil {
 		return Decision{RetryAfter: Never}, err
+	}
+	if l.fb != nil {
+		return l.applyFallback(ctx, r)
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()

@@ -106,6 +106,10 @@ type Decision struct {
 	// Now is the time the store decided at: the Redis server's clock by
 	// default, Request.Now when it was set.
 	Now time.Time
+	// Fallback reports a decision of the local store of FailLocal, made
+	// with this instance's share of the limit (so Limit is the share)
+	// while the shared store was failing.
+	Fallback bool
 }
 
 // FromAlgorithm converts a decision of the algorithm package, made at nowUS
@@ -136,6 +140,7 @@ func Combine(ds []Decision) Decision {
 	out := ds[0]
 	for _, d := range ds[1:] {
 		out.Allowed = out.Allowed && d.Allowed
+		out.Fallback = out.Fallback || d.Fallback
 		if d.Remaining < out.Remaining {
 			out.Remaining, out.Limit = d.Remaining, d.Limit
 		}

@@ -26,6 +26,11 @@ const (
 	FailOpen FailureMode = "fail_open"
 	// FailClosed denies the request.
 	FailClosed FailureMode = "fail_closed"
+	// FailLocal decides the request in the server's memory with the
+	// instance's share of the limit (the limit divided by the number of
+	// instances, `floodgate serve -instances`) until the store answers
+	// again: floodgate.FailLocal.
+	FailLocal FailureMode = "local"
 )
 
 // Level is one level of a rule's path in the config file: the key and value

@@ -132,8 +132,10 @@
 //     both is an error.
 //   - window: aligned (default) or first_hit, for fixed_window.
 //   - count_rejected: true to count denied requests, as upstream does.
-//   - failure_mode: fail_open or fail_closed, how the server answers when
-//     the store fails; absent means the server's default.
+//   - failure_mode: fail_open, fail_closed or local, how the server answers
+//     when the store fails; absent means the server's default. local
+//     decides in the server's memory with the limit divided by the number
+//     of instances (see floodgate.FailLocal).
 //
 // Each rate_limit must pass floodgate.Limit.Validate; its problems are
 // reported at the YAML field they are about.

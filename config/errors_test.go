@@ -284,7 +284,7 @@ domain: d
 descriptors:
   - key: k
     rate_limit: {unit: second, requests_per_unit: 1, failure_mode: fail_local}
-`, []want{{5, "fail_local", "descriptors[0].rate_limit.failure_mode", `unknown failure mode "fail_local" (want fail_open or fail_closed)`}}},
+`, []want{{5, "fail_local", "descriptors[0].rate_limit.failure_mode", `unknown failure mode "fail_local" (want fail_open, fail_closed or local)`}}},
 
 		{"unlimited with a unit and extensions", `
 domain: d

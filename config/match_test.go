@@ -154,6 +154,9 @@ func TestMatchRuleFields(t *testing.T) {
 	if r.FailureMode != FailOpen {
 		t.Errorf("merchant failure mode %q, want %q", r.FailureMode, FailOpen)
 	}
+	if r := c.Match("payments", e("refund", "r")); r.FailureMode != FailLocal {
+		t.Errorf("refund failure mode %q, want %q", r.FailureMode, FailLocal)
+	}
 	if r := c.Match("payments", e("export", "e")); r.FailureMode != "" {
 		t.Errorf("export failure mode %q, want the server's default", r.FailureMode)
 	}

@@ -558,10 +558,10 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	if f := fs["failure_mode"]; f != nil {
 		if s, ok := p.str(f.val, fpath("failure_mode")); ok {
 			switch m := FailureMode(s); m {
-			case FailOpen, FailClosed:
+			case FailOpen, FailClosed, FailLocal:
 				r.FailureMode = m
 			default:
-				p.errorf(f.val, fpath("failure_mode"), "unknown failure mode %q (want fail_open or fail_closed)", s)
+				p.errorf(f.val, fpath("failure_mode"), "unknown failure mode %q (want fail_open, fail_closed or local)", s)
 			}
 		}
 	}

@@ -156,6 +156,9 @@ type DecisionJSON struct {
 	Unlimited    bool       `json:"unlimited,omitempty"`
 	ShadowMode   bool       `json:"shadow_mode,omitempty"`
 	StoreError   bool       `json:"store_error,omitempty"`
+	// Fallback: decided by the failure mode local in this instance's
+	// memory, with its share of the limit, while the store is failing.
+	Fallback bool `json:"fallback,omitempty"`
 }
 
 // AllowResponse is the answer of POST /v1/allow: the overall decision and,
@@ -173,7 +176,7 @@ func millisCeil(d time.Duration) int64 {
 }
 
 func statusJSON(st Status) DecisionJSON {
-	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil, ShadowMode: st.Shadow}
+	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback}
 	if st.Rule != nil {
 		out.Rule = st.Rule.ID
 		out.Unlimited = st.Rule.Unlimited

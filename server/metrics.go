@@ -15,6 +15,10 @@ const (
 	outcomeUnlimited    = "unlimited"
 	outcomeFailedOpen   = "failed_open"
 	outcomeFailedClosed = "failed_closed"
+	// A decision of the failure mode local's memory store, made while the
+	// store was failing.
+	outcomeLocalAllowed = "local_allowed"
+	outcomeLocalDenied  = "local_denied"
 )
 
 type metrics struct {
@@ -31,7 +35,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",
-			Help: "Descriptors decided, by domain, rule (its ID, or its metric key with detailed_metric; empty for no rule or an inline limit), algorithm and outcome (allowed, denied, shadow_denied, unlimited, failed_open, failed_closed).",
+			Help: "Descriptors decided, by domain, rule (its ID, or its metric key with detailed_metric; empty for no rule or an inline limit), algorithm and outcome (allowed, denied, shadow_denied, unlimited, failed_open, failed_closed, and local_allowed and local_denied for decisions of the failure mode local while the store fails).",
 		}, []string{"domain", "rule", "algorithm", "outcome"}),
 		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_near_limit_total",
@@ -44,7 +48,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_store_errors_total",
-			Help: "Descriptors whose store call failed or timed out, answered by their failure mode.",
+			Help: "Descriptors whose store call failed or timed out, answered by their failure mode (not counting those the failure mode local decided without asking the store, its breaker being open).",
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_config_reloads_total",

@@ -37,6 +37,9 @@ func NewReloader(srv *Server, paths ...string) (*Reloader, error) {
 	}
 	r := &Reloader{srv: srv, paths: paths, debounce: 100 * time.Millisecond}
 	cfg, err := config.Load(paths...)
+	if err == nil {
+		err = srv.CheckConfig(cfg)
+	}
 	if err != nil {
 		srv.m.reloads.WithLabelValues("failure").Inc()
 		return nil, err
@@ -51,6 +54,9 @@ func (r *Reloader) Reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cfg, err := config.Load(r.paths...)
+	if err == nil {
+		err = r.srv.CheckConfig(cfg)
+	}
 	if err != nil {
 		r.srv.m.reloads.WithLabelValues("failure").Inc()
 		if msg := err.Error(); msg != r.lastErr {

@@ -18,7 +18,9 @@
 // Redis store implements). Unlike envoyproxy/ratelimit, a denied request
 // takes nothing (unless the rule sets count_rejected), and a store failure
 // is answered within the deadline by the rule's failure mode: fail_open
-// allows and counts the event, fail_closed denies.
+// allows and counts the event, fail_closed denies, local decides in the
+// server's memory with the limit divided by the number of instances (see
+// Options.Instances and floodgate.Fallback).
 package server
 
 import (
@@ -75,8 +77,24 @@ type Options struct {
 	Config *config.Config
 	// FailureMode answers a store failure for a rule without a
 	// failure_mode and for inline limits; default fail_open, as Envoy's own
-	// rate limit filter defaults to letting traffic through.
+	// rate limit filter defaults to letting traffic through. FailLocal
+	// needs Instances and Local.
 	FailureMode floodgate.FailurePolicy
+	// Instances is the number of replicas of the service sharing the
+	// store, which the failure mode local divides every limit by (100 per
+	// minute over 4 instances: 25 per minute each while the store is
+	// failing; see floodgate.Share). 0 means not set: the failure mode
+	// local is then refused (by New for FailureMode, by CheckConfig for a
+	// rule).
+	Instances int
+	// Local is the in-process store of the failure mode local, usually
+	// memstore.New(nil); required with Instances. The Server does not
+	// close it.
+	Local floodgate.Store
+	// ProbeInterval is how long the failure mode local decides locally
+	// after a store failure before a request probes the store again;
+	// default floodgate.DefaultProbeInterval, timed by Clock if set.
+	ProbeInterval time.Duration
 	// Timeout bounds every store call; default DefaultTimeout.
 	Timeout time.Duration
 	// Clock, if set, stamps requests with its time instead of letting the
@@ -106,6 +124,7 @@ type Server struct {
 	m        *metrics
 	pprof    bool
 	near     float64
+	fb       *floodgate.Fallback // the failure mode local's; nil without Instances
 }
 
 // New returns a Server.
@@ -126,9 +145,13 @@ func New(opts Options) (*Server, error) {
 	switch s.failMode {
 	case "":
 		s.failMode = floodgate.FailOpen
-	case floodgate.FailOpen, floodgate.FailClosed:
+	case floodgate.FailOpen, floodgate.FailClosed, floodgate.FailLocal:
 	default:
-		return nil, fmt.Errorf("server: New: unknown failure mode %q (want fail_open or fail_closed)", s.failMode)
+		return nil, fmt.Errorf("server: New: unknown failure mode %q (want fail_open, fail_closed or local)", s.failMode)
+	}
+	var err error
+	if s.fb, err = newFallback(opts); err != nil {
+		return nil, err
 	}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
@@ -145,7 +168,6 @@ func New(opts Options) (*Server, error) {
 	if s.near <= 0 || s.near > 1 {
 		s.near = 0.8
 	}
-	var err error
 	if s.m, err = newMetrics(s.reg); err != nil {
 		return nil, err
 	}
@@ -225,15 +247,20 @@ type Status struct {
 	// Limited reports whether the store decided the descriptor: false when
 	// no rule matched, or the rule is unlimited or was replaced.
 	Limited bool
-	// Limit is the limit applied, when Limited.
+	// Limit is the limit applied, when Limited: for a decision of the
+	// failure mode local, this instance's share (floodgate.Share).
 	Limit floodgate.Limit
 	// Decision is the store's decision, when Limited and the store answered.
 	Decision floodgate.Decision
 	// Shadow reports a denial that shadow mode turned into OK.
 	Shadow bool
-	// Err is the store's failure, answered by the failure mode.
+	// Err is the store's failure, answered by the failure mode; nil when
+	// the failure mode local decided in the local store instead (then
+	// Decision.Fallback is set and Decision is the local one, with this
+	// instance's share of the limit).
 	Err error
-	// FailureMode is the failure mode that answered Err.
+	// FailureMode is the failure mode that answered Err, or FailLocal for a
+	// local decision.
 	FailureMode floodgate.FailurePolicy
 }
 
@@ -292,6 +319,7 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 	res := Result{Code: OK, Statuses: make([]Status, len(ds))}
 	reqs := make([]floodgate.Request, 0, len(ds))
 	which := make([]int, 0, len(ds))
+	local := make([]bool, 0, len(ds))
 	now := s.now()
 	for i, d := range ds {
 		st := &res.Statuses[i]
@@ -322,14 +350,15 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 		st.Limited = true
 		reqs = append(reqs, floodgate.Request{Key: key, Limit: st.Limit, Cost: cost, Now: now})
 		which = append(which, i)
+		local = append(local, s.failureMode(st.Rule) == floodgate.FailLocal)
 	}
 	if len(reqs) == 0 {
 		return res, nil
 	}
-	decisions, errs := s.apply(ctx, reqs)
+	decisions, errs, storeErrs := s.decide(ctx, reqs, local)
 	for j, i := range which {
 		st := &res.Statuses[i]
-		s.settle(domain, ds[i].Entries, st, decisions[j], errs[j])
+		s.settle(domain, ds[i].Entries, st, decisions[j], errs[j], storeErrs[j])
 		if st.Code == OverLimit {
 			res.Code = OverLimit
 		}
@@ -338,14 +367,20 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 }
 
 // settle turns the store's answer for one descriptor into its Status, and
-// records it in metrics and logs.
-func (s *Server) settle(domain string, entries []config.Entry, st *Status, d floodgate.Decision, err error) {
+// records it in metrics and logs. storeErr is the store's failure that a
+// local decision (d.Fallback) answered.
+func (s *Server) settle(domain string, entries []config.Entry, st *Status, d floodgate.Decision, err, storeErr error) {
+	if err == nil && d.Fallback {
+		s.settleLocal(domain, entries, st, d, storeErr)
+		return
+	}
 	shadow := st.Rule != nil && st.Rule.ShadowMode
 	if err != nil {
 		st.Err = err
-		st.FailureMode = s.failMode
-		if st.Rule != nil && st.Rule.FailureMode != "" {
-			st.FailureMode = floodgate.FailurePolicy(st.Rule.FailureMode)
+		st.FailureMode = s.failureMode(st.Rule)
+		if st.FailureMode == floodgate.FailLocal {
+			// Without Instances (CheckConfig), or the local store failed too.
+			st.FailureMode = floodgate.FailClosed
 		}
 		s.m.storeErrors.Inc()
 		if st.FailureMode == floodgate.FailClosed && !shadow {
@@ -395,8 +430,9 @@ func (s *Server) DecideInline(ctx context.Context, key string, limit floodgate.L
 		return Status{}, invalid("limit.algorithm", "concurrency limits need a lease; they cannot be checked per request")
 	}
 	st := Status{Code: OK, Limited: true, Limit: limit}
-	ds, errs := s.apply(ctx, []floodgate.Request{{Key: "i|" + key, Limit: limit, Cost: cost, Now: s.now()}})
-	s.settle("", nil, &st, ds[0], errs[0])
+	ds, errs, storeErrs := s.decide(ctx, []floodgate.Request{{Key: "i|" + key, Limit: limit, Cost: cost, Now: s.now()}},
+		[]bool{s.failMode == floodgate.FailLocal})
+	s.settle("", nil, &st, ds[0], errs[0], storeErrs[0])
 	return st, nil
 }
 

@@ -38,6 +38,8 @@ type serveConfig struct {
 	logLevel           slog.Level
 	timeout            time.Duration
 	failureMode        string
+	instances          int
+	probeInterval      time.Duration
 	shutdownTimeout    time.Duration
 	pprof              bool
 }
@@ -53,7 +55,9 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json (env FLOODGATE_LOG_FORMAT)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug (explains every denial), info, warn, error (env FLOODGATE_LOG_LEVEL)")
 	fs.DurationVar(&c.timeout, "timeout", server.DefaultTimeout, "deadline of each store call (env FLOODGATE_TIMEOUT)")
-	fs.StringVar(&c.failureMode, "failure-mode", string(floodgate.FailOpen), "answer when the store fails, for rules without failure_mode: fail_open or fail_closed (env FLOODGATE_FAILURE_MODE)")
+	fs.StringVar(&c.failureMode, "failure-mode", string(floodgate.FailOpen), "answer when the store fails, for rules without failure_mode: fail_open, fail_closed or local (env FLOODGATE_FAILURE_MODE)")
+	fs.IntVar(&c.instances, "instances", 0, "`number` of replicas sharing the Redis; failure mode local divides every limit by it while Redis fails, and needs it (env FLOODGATE_INSTANCES)")
+	fs.DurationVar(&c.probeInterval, "probe-interval", floodgate.DefaultProbeInterval, "failure mode local: how long to decide locally after a Redis failure before one request tries Redis again (env FLOODGATE_PROBE_INTERVAL)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address (env FLOODGATE_PPROF)")
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
@@ -71,8 +75,17 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	case c.logFormat != "text" && c.logFormat != "json":
 		fmt.Fprintf(stderr, "floodgate serve: -log-format: %q is not text or json\n", c.logFormat)
 		return c, 2, false
-	case c.failureMode != string(floodgate.FailOpen) && c.failureMode != string(floodgate.FailClosed):
-		fmt.Fprintf(stderr, "floodgate serve: -failure-mode: %q is not fail_open or fail_closed\n", c.failureMode)
+	case c.failureMode != string(floodgate.FailOpen) && c.failureMode != string(floodgate.FailClosed) && c.failureMode != string(floodgate.FailLocal):
+		fmt.Fprintf(stderr, "floodgate serve: -failure-mode: %q is not fail_open, fail_closed or local\n", c.failureMode)
+		return c, 2, false
+	case c.instances < 0:
+		fmt.Fprintf(stderr, "floodgate serve: -instances: %d is negative\n", c.instances)
+		return c, 2, false
+	case c.failureMode == string(floodgate.FailLocal) && c.instances == 0:
+		fmt.Fprintf(stderr, "floodgate serve: -instances: failure mode local needs the number of replicas sharing the Redis (at least 1)\n")
+		return c, 2, false
+	case c.probeInterval <= 0:
+		fmt.Fprintf(stderr, "floodgate serve: -probe-interval: %v must be above zero\n", c.probeInterval)
 		return c, 2, false
 	case c.timeout <= 0:
 		fmt.Fprintf(stderr, "floodgate serve: -timeout: %v must be above zero\n", c.timeout)
@@ -107,10 +120,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeStore()
-	srv, err := server.New(server.Options{
+	opts := server.Options{
 		Store: store, FailureMode: floodgate.FailurePolicy(c.failureMode), Timeout: c.timeout,
-		Logger: log, Pprof: c.pprof,
-	})
+		Logger: log, Pprof: c.pprof, Instances: c.instances, ProbeInterval: c.probeInterval,
+	}
+	if c.instances > 0 {
+		local := memstore.New(nil)
+		defer local.Close()
+		opts.Local = local
+	}
+	srv, err := server.New(opts)
 	if err != nil {
 		log.Error("cannot start", "error", err)
 		return 1

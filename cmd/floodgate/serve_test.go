@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -216,6 +217,9 @@ func TestServeBadFlags(t *testing.T) {
 		{"serve", "-failure-mode", "maybe"},
 		{"serve", "-timeout", "0s"},
 		{"serve", "extra"},
+		{"serve", "-failure-mode", "local"},
+		{"serve", "-instances", "-1"},
+		{"serve", "-probe-interval", "0s"},
 	} {
 		var stdout, stderr strings.Builder
 		if code := run(t.Context(), args, &stdout, &stderr); code != 2 {
@@ -226,6 +230,10 @@ func TestServeBadFlags(t *testing.T) {
 	dir, _ := writeConfig(t, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
 	if code := run(t.Context(), []string{"serve", "-http", "127.0.0.1:0", "-grpc", "", "-config", dir}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "edge.yaml:4") {
 		t.Errorf("bad config: exit %d, stderr %s", code, stderr.String())
+	}
+	dir, _ = writeConfig(t, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1, failure_mode: local}\n")
+	if code := run(t.Context(), []string{"serve", "-http", "127.0.0.1:0", "-grpc", "", "-config", dir}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "failure_mode local needs the number of instances") {
+		t.Errorf("local rule without -instances: exit %d, stderr %s", code, stderr.String())
 	}
 	t.Setenv("FLOODGATE_LOG_FORMAT", "yaml")
 	if code := run(t.Context(), []string{"serve"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `"yaml" is not text or json`) {
@@ -340,6 +348,82 @@ descriptors:
 			t.Fatal("the service did not recover within 20s of Redis restarting")
 		}
 		waitTick()
+	}
+}
+
+// TestServeRedisDownLocal kills Redis under two instances whose rule has
+// failure_mode local (one told the fleet size by -instances, the other by
+// FLOODGATE_INSTANCES): each admits exactly its share, 10/2, answered
+// within the deadline and marked fallback; after Redis restarts both go
+// back to it by themselves.
+func TestServeRedisDownLocal(t *testing.T) {
+	redis := redistest.Standalone(t)
+	dir, _ := writeConfig(t, `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {period: 8760h, requests_per_unit: 10, failure_mode: local}
+`)
+	args := []string{"-config", dir, "-redis", "redis://" + redis.Addr, "-timeout", "500ms", "-probe-interval", "50ms"}
+	a := startServe(t, append(args, "-instances", "2")...)
+	t.Setenv("FLOODGATE_INSTANCES", "2")
+	b := startServe(t, args...)
+	type answer struct {
+		Allowed  bool  `json:"allowed"`
+		Limit    int64 `json:"limit"`
+		Fallback bool  `json:"fallback"`
+	}
+	ask := func(in *instance) (answer, time.Duration) {
+		t.Helper()
+		begin := time.Now()
+		code, body := in.allow(t, `{"domain": "edge", "descriptors": [{"entries": [{"key": "user", "value": "u"}]}]}`)
+		took := time.Since(begin)
+		var out answer
+		if err := json.Unmarshal([]byte(body), &out); err != nil || code != http.StatusOK {
+			t.Fatalf("allow: %d %s", code, body)
+		}
+		return out, took
+	}
+	if out, _ := ask(a); !out.Allowed || out.Fallback || out.Limit != 10 {
+		t.Fatalf("with Redis up: %+v", out)
+	}
+	if err := redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for name, in := range map[string]*instance{"-instances": a, "FLOODGATE_INSTANCES": b} {
+		allowed := 0
+		for range 8 {
+			out, took := ask(in)
+			if !out.Fallback || out.Limit != 5 {
+				t.Errorf("%s, Redis down: %+v, want a local decision with limit 5", name, out)
+			}
+			if took > time.Second {
+				t.Errorf("%s, Redis down: answered in %v, want within the 500ms deadline (plus scheduling)", name, took)
+			}
+			if out.Allowed {
+				allowed++
+			}
+		}
+		if allowed != 5 {
+			t.Errorf("%s, Redis down: %d of 8 admitted, want the share 5", name, allowed)
+		}
+	}
+	// Envoy's protocol: the same local share, over the limit once spent.
+	resp, err := b.rls(t).ShouldRateLimit(t.Context(), rlsRequest("edge", "user", "u"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := resp.Statuses[0]; resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || s.CurrentLimit.GetRequestsPerUnit() != 5 || s.LimitRemaining != 0 {
+		t.Errorf("Envoy, Redis down, share spent: %v", resp)
+	}
+	if err := redis.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []*instance{a, b} {
+		waitUntil(t, 20*time.Second, func() bool {
+			out, _ := ask(in)
+			return !out.Fallback && out.Limit == 10
+		})
 	}
 }
 

@@ -24,7 +24,9 @@
 // google.rpc.QuotaFailure detail naming the violated policies. When the
 // store fails, the Limiter's failure policy decides: floodgate.FailOpen
 // lets the call through, floodgate.FailClosed fails it with
-// codes.Unavailable. With SendFields the RateLimit-Policy and RateLimit
+// codes.Unavailable, and floodgate.FailLocal decides it in the Limiter's
+// local store with this instance's share of each limit, answered like any
+// decision (ResourceExhausted on a denial). With SendFields the RateLimit-Policy and RateLimit
 // fields of package ratelimitheader also travel as response header
 // metadata ("ratelimit-policy", "ratelimit", "retry-after").
 package grpclimit

@@ -174,6 +174,20 @@ func TestStoreFailure(t *testing.T) {
 	if err := check(t.Context(), dry); err != nil {
 		t.Errorf("fail closed in a dry run: %v", err)
 	}
+	// Local: 4 per second over 2 instances is 2 each, decided in memory;
+	// the third call is a denial like any other, not Unavailable.
+	local, err := floodgate.New(downStore{}, &floodgate.Options{
+		Clock: floodgatetest.NewFakeClock(start), FailurePolicy: floodgate.FailLocal, Local: memStore(t), Instances: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := serve(t, grpclimit.Config{Limiter: local, Limits: []floodgate.Limit{{Limit: 4, Period: time.Second}}})
+	for i, want := range []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted} {
+		if err := check(t.Context(), c); status.Code(err) != want {
+			t.Errorf("local, call %d: %v, want %v", i, err, want)
+		}
+	}
 }
 
 func TestMetadataKey(t *testing.T) {

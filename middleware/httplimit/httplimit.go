@@ -41,6 +41,11 @@
 // floodgate.FailOpen the request passes (with RateLimit-Policy only, since
 // the state is unknown); with floodgate.FailClosed, the default, it is
 // answered 503 Service Unavailable, not 429: the client did nothing wrong.
+// With floodgate.FailLocal the Limiter's local store decides with this
+// instance's share of each limit, and the answer is an ordinary one (429
+// on a denial), since the decision is real: RateLimit-Policy still names
+// the configured policy, the fleet's, while RateLimit gives what is left of
+// this instance's share.
 // A key the Limiter refuses (longer than floodgate.MaxKeyLen) is 400.
 //
 // # Trying a limit out

@@ -237,6 +237,35 @@ func TestStoreFailure(t *testing.T) {
 			t.Errorf("header %v: no state is known", w.Header())
 		}
 	})
+	t.Run("local", func(t *testing.T) {
+		// 10 per second over 4 instances: 2 each, decided in memory and
+		// answered like any decision, 429 once the share is spent.
+		limiter, err := floodgate.New(downStore{}, &floodgate.Options{
+			Clock: floodgatetest.NewFakeClock(start), FailurePolicy: floodgate.FailLocal, Local: memStore(t), Instances: 4,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, next := newHandler(t, httplimit.Config{Limiter: limiter, Limits: limits})
+		for i, want := range []struct {
+			code  int
+			field string
+		}{{200, "r=1"}, {200, "r=0"}, {429, "r=0"}} {
+			w := do(h, "192.0.2.1:1")
+			if w.Code != want.code {
+				t.Fatalf("request %d: %d, want %d", i, w.Code, want.code)
+			}
+			if got := w.Header().Get("RateLimit"); !strings.Contains(got, want.field) {
+				t.Errorf("request %d: RateLimit %q, want %s of the local share", i, got, want.field)
+			}
+			if got := w.Header().Get("RateLimit-Policy"); !strings.Contains(got, "q=10") {
+				t.Errorf("request %d: RateLimit-Policy %q, want the configured q=10", i, got)
+			}
+		}
+		if next.calls != 2 {
+			t.Errorf("next called %d times, want 2", next.calls)
+		}
+	})
 	t.Run("fail closed in dry run", func(t *testing.T) {
 		limiter, _ := newLimiter(t, downStore{}, floodgate.FailClosed)
 		h, _ := newHandler(t, httplimit.Config{Limiter: limiter, Limits: limits, DryRun: true})

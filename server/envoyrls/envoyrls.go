@@ -62,7 +62,9 @@
 //     kept, as upstream's base_limiter turns OVER_LIMIT into OK.
 //   - A store failure (or timeout) is answered by the rule's failure mode:
 //     fail_open is code OK with nothing else (the state is unknown);
-//     fail_closed is OVER_LIMIT with current_limit and limit_remaining 0.
+//     fail_closed is OVER_LIMIT with current_limit and limit_remaining 0;
+//     local is answered like a decision of the store, from the server's
+//     memory, with current_limit the instance's share of the limit.
 //     Neither is a gRPC error: Envoy answers an error by its own
 //     failure_mode_deny, false by default, so a gRPC error would let through
 //     the traffic a fail_closed rule is there to stop. Upstream returns the
