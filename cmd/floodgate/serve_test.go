@@ -307,7 +307,9 @@ descriptors:
   - key: open
     rate_limit: {unit: hour, requests_per_unit: 1000, failure_mode: fail_open}
 `)
-	in := startServe(t, "-config", dir, "-redis", "redis://"+redis.Addr, "-timeout", "100ms")
+	// 500ms: the first call loads the script, and on a loaded CI machine
+	// 100ms was once too short with Redis up.
+	in := startServe(t, "-config", dir, "-redis", "redis://"+redis.Addr, "-timeout", "500ms")
 	rls := in.rls(t)
 	ask := func(key string) (rlsv3.RateLimitResponse_Code, time.Duration) {
 		t.Helper()
@@ -329,8 +331,8 @@ descriptors:
 		if c != rlsv3.RateLimitResponse_OVER_LIMIT {
 			t.Errorf("fail_closed with Redis down: %v", c)
 		}
-		if took > time.Second {
-			t.Errorf("fail_closed answer took %v, want within the 100ms deadline (plus scheduling)", took)
+		if took > 2*time.Second {
+			t.Errorf("fail_closed answer took %v, want within the 500ms deadline (plus scheduling)", took)
 		}
 		if c, _ := ask("open"); c != rlsv3.RateLimitResponse_OK {
 			t.Errorf("fail_open with Redis down: %v", c)
