@@ -13,13 +13,14 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000000}
   - key: user
     value: hot
-    rate_limit: {unit: minute, requests_per_unit: 37}
+    rate_limit: {unit: hour, requests_per_unit: 37, window: first_hit}
   - key: user
     value: hot2
-    rate_limit: {unit: minute, requests_per_unit: 37}
+    rate_limit: {unit: hour, requests_per_unit: 37, window: first_hit}
 `
 
 type benchJSON struct {
+	Calls     int64 `json:"calls"`
 	Decisions int64 `json:"decisions"`
 	OK        int64 `json:"ok"`
 	OverLimit int64 `json:"over_limit"`
@@ -48,9 +49,9 @@ func runBench(t *testing.T, args ...string) benchJSON {
 	for _, b := range out.Histogram {
 		inHist += b.Count
 	}
-	if inHist != out.Decisions || out.OK+out.OverLimit+out.Errors != out.Decisions {
-		t.Errorf("bench %v: decisions %d, ok+over+errors %d, histogram %d: they must agree",
-			args, out.Decisions, out.OK+out.OverLimit+out.Errors, inHist)
+	if inHist != out.Calls || out.OK+out.OverLimit+out.Errors != out.Calls || out.OK+out.OverLimit != out.Decisions {
+		t.Errorf("bench %v: calls %d, ok+over+errors %d, histogram %d, decisions %d: they must agree",
+			args, out.Calls, out.OK+out.OverLimit+out.Errors, inHist, out.Decisions)
 	}
 	if !(out.Latency.P50 > 0 && out.Latency.P50 <= out.Latency.P99 && out.Latency.P99 <= out.Latency.Max) {
 		t.Errorf("bench %v: latency quantiles out of order: %+v", args, out.Latency)
@@ -60,24 +61,27 @@ func runBench(t *testing.T, args ...string) benchJSON {
 
 // TestBench runs `floodgate bench` against `floodgate serve` on the memory
 // store over both protocols, bounded by -n: every call is counted once,
-// and on one hot key with a limit of 37 a minute exactly 37 are admitted.
+// and on one hot key with a limit of 37 an hour exactly 37 are admitted.
 func TestBench(t *testing.T) {
 	dir, _ := writeConfig(t, benchYAML)
-	in := startServe(t, "-config", dir)
+	// A store deadline far above any call's latency: at the default 10ms
+	// a slow call on a loaded machine is answered by fail_open, OK.
+	in := startServe(t, "-config", dir, "-timeout", "30s")
 	for _, proto := range []struct{ flag, addr, hot string }{
 		{"-grpc", in.grpcAddr, "user=hot"},
 		{"-http", in.httpURL, "user=hot2"},
 	} {
 		t.Run(proto.flag, func(t *testing.T) {
 			got := runBench(t, proto.flag, proto.addr, "-c", "8", "-n", "300", "-keys", "1000")
-			if got.Decisions != 300 || got.OK != 300 {
-				t.Errorf("uniform keys under a huge limit: %+v, want 300 decisions, all OK", got)
+			if got.Calls != 300 || got.OK != 300 {
+				t.Errorf("uniform keys under a huge limit: %+v, want 300 calls, all OK", got)
 			}
-			// Each protocol loads its own hot rule (37 a minute), so both
-			// start from a full window.
+			// Each protocol loads its own hot rule, 37 an hour in a window
+			// that starts at the first call (no window boundary falls
+			// inside the run), so both start from a full window.
 			got = runBench(t, proto.flag, proto.addr, "-c", "16", "-n", "200", "-keys", "1", "-descriptor", proto.hot)
-			if got.Decisions != 200 || got.OK != 37 || got.OverLimit != 163 || got.Errors != 0 {
-				t.Errorf("hot key, limit 37/min: %+v, want 200 decisions: 37 OK, 163 OVER_LIMIT, 0 errors", got)
+			if got.Calls != 200 || got.OK != 37 || got.OverLimit != 163 || got.Errors != 0 {
+				t.Errorf("hot key, limit 37/hour: %+v, want 200 calls: 37 OK, 163 OVER_LIMIT, 0 errors", got)
 			}
 		})
 	}
@@ -87,10 +91,10 @@ func TestBench(t *testing.T) {
 // all are counted.
 func TestBenchOpenLoop(t *testing.T) {
 	dir, _ := writeConfig(t, benchYAML)
-	in := startServe(t, "-config", dir)
+	in := startServe(t, "-config", dir, "-timeout", "30s")
 	got := runBench(t, "-grpc", in.grpcAddr, "-c", "4", "-n", "40", "-rate", "400")
-	if got.Decisions != 40 || got.OK != 40 {
-		t.Errorf("%+v, want 40 decisions, all OK", got)
+	if got.Calls != 40 || got.OK != 40 {
+		t.Errorf("%+v, want 40 calls, all OK", got)
 	}
 }
 
@@ -130,7 +134,7 @@ func TestBenchUnreachable(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout.String()), &out); err != nil {
 		t.Fatalf("%v\n%s", err, &stdout)
 	}
-	if code != 1 || out.Errors != 5 || out.Decisions != 5 {
-		t.Errorf("exit %d, %+v; want exit 1 and 5 errors of 5", code, out)
+	if code != 1 || out.Errors != 5 || out.Calls != 5 || out.Decisions != 0 {
+		t.Errorf("exit %d, %+v; want exit 1 and 5 errors of 5 calls", code, out)
 	}
 }

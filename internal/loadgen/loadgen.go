@@ -142,15 +142,19 @@ type Snapshot struct {
 	P99 time.Duration
 }
 
-// Total is the number of calls finished.
+// Total is the number of calls finished, failed ones included.
 func (s Snapshot) Total() int64 { return s.OK + s.OverLimit + s.Errors }
 
-// PerSecond is the rate of finished calls over the elapsed time.
+// Decisions is the number of calls answered OK or OverLimit.
+func (s Snapshot) Decisions() int64 { return s.OK + s.OverLimit }
+
+// PerSecond is the rate of decisions (failed calls excluded) over the
+// elapsed time.
 func (s Snapshot) PerSecond() float64 {
 	if s.Elapsed <= 0 {
 		return 0
 	}
-	return float64(s.Total()) / s.Elapsed.Seconds()
+	return float64(s.Decisions()) / s.Elapsed.Seconds()
 }
 
 // Result is a finished run.

@@ -125,7 +125,7 @@ func TestReport(t *testing.T) {
 	}
 	var text bytes.Buffer
 	s.WriteText(&text)
-	for _, want := range []string{"4 in 1.00s: 4/s", "OK 3 (75.0%), OVER_LIMIT 1 (25.0%)", "one hot key",
+	for _, want := range []string{"4 in 1.00s; decisions (OK or OVER_LIMIT) 4/s", "OK 3 (75.0%), OVER_LIMIT 1 (25.0%)", "one hot key",
 		"<=      50µs |########################################|  50.00%  2"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, &text)

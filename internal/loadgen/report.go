@@ -10,13 +10,17 @@ import (
 	"time"
 )
 
-// Summary is a Result in the form `floodgate bench -json` prints.
+// Summary is a Result in the form `floodgate bench -json` prints. Calls
+// counts every call, Decisions those answered (OK or OVER_LIMIT), and
+// DecisionsPerSec is Decisions over ElapsedSeconds; the histogram holds
+// every call.
 type Summary struct {
 	Target          string        `json:"target,omitempty"`
 	Callers         int           `json:"callers"`
 	Rate            float64       `json:"rate,omitempty"`
 	Keys            int           `json:"keys"`
 	ElapsedSeconds  float64       `json:"elapsed_seconds"`
+	Calls           int64         `json:"calls"`
 	Decisions       int64         `json:"decisions"`
 	DecisionsPerSec float64       `json:"decisions_per_second"`
 	OK              int64         `json:"ok"`
@@ -48,7 +52,7 @@ type BucketCount struct {
 func Summarize(r Result, target string, cfg Config) Summary {
 	s := Summary{
 		Target: target, Callers: cfg.Callers, Rate: cfg.Rate, Keys: cfg.Keys,
-		ElapsedSeconds: r.Elapsed.Seconds(), Decisions: r.Total(), DecisionsPerSec: r.PerSecond(),
+		ElapsedSeconds: r.Elapsed.Seconds(), Calls: r.Total(), Decisions: r.Decisions(), DecisionsPerSec: r.PerSecond(),
 		OK: r.OK, OverLimit: r.OverLimit, Errors: r.Errors,
 	}
 	if r.FirstError != nil {
@@ -123,12 +127,12 @@ func (s Summary) WriteText(w io.Writer) {
 		keys = "one hot key"
 	}
 	fmt.Fprintf(w, "load        %d callers, %s, %s\n", s.Callers, keys, load)
-	fmt.Fprintf(w, "decisions   %d in %.2fs: %.0f/s\n", s.Decisions, s.ElapsedSeconds, s.DecisionsPerSec)
+	fmt.Fprintf(w, "calls       %d in %.2fs; decisions (OK or OVER_LIMIT) %.0f/s\n", s.Calls, s.ElapsedSeconds, s.DecisionsPerSec)
 	pct := func(n int64) float64 {
-		if s.Decisions == 0 {
+		if s.Calls == 0 {
 			return 0
 		}
-		return 100 * float64(n) / float64(s.Decisions)
+		return 100 * float64(n) / float64(s.Calls)
 	}
 	fmt.Fprintf(w, "outcomes    OK %d (%.1f%%), OVER_LIMIT %d (%.1f%%), errors %d (%.1f%%)\n",
 		s.OK, pct(s.OK), s.OverLimit, pct(s.OverLimit), s.Errors, pct(s.Errors))

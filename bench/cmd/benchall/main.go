@@ -674,7 +674,7 @@ func external(ctx context.Context, fg, name string, pid int, grpcAddr string, nk
 	}
 	sum.Target = name
 	rw := row{lib: name, keys: nkeys, callers: callers, sum: sum, allocs: math.NaN(), cpuNs: math.NaN()}
-	n := float64(sum.Decisions)
+	n := float64(sum.Calls)
 	secs := sum.ElapsedSeconds
 	clientCPU := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	rw.scripts = float64(after.Scripts-before.Scripts) / n
