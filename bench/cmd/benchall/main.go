@@ -95,6 +95,9 @@ type row struct {
 	// percent: client, service (NaN for in-process rows), Redis (NaN when
 	// there is none).
 	clientCPU, serviceCPU, redisCPU float64
+	// failedOpen is how many answers floodgate serve gave by fail_open
+	// during the row (-1: not floodgate serve).
+	failedOpen int64
 }
 
 func main() {
@@ -230,7 +233,7 @@ func run(ctx context.Context, p plan, quick bool, root, rlBin string, out io.Wri
 	}
 	fmt.Fprintf(out, "## gRPC: `floodgate serve` vs envoyproxy/ratelimit on the same Redis (%v per row after %v of warmup)\n\n", p.serveDur, p.serveWarm)
 	fmt.Fprintf(out, "Both loaded by `floodgate bench -grpc ADDR -c CALLERS -keys KEYS` in its own process (4 connections), "+
-		"descriptor user=<key> under a rule of a billion per second. CPU: bench / service / Redis.\n\n")
+		"descriptor user=<key> under a rule of a billion per second. floodgate serve runs with -timeout 1s (store deadline; default 10ms), so that its answers are Redis decisions as envoyproxy/ratelimit's are; failed_open counts those that were not. CPU: bench / service / Redis.\n\n")
 	if note != "" {
 		fmt.Fprintf(out, "%s\n\n", note)
 	}
@@ -358,6 +361,9 @@ func writeRows(out io.Writer, rows []row, withRedis, external bool) {
 	if !external {
 		head += " allocs/decision | cpu-ns/decision |"
 		sep += "---:|---:|"
+	} else {
+		head += " failed_open |"
+		sep += "---:|"
 	}
 	head += " CPU % |"
 	sep += "---|"
@@ -373,6 +379,10 @@ func writeRows(out io.Writer, rows []row, withRedis, external bool) {
 		}
 		if !external {
 			line += fmt.Sprintf(" %s | %s |", num(r.allocs, 1), thousands(r.cpuNs))
+		} else if r.failedOpen >= 0 {
+			line += fmt.Sprintf(" %d |", r.failedOpen)
+		} else {
+			line += " |"
 		}
 		cpu := []string{num(r.clientCPU, 0)}
 		if !math.IsNaN(r.serviceCPU) {
@@ -550,12 +560,27 @@ func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Re
 	}
 
 	var rows []row
-	measure := func(name string, pid int, grpcAddr string) error {
+	measure := func(name string, pid int, grpcAddr, metricsURL string) error {
 		for _, nkeys := range p.keys {
 			for _, c := range p.serveCallers {
+				var fo0 int64
+				if metricsURL != "" {
+					var err error
+					if fo0, err = failedOpen(metricsURL); err != nil {
+						return err
+					}
+				}
 				rw, err := external(ctx, fg, name, pid, grpcAddr, nkeys, c, p.serveDur, p.serveWarm, r, stats)
 				if err != nil {
 					return err
+				}
+				rw.failedOpen = -1
+				if metricsURL != "" {
+					fo1, err := failedOpen(metricsURL)
+					if err != nil {
+						return err
+					}
+					rw.failedOpen = fo1 - fo0
 				}
 				logf("grpc: %s", brief(rw))
 				rows = append(rows, rw)
@@ -570,8 +595,11 @@ func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Re
 	}
 	httpPort, grpcPort := freePort(), freePort()
 	grpcAddr := "127.0.0.1:" + grpcPort
+	// A store deadline of 1s rather than the default 10ms: every answer
+	// is then a decision Redis made, as envoyproxy/ratelimit's are (it has
+	// no deadline); the failed_open column counts any left.
 	srv := exec.Command(fg, "serve", "-http", "127.0.0.1:"+httpPort, "-grpc", grpcAddr,
-		"-config", cfgDir, "-redis", "redis://"+r.Addr, "-log-level", "error")
+		"-config", cfgDir, "-redis", "redis://"+r.Addr, "-timeout", "1s", "-log-level", "error")
 	srvLog, err := os.Create(filepath.Join(work, "serve.log"))
 	if err != nil {
 		return nil, "", err
@@ -586,7 +614,7 @@ func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Re
 		stopSrv()
 		return nil, "", fmt.Errorf("floodgate serve: %w; log %s", err, readFile(srvLog.Name()))
 	}
-	err = measure(serveName, srv.Process.Pid, grpcAddr)
+	err = measure(serveName, srv.Process.Pid, grpcAddr, "http://127.0.0.1:"+httpPort+"/metrics")
 	stopSrv()
 	if err != nil {
 		return nil, "", err
@@ -626,7 +654,7 @@ func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Re
 		stopRL()
 		return nil, "", fmt.Errorf("envoyproxy/ratelimit: %w; log %s", err, readFile(rlLog.Name()))
 	}
-	err = measure(envoyName, rl.Process.Pid, grpcAddr)
+	err = measure(envoyName, rl.Process.Pid, grpcAddr, "")
 	stopRL()
 	if err != nil {
 		return nil, "", err
@@ -683,6 +711,33 @@ func external(ctx context.Context, fg, name string, pid int, grpcAddr string, nk
 	rw.serviceCPU = 100 * (svc1 - svc0).Seconds() / secs
 	rw.redisCPU = 100 * (after.CPUSec - before.CPUSec) / secs
 	return rw, nil
+}
+
+// failedOpen reads floodgate serve's count of answers given by fail_open
+// (floodgate_decisions_total{outcome="failed_open"}) from its /metrics.
+func failedOpen(url string) (int64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.HasPrefix(line, "floodgate_decisions_total{") || !strings.Contains(line, `outcome="failed_open"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q: %w", url, line, err)
+		}
+		n += int64(v)
+	}
+	return n, nil
 }
 
 // findRatelimit returns the envoyproxy/ratelimit binary: bin if set, else
