@@ -23,7 +23,7 @@ func TestInProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rw, err := inProcess(t.Context(), lib.Name, allow, keys, 4, 50*time.Millisecond, 10*time.Millisecond, nil)
+		rw, err := inProcess(t.Context(), lib.Name, allow, keys, 4, 300*time.Millisecond, 0, nil)
 		closeLib()
 		if err != nil {
 			t.Fatal(err)
