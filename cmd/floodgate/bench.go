@@ -49,6 +49,19 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		asJSON      = fs.Bool("json", false, "print the report as JSON on stdout")
 		quiet       = fs.Bool("quiet", false, "no progress display on stderr")
 	)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: floodgate bench (-grpc host:port | -http URL) [flags]
+
+Loads a running rate limit service and reports decisions/s, OK/OVER_LIMIT/errors
+and a latency histogram. Progress goes to stderr once a second.
+
+  floodgate bench -grpc 127.0.0.1:8081 -domain edge -descriptor 'user={i}' -c 64 -d 10s
+  floodgate bench -http http://127.0.0.1:8080 -domain edge -keys 1 -n 10000 -json
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	fs.Var(&descriptors, "descriptor", "descriptor `key=value[,key=value...]`; {i} in a key or value becomes the key index (or \"hot\"); repeat for several descriptors (default user={i})")
 	fs.IntVar(&cfg.Callers, "c", 16, "concurrent callers, each with one call in flight")
 	fs.DurationVar(&cfg.Duration, "d", 0, "how long to send (0: until -n calls; default 10s when -n is 0 too)")
