@@ -224,9 +224,16 @@ func openXTimeRate(keys []string) (AllowFunc, func(), error) {
 	}, func() {}, nil
 }
 
-// openGoLimiter is github.com/sethvargo/go-limiter's memorystore.
+// openGoLimiter is github.com/sethvargo/go-limiter's memorystore, with
+// MemLimit tokens per 1000 hours rather than per second. go-limiter v0.7.1
+// refills a bucket with (intervals elapsed) × interval/tokens tokens (its
+// fillRate is inverted), which is fewer than tokens once tokens exceed
+// about the square root of the interval in nanoseconds (31,623 per
+// second): at MemLimit per second it would deny everything after the
+// first second. Within its first interval a bucket does the same work per
+// call, and MemLimit is more than a run can take from one key.
 func openGoLimiter([]string) (AllowFunc, func(), error) {
-	s, err := memorystore.New(&memorystore.Config{Tokens: MemLimit, Interval: time.Second})
+	s, err := memorystore.New(&memorystore.Config{Tokens: MemLimit, Interval: 1000 * time.Hour})
 	if err != nil {
 		return nil, nil, err
 	}
