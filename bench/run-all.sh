@@ -6,8 +6,8 @@
 # envoyproxy/ratelimit, and the ratios. Markdown on stdout, progress on
 # stderr.
 #
-#   bench/run-all.sh -quick                  # under 2 minutes
-#   bench/run-all.sh | tee bench/results/$(date +%F)-all.txt   # about 10 minutes
+#   bench/run-all.sh -quick                  # 1 to 2 minutes
+#   bench/run-all.sh | tee bench/results/$(date +%F)-all.md    # 8 to 17 minutes
 set -eu
 cd "$(dirname "$0")"
 exec go run ./cmd/benchall -root .. "$@"
