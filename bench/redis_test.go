@@ -8,22 +8,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
-	"github.com/ulule/limiter/v3"
-	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
-
-	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/store/redisstore"
 )
 
 // TestMain stops the redis-server that a Redis benchmark or test started.
@@ -34,64 +25,28 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	redisOnce sync.Once
-	redisCmd  *exec.Cmd
-	redisAddr string
-	redisErr  error
+	redisOnce   sync.Once
+	redisServer *Redis
+	redisErr    error
 )
 
-// startRedis starts one redis-server for the whole run, on a free loopback
-// port, without persistence (internal/redistest does the same for the root
-// module, which this module cannot import). Every library benchmarked
-// shares it. It skips when redis-server is absent.
+// startRedis starts one redis-server (StartRedis) for the whole run; every
+// library benchmarked shares it. It skips when redis-server is absent.
 func startRedis(tb testing.TB) string {
 	tb.Helper()
-	redisOnce.Do(func() {
-		bin, err := exec.LookPath("redis-server")
-		if err != nil {
-			redisErr = err
-			return
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			redisErr = err
-			return
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		redisAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		redisCmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no")
-		if redisErr = redisCmd.Start(); redisErr != nil {
-			return
-		}
-		c := redis.NewClient(&redis.Options{Addr: redisAddr})
-		defer c.Close()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if redisErr = c.Ping(context.Background()).Err(); redisErr == nil || time.Now().After(deadline) {
-				return
-			}
-		}
-	})
+	redisOnce.Do(func() { redisServer, redisErr = StartRedis() })
 	if redisErr != nil {
 		if os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
 			tb.Fatalf("redis-server: %v", redisErr)
 		}
 		tb.Skipf("SKIPPED, no Redis: %v", redisErr)
 	}
-	return redisAddr
+	return redisServer.Addr
 }
 
-func stopRedis() {
-	if redisCmd != nil && redisCmd.Process != nil {
-		redisCmd.Process.Kill()
-		redisCmd.Wait()
-	}
-}
+func stopRedis() { redisServer.Stop() }
 
-// redisLimit is the rate every library gets: a million per second per key,
-// so that nothing is denied (the benchmarks fail if anything is).
-const redisLimit = 1_000_000
+const redisLimit = RedisLimit
 
 // A redisLib answers "may key take one unit?" against the shared Redis.
 type redisLib struct {
@@ -99,72 +54,47 @@ type redisLib struct {
 	make func(tb testing.TB, addr string) func(ctx context.Context, key string) bool
 }
 
+// redisLibs are the harness's fixed_window and gcra variants and the peers
+// (bench/cmd/benchall runs every variant).
 var redisLibs = []redisLib{
-	{"floodgate-gcra", floodgateRedis(floodgate.GCRA)},
-	{"floodgate-fixed_window", floodgateRedis(floodgate.FixedWindow)},
-	{"redis_rate", redisRate},
-	{"ulule", ulule},
+	fromHarness("floodgate-gcra", variant("gcra").Lib()),
+	fromHarness("floodgate-fixed_window", variant("fixed_window").Lib()),
+	fromHarness("redis_rate", PeerLibs[0]),
+	fromHarness("ulule", PeerLibs[1]),
 }
 
-// floodgateRedis decides through floodgate.Limiter.Allow on redisstore
-// (rueidis, from redisstore.Open with default options), server clock.
-func floodgateRedis(alg floodgate.Algorithm) func(testing.TB, string) func(context.Context, string) bool {
-	return func(tb testing.TB, addr string) func(context.Context, string) bool {
-		s, err := redisstore.Open(context.Background(), "redis://"+addr+"/0", nil)
+func variant(name string) Variant {
+	for _, v := range FloodgateVariants {
+		if v.Name == name {
+			return v
+		}
+	}
+	panic("no variant " + name)
+}
+
+// fromHarness adapts a RedisLib to the benchmarks: any error fails the
+// benchmark.
+func fromHarness(name string, l RedisLib) redisLib {
+	return redisLib{name, func(tb testing.TB, addr string) func(context.Context, string) bool {
+		allow, closeLib, err := l.Open(addr)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		tb.Cleanup(func() { s.Close() })
-		lim, err := floodgate.New(s, nil)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		l := floodgate.Limit{Algorithm: alg, Limit: redisLimit, Period: time.Second}
+		tb.Cleanup(closeLib)
 		return func(ctx context.Context, key string) bool {
-			d, err := lim.Allow(ctx, key, l)
+			ok, err := allow(ctx, key)
 			if err != nil {
 				panic(err)
 			}
-			return d.Allowed
+			return ok
 		}
-	}
+	}}
 }
 
 func newGoRedis(tb testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	tb.Cleanup(func() { c.Close() })
 	return c
-}
-
-// redisRate is github.com/go-redis/redis_rate/v10 (GCRA) on a go-redis v9
-// client with default options.
-func redisRate(tb testing.TB, addr string) func(context.Context, string) bool {
-	l := redis_rate.NewLimiter(newGoRedis(tb, addr))
-	rate := redis_rate.PerSecond(redisLimit)
-	return func(ctx context.Context, key string) bool {
-		res, err := l.Allow(ctx, key, rate)
-		if err != nil {
-			panic(err)
-		}
-		return res.Allowed > 0
-	}
-}
-
-// ulule is github.com/ulule/limiter/v3 (a fixed window) with its Redis
-// store on a go-redis v9 client with default options.
-func ulule(tb testing.TB, addr string) func(context.Context, string) bool {
-	s, err := ulredis.NewStoreWithOptions(newGoRedis(tb, addr), limiter.StoreOptions{Prefix: "ulule"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	l := limiter.New(s, limiter.Rate{Period: time.Second, Limit: redisLimit})
-	return func(ctx context.Context, key string) bool {
-		c, err := l.Get(ctx, key)
-		if err != nil {
-			panic(err)
-		}
-		return !c.Reached
-	}
 }
 
 var (
@@ -331,45 +261,25 @@ func runRedis(b *testing.B, stats *redis.Client, callers int, keys []string, all
 }
 
 type redisStats struct {
-	cpuSec  float64 // used_cpu_user + used_cpu_sys of redis-server
-	scripts int64   // EVALSHA and EVAL calls
+	cpuSec  float64
+	scripts int64
 }
 
 func serverStats(tb testing.TB, c *redis.Client) redisStats {
-	info, err := c.Info(context.Background(), "cpu", "commandstats").Result()
+	st, err := ReadServerStats(context.Background(), c)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var s redisStats
-	for line := range strings.SplitSeq(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		switch k {
-		case "used_cpu_user", "used_cpu_sys":
-			f, _ := strconv.ParseFloat(v, 64)
-			s.cpuSec += f
-		case "cmdstat_evalsha", "cmdstat_eval":
-			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-			n, _ := strconv.ParseInt(calls, 10, 64)
-			s.scripts += n
-		}
-	}
-	return s
+	return redisStats{st.CPUSec, st.Scripts}
 }
 
-// fixedWindowScript is the source of redisstore's single-request
-// fixed_window script, built as store/redisstore/scripts.go builds it:
-// common.lua, then fixed_window.lua, each followed by a newline.
-// redis-ceiling.sh builds the same bytes with printf.
+// fixedWindowScript is FixedWindowScript of this repository.
 func fixedWindowScript(tb testing.TB) string {
-	var src strings.Builder
-	for _, name := range []string{"common.lua", "fixed_window.lua"} {
-		b, err := os.ReadFile(filepath.Join("..", "store", "redisstore", "scripts", name))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		src.WriteString(string(b) + "\n")
+	src, err := FixedWindowScript("..")
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return src.String()
+	return src
 }
 
 // TestFixedWindowScript checks that the script redis-ceiling.sh loads is the
@@ -389,7 +299,7 @@ func TestFixedWindowScript(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	allow := floodgateRedis(floodgate.FixedWindow)(t, addr)
+	allow := fromHarness("fixed_window", variant("fixed_window").Lib()).make(t, addr)
 	if !allow(ctx, "script-check") {
 		t.Fatal("denied")
 	}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # serve-load.sh: measures `floodgate serve`'s Envoy gRPC ShouldRateLimit
-# throughput and latency with bench/rlsload, on the memory store and on a
+# throughput and latency with `floodgate bench`, on the memory store and on a
 # local Redis, and (if RATELIMIT_BIN names an envoyproxy/ratelimit
 # service_cmd binary) envoyproxy/ratelimit on the same Redis.
 # Everything listens on 127.0.0.1 only; every process it starts it stops.
@@ -47,7 +47,6 @@ echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# client, server and Redis share these $(nproc) cores"
 
 (cd .. && go build -o "$WORK/floodgate" ./cmd/floodgate)
-go build -o "$WORK/rlsload" ./rlsload
 
 # One rule for key user with a limit so high that every request passes,
 # and one for user=hot at 10 per second, which the hot runs exceed.
@@ -80,17 +79,17 @@ failedopen() {
 		awk '/^floodgate_decisions_total\{.*outcome="failed_open"/ {n += $NF} END {printf "%d\n", n}'
 }
 
-# run1 LABEL PORT HTTPPORT ARGS...: one rlsload run; with an HTTPPORT
+# run1 LABEL PORT HTTPPORT ARGS...: one `floodgate bench` run; with an HTTPPORT
 # (floodgate), also how many of its answers were fail_open.
 run1() {
 	local label=$1 port=$2 hport=$3 before after
 	shift 3
 	echo "## $label $*"
 	[ -n "$hport" ] && before=$(failedopen "$hport")
-	"$WORK/rlsload" -addr "127.0.0.1:$port" -duration "$DURATION" -domain bench -keys "$KEYS" "$@"
+	"$WORK/floodgate" bench -grpc "127.0.0.1:$port" -d "$DURATION" -warmup 1s -domain bench -keys "$KEYS" -quiet "$@"
 	if [ -n "$hport" ]; then
 		after=$(failedopen "$hport")
-		# Includes the warmup second, which rlsload does not count.
+		# Includes the warmup second, which floodgate bench does not count.
 		echo "failed_open_during_run_and_warmup=$((after - before))"
 	fi
 }
@@ -99,9 +98,9 @@ run1() {
 load() {
 	local c
 	for c in $CALLERS; do
-		run1 "$1" "$2" "$3" -callers "$c"
+		run1 "$1" "$2" "$3" -c "$c"
 	done
-	run1 "$1" "$2" "$3" -callers "$HOT_CALLERS" -hot 0.1
+	run1 "$1" "$2" "$3" -c "$HOT_CALLERS" -hot 0.1
 }
 
 # floodgate serve on the memory store, and on Redis with the default

@@ -3,6 +3,7 @@
 //	floodgate serve [flags]              run the rate limit service (Envoy gRPC, HTTP JSON API, metrics)
 //	floodgate config validate PATH...    check config files without starting
 //	floodgate check [flags]              simulate a limit on the embedded store and print each decision
+//	floodgate bench [flags]              load a running service (Envoy gRPC or HTTP API) and report rate and latency
 //
 // Every flag of serve can also be set by an environment variable:
 // FLOODGATE_ and the flag's name in capitals, dashes as underscores
@@ -43,6 +44,7 @@ commands:
   serve              run the rate limit service (Envoy gRPC, HTTP JSON API, metrics)
   config validate    check config files (envoyproxy/ratelimit YAML) without starting
   check              simulate a limit on the embedded store and print each decision
+  bench              load a running service (Envoy gRPC or the HTTP API); report decisions/s and latency
   help               print this help
 
 Run "floodgate <command> -h" for a command's flags.
@@ -61,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return configCmd(args[1:], stdout, stderr)
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return benchCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+const benchYAML = `
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: user
+    value: hot
+    rate_limit: {unit: hour, requests_per_unit: 37, window: first_hit}
+  - key: user
+    value: hot2
+    rate_limit: {unit: hour, requests_per_unit: 37, window: first_hit}
+`
+
+type benchJSON struct {
+	Calls     int64 `json:"calls"`
+	Decisions int64 `json:"decisions"`
+	OK        int64 `json:"ok"`
+	OverLimit int64 `json:"over_limit"`
+	Errors    int64 `json:"errors"`
+	Latency   struct {
+		P50, P99, Max float64
+	} `json:"latency_ms"`
+	Histogram []struct {
+		Count int64 `json:"count"`
+	} `json:"histogram"`
+}
+
+// runBench runs `floodgate bench args... -json -quiet` and decodes its
+// report.
+func runBench(t *testing.T, args ...string) benchJSON {
+	t.Helper()
+	var stdout, stderr strings.Builder
+	if code := run(t.Context(), append(append([]string{"bench"}, args...), "-json", "-quiet"), &stdout, &stderr); code != 0 {
+		t.Fatalf("bench %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, code, &stdout, &stderr)
+	}
+	var out benchJSON
+	if err := json.Unmarshal([]byte(stdout.String()), &out); err != nil {
+		t.Fatalf("bench %v: %v\n%s", args, err, &stdout)
+	}
+	var inHist int64
+	for _, b := range out.Histogram {
+		inHist += b.Count
+	}
+	if inHist != out.Calls || out.OK+out.OverLimit+out.Errors != out.Calls || out.OK+out.OverLimit != out.Decisions {
+		t.Errorf("bench %v: calls %d, ok+over+errors %d, histogram %d, decisions %d: they must agree",
+			args, out.Calls, out.OK+out.OverLimit+out.Errors, inHist, out.Decisions)
+	}
+	if !(out.Latency.P50 > 0 && out.Latency.P50 <= out.Latency.P99 && out.Latency.P99 <= out.Latency.Max) {
+		t.Errorf("bench %v: latency quantiles out of order: %+v", args, out.Latency)
+	}
+	return out
+}
+
+// TestBench runs `floodgate bench` against `floodgate serve` on the memory
+// store over both protocols, bounded by -n: every call is counted once,
+// and on one hot key with a limit of 37 an hour exactly 37 are admitted.
+func TestBench(t *testing.T) {
+	dir, _ := writeConfig(t, benchYAML)
+	// A store deadline far above any call's latency: at the default 10ms
+	// a slow call on a loaded machine is answered by fail_open, OK.
+	in := startServe(t, "-config", dir, "-timeout", "30s")
+	for _, proto := range []struct{ flag, addr, hot string }{
+		{"-grpc", in.grpcAddr, "user=hot"},
+		{"-http", in.httpURL, "user=hot2"},
+	} {
+		t.Run(proto.flag, func(t *testing.T) {
+			got := runBench(t, proto.flag, proto.addr, "-c", "8", "-n", "300", "-keys", "1000")
+			if got.Calls != 300 || got.OK != 300 {
+				t.Errorf("uniform keys under a huge limit: %+v, want 300 calls, all OK", got)
+			}
+			// Each protocol loads its own hot rule, 37 an hour in a window
+			// that starts at the first call (no window boundary falls
+			// inside the run), so both start from a full window.
+			got = runBench(t, proto.flag, proto.addr, "-c", "16", "-n", "200", "-keys", "1", "-descriptor", proto.hot)
+			if got.Calls != 200 || got.OK != 37 || got.OverLimit != 163 || got.Errors != 0 {
+				t.Errorf("hot key, limit 37/hour: %+v, want 200 calls: 37 OK, 163 OVER_LIMIT, 0 errors", got)
+			}
+		})
+	}
+}
+
+// TestBenchOpenLoop checks -rate: 40 calls at 400/s take about 0.1 s, and
+// all are counted.
+func TestBenchOpenLoop(t *testing.T) {
+	dir, _ := writeConfig(t, benchYAML)
+	in := startServe(t, "-config", dir, "-timeout", "30s")
+	got := runBench(t, "-grpc", in.grpcAddr, "-c", "4", "-n", "40", "-rate", "400")
+	if got.Calls != 40 || got.OK != 40 {
+		t.Errorf("%+v, want 40 calls, all OK", got)
+	}
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-grpc", "127.0.0.1:1", "-c", "0"}, "-c: 0 is not between 1 and"},
+		{[]string{"-grpc", "127.0.0.1:1", "-c", "many"}, `invalid value "many" for flag -c`},
+		{[]string{"-grpc", "127.0.0.1:1", "-n", "-5"}, "-n: -5 is negative"},
+		{[]string{"-grpc", "127.0.0.1:1", "-keys", "0"}, "-keys: 0 is not between 1 and"},
+		{[]string{"-grpc", "127.0.0.1:1", "-hot", "1.5"}, "-hot: 1.5 is not between 0 and 1"},
+		{[]string{"-grpc", "127.0.0.1:1", "-rate", "-1"}, "-rate: -1 is negative"},
+		{[]string{}, "no target: give -grpc host:port"},
+		{[]string{"-grpc", "127.0.0.1:1", "-http", "http://127.0.0.1:1"}, "choose one protocol"},
+		{[]string{"-http", "ftp://127.0.0.1:1"}, "scheme is not http or https"},
+		{[]string{"-grpc", "127.0.0.1:1", "-descriptor", "user"}, `entry "user" is not key=value`},
+		{[]string{"-grpc", "127.0.0.1:1", "-domain", ""}, "domain is empty"},
+		{[]string{"-grpc", "127.0.0.1:1", "-conns", "0"}, "connections: 0 is below 1"},
+		{[]string{"-grpc", "127.0.0.1:1", "extra"}, `unexpected argument "extra"`},
+		{[]string{"-protocol", "quic"}, "flag provided but not defined: -protocol"},
+	} {
+		var stdout, stderr strings.Builder
+		if code := run(t.Context(), append([]string{"bench"}, tc.args...), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("bench %v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+// TestBenchUnreachable counts every call to a closed port as an error and
+// exits 1.
+func TestBenchUnreachable(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := run(t.Context(), []string{"bench", "-http", "http://127.0.0.1:1", "-n", "5", "-c", "2", "-json", "-quiet"}, &stdout, &stderr)
+	var out benchJSON
+	if err := json.Unmarshal([]byte(stdout.String()), &out); err != nil {
+		t.Fatalf("%v\n%s", err, &stdout)
+	}
+	if code != 1 || out.Errors != 5 || out.Calls != 5 || out.Decisions != 0 {
+		t.Errorf("exit %d, %+v; want exit 1 and 5 errors of 5 calls", code, out)
+	}
+}
