@@ -469,9 +469,9 @@ func TestServeReloadUnderLoad(t *testing.T) {
 		return body
 	}
 	rewrite(strings.Replace(e2eYAML, "requests_per_unit: 2", "requests_per_unit: 7", 1))
-	waitUntil(t, 10*time.Second, func() bool { return strings.Contains(limitOf(), `"limit":7`) })
+	waitUntil(t, 30*time.Second, func() bool { return strings.Contains(limitOf(), `"limit":7`) })
 	rewrite("domain: edge\ndescriptors: [ {key: oops\n")
-	waitUntil(t, 10*time.Second, func() bool { return strings.Contains(in.stderr.String(), "config rejected") })
+	waitUntil(t, 30*time.Second, func() bool { return strings.Contains(in.stderr.String(), "config rejected") })
 	if body := limitOf(); !strings.Contains(body, `"limit":7`) {
 		t.Errorf("after a bad file: %s, want the previous rules still serving", body)
 	}
