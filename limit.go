@@ -117,6 +117,11 @@ func (l Limit) Validate() error {
 	if l.valid() {
 		return nil
 	}
+	return l.invalid()
+}
+
+// invalid is Validate's error for a limit that valid rejects.
+func (l Limit) invalid() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidLimit, field, fmt.Sprintf(format, args...)))
@@ -196,8 +201,9 @@ func (l Limit) Validate() error {
 }
 
 // valid is the fast path of Validate: a few comparisons and, for the
-// buckets, two 128-bit products; no division and no allocation.
-func (l Limit) valid() bool {
+// buckets, two 128-bit products; no division and no allocation. It takes a
+// pointer so that Request.Validate does not copy the Limit.
+func (l *Limit) valid() bool {
 	if l.Limit < 0 || l.Limit > MaxLimit || l.Period <= 0 || l.Period > MaxPeriod || l.Period%time.Microsecond != 0 {
 		return false
 	}

@@ -53,7 +53,7 @@ type Options struct {
 // Close stops its sweeper.
 type Store struct {
 	clock  floodgate.Clock
-	system bool // clock is floodgate.SystemClock: read time.Now directly
+	system bool // clock is floodgate.SystemClock: read it by systemMicros
 	seed   maphash.Seed
 	mask   uint64
 	shards []shard
@@ -181,7 +181,7 @@ func (s *Store) locate(key string, period int64) (uint64, ref) {
 // clockNow is the store's clock in µs.
 func (s *Store) clockNow() int64 {
 	if s.system {
-		return time.Now().UnixMicro()
+		return systemMicros()
 	}
 	return s.clock.Now().UnixMicro()
 }
