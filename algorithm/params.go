@@ -137,13 +137,18 @@ func (a instant) ceil() int64 {
 }
 
 // count is floor(d/T), at most max: how many whole intervals fit in d, for
-// 0 <= d <= max*T; 0 for d < 0. With d = us + frac/l and T = period/l it is
+// 0 <= d <= max*T; 0 for d < 0 or max < 0. With d = us + frac/l and T = period/l it is
 // floor((us*l + frac) / period), computed exactly in 128 bits. The Lua
 // mirror, which has only doubles, gets the same integer from a floating
 // estimate corrected by exact comparisons.
 func (t rate) count(d instant, max int64) int64 {
-	if d.us < 0 {
+	// Less than one interval, or room for one at most: one comparison with
+	// T = q + r/l decides, without dividing.
+	if max <= 0 || d.us < t.q || d.us == t.q && d.frac < t.r || d.us < 0 {
 		return 0
+	}
+	if max == 1 {
+		return 1
 	}
 	hi, lo := bits.Mul64(uint64(d.us), uint64(t.l))
 	lo, carry := bits.Add64(lo, uint64(d.frac), 0)

@@ -49,7 +49,23 @@ func TestRateCountIsExact(t *testing.T) {
 			t.Fatalf("rate %d/%d: count(%+v, %d) = %d, want %v", limit, period, d, burst, got, want)
 		}
 	}
-	if got := newRate(3, 1_000_000).count(instant{us: -1}, 5); got != 0 {
-		t.Errorf("count of a negative duration = %d, want 0", got)
+	r := newRate(3, 1_000_000) // T = 333333 1/3 µs
+	for _, c := range []struct {
+		d         instant
+		max, want int64
+	}{
+		{instant{us: -1}, 5, 0},
+		{instant{us: 333333, frac: 0}, 5, 0},
+		{instant{us: 333333, frac: 1}, 5, 1},
+		{instant{us: 333333, frac: 1}, 1, 1},
+		{instant{us: 999_999, frac: 2}, 5, 2},
+		{instant{us: 1_000_000}, 5, 3},
+		{instant{us: 1_000_000}, 1, 1},
+		{instant{us: 1_000_000}, 0, 0},
+		{instant{us: 1_000_000}, -1, 0},
+	} {
+		if got := r.count(c.d, c.max); got != c.want {
+			t.Errorf("3/s: count(%+v, %d) = %d, want %d", c.d, c.max, got, c.want)
+		}
 	}
 }

@@ -275,7 +275,7 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, mk ref, now, ske
 		}
 	default:
 		m := &sh.small[k]
-		old, ok := m.get(mk)
+		old, w := m.find(mk)
 		var next slot
 		switch k {
 		case kFixed:
@@ -298,8 +298,8 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, mk ref, now, ske
 		}
 		if next.exp > 0 {
 			next.exp += skew
-			m.put(mk, next)
-		} else if ok {
+			m.set(mk, next, w)
+		} else if w != absent {
 			m.del(mk)
 		}
 	}

@@ -38,16 +38,45 @@ func newTable[V any]() table[V] {
 	return table[V]{m: make(map[uint64]tentry[V])}
 }
 
+// where says in which map a pair was found.
+type where uint8
+
+const (
+	absent where = iota
+	inPrimary
+	inOver
+)
+
 func (t *table[V]) get(r ref) (V, bool) {
+	v, w := t.find(r)
+	return v, w != absent
+}
+
+// find is get that also says where the pair is, for set.
+func (t *table[V]) find(r ref) (V, where) {
 	if e, ok := t.m[r.hash]; ok && e.key == r.key && e.period == r.period {
-		return e.v, true
+		return e.v, inPrimary
 	}
 	if len(t.over) > 0 {
-		v, ok := t.over[r.mkey]
-		return v, ok
+		if v, ok := t.over[r.mkey]; ok {
+			return v, inOver
+		}
 	}
 	var zero V
-	return zero, false
+	return zero, absent
+}
+
+// set is put for a pair that find just reported at w, with no change to
+// the table in between: it skips put's lookup when the pair is present.
+func (t *table[V]) set(r ref, v V, w where) {
+	switch w {
+	case inPrimary:
+		t.m[r.hash] = tentry[V]{key: r.key, period: r.period, v: v}
+	case inOver:
+		t.over[r.mkey] = v
+	default:
+		t.put(r, v)
+	}
 }
 
 func (t *table[V]) put(r ref, v V) {

@@ -50,6 +50,20 @@ func TestTableCollisions(t *testing.T) {
 	if got := len(tb.over); got != 2 {
 		t.Errorf("%d pairs in over after updating b, want 2", got)
 	}
+	set := func(r ref, v int, at where) {
+		t.Helper()
+		_, w := tb.find(r)
+		if w != at {
+			t.Errorf("find(%v) reports %d, want %d", r.mkey, w, at)
+		}
+		tb.set(r, v, w)
+		want[r.mkey] = v
+		check("set " + r.key)
+	}
+	set(c, 2, inOver)
+	set(d, 3, inPrimary)
+	set(a, 4, absent)
+	del(a)
 	put(a, 6) // the primary slot is free again
 	del(b)
 	del(b) // absent: no effect
