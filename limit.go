@@ -3,6 +3,7 @@ package floodgate
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -96,7 +97,7 @@ type Limit struct {
 // TokenBucket and GCRA, Limit otherwise; 0 when Limit is 0, which admits
 // nothing.
 func (l Limit) Capacity() int64 {
-	if (l.algorithm() == TokenBucket || l.algorithm() == GCRA) && l.Burst != 0 && l.Limit != 0 {
+	if (l.Algorithm == TokenBucket || l.Algorithm == GCRA) && l.Burst != 0 && l.Limit != 0 {
 		return l.Burst
 	}
 	return l.Limit
@@ -116,6 +117,11 @@ func (l Limit) Validate() error {
 	if l.valid() {
 		return nil
 	}
+	return l.invalid()
+}
+
+// invalid is Validate's error for a limit that valid rejects.
+func (l Limit) invalid() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidLimit, field, fmt.Sprintf(format, args...)))
@@ -194,48 +200,40 @@ func (l Limit) Validate() error {
 	return errors.Join(errs...)
 }
 
-// valid is the allocation-free fast path of Validate.
-func (l Limit) valid() bool {
-	alg := l.algorithm()
+// valid is the fast path of Validate: a few comparisons and, for the
+// buckets, two 128-bit products; no division and no allocation. It takes a
+// pointer so that Request.Validate does not copy the Limit.
+func (l *Limit) valid() bool {
 	if l.Limit < 0 || l.Limit > MaxLimit || l.Period <= 0 || l.Period > MaxPeriod || l.Period%time.Microsecond != 0 {
 		return false
 	}
 	periodUS := int64(l.Period / time.Microsecond)
-	switch l.Window {
-	case "", Aligned:
-	case FirstHit:
-		if alg != FixedWindow {
-			return false
-		}
-	default:
-		return false
-	}
-	if l.CountRejected && alg != FixedWindow && alg != SlidingWindow {
-		return false
-	}
-	switch alg {
-	case FixedWindow:
-	case SlidingWindowLog, Concurrency:
-		if l.Limit > MaxLogLimit {
-			return false
-		}
-	case SlidingWindow:
-		if l.Limit+1 > algorithm.MaxExact/periodUS || periodUS > algorithm.MaxPeriod/2 {
-			return false
-		}
+	aligned := l.Window == "" || l.Window == Aligned
+	switch l.Algorithm {
+	case "", FixedWindow:
+		return l.Burst == 0 && (aligned || l.Window == FirstHit)
 	case TokenBucket, GCRA:
-		if l.Burst < 0 || l.Burst > MaxLimit {
+		if l.Burst < 0 || l.Burst > MaxLimit || l.CountRejected || !aligned {
 			return false
 		}
-		if l.Limit > 0 {
-			productOK, refillOK := bucketFits(l.Capacity(), l.Limit, periodUS)
-			return productOK && refillOK
+		if l.Limit == 0 {
+			return true
 		}
-		return true
-	default:
-		return false
+		b := l.Burst
+		if b == 0 {
+			b = l.Limit
+		}
+		productOK, refillOK := bucketFits(b, l.Limit, periodUS)
+		return productOK && refillOK
+	case SlidingWindow:
+		// (Limit+1) × period ≤ MaxExact: Limit+1 ≤ 2^40+1 and periodUS ≤
+		// 2^48, so the product fits in 128 bits.
+		hi, lo := bits.Mul64(uint64(l.Limit+1), uint64(periodUS))
+		return l.Burst == 0 && aligned && hi == 0 && lo <= uint64(algorithm.MaxExact) && periodUS <= algorithm.MaxPeriod/2
+	case SlidingWindowLog, Concurrency:
+		return l.Burst == 0 && aligned && !l.CountRejected && l.Limit <= MaxLogLimit
 	}
-	return l.Burst == 0
+	return false
 }
 
 // bucketFits reports whether a TokenBucket or GCRA of capacity b refilled
@@ -243,17 +241,15 @@ func (l Limit) valid() bool {
 // b*limit <= MaxExact (instants carry a fraction of a microsecond in units
 // of 1/limit), refillOK when also b*periodUS/limit <= MaxPeriod, exactly
 // (refilling the whole bucket takes at most MaxPeriod, so now plus that
-// stays within MaxExact). limit > 0, periodUS > 0, 0 <= b <= MaxLimit.
+// stays within MaxExact), that is b*periodUS <= MaxPeriod*limit. limit > 0,
+// periodUS > 0, 0 <= b <= MaxLimit: every product fits in 128 bits.
 func bucketFits(b, limit, periodUS int64) (productOK, refillOK bool) {
-	if b > algorithm.MaxExact/limit {
+	if hi, lo := bits.Mul64(uint64(b), uint64(limit)); hi != 0 || lo > uint64(algorithm.MaxExact) {
 		return false, false
 	}
-	// b*periodUS/limit = b*q + b*r/limit; b*r <= b*limit <= MaxExact.
-	q, r := periodUS/limit, periodUS%limit
-	if q > 0 && b > algorithm.MaxPeriod/q {
-		return true, false
-	}
-	return true, b*q+(b*r+limit-1)/limit <= algorithm.MaxPeriod
+	refillHi, refillLo := bits.Mul64(uint64(b), uint64(periodUS))
+	maxHi, maxLo := bits.Mul64(uint64(algorithm.MaxPeriod), uint64(limit))
+	return true, refillHi < maxHi || refillHi == maxHi && refillLo <= maxLo
 }
 
 func algorithmList() string {
@@ -273,7 +269,7 @@ func (l Limit) Params() algorithm.Params {
 		FirstHit:      l.Window == FirstHit,
 		CountRejected: l.CountRejected,
 	}
-	if alg := l.algorithm(); alg == TokenBucket || alg == GCRA {
+	if l.Algorithm == TokenBucket || l.Algorithm == GCRA {
 		p.Burst = l.Capacity()
 	}
 	return p

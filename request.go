@@ -63,10 +63,10 @@ func (r *Request) Validate() error {
 				time.UnixMicro(0).UTC(), time.UnixMicro(maxNowMicros).UTC())
 		}
 	}
-	if err := r.Limit.Validate(); err != nil {
-		return err
+	if !r.Limit.valid() {
+		return r.Limit.invalid()
 	}
-	concurrency := r.Limit.algorithm() == Concurrency
+	concurrency := r.Limit.Algorithm == Concurrency
 	switch {
 	case !concurrency && (r.Lease != "" || r.Release):
 		return fmt.Errorf("%w: lease: only concurrency limits take a lease", ErrInvalidRequest)

@@ -23,7 +23,9 @@ func (s GCRA) Step(p Params, now, cost int64) (GCRA, Decision) {
 	t := newRate(p.Limit, p.Period)
 	nowI := instant{us: now}
 	tat := t.norm(instant{s.TAT, s.TATFrac})
-	if tat.less(nowI) {
+	// full: the bucket is full before this request (nothing owed at now).
+	full := !nowI.less(tat)
+	if full {
 		tat = nowI
 	}
 	burstT := t.times(p.Burst)
@@ -38,9 +40,16 @@ func (s GCRA) Step(p Params, now, cost int64) (GCRA, Decision) {
 			tat = next
 		}
 	}
-	// The tokens left are floor((Burst*T - (tat - now)) / T).
+	// The tokens left are floor((Burst*T - (tat - now)) / T): from a full
+	// bucket, tat - now is cost*T if admitted and 0 if not, so they are
+	// Burst - cost or Burst, exactly.
 	var remaining int64
-	if ahead := t.sub(tat, nowI); ahead.less(burstT) {
+	switch ahead := t.sub(tat, nowI); {
+	case full && allowed:
+		remaining = p.Burst - cost
+	case full:
+		remaining = p.Burst
+	case ahead.less(burstT):
 		remaining = t.count(t.sub(burstT, ahead), p.Burst)
 	}
 	d := Decision{Allowed: allowed, Limit: p.Burst, Remaining: remaining}

@@ -1,5 +1,7 @@
 package algorithm
 
+import "math/bits"
+
 // MaxExact is the largest integer every intermediate value of an algorithm
 // may reach: 2^52. Lua numbers are IEEE doubles, exact to 2^53; keeping one
 // bit of headroom lets the Lua mirror correct a floating division by one
@@ -86,6 +88,11 @@ func newRate(limit, period int64) rate {
 // times is n*T for 0 <= n <= MaxLimit with n*r <= MaxExact.
 func (t rate) times(n int64) instant {
 	x := n * t.r
+	if x < t.l {
+		// No whole microsecond to carry (always so for n = 1): spare the
+		// division.
+		return instant{us: n * t.q, frac: x}
+	}
 	return instant{us: n*t.q + x/t.l, frac: x % t.l}
 }
 
@@ -129,23 +136,30 @@ func (a instant) ceil() int64 {
 	return a.us
 }
 
-// count is floor(d/T): how many whole intervals fit in d, for
-// 0 <= d <= max*T. It starts from a floating estimate and corrects it with
-// exact comparisons, so the result is exact and the same in Go and Lua.
+// count is floor(d/T), at most max: how many whole intervals fit in d, for
+// 0 <= d <= max*T; 0 for d < 0 or max < 0. With d = us + frac/l and T = period/l it is
+// floor((us*l + frac) / period), computed exactly in 128 bits. The Lua
+// mirror, which has only doubles, gets the same integer from a floating
+// estimate corrected by exact comparisons.
 func (t rate) count(d instant, max int64) int64 {
-	f := (float64(d.us)*float64(t.l) + float64(d.frac)) / (float64(t.q)*float64(t.l) + float64(t.r))
-	est := max
-	if f < float64(max) {
-		est = int64(f)
+	// Less than one interval, or room for one at most: one comparison with
+	// T = q + r/l decides, without dividing.
+	if max <= 0 || d.us < t.q || d.us == t.q && d.frac < t.r || d.us < 0 {
+		return 0
 	}
-	if est < 0 {
-		est = 0
+	if max == 1 {
+		return 1
 	}
-	for est > 0 && d.less(t.times(est)) {
-		est--
+	hi, lo := bits.Mul64(uint64(d.us), uint64(t.l))
+	lo, carry := bits.Add64(lo, uint64(d.frac), 0)
+	hi += carry
+	period := uint64(t.q*t.l + t.r)
+	if hi >= period { // the quotient would not fit in 64 bits
+		return max
 	}
-	for est < max && !d.less(t.times(est+1)) {
-		est++
+	n, _ := bits.Div64(hi, lo, period)
+	if n > uint64(max) {
+		return max
 	}
-	return est
+	return int64(n)
 }

@@ -2,7 +2,8 @@
 // limiters, side by side in one run. It is a module of its own so that the
 // peers never become dependencies of floodgate's users.
 //
-//	cd bench && go test -run '^$' -bench . -benchmem -count 3
+//	cd bench && go test -run '^$' -bench BenchmarkPeers -benchmem -count 3 -benchtime=200ms .
+//	cd bench && go test -run '^$' -bench BenchmarkScaling -benchmem -count 3 -benchtime=1s -cpu 1,2 .
 //
 // BENCHMARKS.md at the repository root has the figures and how to read them.
 package bench
@@ -11,6 +12,8 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,7 +56,10 @@ var libs = []lib{
 	{"floodgate-gcra-store", floodgateStore(floodgate.GCRA)},
 	{"floodgate-token_bucket-limiter", floodgateLimiter(floodgate.TokenBucket)},
 	{"floodgate-token_bucket-store", floodgateStore(floodgate.TokenBucket)},
+	{"x-time-rate-one", xTimeRateOne},
 	{"x-time-rate", xTimeRate},
+	{"x-time-rate-mutex-map", xTimeRateMutexMap},
+	{"x-time-rate-sync-map", xTimeRateSyncMap},
 	{"go-limiter", goLimiter},
 }
 
@@ -107,16 +113,75 @@ func floodgateStore(alg floodgate.Algorithm) func(testing.TB, outcome, []string)
 // only read while the benchmark runs: no lock and no insertion, which
 // flatters it against the stores that can take new keys at any time.
 func xTimeRate(tb testing.TB, o outcome, keys []string) func(context.Context, string) bool {
-	burst := int(min(o.limit.Capacity(), 4_000_000))
-	if o.limit.Burst == 0 {
-		burst = int(o.limit.Limit)
-	}
+	burst := xTimeRateBurst(o)
 	m := make(map[string]*rate.Limiter, len(keys))
 	for _, k := range keys {
 		m[k] = rate.NewLimiter(rate.Limit(o.perSec), burst)
 		m[k].Allow()
 	}
 	return func(_ context.Context, key string) bool { return m[key].Allow() }
+}
+
+// xTimeRateOne is x/time/rate as its own benchmarks use it: one
+// rate.Limiter, Allow(), no key at all. It ignores the key, so it is the
+// same load as the others only with keys=1.
+func xTimeRateOne(tb testing.TB, o outcome, keys []string) func(context.Context, string) bool {
+	l := rate.NewLimiter(rate.Limit(o.perSec), xTimeRateBurst(o))
+	for range keys {
+		l.Allow()
+	}
+	return func(context.Context, string) bool { return l.Allow() }
+}
+
+// xTimeRateBurst is the burst of a rate.Limiter for o: floodgate's
+// capacity, at most 4 million.
+func xTimeRateBurst(o outcome) int {
+	if o.limit.Burst == 0 {
+		return int(o.limit.Limit)
+	}
+	return int(min(o.limit.Capacity(), 4_000_000))
+}
+
+// xTimeRateMutexMap is what a caller of x/time/rate writes to limit by key:
+// a map of limiters under one mutex, a limiter made on a key's first
+// request. Like xTimeRate it never forgets a key (memory grows with every
+// key ever seen), which the stores do.
+func xTimeRateMutexMap(tb testing.TB, o outcome, keys []string) func(context.Context, string) bool {
+	var mu sync.Mutex
+	m := make(map[string]*rate.Limiter)
+	burst := xTimeRateBurst(o)
+	allow := func(_ context.Context, key string) bool {
+		mu.Lock()
+		l, ok := m[key]
+		if !ok {
+			l = rate.NewLimiter(rate.Limit(o.perSec), burst)
+			m[key] = l
+		}
+		mu.Unlock()
+		return l.Allow()
+	}
+	for _, k := range keys {
+		allow(context.Background(), k)
+	}
+	return allow
+}
+
+// xTimeRateSyncMap is the same with a sync.Map, which readers share
+// without a lock once a key is in it.
+func xTimeRateSyncMap(tb testing.TB, o outcome, keys []string) func(context.Context, string) bool {
+	var m sync.Map
+	burst := xTimeRateBurst(o)
+	allow := func(_ context.Context, key string) bool {
+		v, ok := m.Load(key)
+		if !ok {
+			v, _ = m.LoadOrStore(key, rate.NewLimiter(rate.Limit(o.perSec), burst))
+		}
+		return v.(*rate.Limiter).Allow()
+	}
+	for _, k := range keys {
+		allow(context.Background(), k)
+	}
+	return allow
 }
 
 // goLimiter is github.com/sethvargo/go-limiter's memorystore: a map under
@@ -161,9 +226,13 @@ func BenchmarkPeers(b *testing.B) {
 					for _, par := range []int{1, runtime.GOMAXPROCS(0)} {
 						b.Run(fmt.Sprintf("par=%d", par), func(b *testing.B) {
 							for _, l := range libs {
+								if l.name == "x-time-rate-one" && nkeys > 1 {
+									continue // one limiter is one key
+								}
 								b.Run("lib="+l.name, func(b *testing.B) {
 									allow := l.make(b, o, keys)
 									b.ReportAllocs()
+									b.ResetTimer() // b.Loop does, b.RunParallel does not
 									start, _ := cpuTime()
 									defer func() { reportCPU(b, start) }()
 									if par == 1 {
@@ -191,6 +260,47 @@ func BenchmarkPeers(b *testing.B) {
 					}
 				})
 			}
+		})
+	}
+}
+
+// scalingLibs are the libraries BenchmarkScaling runs: the stores that take
+// any key at any time, and x/time/rate's read-only map as a ceiling.
+var scalingLibs = []string{"floodgate-gcra-store", "floodgate-gcra-limiter", "x-time-rate", "x-time-rate-mutex-map", "x-time-rate-sync-map", "go-limiter"}
+
+// BenchmarkScaling decides one unit per operation on 100k existing keys
+// from GOMAXPROCS goroutines (b.RunParallel), each starting at its own
+// place in the key list, with nothing denied. Run it with -cpu 1,2: the
+// ratio of decisions/s at 2 and at 1 is how it scales across cores (2 when
+// nothing is shared; 1 or less when one lock serialises everything).
+func BenchmarkScaling(b *testing.B) {
+	ctx := context.Background()
+	keys := keyNames(100_000)
+	o := outcomes[0]
+	for _, name := range scalingLibs {
+		var l lib
+		for _, x := range libs {
+			if x.name == name {
+				l = x
+			}
+		}
+		b.Run("keys=100k/lib="+name, func(b *testing.B) {
+			allow := l.make(b, o, keys)
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			start, _ := cpuTime()
+			defer func() { reportCPU(b, start) }()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(next.Add(1)*7919) % len(keys)
+				for pb.Next() {
+					allow(ctx, keys[i])
+					if i++; i == len(keys) {
+						i = 0
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 		})
 	}
 }

@@ -7,8 +7,11 @@
 // store/redisstore for that.
 //
 // Keys are spread over shards by a seeded hash, each shard with its own
-// mutex and maps, so goroutines deciding different keys rarely meet. A
-// decision on an existing key of an O(1) algorithm allocates nothing.
+// mutex and maps, so goroutines deciding different keys rarely meet. The
+// key's bytes are hashed once per decision: the same 64-bit hash picks the
+// shard and keys the shard's map, which compares the key only to confirm
+// (see table). A decision on an existing key of an O(1) algorithm
+// allocates nothing.
 // Expired state is dropped when it is next touched and by a background
 // sweeper, so memory stays bounded by the keys live in the last period.
 // Like a Redis TTL, a key lives for its ResetAfter by the store's Clock,
@@ -16,12 +19,12 @@
 // clock is behind the store's loses no state to the sweeper.
 //
 // Memory per live key (measured by BenchmarkMemoryPerKey with a million
-// keys, amd64, Go 1.26; see BENCHMARKS.md): about 135 bytes plus the key's
+// keys, amd64, Go 1.26; see BENCHMARKS.md): about 150 bytes plus the key's
 // own bytes for fixed_window, sliding_window, token_bucket and gcra (a
-// 56-byte map entry, key header and state, in Go maps that run partly
-// empty); sliding_window_log about 125 bytes with one logged unit and 13
-// more per further unit; concurrency about 150 bytes with one held unit and
-// 53 more, plus the lease ID's bytes, per further unit.
+// 64-byte map entry, hash, key header, period and state, in Go maps that
+// run partly empty); sliding_window_log about 140 bytes with one logged
+// unit and 13 more per further unit; concurrency about 165 bytes with one
+// held unit and 53 more, plus the lease ID's bytes, per further unit.
 package memstore
 
 import (
@@ -53,6 +56,7 @@ type Options struct {
 // Close stops its sweeper.
 type Store struct {
 	clock  floodgate.Clock
+	system bool // clock is floodgate.SystemClock: read it by systemMicros
 	seed   maphash.Seed
 	mask   uint64
 	shards []shard
@@ -124,9 +128,9 @@ type concSlot struct {
 
 type shard struct {
 	mu    sync.Mutex
-	small [kLog]map[mkey]slot
-	logs  map[mkey]*logSlot
-	conc  map[mkey]*concSlot
+	small [kLog]table[slot]
+	logs  table[*logSlot]
+	conc  table[*concSlot]
 	_     [64]byte // keep shards' mutexes on separate cache lines
 }
 
@@ -147,14 +151,15 @@ func New(opts *Options) *Store {
 	for size < n {
 		size <<= 1
 	}
-	s := &Store{clock: o.Clock, seed: maphash.MakeSeed(), mask: uint64(size - 1), shards: make([]shard, size)}
+	_, system := o.Clock.(floodgate.SystemClock)
+	s := &Store{clock: o.Clock, system: system, seed: maphash.MakeSeed(), mask: uint64(size - 1), shards: make([]shard, size)}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		for k := range sh.small {
-			sh.small[k] = make(map[mkey]slot)
+			sh.small[k] = newTable[slot]()
 		}
-		sh.logs = make(map[mkey]*logSlot)
-		sh.conc = make(map[mkey]*concSlot)
+		sh.logs = newTable[*logSlot]()
+		sh.conc = newTable[*concSlot]()
 	}
 	if o.SweepInterval == 0 {
 		o.SweepInterval = 10 * time.Second
@@ -166,8 +171,22 @@ func New(opts *Options) *Store {
 	return s
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
+// locate hashes key once and returns the index of its shard and the ref
+// of its state under period. The shard depends on the key alone, so that
+// Reset and batches lock the same shard whatever the period.
+func (s *Store) locate(key string, period int64) (uint64, ref) {
+	h := maphash.String(s.seed, key)
+	// The period is folded in by an odd multiplier, a bijection: two
+	// periods of one key never share a hash.
+	return h & s.mask, ref{hash: h ^ uint64(period)*0x9e3779b97f4a7c15, mkey: mkey{key, period}}
+}
+
+// clockNow is the store's clock in µs.
+func (s *Store) clockNow() int64 {
+	if s.system {
+		return systemMicros()
+	}
+	return s.clock.Now().UnixMicro()
 }
 
 // times returns the time (µs) r is decided at, and skew, what to add to a
@@ -175,10 +194,10 @@ func (s *Store) shard(key string) *shard {
 // has its own Now.
 func (s *Store) times(r *floodgate.Request) (now, skew int64) {
 	if r.Now.IsZero() {
-		return s.clock.Now().UnixMicro(), 0
+		return s.clockNow(), 0
 	}
 	now = r.Now.UnixMicro()
-	return now, s.clock.Now().UnixMicro() - now
+	return now, s.clockNow() - now
 }
 
 // Apply decides r atomically: see floodgate.Store.
@@ -189,10 +208,12 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 	if err := ctx.Err(); err != nil {
 		return floodgate.Decision{}, err
 	}
+	p := r.Limit.Params()
+	i, ref := s.locate(r.Key, p.Period)
 	now, skew := s.times(&r)
-	sh := s.shard(r.Key)
+	sh := &s.shards[i]
 	sh.mu.Lock()
-	d := sh.step(&r, r.Limit.Params(), now, skew, true)
+	d := sh.step(&r, p, ref, now, skew, true)
 	sh.mu.Unlock()
 	return floodgate.FromAlgorithm(d, now), nil
 }
@@ -203,13 +224,12 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 // older than its period as the empty state, and returns the empty state,
 // which step then deletes. The state's sweeping deadline is its Expires
 // plus skew (see Store.times), on the store's clock.
-func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now, skew int64, commit bool) algorithm.Decision {
+func (sh *shard) step(r *floodgate.Request, p algorithm.Params, mk ref, now, skew int64, commit bool) algorithm.Decision {
 	k := kindOf(r.Limit.Algorithm)
-	mk := mkey{r.Key, p.Period}
 	var d algorithm.Decision
 	switch k {
 	case kLog:
-		ls := sh.logs[mk]
+		ls, _ := sh.logs.get(mk)
 		var st algorithm.SlidingWindowLog
 		if ls != nil {
 			st.Log = ls.log
@@ -224,14 +244,14 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now, skew int64,
 		if exp := st.Expires(p); exp > 0 {
 			if ls == nil {
 				ls = &logSlot{}
-				sh.logs[mk] = ls
+				sh.logs.put(mk, ls)
 			}
 			ls.log, ls.exp = st.Log, exp+skew
 		} else if ls != nil {
-			delete(sh.logs, mk)
+			sh.logs.del(mk)
 		}
 	case kConc:
-		cs := sh.conc[mk]
+		cs, _ := sh.conc.get(mk)
 		var st algorithm.Concurrency
 		if cs != nil {
 			st.Units = cs.units
@@ -250,15 +270,15 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now, skew int64,
 		if exp := st.Expires(p); exp > 0 {
 			if cs == nil {
 				cs = &concSlot{}
-				sh.conc[mk] = cs
+				sh.conc.put(mk, cs)
 			}
 			cs.units, cs.exp = st.Units, exp+skew
 		} else if cs != nil {
-			delete(sh.conc, mk)
+			sh.conc.del(mk)
 		}
 	default:
-		m := sh.small[k]
-		old, ok := m[mk]
+		m := &sh.small[k]
+		old, w := m.find(mk)
 		var next slot
 		switch k {
 		case kFixed:
@@ -281,9 +301,9 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, now, skew int64,
 		}
 		if next.exp > 0 {
 			next.exp += skew
-			m[mk] = next
-		} else if ok {
-			delete(m, mk)
+			m.set(mk, next, w)
+		} else if w != absent {
+			m.del(mk)
 		}
 	}
 	return d
@@ -301,9 +321,12 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	idx := make([]uint64, 0, len(rs))
+	idx := make([]uint64, len(rs))
+	refs := make([]ref, len(rs))
+	params := make([]algorithm.Params, len(rs))
 	for i := range rs {
-		idx = append(idx, maphash.String(s.seed, rs[i].Key)&s.mask)
+		params[i] = rs[i].Limit.Params()
+		idx[i], refs[i] = s.locate(rs[i].Key, params[i].Period)
 	}
 	locked := append([]uint64(nil), idx...)
 	sortUnique(&locked)
@@ -316,22 +339,21 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 		}
 	}()
 	// One reading of the clock for the whole batch: one decision, one time.
-	clockNow := s.clock.Now().UnixMicro()
+	clockNow := s.clockNow()
 	nows := make([]int64, len(rs))
 	skews := make([]int64, len(rs))
-	params := make([]algorithm.Params, len(rs))
 	ds := make([]algorithm.Decision, len(rs))
 	undo := make([]snapshot, len(rs))
 	admitted := true
 	for i := range rs {
-		nows[i], params[i] = clockNow, rs[i].Limit.Params()
+		nows[i] = clockNow
 		if !rs[i].Now.IsZero() {
 			nows[i] = rs[i].Now.UnixMicro()
 			skews[i] = clockNow - nows[i]
 		}
 		sh := &s.shards[idx[i]]
-		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), mkey{rs[i].Key, params[i].Period})
-		ds[i] = sh.step(&rs[i], params[i], nows[i], skews[i], true)
+		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), refs[i])
+		ds[i] = sh.step(&rs[i], params[i], refs[i], nows[i], skews[i], true)
 		admitted = admitted && ds[i].Allowed
 	}
 	if !admitted {
@@ -344,10 +366,10 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 			case ds[i].Allowed:
 				peek := rs[i]
 				peek.Cost, peek.Lease, peek.Release = 0, "", false
-				ds[i] = sh.step(&peek, params[i], nows[i], skews[i], false)
+				ds[i] = sh.step(&peek, params[i], refs[i], nows[i], skews[i], false)
 				ds[i].Allowed, ds[i].RetryAfter = false, 0
 			case rs[i].Limit.CountRejected:
-				sh.step(&rs[i], params[i], nows[i], skews[i], true)
+				sh.step(&rs[i], params[i], refs[i], nows[i], skews[i], true)
 			}
 		}
 	}
@@ -361,26 +383,26 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 // snapshot is the state of one key before a batch changed it.
 type snapshot struct {
 	k     kind
-	key   mkey
+	key   ref
 	ok    bool
 	small slot
 	log   logSlot
 	conc  concSlot
 }
 
-func (sh *shard) save(k kind, key mkey) snapshot {
+func (sh *shard) save(k kind, key ref) snapshot {
 	sn := snapshot{k: k, key: key}
 	switch k {
 	case kLog:
-		if ls := sh.logs[key]; ls != nil {
+		if ls, _ := sh.logs.get(key); ls != nil {
 			sn.ok, sn.log = true, logSlot{log: append([]int64(nil), ls.log...), exp: ls.exp}
 		}
 	case kConc:
-		if cs := sh.conc[key]; cs != nil {
+		if cs, _ := sh.conc.get(key); cs != nil {
 			sn.ok, sn.conc = true, concSlot{units: append([]algorithm.Unit(nil), cs.units...), exp: cs.exp}
 		}
 	default:
-		sn.small, sn.ok = sh.small[k][key]
+		sn.small, sn.ok = sh.small[k].get(key)
 	}
 	return sn
 }
@@ -388,17 +410,17 @@ func (sh *shard) save(k kind, key mkey) snapshot {
 func (sh *shard) restore(sn snapshot) {
 	switch {
 	case sn.k == kLog && sn.ok:
-		sh.logs[sn.key] = &logSlot{log: sn.log.log, exp: sn.log.exp}
+		sh.logs.put(sn.key, &logSlot{log: sn.log.log, exp: sn.log.exp})
 	case sn.k == kLog:
-		delete(sh.logs, sn.key)
+		sh.logs.del(sn.key)
 	case sn.k == kConc && sn.ok:
-		sh.conc[sn.key] = &concSlot{units: sn.conc.units, exp: sn.conc.exp}
+		sh.conc.put(sn.key, &concSlot{units: sn.conc.units, exp: sn.conc.exp})
 	case sn.k == kConc:
-		delete(sh.conc, sn.key)
+		sh.conc.del(sn.key)
 	case sn.ok:
-		sh.small[sn.k][sn.key] = sn.small
+		sh.small[sn.k].put(sn.key, sn.small)
 	default:
-		delete(sh.small[sn.k], sn.key)
+		sh.small[sn.k].del(sn.key)
 	}
 }
 
@@ -412,17 +434,17 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	mk := mkey{key, int64(limit.Period / time.Microsecond)}
-	sh := s.shard(key)
+	i, mk := s.locate(key, int64(limit.Period/time.Microsecond))
+	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	switch k := kindOf(limit.Algorithm); k {
 	case kLog:
-		delete(sh.logs, mk)
+		sh.logs.del(mk)
 	case kConc:
-		delete(sh.conc, mk)
+		sh.conc.del(mk)
 	default:
-		delete(sh.small[k], mk)
+		sh.small[k].del(mk)
 	}
 	return nil
 }
@@ -434,10 +456,10 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, m := range sh.small {
-			n += len(m)
+		for k := range sh.small {
+			n += sh.small[k].len()
 		}
-		n += len(sh.logs) + len(sh.conc)
+		n += sh.logs.len() + sh.conc.len()
 		sh.mu.Unlock()
 	}
 	return n
@@ -447,7 +469,7 @@ func (s *Store) Len() int {
 // many it dropped. The sweeper calls it shard by shard; tests call it
 // directly.
 func (s *Store) Sweep() int {
-	now := s.clock.Now().UnixMicro()
+	now := s.clockNow()
 	n := 0
 	for i := range s.shards {
 		n += s.shards[i].sweep(now)
@@ -459,26 +481,11 @@ func (sh *shard) sweep(now int64) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	n := 0
-	for _, m := range sh.small {
-		for k, v := range m {
-			if v.exp <= now {
-				delete(m, k)
-				n++
-			}
-		}
+	for k := range sh.small {
+		n += sh.small[k].sweep(func(v slot) bool { return v.exp <= now })
 	}
-	for k, v := range sh.logs {
-		if v.exp <= now {
-			delete(sh.logs, k)
-			n++
-		}
-	}
-	for k, v := range sh.conc {
-		if v.exp <= now {
-			delete(sh.conc, k)
-			n++
-		}
-	}
+	n += sh.logs.sweep(func(v *logSlot) bool { return v.exp <= now })
+	n += sh.conc.sweep(func(v *concSlot) bool { return v.exp <= now })
 	return n
 }
 
@@ -495,7 +502,7 @@ func (s *Store) sweeper(interval time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.shards[next].sweep(s.clock.Now().UnixMicro())
+			s.shards[next].sweep(s.clockNow())
 			next = (next + 1) % len(s.shards)
 		}
 	}

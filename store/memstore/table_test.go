@@ -1,0 +1,82 @@
+package memstore
+
+import "testing"
+
+// TestTableCollisions drives a table through pairs that share one hash,
+// which a seeded 64-bit hash practically never produces, and checks it
+// against a plain map after every step.
+func TestTableCollisions(t *testing.T) {
+	const h = 42
+	a := ref{hash: h, mkey: mkey{"a", 1}}
+	b := ref{hash: h, mkey: mkey{"b", 1}}
+	c := ref{hash: h, mkey: mkey{"a", 2}}
+	d := ref{hash: h + 1, mkey: mkey{"d", 1}}
+	tb := newTable[int]()
+	want := map[mkey]int{}
+	check := func(step string) {
+		t.Helper()
+		for _, r := range []ref{a, b, c, d} {
+			got, ok := tb.get(r)
+			w, wok := want[r.mkey]
+			if got != w || ok != wok {
+				t.Errorf("after %s: get(%v) = %d, %v; want %d, %v", step, r.mkey, got, ok, w, wok)
+			}
+		}
+		if got, w := tb.len(), len(want); got != w {
+			t.Errorf("after %s: len = %d, want %d", step, got, w)
+		}
+	}
+	put := func(r ref, v int) {
+		t.Helper()
+		tb.put(r, v)
+		want[r.mkey] = v
+		check("put " + r.key)
+	}
+	del := func(r ref) {
+		t.Helper()
+		tb.del(r)
+		delete(want, r.mkey)
+		check("del " + r.key)
+	}
+	put(a, 1)
+	put(b, 2) // collides with a: goes to over
+	put(c, 3) // same key as a, other period, same hash: over
+	put(d, 4)
+	if got := len(tb.over); got != 2 {
+		t.Errorf("%d pairs in over, want 2", got)
+	}
+	del(a)    // frees the primary slot while b and c stay in over
+	put(b, 5) // b is in over: updated there, not duplicated into the primary map
+	if got := len(tb.over); got != 2 {
+		t.Errorf("%d pairs in over after updating b, want 2", got)
+	}
+	set := func(r ref, v int, at where) {
+		t.Helper()
+		_, w := tb.find(r)
+		if w != at {
+			t.Errorf("find(%v) reports %d, want %d", r.mkey, w, at)
+		}
+		tb.set(r, v, w)
+		want[r.mkey] = v
+		check("set " + r.key)
+	}
+	set(c, 2, inOver)
+	set(d, 3, inPrimary)
+	set(a, 4, absent)
+	del(a)
+	put(a, 6) // the primary slot is free again
+	del(b)
+	del(b) // absent: no effect
+	put(b, 7)
+	if got, w := tb.sweep(func(v int) bool { return v >= 6 }), 2; got != w {
+		t.Errorf("sweep dropped %d, want %d", got, w)
+	}
+	delete(want, a.mkey)
+	delete(want, b.mkey)
+	check("sweep")
+	del(c)
+	del(d)
+	if tb.len() != 0 {
+		t.Errorf("len = %d after deleting everything", tb.len())
+	}
+}
