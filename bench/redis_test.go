@@ -358,11 +358,11 @@ func serverStats(tb testing.TB, c *redis.Client) redisStats {
 
 // fixedWindowScript is the source of redisstore's single-request
 // fixed_window script, built as store/redisstore/scripts.go builds it:
-// common.lua, then fixed_window.lua, each followed by a newline.
+// common.lua, state.lua, then fixed_window.lua, each followed by a newline.
 // redis-ceiling.sh builds the same bytes with printf.
 func fixedWindowScript(tb testing.TB) string {
 	var src strings.Builder
-	for _, name := range []string{"common.lua", "fixed_window.lua"} {
+	for _, name := range []string{"common.lua", "state.lua", "fixed_window.lua"} {
 		b, err := os.ReadFile(filepath.Join("..", "store", "redisstore", "scripts", name))
 		if err != nil {
 			tb.Fatal(err)
