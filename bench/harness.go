@@ -355,11 +355,11 @@ func ReadServerStats(ctx context.Context, c *redis.Client) (ServerStats, error) 
 
 // FixedWindowScript is the source of redisstore's single-request
 // fixed_window script, built as store/redisstore/scripts.go builds it:
-// common.lua, then fixed_window.lua, each followed by a newline. root is
+// common.lua, state.lua, then fixed_window.lua, each followed by a newline. root is
 // the repository's root directory. redis-ceiling.sh builds the same bytes.
 func FixedWindowScript(root string) (string, error) {
 	var src strings.Builder
-	for _, name := range []string{"common.lua", "fixed_window.lua"} {
+	for _, name := range []string{"common.lua", "state.lua", "fixed_window.lua"} {
 		b, err := os.ReadFile(filepath.Join(root, "store", "redisstore", "scripts", name))
 		if err != nil {
 			return "", err

@@ -3,8 +3,8 @@
 #
 # The ceiling of floodgate's Redis store on one redis-server: redis-benchmark
 # running EVALSHA of redisstore's fixed_window script (the exact source
-# floodgate loads, built as store/redisstore/scripts.go builds it: common.lua
-# and fixed_window.lua, each followed by a newline; TestFixedWindowScript
+# floodgate loads, built as store/redisstore/scripts.go builds it: common.lua,
+# state.lua and fixed_window.lua, each followed by a newline; TestFixedWindowScript
 # checks that the SHA-1 is floodgate's), one unit per call on the server's
 # clock, keys spread over 100k with __rand_int__, unpipelined and with -P 16.
 # It prints the calls per second and the CPU Redis spent per call.
@@ -29,7 +29,12 @@ cli="redis-cli -h 127.0.0.1 -p $port"
 
 src=$(mktemp)
 trap 'rm -f "$src"' EXIT
-{ cat "$scripts/common.lua"; printf '\n'; cat "$scripts/fixed_window.lua"; printf '\n'; } >"$src"
+{
+	for f in common.lua state.lua fixed_window.lua; do
+		cat "$scripts/$f"
+		printf '\n'
+	done
+} >"$src"
 want=$(sha1sum "$src" | cut -d' ' -f1)
 # -x sends stdin unchanged as the last argument ("$(cat …)" would drop the
 # trailing newlines and change the SHA-1).

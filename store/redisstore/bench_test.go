@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"net"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -248,4 +250,118 @@ func benchOp(s *Store, l floodgate.Limit, key, lease string, i int) {
 	if _, err := s.Apply(context.Background(), r); err != nil {
 		panic(err)
 	}
+}
+
+// BenchmarkScriptCost measures what each algorithm's script costs Redis:
+// redis-benchmark (which must be on PATH) runs EVALSHA of the script
+// floodgate loads from 16 connections with 16-deep pipelines, with one
+// unit per call on the server's clock, over one hot key or keys spread
+// over 100k with __rand_int__. It reports usec/call, usec_per_call of
+// cmdstat_evalsha (INFO commandstats: the time Redis spent inside the
+// script, wall time, so a busy machine inflates it) and cpu-usec/call,
+// the CPU time redis-server used per call (INFO cpu: it also counts reading
+// the commands and writing the replies, but not time the process waited
+// for a core). alg=bare is a reference script that does only what any
+// fixed window decision must (TIME, GET, SET PX, a reply of six integers)
+// and alg=noop one that only replies. Run it with a fixed count, e.g.
+// -benchtime 100000x.
+func BenchmarkScriptCost(b *testing.B) {
+	if _, err := exec.LookPath("redis-benchmark"); err != nil {
+		b.Skip("redis-benchmark is not on PATH")
+	}
+	srv := redistest.Standalone(b)
+	c := newRueidis(b, srv.Addr)
+	host, port, _ := net.SplitHostPort(srv.Addr)
+	type target struct {
+		name string
+		sc   *script
+		args []string
+	}
+	var targets []target
+	for _, alg := range floodgate.Algorithms {
+		r := floodgate.Request{Key: "k", Limit: benchLimit(alg), Cost: 1}
+		if alg == floodgate.Concurrency {
+			r.Lease = "l__rand_int__" // a lease per call: each acquires one unit
+		}
+		args := appendRequest(nil, &r, alg, -1)
+		if alg == floodgate.SlidingWindowLog {
+			args[6] = "i__rand_int__"
+		}
+		targets = append(targets, target{string(alg), scripts.single[alg], args})
+	}
+	targets = append(targets,
+		target{"bare", newScript("bare", `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local v = redis.call('GET', KEYS[1])
+local n = 1
+if v then n = tonumber(v) + 1 end
+redis.call('SET', KEYS[1], n, 'PX', 1000)
+return {1, 1000000, 1000000 - n, 1000000, 0, now}
+`), nil},
+		target{"noop", newScript("noop", "return {1, 0, 0, 0, 0, 1}"), nil})
+	for _, tg := range targets {
+		if err := c.Do(context.Background(), c.B().ScriptLoad().Script(tg.sc.src).Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+		for _, keys := range []int{1, 100_000} {
+			b.Run(fmt.Sprintf("alg=%s/keys=%s", tg.name, benchCount(keys)), func(b *testing.B) {
+				key := "bench:{hot}"
+				if keys > 1 {
+					key = "bench:{user:__rand_int__}"
+				}
+				for _, cmd := range []rueidis.Completed{c.B().Flushall().Build(), c.B().ConfigResetstat().Build()} {
+					if err := c.Do(context.Background(), cmd).Error(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// A whole number of pipelines, at least 16 per connection
+				// (see runCeiling in bench/redis_test.go).
+				const batch = 16 * 16
+				n := (max(b.N, 16*batch) + batch - 1) / batch * batch
+				cmd := exec.Command("redis-benchmark", append([]string{"-h", host, "-p", port,
+					"-c", "16", "-P", "16", "-n", strconv.Itoa(n), "-r", strconv.Itoa(keys), "-q",
+					// Options end at the first command word.
+					"evalsha", tg.sc.sha, "1", key}, tg.args...)...)
+				cpu0 := serverCPU(b, c)
+				b.ResetTimer()
+				out, err := cmd.CombinedOutput()
+				b.StopTimer()
+				if err != nil {
+					b.Fatalf("redis-benchmark: %v\n%s", err, out)
+				}
+				cpu1 := serverCPU(b, c)
+				calls, usec := scriptStats(b, c)
+				if calls != int64(n) {
+					b.Fatalf("%d EVALSHA calls, want %d\n%s", calls, n, out)
+				}
+				info, err := c.Do(context.Background(), c.B().Info().Section("errorstats").Build()).ToString()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if strings.Contains(info, "errorstat_") {
+					b.Fatalf("the script failed: %s", info)
+				}
+				b.ReportMetric(float64(usec)/float64(calls), "usec/call")
+				b.ReportMetric((cpu1-cpu0)*1e6/float64(calls), "cpu-usec/call")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+// serverCPU is the CPU time redis-server has used, in seconds.
+func serverCPU(b *testing.B, c rueidis.Client) float64 {
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sec float64
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, _ := strconv.ParseFloat(v, 64)
+			sec += f
+		}
+	}
+	return sec
 }

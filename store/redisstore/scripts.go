@@ -10,9 +10,12 @@ import (
 	"github.com/floodgate-rl/floodgate"
 )
 
-// The Lua sources. common.lua holds the helpers of every script, rate.lua
-// the rate arithmetic of token_bucket and gcra, zset.lua the sorted-set
-// helpers of sliding_window_log and concurrency. Each algorithm's file holds
+// The Lua sources. common.lua holds the helpers of every script, state.lua
+// the string state of the O(1) algorithms, rate.lua the rate arithmetic of
+// token_bucket and gcra, zset.lua the sorted-set helpers of
+// sliding_window_log and concurrency. A single-request script holds only
+// the files its algorithm uses: Redis runs the whole script on every call,
+// so each helper defined costs CPU per decision. Each algorithm's file holds
 // its functions, then a line "-- main", then the one-line main part of its
 // single-request script; batch.lua is the main part of the batch script.
 //
@@ -70,8 +73,10 @@ func mustBuildScripts() scriptSet {
 // common.lua.
 func helpers(alg floodgate.Algorithm) []string {
 	switch alg {
+	case floodgate.FixedWindow, floodgate.SlidingWindow:
+		return []string{"state.lua"}
 	case floodgate.TokenBucket, floodgate.GCRA:
-		return []string{"rate.lua"}
+		return []string{"state.lua", "rate.lua"}
 	case floodgate.SlidingWindowLog, floodgate.Concurrency:
 		return []string{"zset.lua"}
 	}
@@ -89,7 +94,7 @@ func buildScripts() (scriptSet, error) {
 		return string(b), err
 	}
 	set := scriptSet{single: make(map[floodgate.Algorithm]*script)}
-	batch := []string{"common.lua", "rate.lua", "zset.lua"}
+	batch := []string{"common.lua", "state.lua", "rate.lua", "zset.lua"}
 	var funcs []string
 	for _, alg := range floodgate.Algorithms {
 		parts := append(append([]string{"common.lua"}, helpers(alg)...), string(alg)+".lua")

@@ -6,9 +6,10 @@
 -- retry_after 0, and a denied
 -- request whose limit counts rejections is applied again, alone.
 --
--- The Go side builds this script from common.lua, the step functions of
--- every algorithm file (without their main parts) and this file, so the
--- algorithms exist once.
+-- The Go side builds this script from common.lua, state.lua, rate.lua,
+-- zset.lua, the step functions of every algorithm file (without their main
+-- parts) and this file, so the algorithms exist once. The checks of a key's
+-- type, which only a batch needs before its first write, are here.
 --
 -- KEYS[i]  the state of request i, as in the algorithm's script. All keys
 --          share the hash tag {<encoded subject>}, so they are in one
@@ -20,6 +21,51 @@
 --
 -- O(the sum of the requests' costs and of the keys' sizes): a key is saved
 -- before the first write so that it can be put back.
+
+-- check_type fails unless key is absent or of type want: checked before the
+-- first write, so that a foreign key fails the script before it changed
+-- anything.
+local function check_type(key, want)
+  local t = call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    fail('state', 'the key holds a ' .. t .. ', not a ' .. want)
+  end
+end
+
+-- fixed_window_check fails if the key holds something else than a state.
+local function fixed_window_check(key)
+  check_type(key, 'string')
+  load_state(key, FIXED_WINDOW_FIELDS)
+end
+
+-- sliding_window_log_check fails if the key holds something else than a
+-- state.
+local function sliding_window_log_check(key)
+  check_type(key, 'zset')
+end
+
+-- sliding_window_check fails if the key holds something else than a state.
+local function sliding_window_check(key)
+  check_type(key, 'string')
+  load_state(key, SLIDING_WINDOW_FIELDS)
+end
+
+-- token_bucket_check fails if the key holds something else than a state.
+local function token_bucket_check(key)
+  check_type(key, 'string')
+  load_state(key, TOKEN_BUCKET_FIELDS)
+end
+
+-- gcra_check fails if the key holds something else than a state.
+local function gcra_check(key)
+  check_type(key, 'string')
+  load_state(key, GCRA_FIELDS)
+end
+
+-- concurrency_check fails if the key holds something else than a state.
+local function concurrency_check(key)
+  check_type(key, 'zset')
+end
 
 local ALGORITHMS = {
   fixed_window = {check = fixed_window_check, apply = fixed_window_apply},

@@ -1,8 +1,17 @@
 -- common.lua: the helpers every Floodgate script starts with. The Go side
--- (scripts.go) builds each algorithm's script from this file, rate.lua (for
+-- (scripts.go) builds each algorithm's script from this file, state.lua
+-- (for the O(1) algorithms, whose state is a string), rate.lua (for
 -- token_bucket and gcra), zset.lua (for sliding_window_log and
 -- concurrency) and the algorithm's file; batch.lua gets every file, so the
 -- code of each algorithm exists once.
+--
+-- Speed: Redis runs a script's whole body on every call, so every helper
+-- is a closure made again per call, and the CPU a script costs bounds what
+-- one Redis can decide per second. A script therefore holds only the
+-- helpers its algorithm uses, and the hot path does few library calls:
+-- one pattern match checks all six numeric arguments, a state is parsed
+-- with one match and written with one format, numbers go to redis.call as
+-- numbers. BenchmarkScriptCost measures each script.
 --
 -- Mirrors algorithm/params.go (floorDiv, the bounds) and checks the
 -- arguments the way floodgate.Limit.Validate and floodgate.Request.Validate
@@ -35,7 +44,7 @@
 -- more than the operation in Redis's Lua.
 local floor, max, min = math.floor, math.max, math.min
 local call = redis.call
-local format, match = string.format, string.match
+local format, match, concat = string.format, string.match, table.concat
 local error, ipairs, tonumber, type, unpack = error, ipairs, tonumber, type, unpack
 
 local MAX_EXACT = 4503599627370496 -- 2^52, algorithm.MaxExact
@@ -51,7 +60,9 @@ local function fail(field, msg)
   error({err = 'ERR floodgate: ' .. field .. ': ' .. msg})
 end
 
--- str formats an integer for redis.call without an exponent.
+-- str formats an integer for redis.call without an exponent. (redis.call
+-- also turns a number argument into its digits, exactly for integers below
+-- 2^53: both work.)
 local function str(n)
   return format('%d', n)
 end
@@ -78,35 +89,54 @@ local function decision(allowed, limit, remaining)
   return {allowed = allowed, limit = limit, remaining = remaining, reset_after = 0, retry_after = 0}
 end
 
--- int parses a decimal integer argument in [lo, hi].
-local function int(field, s, lo, hi)
-  if type(s) ~= 'string' or not match(s, '^%-?%d+$') or #s > 17 then
-    fail(field, 'not an integer: ' .. tostring(s))
-  end
-  local n = tonumber(s)
-  if n < lo or n > hi then
-    fail(field, s .. ' is outside [' .. str(lo) .. ', ' .. str(hi) .. ']')
-  end
-  return n
-end
+-- NUMBERS matches the six numeric arguments of a request joined by ':',
+-- each '^%-?%d+$' (a field holding ':' would make a seventh).
+local NUMBERS = '^%-?%d+:%-?%d+:%-?%d+:%-?%d+:%-?%d+:%-?%d+$'
 
 -- parse_request reads and checks the ARGS_PER_REQUEST arguments of one
 -- request of algorithm alg starting at argv[base+1]. It returns the params p
 -- (limit, period, burst, first_hit, count_rejected) and the request r
 -- (now, cost, id, release); r.now is -1 for the server clock.
+--
+-- The fast path checks the six numbers with one match of their
+-- concatenation and reads them by arithmetic coercion, which the match
+-- makes safe; anything it does not accept goes through int, field by field,
+-- which accepts exactly the same and fails naming the field. int is made
+-- only then: a closure costs CPU on every run of a script.
 local function parse_request(alg, argv, base)
-  local now = int('now_us', argv[base + 1], -1, MAX_NOW)
-  local limit = int('limit', argv[base + 2], 0, MAX_LIMIT)
-  local period = int('period', argv[base + 3], 1, MAX_PERIOD)
-  local cost = int('cost', argv[base + 4], 0, MAX_LIMIT)
-  local burst = int('burst', argv[base + 5], 0, MAX_LIMIT)
-  local flags = int('flags', argv[base + 6], 0, 7)
+  local a1, a2, a3, a4, a5, a6 = argv[base + 1], argv[base + 2], argv[base + 3], argv[base + 4], argv[base + 5], argv[base + 6]
+  local now, limit, period, cost, burst, flags
+  if #a1 <= 17 and #a2 <= 17 and #a3 <= 17 and #a4 <= 17 and #a5 <= 17 and #a6 <= 17
+    and match(concat(argv, ':', base + 1, base + 6), NUMBERS) then
+    now, limit, period, cost, burst, flags = a1 + 0, a2 + 0, a3 + 0, a4 + 0, a5 + 0, a6 + 0
+  end
+  if not (now and now >= -1 and now <= MAX_NOW and limit >= 0 and limit <= MAX_LIMIT
+    and period >= 1 and period <= MAX_PERIOD and cost >= 0 and cost <= MAX_LIMIT
+    and burst >= 0 and burst <= MAX_LIMIT and flags >= 0 and flags <= 7) then
+    -- int parses a decimal integer argument in [lo, hi].
+    local function int(field, s, lo, hi)
+      if type(s) ~= 'string' or not match(s, '^%-?%d+$') or #s > 17 then
+        fail(field, 'not an integer: ' .. tostring(s))
+      end
+      local n = tonumber(s)
+      if n < lo or n > hi then
+        fail(field, s .. ' is outside [' .. str(lo) .. ', ' .. str(hi) .. ']')
+      end
+      return n
+    end
+    now = int('now_us', a1, -1, MAX_NOW)
+    limit = int('limit', a2, 0, MAX_LIMIT)
+    period = int('period', a3, 1, MAX_PERIOD)
+    cost = int('cost', a4, 0, MAX_LIMIT)
+    burst = int('burst', a5, 0, MAX_LIMIT)
+    flags = int('flags', a6, 0, 7)
+  end
   local id = argv[base + 7]
-  if type(id) ~= 'string' or #id > MAX_ID_LEN or (id ~= '' and not match(id, '^[%w_%-]+$')) then
+  if id ~= '' and (type(id) ~= 'string' or #id > MAX_ID_LEN or not match(id, '^[%w_%-]+$')) then
     fail('id', 'not 0 to 64 bytes of [A-Za-z0-9_-]')
   end
   local first_hit = flags % 2 == 1
-  local count_rejected = floor(flags / 2) % 2 == 1
+  local count_rejected = flags % 4 >= 2
   local release = flags >= 4
   local bucket = alg == 'token_bucket' or alg == 'gcra'
   local log = alg == 'sliding_window_log' or alg == 'concurrency'
@@ -119,48 +149,55 @@ local function parse_request(alg, argv, base)
   if release and alg ~= 'concurrency' then
     fail('flags', alg .. ' takes no release')
   end
-  if not bucket and burst ~= 0 then
+  if bucket then
+    if limit > 0 then
+      -- floodgate's bucketFits: burst*limit <= MAX_EXACT, and refilling
+      -- the whole bucket, burst*period/limit rounded up, takes at most
+      -- MAX_PERIOD.
+      if burst > floor_div(MAX_EXACT, limit) then
+        fail('burst', 'burst times limit is above 2^52')
+      end
+      local q = floor_div(period, limit)
+      local r = period - q * limit
+      if (q > 0 and burst > floor_div(MAX_PERIOD, q)) or burst * q + floor_div(burst * r + limit - 1, limit) > MAX_PERIOD then
+        fail('burst', 'burst takes longer than 2^48 us to refill')
+      end
+    end
+  elseif burst ~= 0 then
     fail('burst', alg .. ' takes no burst')
   end
-  if bucket and limit > 0 then
-    -- floodgate's bucketFits: burst*limit <= MAX_EXACT, and refilling the
-    -- whole bucket, burst*period/limit rounded up, takes at most MAX_PERIOD.
-    if burst > floor_div(MAX_EXACT, limit) then
-      fail('burst', 'burst times limit is above 2^52')
+  if log then
+    if limit > MAX_LOG_LIMIT then
+      fail('limit', str(limit) .. ' is above ' .. str(MAX_LOG_LIMIT) .. ' for ' .. alg)
     end
-    local q = floor_div(period, limit)
-    local r = period - q * limit
-    if (q > 0 and burst > floor_div(MAX_PERIOD, q)) or burst * q + floor_div(burst * r + limit - 1, limit) > MAX_PERIOD then
-      fail('burst', 'burst takes longer than 2^48 us to refill')
+    if alg == 'sliding_window_log' then
+      if cost > 0 and id == '' then
+        fail('id', 'sliding_window_log needs a request id')
+      end
+    elseif id == '' and (cost > 0 or release) then
+      fail('id', 'concurrency needs a lease ID to acquire or release')
     end
-  end
-  if log and limit > MAX_LOG_LIMIT then
-    fail('limit', str(limit) .. ' is above ' .. str(MAX_LOG_LIMIT) .. ' for ' .. alg)
-  end
-  if alg == 'sliding_window' and limit + 1 > floor_div(MAX_EXACT, period) then
-    fail('limit', '(limit+1) * period is above 2^52 for sliding_window')
-  end
-  if alg == 'sliding_window' and period > MAX_PERIOD / 2 then
-    fail('period', 'above 2^47 us for sliding_window, which keeps a key for two periods')
-  end
-  if alg == 'sliding_window_log' and cost > 0 and id == '' then
-    fail('id', 'sliding_window_log needs a request id')
-  end
-  if alg == 'concurrency' and id == '' and (cost > 0 or release) then
-    fail('id', 'concurrency needs a lease ID to acquire or release')
-  end
-  if alg ~= 'sliding_window_log' and alg ~= 'concurrency' and id ~= '' then
+  elseif id ~= '' then
     fail('id', alg .. ' takes no id')
   end
-  local p = {limit = limit, period = period, burst = burst, first_hit = first_hit, count_rejected = count_rejected}
-  return p, {now = now, cost = cost, id = id, release = release}
+  if alg == 'sliding_window' then
+    if limit + 1 > floor_div(MAX_EXACT, period) then
+      fail('limit', '(limit+1) * period is above 2^52 for sliding_window')
+    end
+    if period > MAX_PERIOD / 2 then
+      fail('period', 'above 2^47 us for sliding_window, which keeps a key for two periods')
+    end
+  end
+  return {limit = limit, period = period, burst = burst, first_hit = first_hit, count_rejected = count_rejected},
+    {now = now, cost = cost, id = id, release = release}
 end
 
 -- server_now is the Redis server's clock in µs. Redis 7 replicates a
 -- script's effects, not the script, so TIME before a write is allowed.
+-- TIME's two strings are decimal integers: arithmetic reads them.
 local function server_now()
   local t = call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return t[1] * 1000000 + t[2]
 end
 
 -- MIN_TTL_MS is the shortest TTL a script gives a key. A key lives for its
@@ -175,86 +212,27 @@ local MIN_TTL_MS = 1000
 
 -- ttl_ms is the PEXPIRE of a state that expires at exp, at now: the time
 -- left rounded up to a millisecond, so that a key never disappears before
--- its state is back to the zero state, and at least MIN_TTL_MS.
+-- its state is back to the zero state, and at least MIN_TTL_MS. It is a
+-- number, which redis.call sends as its digits.
 local function ttl_ms(exp, now)
-  return str(max(floor_div(max(exp - now, 0) + 999, 1000), MIN_TTL_MS))
+  return max(floor_div(max(exp - now, 0) + 999, 1000), MIN_TTL_MS)
 end
 
--- load_state reads the state of an O(1) algorithm, a string of integers
--- "<field 1>:<field 2>:..." in the order of fields. An absent key reads as
--- the zero state; a state that expired but is still there is read as it is
--- (as memstore does), and the algorithm treats it as empty. A value of
--- another shape is an error (a foreign key), raised before the script
--- writes anything.
-local function load_state(key, fields)
-  local v = call('GET', key)
-  local s = {}
-  for _, f in ipairs(fields) do
-    s[f] = 0
-  end
-  if not v then
-    return s
-  end
-  local i = 0
-  for x in string.gmatch(v, '[^:]+') do
-    i = i + 1
-    if i > #fields or not match(x, '^%-?%d+$') or #x > 17 then
-      fail('state', 'the key holds ' .. string.format('%q', string.sub(v, 1, 64)) .. ', not a state')
-    end
-    s[fields[i]] = tonumber(x)
-  end
-  if i ~= #fields then
-    fail('state', 'the key holds ' .. string.format('%q', string.sub(v, 1, 64)) .. ', not a state')
-  end
-  return s
-end
-
--- save_state stores the state s, which expires at exp (its algorithm's
--- Expires; 0 for the zero state), with its TTL in one SET, or deletes the
--- key for the zero state. A state equal to old is not written again: its
--- key and TTL stay as the last change set them, as in memstore.
-local function save_state(key, fields, old, s, exp, now)
-  local same = true
-  for _, f in ipairs(fields) do
-    same = same and old[f] == s[f]
-  end
-  if same then
-    return
-  end
-  if exp > 0 then
-    local vals = {}
-    for i, f in ipairs(fields) do
-      vals[i] = str(s[f])
-    end
-    call('SET', key, table.concat(vals, ':'), 'PX', ttl_ms(exp, now))
-  else
-    call('DEL', key)
-  end
-end
-
--- check_type fails unless key is absent or of type want: checked before the
--- first write, so that a foreign key fails the script before it changed
--- anything.
-local function check_type(key, want)
-  local t = call('TYPE', key)['ok']
-  if t ~= 'none' and t ~= want then
-    fail('state', 'the key holds a ' .. t .. ', not a ' .. want)
-  end
-end
-
--- reply is the reply of one decision made at now: allowed (0/1), limit,
--- remaining, reset_after_us, retry_after_us (-1 never), now_us.
+-- reply appends the reply of one decision made at now to out: allowed
+-- (0/1), limit, remaining, reset_after_us, retry_after_us (-1 never),
+-- now_us.
 local function reply(out, d, now)
   local allowed = 0
   if d.allowed then
     allowed = 1
   end
-  out[#out + 1] = allowed
-  out[#out + 1] = d.limit
-  out[#out + 1] = d.remaining
-  out[#out + 1] = d.reset_after
-  out[#out + 1] = d.retry_after
-  out[#out + 1] = now
+  local n = #out
+  out[n + 1] = allowed
+  out[n + 2] = d.limit
+  out[n + 3] = d.remaining
+  out[n + 4] = d.reset_after
+  out[n + 5] = d.retry_after
+  out[n + 6] = now
   return out
 end
 
@@ -270,5 +248,10 @@ local function single(alg, apply)
   if now < 0 then
     now = server_now()
   end
-  return reply({}, apply(KEYS[1], p, r, now), now)
+  local d = apply(KEYS[1], p, r, now)
+  local allowed = 0
+  if d.allowed then
+    allowed = 1
+  end
+  return {allowed, d.limit, d.remaining, d.reset_after, d.retry_after, now}
 end

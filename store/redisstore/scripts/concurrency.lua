@@ -135,11 +135,6 @@ local function concurrency_step(key, p, now, cost, id, release)
   return d
 end
 
--- concurrency_check fails if the key holds something else than a state.
-local function concurrency_check(key)
-  check_type(key, 'zset')
-end
-
 local function concurrency_apply(key, p, r, now)
   return concurrency_step(key, p, now, r.cost, r.id, r.release)
 end

@@ -54,12 +54,6 @@ local function fixed_window_expires(p, s)
   return s.start + p.period
 end
 
--- fixed_window_check fails if the key holds something else than a state.
-local function fixed_window_check(key)
-  check_type(key, 'string')
-  load_state(key, FIXED_WINDOW_FIELDS)
-end
-
 -- fixed_window_apply loads the state, steps it and stores it, as memstore does.
 local function fixed_window_apply(key, p, r, now)
   local old = load_state(key, FIXED_WINDOW_FIELDS)

@@ -68,12 +68,6 @@ local function gcra_expires(p, s)
   return ceil(instant(s.tat, s.tat_frac))
 end
 
--- gcra_check fails if the key holds something else than a state.
-local function gcra_check(key)
-  check_type(key, 'string')
-  load_state(key, GCRA_FIELDS)
-end
-
 -- gcra_apply loads the state, steps it and stores it, as memstore does.
 local function gcra_apply(key, p, r, now)
   local old = load_state(key, GCRA_FIELDS)

@@ -90,12 +90,6 @@ local function sliding_window_expires(p, s)
   return 0
 end
 
--- sliding_window_check fails if the key holds something else than a state.
-local function sliding_window_check(key)
-  check_type(key, 'string')
-  load_state(key, SLIDING_WINDOW_FIELDS)
-end
-
 -- sliding_window_apply loads the state, steps it and stores it, as memstore does.
 local function sliding_window_apply(key, p, r, now)
   local old = load_state(key, SLIDING_WINDOW_FIELDS)

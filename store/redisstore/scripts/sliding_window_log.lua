@@ -57,12 +57,6 @@ local function sliding_window_log_step(key, p, now, cost, id)
   return d
 end
 
--- sliding_window_log_check fails if the key holds something else than a
--- state.
-local function sliding_window_log_check(key)
-  check_type(key, 'zset')
-end
-
 local function sliding_window_log_apply(key, p, r, now)
   return sliding_window_log_step(key, p, now, r.cost, r.id)
 end

@@ -64,12 +64,6 @@ local function token_bucket_expires(p, s)
   return ceil(add(t, norm(t, instant(s.last, s.last_frac)), times(t, min(s.taken, p.burst))))
 end
 
--- token_bucket_check fails if the key holds something else than a state.
-local function token_bucket_check(key)
-  check_type(key, 'string')
-  load_state(key, TOKEN_BUCKET_FIELDS)
-end
-
 -- token_bucket_apply loads the state, steps it and stores it, as memstore does.
 local function token_bucket_apply(key, p, r, now)
   local old = load_state(key, TOKEN_BUCKET_FIELDS)

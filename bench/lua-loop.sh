@@ -1,0 +1,49 @@
+#!/bin/sh
+# lua-loop.sh PORT FILE KEYS N [ARGV...]
+#
+# The Redis CPU of one run of a script's body, without the network: one
+# EVAL runs the body of FILE N times, each time as a function made anew (as
+# Redis runs a script on each EVALSHA, so that its helpers are made again
+# per run), with KEYS[1] = b:{i mod KEYS} and the given ARGV, and the script
+# prints redis-server's CPU time (INFO cpu) per run. Another process's load
+# on the machine changes it far less than wall time or usec_per_call.
+#
+# Used for the "Script cost" section of BENCHMARKS.md, e.g. for the
+# fixed_window script (built as store/redisstore/scripts.go builds it):
+#   redis-server --port 6471 --bind 127.0.0.1 --save '' --appendonly no &
+#   s=store/redisstore/scripts
+#   for f in common.lua state.lua fixed_window.lua; do cat $s/$f; echo; done >/tmp/fw.lua
+#   ./bench/lua-loop.sh 6471 /tmp/fw.lua 100000 30000 -1 1000000 1000000 1 0 0 ''
+# It runs FLUSHALL on that server. Arguments must not contain a quote.
+set -eu
+port=${1:?usage: lua-loop.sh PORT FILE KEYS N [ARGV...]}
+f=$2
+keys=$3
+n=$4
+shift 4
+cli="redis-cli -h 127.0.0.1 -p $port"
+argv=""
+for a in "$@"; do argv="$argv'$a', "; done
+w=$(mktemp)
+trap 'rm -f "$w"' EXIT
+{
+	echo "local ARGV = {$argv}"
+	echo "for i = 1, $n do"
+	echo "local KEYS = {'b:{' .. (i % $keys) .. '}'}"
+	echo "local function body()"
+	cat "$f"
+	echo
+	echo "end"
+	echo "body()"
+	echo "end"
+	echo "return 1"
+} >"$w"
+cpu() {
+	$cli INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'
+}
+$cli FLUSHALL >/dev/null
+before=$(cpu)
+$cli EVAL "$(cat "$w")" 0 >/dev/null
+after=$(cpu)
+printf '%s keys=%s runs=%s redis-cpu-µs/run=%.2f\n' "$(basename "$f")" "$keys" "$n" \
+	"$(awk -v a="$after" -v b="$before" -v n="$n" 'BEGIN { print (a - b) * 1e6 / n }')"

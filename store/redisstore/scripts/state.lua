@@ -1,0 +1,61 @@
+-- state.lua: the state of the O(1) algorithms (fixed_window,
+-- sliding_window, token_bucket, gcra), a string of integers
+-- "<field 1>:<field 2>:..." in the order of the algorithm's fields (one to
+-- three), with a TTL. Included after common.lua.
+
+-- STATE_PATTERN[n] matches a state of n fields and captures them;
+-- STATE_FORMAT[n] writes one.
+local STATE_PATTERN = {'^(%-?%d+)$', '^(%-?%d+):(%-?%d+)$', '^(%-?%d+):(%-?%d+):(%-?%d+)$'}
+local STATE_FORMAT = {'%d', '%d:%d', '%d:%d:%d'}
+
+-- load_state reads the state of an O(1) algorithm, whose field names are
+-- fields. An absent key reads as the zero state; a state that expired but
+-- is still there is read as it is (as memstore does), and the algorithm
+-- treats it as empty. A value of another shape is an error (a foreign key),
+-- raised before the script writes anything.
+local function load_state(key, fields)
+  local v = call('GET', key)
+  local f1, f2, f3 = fields[1], fields[2], fields[3]
+  if not v then
+    if f3 then
+      return {[f1] = 0, [f2] = 0, [f3] = 0}
+    elseif f2 then
+      return {[f1] = 0, [f2] = 0}
+    end
+    return {[f1] = 0}
+  end
+  local x1, x2, x3 = match(v, STATE_PATTERN[#fields])
+  if not x1 or #x1 > 17 or (x2 and #x2 > 17) or (x3 and #x3 > 17) then
+    fail('state', 'the key holds ' .. format('%q', string.sub(v, 1, 64)) .. ', not a state')
+  end
+  -- The match makes the coercions safe.
+  if f3 then
+    return {[f1] = x1 + 0, [f2] = x2 + 0, [f3] = x3 + 0}
+  elseif f2 then
+    return {[f1] = x1 + 0, [f2] = x2 + 0}
+  end
+  return {[f1] = x1 + 0}
+end
+
+-- save_state stores the state s, which expires at exp (its algorithm's
+-- Expires; 0 for the zero state), with its TTL in one SET, or deletes the
+-- key for the zero state. A state equal to old is not written again: its
+-- key and TTL stay as the last change set them, as in memstore.
+local function save_state(key, fields, old, s, exp, now)
+  local f1, f2, f3 = fields[1], fields[2], fields[3]
+  local a, b, c = s[f1], 0, 0
+  if f2 then
+    b = s[f2]
+  end
+  if f3 then
+    c = s[f3]
+  end
+  if old[f1] == a and (not f2 or old[f2] == b) and (not f3 or old[f3] == c) then
+    return
+  end
+  if exp > 0 then
+    call('SET', key, format(STATE_FORMAT[#fields], a, b, c), 'PX', ttl_ms(exp, now))
+  else
+    call('DEL', key)
+  end
+end
