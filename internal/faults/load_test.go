@@ -1,0 +1,295 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/store/redisstore"
+)
+
+const (
+	// timeout is every Limiter's Timeout: the deadline of one store call.
+	timeout = 100 * time.Millisecond
+	// slack is what a call may take past its deadline before the test
+	// calls it an overrun: scheduling on two loaded cores under -race.
+	slack = 100 * time.Millisecond
+	// tick paces each load worker: one call per tick at most.
+	tick = 2 * time.Millisecond
+	// maxLoad bounds every load run, whatever the test waits for.
+	maxLoad = 30 * time.Second
+)
+
+// instance is one application instance: a Limiter over a Store with a
+// client (and connections) of its own.
+type instance struct {
+	lim    *floodgate.Limiter
+	store  *redisstore.Store
+	policy floodgate.FailurePolicy
+}
+
+// instances opens n stores on url, alternately FailOpen and FailClosed, all
+// with the same key prefix, and closes them when the test ends.
+func instances(t *testing.T, url string, n int) []instance {
+	t.Helper()
+	out := make([]instance, n)
+	for i := range out {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		s, err := redisstore.Open(ctx, url, &redisstore.Options{Prefix: "faults"})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		policy := floodgate.FailOpen
+		if i%2 == 1 {
+			policy = floodgate.FailClosed
+		}
+		lim, err := floodgate.New(s, &floodgate.Options{FailurePolicy: policy, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = instance{lim: lim, store: s, policy: policy}
+	}
+	return out
+}
+
+// call is one Allow as its caller saw it.
+type call struct {
+	inst       int
+	key        string
+	start, end time.Time
+	allowed    bool
+	err        error
+	now        time.Time // Decision.Now: the store's time, when err is nil
+}
+
+func (c call) latency() time.Duration { return c.end.Sub(c.start) }
+
+// load runs Allow calls on several goroutines until stopped, and records
+// every call.
+type load struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu    sync.Mutex
+	calls []call
+}
+
+// keyFunc picks the key of a worker's i-th call.
+type keyFunc func(worker, i int) string
+
+// keysOf cycles through keys.
+func keysOf(keys ...string) keyFunc {
+	return func(w, i int) string { return keys[(w+i)%len(keys)] }
+}
+
+// startLoad starts workers goroutines, each calling Allow on the instances
+// in turn, once per tick, until Stop or maxLoad. The Stop is registered as
+// a cleanup too.
+func startLoad(t *testing.T, insts []instance, workers int, key keyFunc, limit floodgate.Limit) *load {
+	t.Helper()
+	l := &load{stop: make(chan struct{})}
+	end := time.Now().Add(maxLoad)
+	for w := range workers {
+		l.wg.Go(func() {
+			ticker := time.NewTicker(tick)
+			defer ticker.Stop()
+			for i := 0; time.Now().Before(end); i++ {
+				select {
+				case <-l.stop:
+					return
+				case <-ticker.C:
+				}
+				inst := (w + i) % len(insts)
+				c := call{inst: inst, key: key(w, i), start: time.Now()}
+				d, err := insts[inst].lim.Allow(context.Background(), c.key, limit)
+				c.end = time.Now()
+				c.allowed, c.err, c.now = d.Allowed, err, d.Now
+				l.mu.Lock()
+				l.calls = append(l.calls, c)
+				l.mu.Unlock()
+			}
+		})
+	}
+	t.Cleanup(l.Stop)
+	return l
+}
+
+// Stop ends the load and waits for every worker. It may be called again.
+func (l *load) Stop() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+// Calls returns the calls recorded so far.
+func (l *load) Calls() []call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]call(nil), l.calls...)
+}
+
+// count counts the recorded calls that match.
+func (l *load) count(match func(call) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.calls {
+		if match(c) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor polls cond every 5 ms until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling an external process
+	}
+}
+
+// stats is what a run of calls amounts to.
+type stats struct {
+	calls, errors int
+	maxLatency    time.Duration
+	// wrongPolicy counts failed calls whose decision was not their
+	// policy's: allowed under FailClosed or denied under FailOpen.
+	wrongPolicy int
+	// uncounted counts calls allowed by FailOpen without the store.
+	uncounted int
+}
+
+func measure(calls []call, insts []instance) stats {
+	var s stats
+	for _, c := range calls {
+		s.calls++
+		s.maxLatency = max(s.maxLatency, c.latency())
+		if c.err == nil {
+			continue
+		}
+		s.errors++
+		if c.allowed != (insts[c.inst].policy == floodgate.FailOpen) {
+			s.wrongPolicy++
+		}
+		if c.allowed {
+			s.uncounted++
+		}
+	}
+	return s
+}
+
+// windows counts the calls the store admitted per key and fixed window
+// (from Decision.Now), and returns the total admitted above limit and the
+// largest count of one window. inFault reports whether a window's start
+// (µs) lies in the fault's span; outside it every window must be within
+// the limit, which badWindows counts.
+func windows(calls []call, limit floodgate.Limit, inFault func(start time.Time) bool) (overrun, maxWindow int64, badWindows int) {
+	per := make(map[string]int64)
+	periodUS := limit.Period.Microseconds()
+	for _, c := range calls {
+		if c.err != nil || !c.allowed {
+			continue
+		}
+		us := c.now.UnixMicro()
+		per[c.key+"@"+strconv.FormatInt(us-us%periodUS, 10)]++
+	}
+	for k, n := range per {
+		maxWindow = max(maxWindow, n)
+		if n > limit.Limit {
+			overrun += n - limit.Limit
+			startUS, _ := strconv.ParseInt(k[strings.LastIndexByte(k, '@')+1:], 10, 64)
+			if inFault == nil || !inFault(time.UnixMicro(startUS)) {
+				badWindows++
+			}
+		}
+	}
+	return overrun, maxWindow, badWindows
+}
+
+// span returns a function reporting whether a window starting at start
+// overlaps [from, to].
+func span(from, to time.Time, period time.Duration) func(time.Time) bool {
+	return func(start time.Time) bool {
+		return !start.Add(period).Before(from) && !start.After(to)
+	}
+}
+
+// recovery returns, per instance, the end of its first successful call
+// that started after t0, and the number of its calls that failed after
+// that success (each must be zero).
+func recovery(calls []call, n int, t0 time.Time) (first []time.Time, errsAfter int) {
+	first = make([]time.Time, n)
+	for _, c := range calls {
+		if c.err == nil && !c.start.Before(t0) && (first[c.inst].IsZero() || c.end.Before(first[c.inst])) {
+			first[c.inst] = c.end
+		}
+	}
+	for _, c := range calls {
+		if c.err != nil && !first[c.inst].IsZero() && c.start.After(first[c.inst]) {
+			errsAfter++
+		}
+	}
+	return first, errsAfter
+}
+
+// latest is the last of ts, or the zero time if any is zero.
+func latest(ts []time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.IsZero() {
+			return time.Time{}
+		}
+		if t.After(out) {
+			out = t
+		}
+	}
+	return out
+}
+
+// info returns the fields of INFO section on s.
+func info(t *testing.T, s *redistest.Server, section string) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	out, err := s.CLI(ctx, "INFO", section)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := make(map[string]string)
+	for line := range strings.Lines(out) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// cli runs a command on s with a 5 s deadline, failing the test on error.
+func cli(t *testing.T, s *redistest.Server, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	out, err := s.CLI(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
