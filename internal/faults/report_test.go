@@ -89,8 +89,8 @@ var extra = map[string]func(Row) []string{
 			r.RecoveryMS >= 0 && r.RecoveryMS <= 5000, "recovery not within 5 s",
 			r.MaxWindow <= 2*r.Limit, "a window admitted more than twice the limit")
 	},
-	"TestFaultPauseSIGSTOP":     pauseBounds,
-	"TestFaultClientPause":      pauseBounds,
+	"TestFaultPauseSIGSTOP": pauseBounds,
+	"TestFaultClientPause":  pauseBounds,
 	"TestFaultLatencyBelowDeadline": func(r Row) []string {
 		return need(r.Errors == 0, "calls failed although the added latency is below the deadline")
 	},
