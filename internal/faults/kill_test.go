@@ -93,8 +93,9 @@ func TestFaultKill(t *testing.T) {
 	<-srvDone
 
 	calls := l.Calls()
-	st := measure(calls, insts)
+	st := measure(l, insts)
 	first, errsAfter := recovery(calls, len(insts), restarted)
+	other, late := afterRecovery(t, restarted, errsAfter)
 	overrun, maxWindow, bad := windows(calls, windowLimit, span(killed, latest(first), windowLimit.Period))
 
 	// The service: every failed call denied (fail_closed) within the deadline.
@@ -109,7 +110,7 @@ func TestFaultKill(t *testing.T) {
 			}
 		}
 	}
-	if srvErrs == 0 || srvWrong > 0 || srvMax > timeout+slack {
+	if srvErrs == 0 || srvWrong > 0 || srvMax > timeout+slack+st.stall {
 		t.Errorf("server: %d calls, %d failed, %d of them not denied, max latency %v", len(srvCalls), srvErrs, srvWrong, srvMax)
 	}
 	t.Logf("server.Server: %d calls, %d failed (all denied by fail_closed), max latency %v", len(srvCalls), srvErrs, srvMax)
@@ -117,11 +118,11 @@ func TestFaultKill(t *testing.T) {
 	record(t, Row{
 		Fault: "Redis SIGKILLed under load, restarted without persistence",
 		Saw: fmt.Sprintf("%d of %d calls failed while Redis was down, each answered by its policy "+
-			"(fail_open allowed, fail_closed denied, server.Server denied %d of %d); max latency %s against a %s deadline; "+
-			"no error after recovery (NOSCRIPT invisible)", st.errors, st.calls, srvErrs, len(srvCalls), ms(st.maxLatency), ms(timeout)),
+			"(fail_open allowed, fail_closed denied, server.Server denied %d of %d); max latency %s against a %s deadline (process stalled up to %s); "+
+			"after recovery %d errors but deadlines (%d), none NOSCRIPT", st.errors, st.calls, srvErrs, len(srvCalls), ms(st.maxLatency), ms(timeout), ms(st.stall), other, late),
 		Calls: st.calls, Errors: st.errors,
-		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency),
-		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: errsAfter,
+		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
+		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
 		RecoveryMS: msf(latest(first).Sub(restarted)), OutageMS: msf(latest(first).Sub(killed)),
 		Limit: windowLimit.Limit, Overrun: overrun, MaxWindow: maxWindow, BadWindows: bad,
 		Uncounted: st.uncounted,

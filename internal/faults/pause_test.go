@@ -17,8 +17,9 @@ import (
 
 // onceLimit is the limit of the faults that check what Redis counted:
 // each call has a key of its own, so its key's count says whether the
-// script ran (1), ran twice (2) or never ran (no key).
-var onceLimit = floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: 10, Period: time.Minute}
+// script ran (1), ran twice (2) or never ran (no key). FirstHit windows
+// keep every key a full minute, whatever the calendar minute.
+var onceLimit = floodgate.Limit{Algorithm: floodgate.FixedWindow, Window: floodgate.FirstHit, Limit: 10, Period: time.Minute}
 
 // ownKeys gives every call a key of its own.
 func ownKeys(prefix string) keyFunc {
@@ -132,8 +133,9 @@ func pauseFault(t *testing.T, fault string, pause, resume func(*redistest.Server
 	l.Stop()
 
 	calls := l.Calls()
-	st := measure(calls, insts)
+	st := measure(l, insts)
 	first, errsAfter := recovery(calls, len(insts), resumed)
+	other, late := afterRecovery(t, resumed, errsAfter)
 	double, countedFailed, missing := counted(t, r.Addr, insts, calls)
 	if missing > 0 {
 		t.Errorf("%d allowed calls left no count in Redis", missing)
@@ -141,12 +143,12 @@ func pauseFault(t *testing.T, fault string, pause, resume func(*redistest.Server
 	extraG, extraC := leaks(t, r, g0, c0)
 	record(t, Row{
 		Fault: fault,
-		Saw: fmt.Sprintf("%d of %d calls failed at the deadline, each answered by its policy; max latency %s against a %s deadline; "+
+		Saw: fmt.Sprintf("%d of %d calls failed at the deadline, each answered by its policy; max latency %s against a %s deadline (process stalled up to %s); "+
 			"goroutines and connections back to their baseline (%d, %d) after the load", st.errors, st.calls,
-			ms(st.maxLatency), ms(timeout), g0, c0),
+			ms(st.maxLatency), ms(timeout), ms(st.stall), g0, c0),
 		Calls: st.calls, Errors: st.errors,
-		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency),
-		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: errsAfter,
+		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
+		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
 		RecoveryMS: msf(latest(first).Sub(resumed)), OutageMS: msf(latest(first).Sub(paused)),
 		Uncounted: st.uncounted, GoroutinesLeaked: extraG, ConnsLeaked: extraC,
 		DoubleCounted: double, ServerCountedFailed: countedFailed,

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the table of docs/guarantees.md with the figures of the fault tests that ran")
@@ -42,11 +41,23 @@ type Row struct {
 	Errors       int     `json:"errors"`
 	TimeoutMS    float64 `json:"timeout_ms"`
 	MaxLatencyMS float64 `json:"max_latency_ms"`
+	// StallMS is the most this test process woke up late (load.probe):
+	// scheduling, not the store. MaxLatencyMS may exceed TimeoutMS by
+	// StallMS plus 50 ms.
+	StallMS float64 `json:"stall_ms"`
+	// AddedMS is the latency the proxy added to every round trip.
+	AddedMS float64 `json:"added_ms,omitempty"`
 	// WrongPolicy counts failed calls not answered by their failure policy.
 	WrongPolicy int `json:"wrong_policy"`
 	// ErrorsAfterRecovery counts failed calls of an instance after its
 	// first success once the fault ended.
 	ErrorsAfterRecovery int `json:"errors_after_recovery"`
+	// TimeoutsAfterRecovery counts calls of an instance, after its first
+	// success, that ran out of time: the host was slow, which the test
+	// reports but does not count against the store.
+	TimeoutsAfterRecovery int `json:"timeouts_after_recovery"`
+	// NoScript counts errors that mention NOSCRIPT.
+	NoScript int `json:"noscript"`
 	// RecoveryMS is the time from the end of the fault to the first
 	// success of every instance; -1 if it does not apply.
 	RecoveryMS float64 `json:"recovery_ms"`
@@ -92,7 +103,8 @@ var extra = map[string]func(Row) []string{
 	"TestFaultPauseSIGSTOP": pauseBounds,
 	"TestFaultClientPause":  pauseBounds,
 	"TestFaultLatencyBelowDeadline": func(r Row) []string {
-		return need(r.Errors == 0, "calls failed although the added latency is below the deadline")
+		return need(r.Errors == 0 || r.StallMS >= r.TimeoutMS-r.AddedMS,
+			"calls failed although the added latency is below the deadline and the process did not stall")
 	},
 	"TestFaultLatencyAboveDeadline": func(r Row) []string {
 		return need(r.Errors > 0, "no call failed although the added latency is above the deadline",
@@ -140,10 +152,11 @@ func need(args ...any) []string {
 func violations(r Row) []string {
 	v := need(
 		r.Calls > 0, "no calls",
-		r.TimeoutMS <= 0 || r.MaxLatencyMS <= r.TimeoutMS+float64(slack/time.Millisecond),
-		fmt.Sprintf("max latency %.0f ms above the deadline %.0f ms plus %v", r.MaxLatencyMS, r.TimeoutMS, slack),
+		r.TimeoutMS <= 0 || r.MaxLatencyMS <= r.TimeoutMS+r.StallMS+msf(slack),
+		fmt.Sprintf("max latency %.0f ms above the deadline %.0f ms plus the stall %.0f ms plus %v", r.MaxLatencyMS, r.TimeoutMS, r.StallMS, slack),
 		r.WrongPolicy == 0, "failed calls not answered by their failure policy",
-		r.ErrorsAfterRecovery == 0, "errors after recovery",
+		r.ErrorsAfterRecovery == 0, "errors other than a deadline after recovery",
+		r.NoScript == 0, "a caller saw NOSCRIPT",
 		r.BadWindows == 0, "windows over the limit outside the fault",
 		r.GoroutinesLeaked <= 0, "goroutines leaked",
 		r.ConnsLeaked <= 0, "connections leaked",
@@ -301,6 +314,9 @@ func recoveryCell(r Row) string {
 	s := fmt.Sprintf("%.0f ms", r.RecoveryMS)
 	if r.OutageMS > 0 {
 		s += fmt.Sprintf(" (%.0f ms without service)", r.OutageMS)
+	}
+	if r.TimeoutsAfterRecovery > 0 {
+		s += fmt.Sprintf("; %d calls after it met their deadline on the loaded host", r.TimeoutsAfterRecovery)
 	}
 	return s
 }
