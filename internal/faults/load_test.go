@@ -211,6 +211,8 @@ type stats struct {
 	// noscript counts errors that mention NOSCRIPT, which callers must
 	// never see.
 	noscript int
+	// deadlines counts errors that are the call's deadline.
+	deadlines int
 }
 
 func measure(l *load, insts []instance) stats {
@@ -222,6 +224,9 @@ func measure(l *load, insts []instance) stats {
 			continue
 		}
 		s.errors++
+		if errors.Is(c.err, context.DeadlineExceeded) {
+			s.deadlines++
+		}
 		if strings.Contains(c.err.Error(), "NOSCRIPT") {
 			s.noscript++
 		}
@@ -307,6 +312,24 @@ func afterRecovery(t *testing.T, t0 time.Time, errsAfter []call) (other, deadlin
 		}
 	}
 	return other, deadline
+}
+
+// maxGap returns, for the instance that waited longest, the longest time
+// between the ends of two consecutive successful calls that ended after
+// from: the time without service.
+func maxGap(calls []call, n int, from time.Time) time.Duration {
+	last := make([]time.Time, n)
+	var gap time.Duration
+	for _, c := range calls { // in the order they were recorded: by end
+		if c.err != nil || c.end.Before(from) {
+			continue
+		}
+		if !last[c.inst].IsZero() {
+			gap = max(gap, c.end.Sub(last[c.inst]))
+		}
+		last[c.inst] = c.end
+	}
+	return gap
 }
 
 // latest is the last of ts, or the zero time if any is zero.

@@ -151,6 +151,6 @@ func TestFaultConnectionReset(t *testing.T) {
 		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
 		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
 		RecoveryMS: msf(latest(first).Sub(last)),
-		Uncounted: st.uncounted, DoubleCounted: double, ServerCountedFailed: countedFailed,
+		Uncounted:  st.uncounted, DoubleCounted: double, ServerCountedFailed: countedFailed,
 	})
 }

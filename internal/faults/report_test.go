@@ -39,6 +39,8 @@ type Row struct {
 
 	Calls        int     `json:"calls"`
 	Errors       int     `json:"errors"`
+	// Deadlines counts the errors that were the call's deadline.
+	Deadlines    int     `json:"deadlines"`
 	TimeoutMS    float64 `json:"timeout_ms"`
 	MaxLatencyMS float64 `json:"max_latency_ms"`
 	// StallMS is the most this test process woke up late (load.probe):
@@ -125,7 +127,7 @@ var extra = map[string]func(Row) []string{
 	},
 	"TestFaultMaxmemory": func(r Row) []string {
 		return need(r.Errors > 0, "no call failed at maxmemory",
-			r.OOMErrors == r.Errors, "an error did not name OOM",
+			r.OOMErrors+r.Deadlines == r.Errors, "an error was neither OOM nor a deadline",
 			r.RecoveryMS >= 0, "no recovery after maxmemory was raised")
 	},
 }
