@@ -59,7 +59,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 	gap := maxGap(calls, len(insts), started.Add(-time.Second))
 	record(t, Row{
 		Fault: "Sentinel failover (SENTINEL FAILOVER) under load: the replica is promoted",
-		Saw: fmt.Sprintf("%d of %d calls failed during the switch, each answered by its policy; the clients followed the new master; "+
+		Saw: fmt.Sprintf("%d of %d calls failed, each answered by its policy; the clients followed the new master; "+
 			"max latency %s against a %s deadline (process stalled up to %s)", st.errors, st.calls,
 			ms(st.maxLatency), ms(timeout), ms(st.stall)),
 		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,

@@ -119,8 +119,8 @@ func TestFaultKill(t *testing.T) {
 		Fault: "Redis SIGKILLed under load, restarted without persistence",
 		Saw: fmt.Sprintf("%d of %d calls failed while Redis was down, each answered by its policy "+
 			"(fail_open allowed, fail_closed denied, server.Server denied %d of %d); max latency %s against a %s deadline (process stalled up to %s); "+
-			"after recovery %d errors but deadlines (%d), none NOSCRIPT", st.errors, st.calls, srvErrs, len(srvCalls), ms(st.maxLatency), ms(timeout), ms(st.stall), other, late),
-		Calls: st.calls, Errors: st.errors,
+			"after recovery %d errors, %d deadlines met on the loaded host; no NOSCRIPT", st.errors, st.calls, srvErrs, len(srvCalls), ms(st.maxLatency), ms(timeout), ms(st.stall), other, late),
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
 		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
 		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
 		RecoveryMS: msf(latest(first).Sub(restarted)), OutageMS: msf(latest(first).Sub(killed)),

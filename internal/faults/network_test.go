@@ -59,7 +59,7 @@ func TestFaultLatencyBelowDeadline(t *testing.T) {
 		Fault: fmt.Sprintf("%s added to every round trip by a TCP proxy (below the deadline)", ms(added)),
 		Saw: fmt.Sprintf("%d of %d calls failed; latency %s to %s under the added latency, against a %s deadline (process stalled up to %s)", st.errors, st.calls,
 			ms(minLatency), ms(st.maxLatency), ms(timeout), ms(st.stall)),
-		Calls: st.calls, Errors: st.errors,
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
 		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
 		WrongPolicy: st.wrongPolicy, RecoveryMS: -1, AddedMS: msf(added),
 		Uncounted: st.uncounted, DoubleCounted: double, ServerCountedFailed: countedFailed,
@@ -101,7 +101,7 @@ func TestFaultLatencyAboveDeadline(t *testing.T) {
 		Fault: fmt.Sprintf("%s added to every round trip by a TCP proxy (above the deadline), then removed", ms(added)),
 		Saw: fmt.Sprintf("%d of %d calls failed at the deadline, each answered by its policy; max latency %s against a %s deadline (process stalled up to %s); "+
 			"no script ran twice (per-call keys counted in Redis)", st.errors, st.calls, ms(st.maxLatency), ms(timeout), ms(st.stall)),
-		Calls: st.calls, Errors: st.errors,
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
 		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
 		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
 		RecoveryMS: msf(latest(first).Sub(healed)), OutageMS: msf(latest(first).Sub(slowed)),
@@ -147,7 +147,7 @@ func TestFaultConnectionReset(t *testing.T) {
 		Fault: fmt.Sprintf("every client connection reset (TCP RST) %d times under load", resets),
 		Saw: fmt.Sprintf("%d of %d calls failed (%d connections reset), each answered by its policy; max latency %s against a %s deadline (process stalled up to %s); "+
 			"no script ran twice", st.errors, st.calls, dropped, ms(st.maxLatency), ms(timeout), ms(st.stall)),
-		Calls: st.calls, Errors: st.errors,
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
 		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
 		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
 		RecoveryMS: msf(latest(first).Sub(last)),

@@ -146,7 +146,7 @@ func pauseFault(t *testing.T, fault string, pause, resume func(*redistest.Server
 		Saw: fmt.Sprintf("%d of %d calls failed at the deadline, each answered by its policy; max latency %s against a %s deadline (process stalled up to %s); "+
 			"goroutines and connections back to their baseline (%d, %d) after the load", st.errors, st.calls,
 			ms(st.maxLatency), ms(timeout), ms(st.stall), g0, c0),
-		Calls: st.calls, Errors: st.errors,
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
 		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
 		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
 		RecoveryMS: msf(latest(first).Sub(resumed)), OutageMS: msf(latest(first).Sub(paused)),

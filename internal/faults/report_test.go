@@ -37,8 +37,8 @@ type Row struct {
 	// Saw says in a sentence what the callers saw.
 	Saw string `json:"saw"`
 
-	Calls        int     `json:"calls"`
-	Errors       int     `json:"errors"`
+	Calls  int `json:"calls"`
+	Errors int `json:"errors"`
 	// Deadlines counts the errors that were the call's deadline.
 	Deadlines    int     `json:"deadlines"`
 	TimeoutMS    float64 `json:"timeout_ms"`
@@ -248,13 +248,12 @@ func splice(doc string, rows []Row) (string, error) {
 	slices.SortStableFunc(rows, func(a, b Row) int { return rank(a.Test) - rank(b.Test) })
 	var data strings.Builder
 	data.WriteString(dataBegin + "\n")
+	enc := json.NewEncoder(&data)
+	enc.SetEscapeHTML(false)
 	for _, r := range rows {
-		b, err := json.Marshal(r)
-		if err != nil {
+		if err := enc.Encode(r); err != nil {
 			return "", err
 		}
-		data.Write(b)
-		data.WriteByte('\n')
 	}
 	data.WriteString(dataEnd)
 	doc, err := replaceBetween(doc, tableBegin, tableEnd, tableBegin+"\n"+table(rows)+tableEnd)
