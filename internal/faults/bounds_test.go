@@ -13,7 +13,7 @@ func TestBoundsCatch(t *testing.T) {
 		t.Fatalf("a good row breaks %v", v)
 	}
 	for name, breakIt := range map[string]func(*Row){
-		"late call":                 func(r *Row) { r.MaxLatencyMS = 170 },
+		"late call":                 func(r *Row) { r.MaxLatencyMS = 211 },
 		"policy ignored":            func(r *Row) { r.WrongPolicy = 1 },
 		"error after recovery":      func(r *Row) { r.ErrorsAfterRecovery = 1 },
 		"NOSCRIPT seen":             func(r *Row) { r.NoScript = 1 },
