@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +93,13 @@ func TestFaultKill(t *testing.T) {
 	close(stopSrv)
 	<-srvDone
 
+	// The restarted Redis had no scripts: it answered NOSCRIPT, and the
+	// store sent EVAL, which no caller saw.
+	noscripts := info(t, r, "errorstats")["errorstat_NOSCRIPT"]
+	if !strings.HasPrefix(noscripts, "count=") {
+		t.Errorf("the restarted Redis never answered NOSCRIPT (errorstats %q): the fallback was not exercised", noscripts)
+	}
+
 	calls := l.Calls()
 	st := measure(l, insts)
 	first, errsAfter := recovery(calls, len(insts), restarted)
@@ -119,7 +127,7 @@ func TestFaultKill(t *testing.T) {
 		Fault: "Redis SIGKILLed under load, restarted without persistence",
 		Saw: fmt.Sprintf("%d of %d calls failed while Redis was down, each answered by its policy "+
 			"(fail_open allowed, fail_closed denied, server.Server denied %d of %d); max latency %s against a %s deadline (process stalled up to %s); "+
-			"after recovery %d errors, %d deadlines met on the loaded host; no NOSCRIPT", st.errors, st.calls, srvErrs, len(srvCalls), ms(st.maxLatency), ms(timeout), ms(st.stall), other, late),
+			"after recovery %d errors, %d deadlines met on the loaded host; the restarted Redis answered NOSCRIPT %s times, no caller saw it", st.errors, st.calls, srvErrs, len(srvCalls), ms(st.maxLatency), ms(timeout), ms(st.stall), other, late, strings.TrimPrefix(noscripts, "count=")),
 		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
 		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
 		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
