@@ -19,6 +19,17 @@ import (
 // what it counted after its last replication is lost, and the limit admits
 // it again.
 func TestFaultSentinelFailover(t *testing.T) {
+	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load: the replica is promoted", false)
+}
+
+// TestFaultSentinelMasterKill SIGKILLs the master under load: the
+// sentinels see it down after down-after-milliseconds (1 s here), elect a
+// leader and promote the replica. Calls fail until then.
+func TestFaultSentinelMasterKill(t *testing.T) {
+	sentinelFault(t, "Sentinel master SIGKILLed under load; the replica promoted after down-after-milliseconds 1 s", true)
+}
+
+func sentinelFault(t *testing.T, fault string, kill bool) {
 	d := redistest.StartSentinel(t)
 	insts := instances(t, "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName, 4)
 	l := startLoad(t, insts, 6, keysOf("a", "b"), windowLimit)
@@ -26,14 +37,20 @@ func TestFaultSentinelFailover(t *testing.T) {
 		return l.count(func(c call) bool { return c.err == nil }) >= 200
 	})
 	started := time.Now()
-	cli(t, d.Sentinels[0], "SENTINEL", "FAILOVER", d.MasterName)
+	if kill {
+		if err := d.Master.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		cli(t, d.Sentinels[0], "SENTINEL", "FAILOVER", d.MasterName)
+	}
 	want := strconv.Itoa(d.Replica.Port)
 	waitFor(t, 20*time.Second, "the sentinels to name the replica master", func() bool {
 		out := cli(t, d.Sentinels[0], "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName)
 		return strings.HasSuffix(strings.TrimSpace(out), want)
 	})
 	switched := time.Now()
-	t.Logf("the sentinels named the new master %v after SENTINEL FAILOVER", switched.Sub(started))
+	t.Logf("the sentinels named the new master %v after the fault", switched.Sub(started))
 	waitFor(t, 20*time.Second, "every instance to succeed after the switch", func() bool {
 		first, _ := recovery(l.Calls(), len(insts), switched)
 		return !latest(first).IsZero()
@@ -54,22 +71,28 @@ func TestFaultSentinelFailover(t *testing.T) {
 	}
 	calls := l.Calls()
 	st := measure(l, insts)
-	// A success after the switch may still come from the old master, so
-	// recovery is not measured from successes; the time without service
-	// is the longest gap between two successes of one instance.
 	first, errsAfter := recovery(calls, len(insts), switched)
 	other, late := afterRecovery(t, switched, errsAfter)
 	overrun, maxWindow, bad := windows(calls, windowLimit, span(started, latest(first).Add(time.Second), windowLimit.Period))
+	// The time without service is the longest gap between two successes
+	// of one instance. After SENTINEL FAILOVER a success after the switch
+	// may still come from the old master, so recovery is not measured
+	// from successes; after a kill it is.
 	gap := maxGap(calls, len(insts), started.Add(-time.Second))
+	recoveryMS := -1.0
+	if kill {
+		recoveryMS = msf(latest(first).Sub(switched))
+	}
 	record(t, Row{
-		Fault: "Sentinel failover (SENTINEL FAILOVER) under load: the replica is promoted",
-		Saw: fmt.Sprintf("%d of %d calls failed, each answered by its policy; %d connections ran scripts on the new master after the load; "+
-			"max latency %s against a %s deadline (process stalled up to %s)", st.errors, st.calls,
-			followed, ms(st.maxLatency), ms(timeout), ms(st.stall)),
+		Fault: fault,
+		Saw: fmt.Sprintf("%d of %d calls failed, each answered by its policy; the sentinels named the new master %s after the fault; "+
+			"%d connections of the %d instances ran scripts on it after the load; "+
+			"max latency %s against a %s deadline (process stalled up to %s)", st.errors, st.calls, ms(switched.Sub(started)),
+			followed, len(insts), ms(st.maxLatency), ms(timeout), ms(st.stall)),
 		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
 		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
 		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
-		RecoveryMS: -1, OutageMS: msf(gap), Instances: len(insts), Followed: followed,
+		RecoveryMS: recoveryMS, OutageMS: msf(gap), Instances: len(insts), Followed: followed,
 		Limit: windowLimit.Limit, Overrun: overrun, MaxWindow: maxWindow, BadWindows: bad,
 		Uncounted: st.uncounted,
 	})

@@ -126,6 +126,12 @@ var extra = map[string]func(Row) []string{
 		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
 			r.MaxWindow <= 2*r.Limit, "a window admitted more than twice the limit")
 	},
+	"TestFaultSentinelMasterKill": func(r Row) []string {
+		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
+			r.Errors > 0, "no call failed while the master was down",
+			r.RecoveryMS >= 0, "no recovery after the promotion",
+			r.MaxWindow <= 2*r.Limit, "a window admitted more than twice the limit")
+	},
 	"TestFaultClusterFailover": func(r Row) []string {
 		return need(r.RecoveryMS >= 0, "the failed shard never came back")
 	},
@@ -244,7 +250,7 @@ func rewriteDoc() error {
 var order = []string{
 	"TestFaultKill", "TestFaultPauseSIGSTOP", "TestFaultClientPause",
 	"TestFaultLatencyBelowDeadline", "TestFaultLatencyAboveDeadline", "TestFaultConnectionReset",
-	"TestScriptFlush", "TestFaultSentinelFailover", "TestFaultClusterFailover", "TestFaultMaxmemory",
+	"TestScriptFlush", "TestFaultSentinelFailover", "TestFaultSentinelMasterKill", "TestFaultClusterFailover", "TestFaultMaxmemory",
 }
 
 // splice returns doc with its table and data rebuilt from rows.
