@@ -49,8 +49,10 @@ func TestFaultKill(t *testing.T) {
 			case <-ticker.C:
 			}
 			c := srvCall{start: time.Now()}
-			st, err := srv.DecideInline(context.Background(), "svc", windowLimit, 1)
+			ctx, cancel := context.WithDeadline(context.Background(), c.start.Add(timeout))
+			st, err := srv.DecideInline(ctx, "svc", windowLimit, 1)
 			c.end, c.err, c.code = time.Now(), st.Err, st.Code
+			cancel()
 			if err != nil {
 				c.err = err
 			}

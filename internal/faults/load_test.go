@@ -19,9 +19,8 @@ const (
 	// timeout is every Limiter's Timeout: the deadline of one store call.
 	timeout = 100 * time.Millisecond
 	// slack is what a call may take past its deadline, beyond the stall
-	// the load's probe measured in the process itself, before the test
-	// calls it an overrun. A client that re-dials during a failover has
-	// been seen to end a call 40 ms past the deadline plus the stall.
+	// the load's probes measured in the process itself, before the test
+	// calls it an overrun.
 	slack = 100 * time.Millisecond
 	// tick paces each load worker: one call per tick at most.
 	tick = 2 * time.Millisecond
@@ -112,9 +111,14 @@ func startLoad(t *testing.T, insts []instance, workers int, key keyFunc, limit f
 				case <-ticker.C:
 				}
 				inst := (w + i) % len(insts)
+				// The caller's own deadline, fixed at the start, so that a
+				// stall before the Limiter sets its own (same) Timeout
+				// does not move the deadline the latency is held to.
 				c := call{inst: inst, key: key(w, i), start: time.Now()}
-				d, err := insts[inst].lim.Allow(context.Background(), c.key, limit)
+				ctx, cancel := context.WithDeadline(context.Background(), c.start.Add(timeout))
+				d, err := insts[inst].lim.Allow(ctx, c.key, limit)
 				c.end = time.Now()
+				cancel()
 				c.allowed, c.err, c.now = d.Allowed, err, d.Now
 				l.mu.Lock()
 				l.calls = append(l.calls, c)
@@ -122,35 +126,37 @@ func startLoad(t *testing.T, insts []instance, workers int, key keyFunc, limit f
 			}
 		})
 	}
-	l.wg.Go(func() { l.probe(end) })
+	for range workers {
+		l.wg.Go(func() { l.probe(end) })
+	}
 	t.Cleanup(l.Stop)
 	return l
 }
 
-// probe measures how late this process wakes up: a timer of 5 ms, again
-// and again, and the most it fired late. A call's deadline is a timer too,
-// so a call may end this much after its deadline without the store being
-// at fault (two cores shared with other work, under -race).
+// probe is the control group of the load: a caller whose store does
+// nothing but wait for the call's deadline. How late it returns is how
+// late a perfect store would return on this host at this moment (timers
+// fire late and goroutines wait for a CPU when the cores are shared, more
+// so under -race). startLoad runs one probe per worker.
 func (l *load) probe(end time.Time) {
-	const d = 5 * time.Millisecond
-	timer := time.NewTimer(d)
-	defer timer.Stop()
 	for time.Now().Before(end) {
-		t0 := time.Now()
-		timer.Reset(d)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		select {
 		case <-l.stop:
+			cancel()
 			return
-		case <-timer.C:
+		case <-ctx.Done():
 		}
-		late := time.Since(t0) - d
+		cancel()
+		late := time.Since(start) - timeout
 		l.mu.Lock()
 		l.stall = max(l.stall, late)
 		l.mu.Unlock()
 	}
 }
 
-// Stall is the most the probe's timer fired late.
+// Stall is the most a probe returned after its deadline.
 func (l *load) Stall() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()

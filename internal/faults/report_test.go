@@ -43,9 +43,9 @@ type Row struct {
 	Deadlines    int     `json:"deadlines"`
 	TimeoutMS    float64 `json:"timeout_ms"`
 	MaxLatencyMS float64 `json:"max_latency_ms"`
-	// StallMS is the most this test process woke up late (load.probe):
-	// scheduling, not the store. MaxLatencyMS may exceed TimeoutMS by
-	// StallMS plus 50 ms.
+	// StallMS is how late the load's control group returned after its
+	// deadline (load.probe): the host's share of a call's latency.
+	// MaxLatencyMS may exceed TimeoutMS by StallMS plus 100 ms.
 	StallMS float64 `json:"stall_ms"`
 	// AddedMS is the latency the proxy added to every round trip.
 	AddedMS float64 `json:"added_ms,omitempty"`
