@@ -134,22 +134,34 @@ func startLoad(t *testing.T, insts []instance, workers int, key keyFunc, limit f
 }
 
 // probe is the control group of the load: a caller whose store does
-// nothing but wait for the call's deadline. How late it returns is how
-// late a perfect store would return on this host at this moment (timers
+// nothing but hand it the end of the call's deadline through another
+// goroutine, as a client hands a caller its reply or its connection (in
+// rueidis a caller may wait for another caller's dial, bounded by that
+// caller's deadline), again and again. How late it returns is how late a store that honours
+// the deadline perfectly would return on this host at this moment: timers
 // fire late and goroutines wait for a CPU when the cores are shared, more
-// so under -race). startLoad runs one probe per worker.
+// so under -race. startLoad runs one probe per worker.
 func (l *load) probe(end time.Time) {
 	for time.Now().Before(end) {
+		// Lateness does not depend on the length of the wait; a short one
+		// samples the host often.
+		const wait = 5 * time.Millisecond
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		handed := make(chan struct{})
+		go func() {
+			<-ctx.Done()
+			close(handed)
+		}()
 		select {
 		case <-l.stop:
 			cancel()
+			<-handed
 			return
-		case <-ctx.Done():
+		case <-handed:
 		}
 		cancel()
-		late := time.Since(start) - timeout
+		late := time.Since(start) - wait
 		l.mu.Lock()
 		l.stall = max(l.stall, late)
 		l.mu.Unlock()
@@ -208,6 +220,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // stats is what a run of calls amounts to.
 type stats struct {
 	stall         time.Duration // see load.Stall
+	slowest       call          // the call that took longest
 	calls, errors int
 	maxLatency    time.Duration
 	// wrongPolicy counts failed calls whose decision was not their
@@ -226,7 +239,9 @@ func measure(l *load, insts []instance) stats {
 	s := stats{stall: l.Stall()}
 	for _, c := range l.Calls() {
 		s.calls++
-		s.maxLatency = max(s.maxLatency, c.latency())
+		if c.latency() > s.maxLatency {
+			s.maxLatency, s.slowest = c.latency(), c
+		}
 		if c.err == nil {
 			continue
 		}

@@ -109,8 +109,11 @@ var extra = map[string]func(Row) []string{
 	"TestFaultPauseSIGSTOP": pauseBounds,
 	"TestFaultClientPause":  pauseBounds,
 	"TestFaultLatencyBelowDeadline": func(r Row) []string {
-		return need(r.Errors == 0 || r.StallMS >= r.TimeoutMS-r.AddedMS,
-			"calls failed although the added latency is below the deadline and the process did not stall")
+		// Every byte crosses the in-process proxy's goroutines twice, so a
+		// stalled host can push a call past the deadline; allow that for
+		// at most 2% of the calls, and no other error.
+		return need(r.Errors == r.Deadlines, "calls failed for another reason than their deadline",
+			r.Deadlines*50 <= r.Calls, "more than 2% of the calls met their deadline although the added latency is below it")
 	},
 	"TestFaultLatencyAboveDeadline": func(r Row) []string {
 		return need(r.Errors > 0, "no call failed although the added latency is above the deadline",
