@@ -14,6 +14,7 @@ func TestBoundsCatch(t *testing.T) {
 	}
 	for name, breakIt := range map[string]func(*Row){
 		"late call":                 func(r *Row) { r.MaxLatencyMS = 211 },
+		"late call, stall at limit": func(r *Row) { r.StallMS, r.MaxLatencyMS = 50, 251 },
 		"policy ignored":            func(r *Row) { r.WrongPolicy = 1 },
 		"error after recovery":      func(r *Row) { r.ErrorsAfterRecovery = 1 },
 		"NOSCRIPT seen":             func(r *Row) { r.NoScript = 1 },

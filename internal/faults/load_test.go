@@ -22,6 +22,12 @@ const (
 	// the load's probes measured in the process itself, before the test
 	// calls it an overrun.
 	slack = 100 * time.Millisecond
+	// maxStall is the stall above which a run says nothing about latency:
+	// when the control group itself returns this late, the host (7 jobs
+	// on 2 cores, say) decides how long a call takes, not the store.
+	// Then the latency bounds are reported, not asserted; every other
+	// bound still is.
+	maxStall = 50 * time.Millisecond
 	// tick paces each load worker: one call per tick at most.
 	tick = 2 * time.Millisecond
 	// maxLoad bounds every load run, whatever the test waits for.

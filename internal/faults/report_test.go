@@ -111,9 +111,11 @@ var extra = map[string]func(Row) []string{
 	"TestFaultLatencyBelowDeadline": func(r Row) []string {
 		// Every byte crosses the in-process proxy's goroutines twice, so a
 		// stalled host can push a call past the deadline; allow that for
-		// at most 2% of the calls, and no other error.
+		// at most 2% of the calls, or any share on a host too loaded to
+		// tell (see maxStall), and no other error.
 		return need(r.Errors == r.Deadlines, "calls failed for another reason than their deadline",
-			r.Deadlines*50 <= r.Calls, "more than 2% of the calls met their deadline although the added latency is below it")
+			r.StallMS > msf(maxStall) || r.Deadlines*50 <= r.Calls,
+			"more than 2% of the calls met their deadline although the added latency is below it")
 	},
 	"TestFaultLatencyAboveDeadline": func(r Row) []string {
 		return need(r.Errors > 0, "no call failed although the added latency is above the deadline",
@@ -167,7 +169,7 @@ func need(args ...any) []string {
 func violations(r Row) []string {
 	v := need(
 		r.Calls > 0, "no calls",
-		r.TimeoutMS <= 0 || r.MaxLatencyMS <= r.TimeoutMS+r.StallMS+msf(slack),
+		r.TimeoutMS <= 0 || r.StallMS > msf(maxStall) || r.MaxLatencyMS <= r.TimeoutMS+r.StallMS+msf(slack),
 		fmt.Sprintf("max latency %.0f ms above the deadline %.0f ms plus the stall %.0f ms plus %v", r.MaxLatencyMS, r.TimeoutMS, r.StallMS, slack),
 		r.WrongPolicy == 0, "failed calls not answered by their failure policy",
 		r.ErrorsAfterRecovery == 0, "errors other than a deadline after recovery",
@@ -201,6 +203,9 @@ func record(t *testing.T, r Row) {
 	}
 	for _, v := range violations(r) {
 		t.Errorf("bound broken: %s", v)
+	}
+	if r.StallMS > msf(maxStall) {
+		t.Logf("the host stalled %.0f ms, above %v: latency reported (max %.0f ms), not asserted", r.StallMS, maxStall, r.MaxLatencyMS)
 	}
 	b, _ := json.Marshal(r)
 	t.Logf("row: %s", b)
