@@ -1,0 +1,199 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestFaultSentinelFailover promotes the replica with SENTINEL FAILOVER
+// under load. Redis replicates asynchronously, and the old master keeps
+// accepting writes until the clients switch (on the sentinels'
+// +switch-master) and until the sentinels demote it (up to 10 s later):
+// what it counted after its last replication is lost, and the limit admits
+// it again.
+func TestFaultSentinelFailover(t *testing.T) {
+	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load: the replica is promoted", false)
+}
+
+// TestFaultSentinelMasterKill SIGKILLs the master under load: the
+// sentinels see it down after down-after-milliseconds (1 s here), elect a
+// leader and promote the replica. Calls fail until then.
+func TestFaultSentinelMasterKill(t *testing.T) {
+	sentinelFault(t, "Sentinel master SIGKILLed under load; the replica promoted after down-after-milliseconds 1 s", true)
+}
+
+func sentinelFault(t *testing.T, fault string, kill bool) {
+	d := redistest.StartSentinel(t)
+	insts := instances(t, "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName, 4)
+	l := startLoad(t, insts, 6, keysOf("a", "b"), windowLimit)
+	waitFor(t, 10*time.Second, "successes before the failover", func() bool {
+		return l.count(func(c call) bool { return c.err == nil }) >= 200
+	})
+	started := time.Now()
+	if kill {
+		if err := d.Master.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		cli(t, d.Sentinels[0], "SENTINEL", "FAILOVER", d.MasterName)
+	}
+	want := strconv.Itoa(d.Replica.Port)
+	waitFor(t, 20*time.Second, "the sentinels to name the replica master", func() bool {
+		out := cli(t, d.Sentinels[0], "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName)
+		return strings.HasSuffix(strings.TrimSpace(out), want)
+	})
+	switched := time.Now()
+	t.Logf("the sentinels named the new master %v after the fault", switched.Sub(started))
+	waitFor(t, 20*time.Second, "every instance to succeed after the switch", func() bool {
+		first, _ := recovery(l.Calls(), len(insts), switched)
+		return !latest(first).IsZero()
+	})
+	recovered := time.Now()
+	waitFor(t, 10*time.Second, "two periods after recovery", func() bool {
+		return l.count(func(c call) bool { return c.err == nil && c.start.After(recovered.Add(2*windowLimit.Period)) }) > 0
+	})
+	l.Stop()
+	// A replica receives a script's writes, never the script: the
+	// connections whose last command was a script on the new master are
+	// the instances that followed it.
+	followed := 0
+	for line := range strings.Lines(cli(t, d.Replica, "CLIENT", "LIST")) {
+		if strings.Contains(line, " cmd=evalsha ") || strings.Contains(line, " cmd=eval ") {
+			followed++
+		}
+	}
+	calls := l.Calls()
+	st := measure(l, insts)
+	first, errsAfter := recovery(calls, len(insts), switched)
+	other, late := afterRecovery(t, switched, errsAfter)
+	overrun, maxWindow, bad := windows(calls, windowLimit, span(started, latest(first).Add(time.Second), windowLimit.Period))
+	// The time without service is the longest gap between two successes
+	// of one instance. After SENTINEL FAILOVER a success after the switch
+	// may still come from the old master, so recovery is not measured
+	// from successes; after a kill it is.
+	gap := maxGap(calls, len(insts), started.Add(-time.Second))
+	recoveryMS := -1.0
+	if kill {
+		recoveryMS = msf(latest(first).Sub(switched))
+	}
+	record(t, Row{
+		Fault: fault,
+		Saw: fmt.Sprintf("%d of %d calls failed, each answered by its policy; the sentinels named the new master %s after the fault; "+
+			"%d connections of the %d instances ran scripts on it after the load; "+
+			"max latency %s against a %s deadline (process stalled up to %s)", st.errors, st.calls, ms(switched.Sub(started)),
+			followed, len(insts), ms(st.maxLatency), ms(timeout), ms(st.stall)),
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
+		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
+		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
+		RecoveryMS: recoveryMS, OutageMS: msf(gap), Instances: len(insts), Followed: followed,
+		Limit: windowLimit.Limit, Overrun: overrun, MaxWindow: maxWindow, BadWindows: bad,
+		Uncounted: st.uncounted,
+	})
+}
+
+// TestFaultClusterFailover SIGKILLs one master of a three-master Cluster
+// with a replica each, under load on keys of every shard. Its replica
+// takes over after cluster-node-timeout (1 s here). The keys of the other
+// shards must keep working throughout; the nodes run with
+// cluster-require-full-coverage no, without which every shard refuses
+// commands while one shard has no master.
+func TestFaultClusterFailover(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.WithReplicas(1), redistest.WithNodeOptions(redistest.WithArgs(
+		"--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no")))
+	insts := instances(t, "redis-cluster://"+strings.Join(c.Addrs(), ","), 4)
+	victim := c.Masters[0]
+
+	// Two keys on each master.
+	var keys, failedKeys []string
+	perMaster := map[string]int{}
+	for i := 0; i < 200 && len(keys) < 2*len(c.Masters); i++ {
+		k := "k" + strconv.Itoa(i)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		m, err := c.MasterFor(ctx, insts[0].store.Key(k, windowLimit))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perMaster[m.Addr] < 2 {
+			perMaster[m.Addr]++
+			keys = append(keys, k)
+			if m == victim {
+				failedKeys = append(failedKeys, k)
+			}
+		}
+	}
+	if len(failedKeys) != 2 || len(keys) != 2*len(c.Masters) {
+		t.Fatalf("keys %v (on the victim %v): not two per master", keys, failedKeys)
+	}
+	onVictim := func(c call) bool { return c.key == failedKeys[0] || c.key == failedKeys[1] }
+
+	l := startLoad(t, insts, 6, keysOf(keys...), windowLimit)
+	waitFor(t, 10*time.Second, "successes before the kill", func() bool {
+		return l.count(func(c call) bool { return c.err == nil && onVictim(c) }) >= 100
+	})
+	killed := time.Now()
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "every instance to succeed on the failed shard again", func() bool {
+		var mine []call
+		for _, cl := range l.Calls() {
+			if onVictim(cl) {
+				mine = append(mine, cl)
+			}
+		}
+		first, _ := recovery(mine, len(insts), killed.Add(timeout+slack))
+		return !latest(first).IsZero() && l.count(func(c call) bool { return c.err != nil && onVictim(c) }) > 0
+	})
+	l.Stop()
+
+	calls := l.Calls()
+	st := measure(l, insts)
+	var mine []call
+	var otherErrs, otherDeadlines, otherCalls int
+	for _, cl := range calls {
+		switch {
+		case onVictim(cl):
+			mine = append(mine, cl)
+		case cl.err != nil && errors.Is(cl.err, context.DeadlineExceeded):
+			otherDeadlines++
+			otherCalls++
+		case cl.err != nil:
+			if otherErrs < 5 {
+				t.Logf("healthy shard: %v", cl.err)
+			}
+			otherErrs++
+			otherCalls++
+		default:
+			otherCalls++
+		}
+	}
+	// Recovery is counted from the first failed call on the shard: the
+	// failure is only seen once the first call to the dead node fails.
+	var firstErr time.Time
+	for _, cl := range mine {
+		if cl.err != nil && (firstErr.IsZero() || cl.start.Before(firstErr)) {
+			firstErr = cl.start
+		}
+	}
+	first, errsAfter := recovery(mine, len(insts), firstErr)
+	other, late := afterRecovery(t, firstErr, errsAfter)
+	record(t, Row{
+		Fault: "Cluster master SIGKILLed under load; its replica promoted after cluster-node-timeout 1 s",
+		Saw: fmt.Sprintf("%d of %d calls failed, all on the failed shard, each answered by its policy; "+
+			"%d calls on the other shards: %d errors, %d deadlines on the loaded host; max latency %s against a %s deadline (process stalled up to %s)",
+			st.errors, st.calls, otherCalls, otherErrs, otherDeadlines, ms(st.maxLatency), ms(timeout), ms(st.stall)),
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
+		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
+		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
+		RecoveryMS: msf(latest(first).Sub(killed)), OutageMS: msf(latest(first).Sub(firstErr)),
+		Uncounted: st.uncounted, OtherShardErrors: otherErrs,
+	})
+}

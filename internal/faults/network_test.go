@@ -1,0 +1,156 @@
+package faults
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// proxied starts Redis behind a Proxy and four instances that reach it
+// through the proxy.
+func proxied(t *testing.T) (*redistest.Server, *Proxy, []instance) {
+	t.Helper()
+	r := redistest.Standalone(t)
+	p, err := NewProxy(r.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return r, p, instances(t, "redis://"+p.Addr(), 4)
+}
+
+// TestFaultLatencyBelowDeadline adds 30 ms to every round trip of warm
+// clients, below the 100 ms deadline: every call must succeed (but for at
+// most 2% that a stalled host pushes past the deadline), and those sent
+// after the change take at least the 30 ms (which shows the proxy
+// delayed them). A cold client needs more round trips (connect, HELLO,
+// NOSCRIPT then EVAL), so latency near the deadline fails first calls.
+func TestFaultLatencyBelowDeadline(t *testing.T) {
+	const added = 30 * time.Millisecond
+	r, p, insts := proxied(t)
+	l := startLoad(t, insts, 6, ownKeys("slow"), onceLimit)
+	waitFor(t, 10*time.Second, "successes before the latency", func() bool {
+		return l.count(func(c call) bool { return c.err == nil }) >= 100
+	})
+	p.SetLatency(added)
+	slowed := time.Now()
+	waitFor(t, 20*time.Second, "300 calls under the latency", func() bool {
+		return l.count(func(c call) bool { return c.start.After(slowed) }) >= 300
+	})
+	l.Stop()
+	calls := l.Calls()
+	st := measure(l, insts)
+	minLatency := time.Hour
+	for _, c := range calls {
+		if c.start.After(slowed) {
+			minLatency = min(minLatency, c.latency())
+		}
+	}
+	if minLatency < added {
+		t.Errorf("fastest call %v, below the added %v: the proxy did not delay it", minLatency, added)
+	}
+	double, countedFailed, missing := counted(t, r.Addr, insts, calls)
+	if missing > 0 {
+		t.Errorf("%d allowed calls left no count in Redis", missing)
+	}
+	record(t, Row{
+		Fault: fmt.Sprintf("%s added to every round trip by a TCP proxy (below the deadline)", ms(added)),
+		Saw: fmt.Sprintf("%d of %d calls failed; latency %s to %s under the added latency, against a %s deadline (process stalled up to %s)", st.errors, st.calls,
+			ms(minLatency), ms(st.maxLatency), ms(timeout), ms(st.stall)),
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
+		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
+		WrongPolicy: st.wrongPolicy, RecoveryMS: -1, AddedMS: msf(added),
+		Uncounted: st.uncounted, DoubleCounted: double, ServerCountedFailed: countedFailed,
+	})
+}
+
+// TestFaultLatencyAboveDeadline adds 150 ms to every round trip, above the
+// 100 ms deadline, then removes it: calls end at the deadline, the scripts
+// they sent may still run (and count) after their callers gave up, but no
+// script runs twice.
+func TestFaultLatencyAboveDeadline(t *testing.T) {
+	const added = 150 * time.Millisecond
+	r, p, insts := proxied(t)
+	l := startLoad(t, insts, 6, ownKeys("slower"), onceLimit)
+	waitFor(t, 10*time.Second, "successes before the latency", func() bool {
+		return l.count(func(c call) bool { return c.err == nil }) >= 100
+	})
+	slowed := time.Now()
+	p.SetLatency(added)
+	waitFor(t, 10*time.Second, "failed calls under the latency", func() bool {
+		return l.count(func(c call) bool { return c.err != nil && c.start.After(slowed) }) >= 60
+	})
+	p.SetLatency(0)
+	healed := time.Now()
+	waitFor(t, 10*time.Second, "every instance to succeed without the latency", func() bool {
+		first, _ := recovery(l.Calls(), len(insts), healed)
+		return !latest(first).IsZero()
+	})
+	l.Stop()
+	calls := l.Calls()
+	st := measure(l, insts)
+	first, errsAfter := recovery(calls, len(insts), healed)
+	other, late := afterRecovery(t, healed, errsAfter)
+	double, countedFailed, missing := counted(t, r.Addr, insts, calls)
+	if missing > 0 {
+		t.Errorf("%d allowed calls left no count in Redis", missing)
+	}
+	record(t, Row{
+		Fault: fmt.Sprintf("%s added to every round trip by a TCP proxy (above the deadline), then removed", ms(added)),
+		Saw: fmt.Sprintf("%d of %d calls failed at the deadline, each answered by its policy; max latency %s against a %s deadline (process stalled up to %s); "+
+			"no script ran twice (per-call keys counted in Redis)", st.errors, st.calls, ms(st.maxLatency), ms(timeout), ms(st.stall)),
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
+		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
+		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
+		RecoveryMS: msf(latest(first).Sub(healed)), OutageMS: msf(latest(first).Sub(slowed)),
+		Uncounted: st.uncounted, DoubleCounted: double, ServerCountedFailed: countedFailed,
+	})
+}
+
+// TestFaultConnectionReset resets every client connection (TCP RST) five
+// times under load, as a dropped NAT entry or a restarted load balancer
+// would: calls in flight fail, the clients reconnect, and no script runs
+// twice.
+func TestFaultConnectionReset(t *testing.T) {
+	const resets = 5
+	r, p, insts := proxied(t)
+	l := startLoad(t, insts, 6, ownKeys("reset"), onceLimit)
+	var last time.Time
+	var dropped int
+	for range resets {
+		since := last
+		waitFor(t, 10*time.Second, "successes between resets", func() bool {
+			return l.count(func(c call) bool { return c.err == nil && c.start.After(since) }) >= 100
+		})
+		last = time.Now()
+		dropped += p.Reset()
+	}
+	waitFor(t, 10*time.Second, "every instance to succeed after the last reset", func() bool {
+		first, _ := recovery(l.Calls(), len(insts), last)
+		return !latest(first).IsZero()
+	})
+	l.Stop()
+	calls := l.Calls()
+	st := measure(l, insts)
+	first, errsAfter := recovery(calls, len(insts), last)
+	other, late := afterRecovery(t, last, errsAfter)
+	double, countedFailed, missing := counted(t, r.Addr, insts, calls)
+	if missing > 0 {
+		t.Errorf("%d allowed calls left no count in Redis", missing)
+	}
+	if dropped < resets {
+		t.Errorf("%d connections reset in %d resets", dropped, resets)
+	}
+	record(t, Row{
+		Fault: fmt.Sprintf("every client connection reset (TCP RST) %d times under load", resets),
+		Saw: fmt.Sprintf("%d of %d calls failed (%d connections reset), each answered by its policy; max latency %s against a %s deadline (process stalled up to %s); "+
+			"no script ran twice", st.errors, st.calls, dropped, ms(st.maxLatency), ms(timeout), ms(st.stall)),
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
+		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
+		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
+		RecoveryMS: msf(latest(first).Sub(last)),
+		Uncounted:  st.uncounted, DoubleCounted: double, ServerCountedFailed: countedFailed,
+	})
+}
