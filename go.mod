@@ -3,6 +3,7 @@ module github.com/floodgate-rl/floodgate
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/peterbourgon/ff/v3 v3.4.0
