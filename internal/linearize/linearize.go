@@ -63,10 +63,14 @@ import (
 type Input struct {
 	// Req is the request as the caller made it.
 	Req floodgate.Request
-	// Horizon is the latest time, in µs since the epoch, at which a failed
-	// call decided by the store's clock may have taken effect: when the
-	// history ended. The Recorder sets it.
-	Horizon int64
+	// Short is set when the call was given the workload's short deadline.
+	Short bool
+	// Earliest and Horizon bound the time, in µs since the epoch, at which
+	// a failed call decided by the store's clock may have taken effect:
+	// from a millisecond before the call (the store's clock is this
+	// machine's, the slack is for its rounding) to the end of the history.
+	// The Recorder sets them.
+	Earliest, Horizon int64
 }
 
 // Output is what one recorded call returned.
@@ -86,6 +90,8 @@ type Recorder struct {
 	start time.Time
 	mu    sync.Mutex
 	ops   []record
+	// first and last are the earliest and latest Decision.Now recorded.
+	first, last time.Time
 }
 
 type record struct {
@@ -103,6 +109,11 @@ func NewRecorder() *Recorder {
 // it returned. client numbers the caller (a goroutine) from 0, for the
 // visualisation; a client must not overlap its own calls.
 func (rec *Recorder) Apply(ctx context.Context, s floodgate.Store, client int, r floodgate.Request) (floodgate.Decision, error) {
+	return rec.apply(ctx, s, client, Input{Req: r})
+}
+
+func (rec *Recorder) apply(ctx context.Context, s floodgate.Store, client int, in Input) (floodgate.Decision, error) {
+	r := in.Req
 	callWall := time.Now()
 	d, err := s.Apply(ctx, r)
 	returnWall := time.Now()
@@ -112,13 +123,21 @@ func (rec *Recorder) Apply(ctx context.Context, s floodgate.Store, client int, r
 	}
 	op := porcupine.Operation{
 		ClientId: client,
-		Input:    Input{Req: r},
+		Input:    in,
 		Call:     callWall.Sub(rec.start).Nanoseconds(),
 		Output:   out,
 		Return:   returnWall.Sub(rec.start).Nanoseconds(),
 	}
 	rec.mu.Lock()
 	rec.ops = append(rec.ops, record{op: op, callWall: callWall, returnWall: returnWall})
+	if err == nil {
+		if rec.first.IsZero() || d.Now.Before(rec.first) {
+			rec.first = d.Now
+		}
+		if d.Now.After(rec.last) {
+			rec.last = d.Now
+		}
+	}
 	rec.mu.Unlock()
 	return d, err
 }
@@ -137,7 +156,7 @@ func (rec *Recorder) Operations() []porcupine.Operation {
 		op := r.op
 		if !op.Output.(Output).Known {
 			in := op.Input.(Input)
-			in.Horizon = end.UnixMicro() + 1
+			in.Earliest, in.Horizon = r.callWall.UnixMicro()-1000, end.UnixMicro()+1
 			op.Input, op.Return = in, endNS
 		}
 		ops[i] = op
@@ -149,25 +168,16 @@ func (rec *Recorder) Operations() []porcupine.Operation {
 func (rec *Recorder) Span() time.Duration {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	var first, last time.Time
-	for _, r := range rec.ops {
-		out := r.op.Output.(Output)
-		if !out.Known {
-			continue
-		}
-		if first.IsZero() || out.D.Now.Before(first) {
-			first = out.D.Now
-		}
-		if out.D.Now.After(last) {
-			last = out.D.Now
-		}
-	}
-	return last.Sub(first)
+	return rec.last.Sub(rec.first)
 }
 
 // Stats counts the calls of a history.
 type Stats struct {
 	Calls, Failed, Keys int
+	// Collateral is the number of failed calls that were not given a short
+	// deadline: they failed because another call's deadline closed the
+	// connection they shared.
+	Collateral int
 }
 
 // Stats counts the calls recorded so far, the failed ones, and the states
@@ -181,6 +191,9 @@ func (rec *Recorder) Stats() Stats {
 		st.Calls++
 		if !r.op.Output.(Output).Known {
 			st.Failed++
+			if !r.op.Input.(Input).Short {
+				st.Collateral++
+			}
 		}
 		keys[keyOf(r.op.Input.(Input).Req)] = true
 	}
@@ -225,14 +238,24 @@ type Options struct {
 // effect the model cannot enumerate (see the package doc).
 var ErrUnmodelled = errors.New("linearize: a failed call the model cannot enumerate")
 
+// maxWindows is the most windows a failed call's candidate times may span.
+const maxWindows = 10_000
+
 // Check checks ops (from Recorder.Operations) against the model, for at
 // most timeout, and returns porcupine's verdict (Ok, Illegal, or Unknown if
 // the time ran out) and the information Visualize needs.
 func Check(ops []porcupine.Operation, opts Options, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo, error) {
 	for _, op := range ops {
 		in, out := op.Input.(Input), op.Output.(Output)
-		if !out.Known && !modelled(in.Req) {
+		if out.Known {
+			continue
+		}
+		if !modelled(in.Req) {
 			return porcupine.Unknown, porcupine.LinearizationInfo{}, fmt.Errorf("%w: %s failed (%s) without its own Now", ErrUnmodelled, in.Req.Limit, out.Err)
+		}
+		if windows := (in.Horizon - in.Earliest) / int64(in.Req.Limit.Period/time.Microsecond); in.Req.Now.IsZero() && windows > maxWindows {
+			return porcupine.Unknown, porcupine.LinearizationInfo{}, fmt.Errorf("%w: %s failed (%s) %d windows before the end of the history (at most %d)",
+				ErrUnmodelled, in.Req.Limit, out.Err, windows, maxWindows)
 		}
 	}
 	res, info := porcupine.CheckOperationsVerbose(Model(opts), ops, timeout)
@@ -342,11 +365,16 @@ func nextStates(opts Options, s state, in Input, out Output) []state {
 	if !modelled(r) {
 		return states // Check refuses such a history before it gets here.
 	}
-	// An aligned fixed window: one candidate per window between the last
-	// step and the horizon, at the earliest instant it may have run in it.
+	// An aligned fixed window: one candidate per window between the later
+	// of the call and (with Monotonic) the key's last step, and the horizon, at the earliest
+	// instant it may have run in it.
 	p := int64(r.Limit.Period / time.Microsecond)
-	for w := s.last - s.last%p; w <= in.Horizon; w += p {
-		next, _ := step(s, r, max(s.last, w))
+	from := in.Earliest
+	if opts.Monotonic {
+		from = max(from, s.last)
+	}
+	for w := from - from%p; w <= in.Horizon; w += p {
+		next, _ := step(s, r, max(from, w))
 		states = append(states, next)
 	}
 	return states

@@ -39,9 +39,14 @@ type Workload struct {
 	TimeoutShare float64
 	// Timeout is the short deadline; default 100µs.
 	Timeout time.Duration
-	// Deadline is the deadline of every other call; default 10s. A call
-	// that fails without a short deadline fails the test.
+	// Deadline is the deadline of every other call; default 10s. In a
+	// workload without short deadlines (TimeoutShare 0) a call that fails
+	// fails the test.
 	Deadline time.Duration
+	// MinPeriods is how many periods of the limit the history should span:
+	// the callers go on past OpsPerKey, up to three times as many calls,
+	// until the decisions' times span this many periods. Default 5.
+	MinPeriods int
 	// Seed seeds the choice of keys, costs and deadlines.
 	Seed uint64
 }
@@ -86,7 +91,7 @@ func Run(t *testing.T, w Workload, opts Options) Result {
 		t.Errorf("linearize: %d calls on %d keys (%d failed) are not linearizable under %s: %s",
 			res.Calls, res.Keys, res.Failed, w.Limit, WriteVisualization(t, opts, info))
 	}
-	t.Logf("%d calls on %d keys (%d failed) over %.1f periods, checked in %v", res.Calls, res.Keys, res.Failed, res.Periods, res.Check)
+	t.Logf("%d calls on %d keys (%d failed, %d of them without a short deadline) over %.1f periods, checked in %v", res.Calls, res.Keys, res.Failed, res.Collateral, res.Periods, res.Check)
 	return res
 }
 
@@ -127,6 +132,9 @@ func Record(t *testing.T, w Workload) *Recorder {
 	if w.Deadline <= 0 {
 		w.Deadline = 10 * time.Second
 	}
+	if w.MinPeriods <= 0 {
+		w.MinPeriods = 5
+	}
 	rec := NewRecorder()
 	total := w.OpsPerKey * len(w.Keys)
 	var wg sync.WaitGroup
@@ -165,7 +173,8 @@ type caller struct {
 
 func (c *caller) run(ctx context.Context, n int) error {
 	c.held = make(map[string]floodgate.Request)
-	for range n {
+	long := time.Duration(c.w.MinPeriods) * c.w.Limit.Period
+	for i := 0; i < n || (i < 3*n && c.rec.Span() < long); i++ {
 		r := c.request()
 		deadline, short := c.w.Deadline, false
 		if c.w.TimeoutShare > 0 && c.rng.Float64() < c.w.TimeoutShare {
@@ -175,11 +184,11 @@ func (c *caller) run(ctx context.Context, n int) error {
 		if c.w.OwnNow {
 			r.Now = time.Now()
 		}
-		d, err := c.rec.Apply(cctx, c.store, c.id, r)
+		d, err := c.rec.apply(cctx, c.store, c.id, Input{Req: r, Short: short})
 		cancel()
 		switch {
-		case err != nil && !short:
-			return fmt.Errorf("linearize: caller %d: a call without a short deadline failed: %w", c.id, err)
+		case err != nil && c.w.TimeoutShare == 0:
+			return fmt.Errorf("linearize: caller %d: a call failed in a workload without short deadlines: %w", c.id, err)
 		case r.Lease == "":
 		case err == nil && d.Allowed && !r.Release && r.Cost > 0:
 			c.held[r.Key] = r
