@@ -110,6 +110,9 @@ func TestLinearizable(t *testing.T) {
 }
 
 func TestLinearizableCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
 	addrs := redistest.StartCluster(t).Addrs()
 	runLinearizable(t, func() rueidis.Client { return newRueidisCluster(t, addrs) })
 }
