@@ -61,21 +61,27 @@ type Result struct {
 	Periods float64
 }
 
-// Run records w's history and checks it against the model: it fails t if
-// the history is not linearizable (writing porcupine's HTML visualisation
-// into t.ArtifactDir(), kept with go test -artifacts), if the check ran out
-// of time, or if a call failed that was not given a short deadline.
+// Run records w's history and checks it with Verify.
 func Run(t *testing.T, w Workload, opts Options) Result {
 	t.Helper()
-	rec := Record(t, w)
+	return Verify(t, Record(t, w), w.Limit, opts)
+}
+
+// Verify checks a recorded history of calls under l against the model: it
+// fails t if the history is not linearizable (writing porcupine's HTML
+// visualisation into t.ArtifactDir(), kept with go test -artifacts), if
+// the check ran out of time, or if the history spans fewer than three of
+// l's periods.
+func Verify(t *testing.T, rec *Recorder, l floodgate.Limit, opts Options) Result {
+	t.Helper()
 	res := Result{Stats: rec.Stats()}
 	if res.Calls == 0 {
 		t.Fatal("linearize: no call recorded")
 	}
-	res.Periods = float64(rec.Span()) / float64(w.Limit.Period)
+	res.Periods = float64(rec.Span()) / float64(l.Period)
 	if res.Periods < minPeriods {
-		t.Errorf("linearize: the history spans %.1f periods of %v, want at least %d: no window rolled over often enough to test it",
-			res.Periods, w.Limit.Period, minPeriods)
+		t.Errorf("linearize: the history spans %.1f periods of %v, want at least %d: windows did not roll over often enough to test it",
+			res.Periods, l.Period, minPeriods)
 	}
 	start := time.Now()
 	verdict, info, err := Check(rec.Operations(), opts, checkTimeout)
@@ -89,9 +95,10 @@ func Run(t *testing.T, w Workload, opts Options) Result {
 		t.Fatalf("linearize: the check of %d calls ran out of its %v: inconclusive", res.Calls, checkTimeout)
 	default:
 		t.Errorf("linearize: %d calls on %d keys (%d failed) are not linearizable under %s: %s",
-			res.Calls, res.Keys, res.Failed, w.Limit, WriteVisualization(t, opts, info))
+			res.Calls, res.Keys, res.Failed, l, WriteVisualization(t, opts, info))
 	}
-	t.Logf("%d calls on %d keys (%d failed, %d of them without a short deadline) over %.1f periods, checked in %v", res.Calls, res.Keys, res.Failed, res.Collateral, res.Periods, res.Check)
+	t.Logf("%d calls on %d keys (%d failed, %d of them without a short deadline) over %.1f periods, checked in %v",
+		res.Calls, res.Keys, res.Failed, res.Collateral, res.Periods, res.Check)
 	return res
 }
 

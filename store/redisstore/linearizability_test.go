@@ -71,37 +71,10 @@ func runLinearizable(t *testing.T, newClient func() rueidis.Client) {
 				if err := rec.CheckClock(2 * time.Millisecond); err != nil {
 					t.Errorf("a decision's time is not the time of its call:\n%v", err)
 				}
-				checkRecorded(t, rec, w.Limit, linearize.Options{Monotonic: true})
+				linearize.Verify(t, rec, w.Limit, linearize.Options{Monotonic: true})
 			}
 		})
 	}
-}
-
-// checkRecorded checks a recorded history and fails t if it is not
-// linearizable.
-func checkRecorded(t *testing.T, rec *linearize.Recorder, l floodgate.Limit, opts linearize.Options) linearize.Stats {
-	t.Helper()
-	st := rec.Stats()
-	periods := float64(rec.Span()) / float64(l.Period)
-	if periods < 3 {
-		t.Errorf("the history spans %.1f periods of %v, want at least 3", periods, l.Period)
-	}
-	start := time.Now()
-	res, info, err := linearize.Check(rec.Operations(), opts, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	switch res {
-	case porcupine.Ok:
-	case porcupine.Unknown:
-		t.Fatalf("porcupine ran out of time on %d calls: inconclusive", st.Calls)
-	default:
-		t.Errorf("%d calls on %d keys (%d failed) are not linearizable under %s: %s",
-			st.Calls, st.Keys, st.Failed, l, linearize.WriteVisualization(t, opts, info))
-	}
-	t.Logf("%d calls on %d keys (%d failed, %d of them without a short deadline) over %.1f periods, checked in %v",
-		st.Calls, st.Keys, st.Failed, st.Collateral, periods, time.Since(start))
-	return st
 }
 
 func TestLinearizable(t *testing.T) {
@@ -160,7 +133,7 @@ func TestLinearizableTimeouts(t *testing.T) {
 					Seed:         uint64(1000 + 100*round + i),
 				}
 				rec := linearize.Record(t, w)
-				failed += checkRecorded(t, rec, w.Limit, linearize.Options{Monotonic: !c.ownNow}).Failed
+				failed += linearize.Verify(t, rec, w.Limit, linearize.Options{Monotonic: !c.ownNow}).Failed
 			}
 			if failed == 0 {
 				t.Errorf("no call failed: the short deadline did not exercise the failed-call path")
