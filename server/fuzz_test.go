@@ -1,11 +1,15 @@
 package server_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // FuzzAllow sends any body to POST /v1/allow: the answer is never a panic or
@@ -37,6 +41,69 @@ func FuzzAllow(f *testing.F) {
 		}
 		if rec.Code == http.StatusBadRequest && !strings.Contains(rec.Body.String(), `"field"`) {
 			t.Fatalf("a 400 that names no field: %s", rec.Body)
+		}
+	})
+}
+
+// FuzzReset sends any body to POST /v1/reset: the answer is never a panic or
+// a 5xx; it is 204 with no body, or a JSON problem naming the field. After a
+// 204 the key is empty under that limit: a peek of it through /v1/allow is
+// admitted with all of the limit remaining (concurrency aside, which
+// /v1/allow does not take).
+func FuzzReset(f *testing.F) {
+	for _, seed := range []string{
+		`{"key": "user:42", "limit": {"algorithm": "fixed_window", "limit": 60, "period": "1m"}}`,
+		`{"key": "k", "limit": {"algorithm": "gcra", "limit": 10, "period": "1s", "burst": 20}}`,
+		`{"key": "k", "limit": {"algorithm": "concurrency", "limit": 3, "period": "30s"}}`,
+		`{"key": "{evil}", "limit": {"algorithm": "sliding_window", "limit": 0, "period": "1h"}}`,
+		`{"key": "k", "limit": {"limit": 1, "period": "1µs", "window": "first_hit", "count_rejected": true}}`,
+		`{"key": "k", "limit": {"limit": -1, "period": "0s"}}`,
+		`{"key": "", "limit": {"limit": 1, "period": "1s"}}`,
+		`{"key": "k"}`, `{"key": "k", "limit": null}`, `{"key": "k", "limit": {}, "extra": 1}`,
+		`[]`, `null`, `{`, `{"key": "k", "limit": {"limit": 1, "period": "1s"}} {}`,
+	} {
+		f.Add(seed)
+	}
+	srv, _ := newServer(f, nil, apiYAML)
+	h := srv.Handler(nil)
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/reset", strings.NewReader(body)))
+		switch {
+		case rec.Code >= 500:
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
+		case rec.Code == http.StatusNoContent:
+			if rec.Body.Len() != 0 {
+				t.Fatalf("204 with a body %q", rec.Body)
+			}
+		default:
+			if !json.Valid(rec.Body.Bytes()) {
+				t.Fatalf("status %d with a non-JSON answer %q for %q", rec.Code, rec.Body, body)
+			}
+			if rec.Code == http.StatusBadRequest && !strings.Contains(rec.Body.String(), `"field"`) {
+				t.Fatalf("a 400 that names no field: %s", rec.Body)
+			}
+			return
+		}
+		var req server.ResetRequest
+		if err := json.Unmarshal([]byte(body), &req); err != nil {
+			t.Fatalf("204 for a body that is not a ResetRequest: %v", err)
+		}
+		if req.Limit.Algorithm == string(floodgate.Concurrency) {
+			return // /v1/allow takes no lease, so it cannot peek at one.
+		}
+		peek, err := json.Marshal(server.AllowRequest{Key: req.Key, Limit: req.Limit, Cost: new(int64)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/allow", bytes.NewReader(peek)))
+		var got server.AllowResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); rec.Code != http.StatusOK || err != nil {
+			t.Fatalf("peek after a reset: status %d, %v: %s", rec.Code, err, rec.Body)
+		}
+		if !got.Allowed || got.Remaining != got.Limit {
+			t.Fatalf("peek after a reset of %s: %+v, want allowed with all of the limit remaining", body, got.DecisionJSON)
 		}
 	})
 }

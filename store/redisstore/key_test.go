@@ -115,3 +115,66 @@ func TestKeySlotKnownValues(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRedisKey checks the key schema on pairs of inputs: the Cluster hash
+// slot of a key is the slot of its subject's tag, whatever the prefix,
+// algorithm and period (so every key of one subject is in one slot, which
+// a batch needs), the tag holds no brace, and two different inputs
+// (prefix, algorithm, period, subject) never share a key.
+func FuzzRedisKey(f *testing.F) {
+	f.Add("floodgate", uint8(0), int64(1_000_000), "user:42", "floodgate", uint8(4), int64(60_000_000), "user:42")
+	f.Add("fg", uint8(1), int64(1), "{evil}", "fg", uint8(1), int64(1), "%7Bevil%7D")
+	f.Add("a:v1:gcra:1", uint8(2), int64(5), "x", "a", uint8(4), int64(1), "x")
+	f.Add("p", uint8(3), int64(7), "#tag", "p", uint8(3), int64(7), "%23tag")
+	f.Add("p", uint8(5), int64(1<<48), strings.Repeat("}", maxSubjectLen+1), "p", uint8(5), int64(1<<48), strings.Repeat("}", maxSubjectLen))
+	f.Add("", uint8(0), int64(1), "a}b{c", "", uint8(0), int64(10), "a}b{c")
+	f.Fuzz(func(t *testing.T, prefix1 string, alg1 uint8, period1 int64, subject1, prefix2 string, alg2 uint8, period2 int64, subject2 string) {
+		type input struct {
+			prefix  string
+			alg     floodgate.Algorithm
+			period  time.Duration
+			subject string
+		}
+		valid := func(prefix string, alg uint8, period int64, subject string) (input, bool) {
+			// The store refuses a prefix with a brace and an empty
+			// subject; a period is 1 µs to MaxPeriod.
+			if strings.ContainsAny(prefix, "{}") || subject == "" || len(subject) > floodgate.MaxKeyLen {
+				return input{}, false
+			}
+			if prefix == "" {
+				prefix = DefaultPrefix
+			}
+			period = 1 + (period&(1<<62-1))%int64(floodgate.MaxPeriod/time.Microsecond)
+			return input{prefix, floodgate.Algorithms[int(alg)%len(floodgate.Algorithms)], time.Duration(period) * time.Microsecond, subject}, true
+		}
+		a, ok1 := valid(prefix1, alg1, period1, subject1)
+		b, ok2 := valid(prefix2, alg2, period2, subject2)
+		if !ok1 || !ok2 {
+			t.Skip()
+		}
+		ka, kb := redisKey(a.prefix, a.alg, a.period, a.subject), redisKey(b.prefix, b.alg, b.period, b.subject)
+		for _, x := range []struct {
+			in  input
+			key string
+		}{{a, ka}, {b, kb}} {
+			tag := encodeSubject(x.in.subject)
+			if strings.ContainsAny(tag, "{}") {
+				t.Fatalf("the tag of %.60q holds a brace: %.60q", x.in.subject, tag)
+			}
+			if got := hashTag(x.key); got != tag {
+				t.Fatalf("key %.80q hashes %.60q, want the tag %.60q", x.key, got, tag)
+			}
+			// Another prefix, algorithm and period: the same slot.
+			other := redisKey(DefaultPrefix+":other", floodgate.Concurrency, time.Hour, x.in.subject)
+			if got, want := keySlot(x.key), keySlot(other); got != want {
+				t.Fatalf("%.60q: slot %d under %s/%v, %d under concurrency/1h", x.in.subject, got, x.in.alg, x.in.period, want)
+			}
+		}
+		if (a == b) != (ka == kb) {
+			t.Fatalf("inputs %+.60v and %+.60v: keys %.80q and %.80q", a, b, ka, kb)
+		}
+		if a.subject != b.subject && encodeSubject(a.subject) == encodeSubject(b.subject) {
+			t.Fatalf("subjects %.60q and %.60q share the tag %.60q", a.subject, b.subject, encodeSubject(a.subject))
+		}
+	})
+}

@@ -1,0 +1,36 @@
+package memstore_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/linearize"
+	"github.com/floodgate-rl/floodgate/store/memstore"
+)
+
+// TestLinearizable checks with porcupine that concurrent calls on the
+// memory store are linearizable against the algorithm package, for every
+// algorithm: the same check the Redis store passes, here proving the model
+// on the store that runs the model's own code. memstore reads its clock
+// before it takes a key's lock, so a key's steps may go back in time; the
+// check allows that (linearize.Options.Monotonic is off). Its clock ticks a
+// tenth of a period at every reading, so windows roll over every few calls.
+func TestLinearizable(t *testing.T) {
+	t.Parallel()
+	for i, c := range linearize.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			clock := &linearize.TickClock{Start: time.Unix(1_800_000_000, 0), Step: c.Limit.Period / 10}
+			s := memstore.New(&memstore.Options{Clock: clock})
+			t.Cleanup(func() { s.Close() })
+			linearize.Run(t, linearize.Workload{
+				Stores: []floodgate.Store{s},
+				Limit:  c.Limit,
+				Keys:   []string{"a", "b", fmt.Sprintf("{%d}", i)},
+				Seed:   uint64(i),
+			}, linearize.Options{})
+		})
+	}
+}

@@ -1,0 +1,236 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
+	"github.com/floodgate-rl/floodgate/internal/linearize"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// The linearizability tests record histories of concurrent Apply calls on
+// a real Redis, from several stores with clients of their own, and check
+// them with porcupine against the algorithm package (internal/linearize).
+// CI runs them as they are; FLOODGATE_LINEARIZE_LONG=1 makes every history
+// four times longer and repeats it three times:
+//
+//	FLOODGATE_LINEARIZE_LONG=1 go test -race -count=1 -run 'Linearizab' -v ./store/redisstore/
+
+// linearizeScale is the number of rounds and the factor of calls per key.
+func linearizeScale() (rounds, factor int) {
+	if os.Getenv("FLOODGATE_LINEARIZE_LONG") == "1" {
+		return 3, 4
+	}
+	return 1, 1
+}
+
+// linearizeStores returns n stores over n rueidis clients of their own.
+func linearizeStores(t *testing.T, n int, prefix string, newClient func() rueidis.Client) []floodgate.Store {
+	t.Helper()
+	stores := make([]floodgate.Store, n)
+	for i := range stores {
+		s, err := New(newClient(), &Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores[i] = s
+	}
+	return stores
+}
+
+// runLinearizable checks every algorithm on the Redis that newClient
+// reaches, deciding by the server's clock: the model steps each call at
+// the time its script read (Decision.Now), which must never go back for a
+// key (Redis runs one script at a time) and must fall within the call (the
+// server runs on this machine's clock).
+func runLinearizable(t *testing.T, newClient func() rueidis.Client) {
+	rounds, factor := linearizeScale()
+	for i, c := range linearize.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			for round := range rounds {
+				prefix := testPrefix(t)
+				checkTTLsAtEnd(t, newClient(), prefix)
+				w := linearize.Workload{
+					Stores:    linearizeStores(t, 4, prefix, newClient),
+					Limit:     c.Limit,
+					Keys:      []string{"k1", "k2", "k3"},
+					OpsPerKey: 150 * factor,
+					Seed:      uint64(100*round + i),
+				}
+				rec := linearize.Record(t, w)
+				if err := rec.CheckClock(2 * time.Millisecond); err != nil {
+					t.Errorf("a decision's time is not the time of its call:\n%v", err)
+				}
+				linearize.Verify(t, rec, w.Limit, linearize.Options{Monotonic: true})
+			}
+		})
+	}
+}
+
+func TestLinearizable(t *testing.T) {
+	addr := standaloneAddr(t)
+	runLinearizable(t, func() rueidis.Client { return newRueidis(t, addr) })
+}
+
+func TestLinearizableCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	addrs := redistest.StartCluster(t).Addrs()
+	runLinearizable(t, func() rueidis.Client { return newRueidisCluster(t, addrs) })
+}
+
+// TestLinearizableTimeouts gives a tenth of the calls a deadline of 100 µs,
+// so that some fail before their script runs and some after: a failed call
+// may or may not have counted, and the model allows both, nothing else.
+// With the callers' clock (Request.Now) the model knows the time a failed
+// call would have been decided at, for every algorithm; with the server's
+// clock it enumerates the windows of an aligned fixed window.
+//
+// Calls with the long deadline fail too: rueidis, when a call that it sent
+// alone on a connection times out, closes the connection and fails the
+// calls that were about to use it with the same "context deadline
+// exceeded". They may have counted as well, and the model treats them
+// alike; the log reports how many there were.
+func TestLinearizableTimeouts(t *testing.T) {
+	addr := standaloneAddr(t)
+	rounds, factor := linearizeScale()
+	newClient := func() rueidis.Client { return newRueidis(t, addr) }
+	type tc struct {
+		name   string
+		limit  floodgate.Limit
+		ownNow bool
+	}
+	var cases []tc
+	for _, c := range linearize.Cases {
+		cases = append(cases, tc{c.Name + "/client_time", c.Limit, true})
+	}
+	cases = append(cases, tc{linearize.Cases[0].Name + "/server_time", linearize.Cases[0].Limit, false})
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			failed := 0
+			for round := range rounds {
+				prefix := testPrefix(t)
+				checkTTLsAtEnd(t, newClient(), prefix)
+				w := linearize.Workload{
+					Stores:       linearizeStores(t, 4, prefix, newClient),
+					Limit:        c.limit,
+					Keys:         []string{"k1", "k2"},
+					OpsPerKey:    150 * factor,
+					OwnNow:       c.ownNow,
+					TimeoutShare: 0.1,
+					Timeout:      100 * time.Microsecond,
+					Seed:         uint64(1000 + 100*round + i),
+				}
+				rec := linearize.Record(t, w)
+				failed += linearize.Verify(t, rec, w.Limit, linearize.Options{Monotonic: !c.ownNow}).Failed
+			}
+			if failed == 0 {
+				t.Errorf("no call failed: the short deadline did not exercise the failed-call path")
+			}
+		})
+	}
+}
+
+// readThenWrite is a deliberately broken store: it reads a key's state
+// with GET, decides in Go, and writes the new state back with SET, two
+// round trips, so two callers that read the same state both take the
+// same unit. It is what the Lua scripts exist to prevent, and the checker
+// must catch it. It decides fixed_window and gcra by Request.Now.
+type readThenWrite struct {
+	c      rueidis.Client
+	prefix string
+}
+
+func (b *readThenWrite) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
+	if err := r.Validate(); err != nil {
+		return floodgate.Decision{}, err
+	}
+	key := b.prefix + ":" + string(r.Limit.Algorithm) + ":" + r.Key
+	v, err := b.c.Do(ctx, b.c.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		v, err = "0:0", nil
+	}
+	if err != nil {
+		return floodgate.Decision{}, err
+	}
+	x, y, ok := strings.Cut(v, ":")
+	a, errA := strconv.ParseInt(x, 10, 64)
+	c, errC := strconv.ParseInt(y, 10, 64)
+	if !ok || errA != nil || errC != nil {
+		return floodgate.Decision{}, fmt.Errorf("%w: %q", floodgate.ErrUnexpectedReply, v)
+	}
+	p, now := r.Limit.Params(), r.Now.UnixMicro()
+	var d algorithm.Decision
+	switch r.Limit.Algorithm {
+	case floodgate.FixedWindow:
+		var s algorithm.FixedWindow
+		s, d = algorithm.FixedWindow{Start: a, Count: c}.Step(p, now, r.Cost)
+		a, c = s.Start, s.Count
+	case floodgate.GCRA:
+		var s algorithm.GCRA
+		s, d = algorithm.GCRA{TAT: a, TATFrac: c}.Step(p, now, r.Cost)
+		a, c = s.TAT, s.TATFrac
+	default:
+		return floodgate.Decision{}, fmt.Errorf("readThenWrite: %s is not implemented", r.Limit.Algorithm)
+	}
+	set := b.c.B().Set().Key(key).Value(strconv.FormatInt(a, 10) + ":" + strconv.FormatInt(c, 10)).Px(time.Minute).Build()
+	if err := b.c.Do(ctx, set).Error(); err != nil {
+		return floodgate.Decision{}, err
+	}
+	return floodgate.FromAlgorithm(d, now), nil
+}
+
+// TestLinearizableCatchesReadThenWrite shows the checker works: the same
+// workload that the Redis store passes, run on readThenWrite, is Illegal.
+// Eight callers on one key lose an update within a few dozen calls; the
+// test allows up to five histories to show one, and reports how many it
+// took. As a control, the same store with one caller, which cannot lose an
+// update, must pass: the verdict is about the race, not the store's
+// arithmetic.
+func TestLinearizableCatchesReadThenWrite(t *testing.T) {
+	addr := standaloneAddr(t)
+	for _, c := range []linearize.Case{linearize.Cases[0], linearize.Cases[5]} {
+		t.Run(c.Name, func(t *testing.T) {
+			control := linearize.Workload{Stores: []floodgate.Store{&readThenWrite{c: newRueidis(t, addr), prefix: testPrefix(t)}},
+				Limit: c.Limit, Keys: []string{"k"}, Goroutines: 1, OpsPerKey: 150, OwnNow: true}
+			if res, _, err := linearize.Check(linearize.Record(t, control).Operations(), linearize.Options{}, 30*time.Second); err != nil || res != porcupine.Ok {
+				t.Fatalf("one caller of the read-then-write store: %s, %v; want Ok", res, err)
+			}
+			const attempts = 5
+			for attempt := 1; attempt <= attempts; attempt++ {
+				prefix := testPrefix(t)
+				stores := make([]floodgate.Store, 4)
+				for i := range stores {
+					stores[i] = &readThenWrite{c: newRueidis(t, addr), prefix: prefix}
+				}
+				w := linearize.Workload{Stores: stores, Limit: c.Limit, Keys: []string{"k"},
+					Goroutines: 8, OpsPerKey: 150, OwnNow: true, Seed: uint64(attempt)}
+				rec := linearize.Record(t, w)
+				start := time.Now()
+				res, _, err := linearize.Check(rec.Operations(), linearize.Options{}, 30*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("attempt %d: %d calls: %s in %v", attempt, rec.Stats().Calls, res, time.Since(start))
+				switch res {
+				case porcupine.Illegal:
+					return
+				case porcupine.Unknown:
+					t.Fatalf("porcupine ran out of time")
+				}
+			}
+			t.Errorf("%d histories of a read-then-write store were all found linearizable: the checker misses lost updates", attempts)
+		})
+	}
+}
