@@ -31,15 +31,37 @@ type Sentinel struct {
 	MasterName string
 }
 
+// SentinelOption configures StartSentinel.
+type SentinelOption func(*sentinelOptions)
+
+type sentinelOptions struct {
+	downAfter time.Duration
+}
+
+// WithDownAfter sets the sentinels' down-after-milliseconds: how long the
+// master must stay unreachable before they fail it over. The default, 1 s,
+// lets failover tests finish in seconds; tests that must not see a failover
+// (a conformance run on a loaded machine, where the master can stall past a
+// second) give a long one, since a failover loses the counts written since
+// the last replication.
+func WithDownAfter(d time.Duration) SentinelOption {
+	return func(o *sentinelOptions) { o.downAfter = d }
+}
+
 // StartSentinel starts a master, a replica of it, and three sentinels that
-// monitor it as "mymaster" with quorum 2, down-after-milliseconds 1000 and
-// failover-timeout 3000, so failover tests finish in seconds. It waits until
+// monitor it as "mymaster" with quorum 2, down-after-milliseconds 1000
+// (WithDownAfter changes it) and failover-timeout 3000, so failover tests
+// finish in seconds. It waits until
 // the replica is in sync and every sentinel names the master, sees the
 // replica connected, and knows the other two sentinels, so a failover can
 // be authorized from the start. It registers t.Cleanup to stop everything.
-func StartSentinel(t testing.TB) *Sentinel {
+func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	t.Helper()
 	Require(t)
+	so := sentinelOptions{downAfter: time.Second}
+	for _, opt := range opts {
+		opt(&so)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), sentinelTimeout)
 	defer cancel()
 	d := &Sentinel{MasterName: MasterName}
@@ -68,7 +90,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 
 	for range 3 {
 		d.Sentinels = append(d.Sentinels, newServer(t, options{}, false, func(s *Server, port int) ([]string, error) {
-			return sentinelArgs(s.Dir, port, d.Master.Port)
+			return sentinelArgs(s.Dir, port, d.Master.Port, so.downAfter)
 		}))
 	}
 	if err := startAll(ctx, d.Sentinels); err != nil {
@@ -82,7 +104,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 
 // sentinelArgs writes a sentinel's configuration file, which the sentinel
 // rewrites as it learns, and returns the command line that runs it.
-func sentinelArgs(dir string, port, masterPort int) ([]string, error) {
+func sentinelArgs(dir string, port, masterPort int, downAfter time.Duration) ([]string, error) {
 	conf := filepath.Join(dir, confName)
 	text := fmt.Sprintf(`port %d
 bind 127.0.0.1
@@ -91,10 +113,10 @@ daemonize no
 dir %q
 logfile %q
 sentinel monitor %s 127.0.0.1 %d 2
-sentinel down-after-milliseconds %[4]s 1000
+sentinel down-after-milliseconds %[4]s %[6]d
 sentinel failover-timeout %[4]s 3000
 sentinel parallel-syncs %[4]s 1
-`, port, dir, filepath.Join(dir, logName), MasterName, masterPort)
+`, port, dir, filepath.Join(dir, logName), MasterName, masterPort, downAfter.Milliseconds())
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return nil, fmt.Errorf("redistest: write sentinel config: %w", err)
 	}
