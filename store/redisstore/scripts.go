@@ -59,7 +59,7 @@ type scriptSet struct {
 // fields variable and the field that counts the units of the current
 // window, which a return takes units off.
 var leased = []struct {
-	alg            floodgate.Algorithm
+	alg             floodgate.Algorithm
 	fields, counted string
 }{
 	{floodgate.FixedWindow, "FIXED_WINDOW_FIELDS", "count"},
