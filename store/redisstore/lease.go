@@ -42,7 +42,10 @@ const leaseReturnTimeout = 2 * time.Second
 // is given back. While one claim of a key is in flight, other callers wait
 // for it and then try the new lease.
 func (l *local) applyLeased(ctx context.Context, s *Store, r floodgate.Request, alg floodgate.Algorithm, key string) (floodgate.Decision, error) {
-	l.sweepOnce.Do(func() { go l.sweeper(s) })
+	l.sweepOnce.Do(func() {
+		l.sweeping = true
+		go l.sweeper(s)
+	})
 	sh := l.shard(key)
 	for waits := 0; ; waits++ {
 		now := l.now()
@@ -61,18 +64,21 @@ func (l *local) applyLeased(ctx context.Context, s *Store, r floodgate.Request, 
 			e = &lease{limit: r.Limit, want: 1}
 			sh.leases[key] = e
 		}
-		if e.deny != nil {
-			if d, ok := e.deny.serve(r.Limit, r.Cost, now); ok {
-				sh.mu.Unlock()
-				return d, nil
-			}
-		}
 		if now.Before(e.end) && e.left >= r.Cost {
 			e.left -= r.Cost
 			e.lastUse = now
 			d := floodgate.Decision{Allowed: true, Limit: e.max, Remaining: min(e.left+e.remote, e.max), ResetAfter: max(0, e.resetAt.Sub(now)), Now: now}
 			sh.mu.Unlock()
+			l.leaseHits.Add(1)
 			return d, nil
+		}
+		if e.deny != nil {
+			if d, ok := e.deny.serve(r.Limit, r.Cost, now); ok {
+				d.Remaining = min(e.left, d.Limit)
+				sh.mu.Unlock()
+				l.denyHits.Add(1)
+				return d, nil
+			}
 		}
 		if ch := e.claiming; ch != nil && waits < 2 {
 			sh.mu.Unlock()
@@ -257,10 +263,9 @@ func (l *local) sweeper(s *Store) {
 
 // close stops the sweeper and gives every lease's unused units back.
 func (l *local) close(s *Store) {
-	started := true
-	l.sweepOnce.Do(func() { started = false })
+	l.sweepOnce.Do(func() {})
 	close(l.stop)
-	if started {
+	if l.sweeping {
 		<-l.done
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseReturnTimeout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -28,8 +29,12 @@ type local struct {
 
 	// The sweeper returns idle leases; started with the first lease.
 	sweepOnce sync.Once
+	sweeping  bool // set by sweepOnce when it started the sweeper
 	stop      chan struct{}
 	done      chan struct{}
+
+	// Decisions made in process, for tests and benchmarks.
+	denyHits, leaseHits atomic.Int64
 }
 
 // localShards is the number of independently locked parts of the maps.
@@ -96,6 +101,7 @@ func (l *local) apply(ctx context.Context, s *Store, r floodgate.Request, alg fl
 	if e := sh.deny[key]; e != nil {
 		if d, ok := e.serve(r.Limit, r.Cost, sent); ok {
 			sh.mu.Unlock()
+			l.denyHits.Add(1)
 			return d, nil
 		}
 	}
