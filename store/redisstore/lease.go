@@ -133,10 +133,16 @@ func (l *local) noteClaim(e *lease, r floodgate.Request, alg floodgate.Algorithm
 		return
 	}
 	e.deny = nil
-	e.max, e.remote, e.resetAt = d.Limit, d.Remaining, sent.Add(d.ResetAfter)
 	if granted <= 0 {
+		// The lease's fields describe the window of its units: a claim
+		// of nothing in another window (a caller that claimed while
+		// another's claim was in flight) leaves them.
+		if e.left == 0 || !sent.Before(e.end) || e.start == start {
+			e.max, e.remote, e.resetAt = d.Limit, d.Remaining, sent.Add(d.ResetAfter)
+		}
 		return
 	}
+	e.max, e.remote, e.resetAt = d.Limit, d.Remaining, sent.Add(d.ResetAfter)
 	// The window of both algorithms ends at start + Period in Redis's time.
 	left := time.Duration(start+int64(r.Limit.Period/time.Microsecond)-d.Now.UnixMicro()) * time.Microsecond
 	end := sent.Add(clockMargin(left))
