@@ -31,6 +31,11 @@ type lease struct {
 	claiming chan struct{}
 }
 
+// maxClaimWaits is how many claims in flight a caller waits for, trying
+// the lease after each, before it runs a claim of its own (of nothing
+// more than its request) rather than wait longer.
+const maxClaimWaits = 8
+
 // leaseReturnTimeout bounds the round trips that give unused units back.
 const leaseReturnTimeout = 2 * time.Second
 
@@ -80,7 +85,7 @@ func (l *local) applyLeased(ctx context.Context, s *Store, r floodgate.Request, 
 				return d, nil
 			}
 		}
-		if ch := e.claiming; ch != nil && waits < 2 {
+		if ch := e.claiming; ch != nil && waits < maxClaimWaits {
 			sh.mu.Unlock()
 			select {
 			case <-ch:
