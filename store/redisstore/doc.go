@@ -241,7 +241,9 @@
 // denials and leases of the key; a Reset through another instance leaves
 // this store's cached denial for at most its RetryAfter, and its lease
 // until the window ends, so up to Lease units may be admitted on top of
-// the fresh budget. A return by another instance frees budget before a
+// the fresh budget, and giving them back may take as many off the fresh
+// count of an aligned window. A fixed window that counted a rejection
+// (CountRejected) takes nothing back: it stays denied until its end. A return by another instance frees budget before a
 // cached denial of the same window ends: that denial may refuse up to the
 // returned units, for at most the rest of the window.
 //

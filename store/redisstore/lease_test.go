@@ -444,3 +444,35 @@ func TestLeaseOptionsErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseReturnCountRejected checks that a fixed window filled by a
+// counted rejection takes no units back: it stays denied until its end.
+func TestLeaseReturnCountRejected(t *testing.T) {
+	addr := standaloneAddr(t)
+	c := newRueidis(t, addr)
+	clock := floodgatetest.NewFakeClock(t0)
+	l := floodgate.Limit{Limit: 10, Period: time.Minute, CountRejected: true, Lease: 8}
+	stores := newInstances(t, addr, 2, Options{Prefix: testPrefix(t), Clock: clock})
+	noSweeper(stores[0])
+	for range 3 {
+		if d, err := stores[0].Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 1}); err != nil || !d.Allowed {
+			t.Fatalf("Apply = %+v, %v", d, err)
+		}
+	}
+	key := stores[0].Key("k", l)
+	if n := redisCount(t, c, key); n <= 3 {
+		t.Fatalf("count %d after 3 admitted, want a lease on top", n)
+	}
+	if d, err := stores[1].Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 10}); err != nil || d.Allowed {
+		t.Fatalf("Apply(cost 10) = %+v, %v; want denied", d, err)
+	}
+	if n := redisCount(t, c, key); n != 11 {
+		t.Fatalf("count %d after a counted rejection, want 11", n)
+	}
+	if err := stores[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := redisCount(t, c, key); n != 11 {
+		t.Errorf("count %d after Close, want 11 (nothing given back)", n)
+	}
+}

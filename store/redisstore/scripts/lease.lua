@@ -34,6 +34,9 @@
 -- Why the return is exact: the returned units were counted and never
 -- spent, so taking them off the count of the same window (the stored
 -- start equals the claim's window start) leaves at least every unit spent.
+-- A return after a Reset of the key can find a new state of the same
+-- start (an aligned window): it then takes off units the new state never
+-- counted, at most the lease, which the package doc says.
 
 local function lease_main(alg, step, fields, expires, counted)
   if #KEYS ~= 1 or #ARGV ~= ARGS_PER_REQUEST + 2 then
@@ -73,7 +76,9 @@ local function lease_main(alg, step, fields, expires, counted)
     end
     local old = load_state(key, fields)
     local returned = 0
-    if old.start == start and old[counted] > 0 then
+    -- A fixed window that counted a rejection holds limit+1: it stays
+    -- denied until its end, as count_rejected says, so nothing goes back.
+    if old.start == start and old[counted] > 0 and old[counted] <= p.limit then
       returned = min(r.cost, old[counted])
       local s = {}
       for _, f in ipairs(fields) do
