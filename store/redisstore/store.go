@@ -294,8 +294,8 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 }
 
 // Close makes the store refuse further calls with floodgate.ErrClosed,
-// gives back the unused units of its leased budgets (waiting at most
-// leaseReturnTimeout), and closes the client if Open made it; a client
+// gives back the unused units of its leased budgets (waiting at most two
+// seconds for Redis), and closes the client if Open made it; a client
 // handed to New or NewGoRedis stays open. Close is idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
