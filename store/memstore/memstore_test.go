@@ -410,3 +410,30 @@ func TestApplyBatchOverlapping(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseIgnored checks that memstore accepts a Limit with a Lease and
+// decides it as the same limit without one: in process, budget is local
+// already.
+func TestLeaseIgnored(t *testing.T) {
+	s := memstore.New(nil)
+	defer s.Close()
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
+		leased := floodgate.Limit{Algorithm: alg, Limit: 3, Period: time.Minute, Lease: 2}
+		plain := leased
+		plain.Lease = 0
+		for i := range 5 {
+			dl, err := s.Apply(t.Context(), floodgate.Request{Key: "leased", Limit: leased, Cost: 1, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dp, err := s.Apply(t.Context(), floodgate.Request{Key: "plain", Limit: plain, Cost: 1, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dl != dp {
+				t.Errorf("%s request %d: with a lease %+v, without %+v", alg, i, dl, dp)
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/floodgate-rl/floodgate"
@@ -52,6 +53,20 @@ func newScript(name, src string) *script {
 type scriptSet struct {
 	single map[floodgate.Algorithm]*script
 	batch  *script
+	// lease claims and returns leased budget (lease.lua), for the
+	// algorithms that take a floodgate.Limit.Lease.
+	lease map[floodgate.Algorithm]*script
+}
+
+// leased lists the algorithms that lease budget, each with its state's
+// fields variable and the field that counts the units of the current
+// window, which a return takes units off.
+var leased = []struct {
+	alg             floodgate.Algorithm
+	fields, counted string
+}{
+	{floodgate.FixedWindow, "FIXED_WINDOW_FIELDS", "count"},
+	{floodgate.SlidingWindow, "SLIDING_WINDOW_FIELDS", "curr"},
 }
 
 // scripts is built once from the embedded files: a single-request script per
@@ -131,5 +146,18 @@ func buildScripts() (scriptSet, error) {
 	}
 	src.WriteString(text)
 	set.batch = newScript("batch", src.String())
+	set.lease = make(map[floodgate.Algorithm]*script)
+	leaseSrc, err := read("lease.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	for _, lf := range leased {
+		src.Reset()
+		src.WriteString(files["common.lua"] + "\n")
+		src.WriteString(funcs[slices.Index(floodgate.Algorithms, lf.alg)] + "\n")
+		src.WriteString(leaseSrc + "\n")
+		fmt.Fprintf(&src, "return lease_main('%s', %s_step, %s, %s_expires, '%s')\n", lf.alg, lf.alg, lf.fields, lf.alg, lf.counted)
+		set.lease[lf.alg] = newScript("lease_"+string(lf.alg), src.String())
+	}
 	return set, nil
 }

@@ -34,7 +34,19 @@ type Options struct {
 	// Clock is the clock of ClientTime; nil means the system clock. Setting
 	// it implies ClientTime.
 	Clock floodgate.Clock
+	// DenyCache is the most keys the store remembers as over their limit,
+	// so that a client hammering a denied key costs no round trip until
+	// its RetryAfter: see "Local decisions" in the package doc for when
+	// this is exact. Default 0: off.
+	DenyCache int
+	// LeaseIdle is how long a budget leased for a limit with a Lease may go
+	// unused before the store gives its unused units back; 0 means
+	// DefaultLeaseIdle.
+	LeaseIdle time.Duration
 }
+
+// DefaultLeaseIdle is the default Options.LeaseIdle.
+const DefaultLeaseIdle = 100 * time.Millisecond
 
 // Store is the Redis floodgate.Store: each decision is one Lua script run
 // atomically next to the state. Make one with Open, New or NewGoRedis; the
@@ -47,6 +59,7 @@ type Store struct {
 	clock  floodgate.Clock // nil: the server's TIME
 	owned  bool            // Close closes c
 	closed atomic.Bool
+	local  *local // denials remembered, leased budgets
 }
 
 var (
@@ -124,6 +137,12 @@ func validOptions(opts *Options) error {
 	if opts != nil && strings.ContainsAny(opts.Prefix, "{}") {
 		return fmt.Errorf("redisstore: Options.Prefix %q contains a brace, which would change the keys' Cluster slot", opts.Prefix)
 	}
+	if opts != nil && opts.DenyCache < 0 {
+		return fmt.Errorf("redisstore: Options.DenyCache %d is negative", opts.DenyCache)
+	}
+	if opts != nil && opts.LeaseIdle < 0 {
+		return fmt.Errorf("redisstore: Options.LeaseIdle %v is negative", opts.LeaseIdle)
+	}
 	return nil
 }
 
@@ -142,6 +161,7 @@ func newStore(c conn, opts *Options) (*Store, error) {
 	if o.ClientTime && s.clock == nil {
 		s.clock = floodgate.SystemClock{}
 	}
+	s.local = newLocal(&o, s.clock)
 	return s, nil
 }
 
@@ -155,9 +175,11 @@ func (s *Store) Key(key string, limit floodgate.Limit) string {
 	return redisKey(s.prefix, limit.Algorithm, limit.Period, key)
 }
 
-// Apply decides r in one script run: see floodgate.Store. An error from
-// Redis (connection, timeout, ctx done) is returned wrapped with the
-// algorithm and key; the request may then have been counted or not.
+// Apply decides r in one script run: see floodgate.Store. A request whose
+// limit has a Lease, or that Options.DenyCache remembers as denied, may be
+// decided in process (see the package doc). An error from Redis
+// (connection, timeout, ctx done) is returned wrapped with the algorithm
+// and key; the request may then have been counted or not.
 func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
 	if err := r.Validate(); err != nil {
 		return floodgate.Decision{}, err
@@ -167,6 +189,14 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 	}
 	alg := algorithmOf(r.Limit)
 	key := s.Key(r.Key, r.Limit)
+	if r.Now.IsZero() {
+		return s.local.apply(ctx, s, r, alg, key)
+	}
+	return s.applyRemote(ctx, r, alg, key)
+}
+
+// applyRemote decides r in one script run.
+func (s *Store) applyRemote(ctx context.Context, r floodgate.Request, alg floodgate.Algorithm, key string) (floodgate.Decision, error) {
 	now := s.nowMicros(&r)
 	// One allocation for the key and the arguments.
 	kv := make([]string, 1, 1+argsPerRequest)
@@ -257,19 +287,24 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 		return floodgate.ErrClosed
 	}
 	k := s.Key(key, limit)
-	if err := s.c.del(ctx, k); err != nil {
+	err := s.c.del(ctx, k)
+	// After the DEL, so that a lease claimed before it is forgotten too.
+	s.local.forget(k)
+	if err != nil {
 		return fmt.Errorf("redisstore: reset %s: %w", k, err)
 	}
 	return nil
 }
 
-// Close makes the store refuse further calls with floodgate.ErrClosed and
-// closes the client if Open made it; a client handed to New or NewGoRedis
-// stays open. Close is idempotent.
+// Close makes the store refuse further calls with floodgate.ErrClosed,
+// gives back the unused units of its leased budgets (waiting at most two
+// seconds for Redis), and closes the client if Open made it; a client
+// handed to New or NewGoRedis stays open. Close is idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.local.close(s)
 	if s.owned {
 		s.c.close()
 	}
