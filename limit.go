@@ -88,19 +88,19 @@ type Limit struct {
 	// (FixedWindow, SlidingWindow only), so a client that keeps retrying
 	// stays denied. Default false: a denial changes nothing.
 	CountRejected bool
-	// Lease, above zero, lets a store shared by several processes lease
-	// budget: an instance claims up to Lease units of the key's remaining
-	// budget from the shared state in one atomic step and admits them
-	// locally, with no round trip, until the window ends. Unused units go
+	// LocalBudget, above zero, lets a store shared by several processes
+	// lease budget: an instance claims up to LocalBudget units of the key's
+	// remaining budget from the shared state in one atomic step and admits
+	// them locally, with no round trip, until the window ends. Unused units go
 	// back when the instance goes idle or closes. The total admitted never
 	// exceeds the limit, but an instance holding unused units can make
-	// another deny while budget sits idle: Lease bounds how much (see
-	// store/redisstore). Only FixedWindow and SlidingWindow take a Lease,
+	// another deny while budget sits idle: LocalBudget bounds how much (see
+	// store/redisstore). Only FixedWindow and SlidingWindow take one,
 	// the algorithms whose units claimed now can be spent later without
 	// exceeding the limit in any window; stores that decide in process
 	// (store/memstore) ignore it. Default 0: every decision reaches the
 	// store.
-	Lease int64
+	LocalBudget int64
 	// Name optionally names the policy in headers, logs and metrics.
 	Name string
 }
@@ -207,7 +207,7 @@ func (l Limit) invalid() error {
 		bad("count_rejected", "%s does not count rejected requests (only fixed_window and sliding_window do)", name)
 	}
 	if msg := l.leaseProblem(alg); msg != "" {
-		bad("lease", "%s", msg)
+		bad("local_budget", "%s", msg)
 	}
 	if len(errs) == 0 {
 		// valid() is stricter than the checks above only by mistake.
@@ -224,7 +224,7 @@ func (l *Limit) valid() bool {
 		return false
 	}
 	periodUS := int64(l.Period / time.Microsecond)
-	if l.Lease != 0 && l.leaseProblem(l.algorithm()) != "" {
+	if l.LocalBudget != 0 && l.leaseProblem(l.algorithm()) != "" {
 		return false
 	}
 	aligned := l.Window == "" || l.Window == Aligned
@@ -255,19 +255,19 @@ func (l *Limit) valid() bool {
 	return false
 }
 
-// leaseProblem says what is wrong with l.Lease under alg, or "".
+// leaseProblem says what is wrong with l.LocalBudget under alg, or "".
 func (l Limit) leaseProblem(alg Algorithm) string {
 	switch {
-	case l.Lease == 0:
+	case l.LocalBudget == 0:
 		return ""
-	case l.Lease < 0:
-		return fmt.Sprintf("%d is negative", l.Lease)
-	case l.Lease > MaxLimit:
-		return fmt.Sprintf("%d is above the maximum %d", l.Lease, MaxLimit)
+	case l.LocalBudget < 0:
+		return fmt.Sprintf("%d is negative", l.LocalBudget)
+	case l.LocalBudget > MaxLimit:
+		return fmt.Sprintf("%d is above the maximum %d", l.LocalBudget, MaxLimit)
 	case alg == TokenBucket || alg == GCRA || alg == SlidingWindowLog:
-		return fmt.Sprintf("%s takes no lease: units claimed at one instant and spent later could exceed the limit over some interval (a full bucket or log claimed, then spent while the refill is claimed elsewhere); only fixed_window and sliding_window lease budget", alg)
+		return fmt.Sprintf("%s takes no local_budget: units claimed at one instant and spent later could exceed the limit over some interval (a full bucket or log claimed, then spent while the refill is claimed elsewhere); only fixed_window and sliding_window lease budget", alg)
 	case alg == Concurrency:
-		return "concurrency takes no lease (only fixed_window and sliding_window lease budget)"
+		return "concurrency takes no local_budget (only fixed_window and sliding_window lease budget)"
 	}
 	return ""
 }
@@ -314,7 +314,7 @@ func (l Limit) Params() algorithm.Params {
 // String formats the limit as "60/1m0s fixed_window", adding the options
 // that differ from the defaults: "10/1s gcra burst=20",
 // "100/1h0m0s fixed_window first_hit count_rejected",
-// "1000/1s fixed_window lease=100".
+// "1000/1s fixed_window local_budget=100".
 func (l Limit) String() string {
 	var b strings.Builder
 	if l.Name != "" {
@@ -332,8 +332,8 @@ func (l Limit) String() string {
 	if l.CountRejected {
 		b.WriteString(" count_rejected")
 	}
-	if l.Lease != 0 {
-		fmt.Fprintf(&b, " lease=%d", l.Lease)
+	if l.LocalBudget != 0 {
+		fmt.Fprintf(&b, " local_budget=%d", l.LocalBudget)
 	}
 	return b.String()
 }

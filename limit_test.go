@@ -42,9 +42,9 @@ var validLimits = []struct {
 	{"concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: 30 * time.Second}},
 	{"concurrency largest limit", Limit{Algorithm: Concurrency, Limit: MaxLogLimit, Period: time.Minute}},
 	{"named", Limit{Limit: 1, Period: time.Second, Name: "api"}},
-	{"fixed window lease", Limit{Limit: 1000, Period: time.Second, Lease: 100}},
-	{"first hit lease above limit", Limit{Limit: 10, Period: time.Second, Window: FirstHit, Lease: 50}},
-	{"sliding window lease", Limit{Algorithm: SlidingWindow, Limit: 1000, Period: time.Second, Lease: MaxLimit}},
+	{"fixed window lease", Limit{Limit: 1000, Period: time.Second, LocalBudget: 100}},
+	{"first hit lease above limit", Limit{Limit: 10, Period: time.Second, Window: FirstHit, LocalBudget: 50}},
+	{"sliding window lease", Limit{Algorithm: SlidingWindow, Limit: 1000, Period: time.Second, LocalBudget: MaxLimit}},
 }
 
 func TestLimitValidateAccepts(t *testing.T) {
@@ -105,12 +105,12 @@ func TestLimitValidateRejects(t *testing.T) {
 		{"count rejected on gcra", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, CountRejected: true}, []string{"count_rejected"}},
 		{"count rejected on sliding window log", Limit{Algorithm: SlidingWindowLog, Limit: 10, Period: time.Second, CountRejected: true}, []string{"count_rejected"}},
 		{"count rejected on concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: time.Second, CountRejected: true}, []string{"count_rejected"}},
-		{"negative lease", Limit{Limit: 10, Period: time.Second, Lease: -1}, []string{"lease"}},
-		{"lease above MaxLimit", Limit{Limit: 10, Period: time.Second, Lease: MaxLimit + 1}, []string{"lease"}},
-		{"lease on token bucket", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, Lease: 5}, []string{"lease"}},
-		{"lease on gcra", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Lease: 5}, []string{"lease"}},
-		{"lease on sliding window log", Limit{Algorithm: SlidingWindowLog, Limit: 10, Period: time.Second, Lease: 5}, []string{"lease"}},
-		{"lease on concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: time.Second, Lease: 5}, []string{"lease"}},
+		{"negative lease", Limit{Limit: 10, Period: time.Second, LocalBudget: -1}, []string{"local_budget"}},
+		{"lease above MaxLimit", Limit{Limit: 10, Period: time.Second, LocalBudget: MaxLimit + 1}, []string{"local_budget"}},
+		{"lease on token bucket", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
+		{"lease on gcra", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
+		{"lease on sliding window log", Limit{Algorithm: SlidingWindowLog, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
+		{"lease on concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
 		{"sliding window (limit+1)*period above 2^52", Limit{Algorithm: SlidingWindow, Limit: 52_124, Period: 24 * time.Hour}, []string{"limit"}},
 		// Regression: Start + 2*Period (the key's expiry) must stay within
 		// MaxExact for every valid now.
@@ -146,7 +146,7 @@ func TestLimitValidateRejects(t *testing.T) {
 
 // limitFields are the names a Validate error may give a field, as in config
 // files and the HTTP API.
-var limitFields = []string{"algorithm", "limit", "period", "burst", "window", "count_rejected", "lease"}
+var limitFields = []string{"algorithm", "limit", "period", "burst", "window", "count_rejected", "local_budget"}
 
 // checkLimitError checks the shape of a Validate error: one line per
 // problem, each "floodgate: invalid limit: <field>: <why>" and each wrapping
@@ -317,7 +317,7 @@ func TestLimitString(t *testing.T) {
 		{Limit{Algorithm: SlidingWindow, Limit: 5, Period: 1500 * time.Millisecond, CountRejected: true}, "5/1.5s sliding_window count_rejected"},
 		{Limit{Algorithm: Concurrency, Limit: 3, Period: 30 * time.Second, Name: "uploads"}, `"uploads" 3/30s concurrency`},
 		{Limit{Name: "a \"b\"", Limit: 1, Period: time.Second}, `"a \"b\"" 1/1s fixed_window`},
-		{Limit{Limit: 1000, Period: time.Second, Lease: 100}, "1000/1s fixed_window lease=100"},
+		{Limit{Limit: 1000, Period: time.Second, LocalBudget: 100}, "1000/1s fixed_window local_budget=100"},
 		// Invalid limits still print, for error messages.
 		{Limit{Algorithm: "x", Limit: -1, Window: "rolling"}, `-1/0s x window="rolling"`},
 	}

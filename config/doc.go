@@ -132,9 +132,9 @@
 //     both is an error.
 //   - window: aligned (default) or first_hit, for fixed_window.
 //   - count_rejected: true to count denied requests, as upstream does.
-//   - lease: the most units one server claims at once from a shared
+//   - local_budget: the most units one server claims at once from a shared
 //     store's budget and admits without a round trip (fixed_window and
-//     sliding_window); see floodgate.Limit.Lease.
+//     sliding_window); see floodgate.Limit.LocalBudget.
 //   - failure_mode: fail_open, fail_closed or local, how the server answers
 //     when the store fails; absent means the server's default. local
 //     decides in the server's memory with the limit divided by the number

@@ -255,7 +255,7 @@ descriptors:
   - key: win
     rate_limit: {unit: second, requests_per_unit: 1, window: sliding}
   - key: lease
-    rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 1, lease: 5}
+    rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 1, local_budget: 5}
 `, []want{
 			{5, "leaky_bucket", "descriptors[0].rate_limit.algorithm", `unknown algorithm "leaky_bucket"`},
 			{7, "5}", "descriptors[1].rate_limit.burst", "fixed_window takes no burst"},
@@ -265,7 +265,7 @@ descriptors:
 			{15, "4294967295", "descriptors[5].rate_limit.requests_per_unit", "above 2^52 for sliding_window"},
 			{17, "-2", "descriptors[6].rate_limit.burst", "-2 is negative"},
 			{19, "sliding", "descriptors[7].rate_limit.window", `unknown window "sliding"`},
-			{21, "5}", "descriptors[8].rate_limit.lease", "gcra takes no lease"},
+			{21, "5}", "descriptors[8].rate_limit.local_budget", "gcra takes no local_budget"},
 		}},
 
 		{"field problems and Validate problems in one rate_limit", `
@@ -656,13 +656,13 @@ func TestParseLongText(t *testing.T) {
 	}
 }
 
-// TestParseLease checks that lease reaches floodgate.Limit.Lease.
+// TestParseLease checks that local_budget reaches floodgate.Limit.LocalBudget.
 func TestParseLease(t *testing.T) {
 	d, err := Parse("lease.yaml", []byte(`
 domain: d
 descriptors:
   - key: k
-    rate_limit: {unit: second, requests_per_unit: 1000, lease: 50}
+    rate_limit: {unit: second, requests_per_unit: 1000, local_budget: 50}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -671,7 +671,7 @@ descriptors:
 	if len(rules) != 1 {
 		t.Fatalf("%d rules, want 1", len(rules))
 	}
-	if got := rules[0].Limit.Lease; got != 50 {
-		t.Errorf("Limit.Lease = %d, want 50", got)
+	if got := rules[0].Limit.LocalBudget; got != 50 {
+		t.Errorf("Limit.LocalBudget = %d, want 50", got)
 	}
 }

@@ -53,7 +53,7 @@ var (
 	rootFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
 	rateLimitFields  = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
-		"algorithm", "burst", "period", "window", "count_rejected", "lease", "failure_mode"}
+		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode"}
 	replacesFields = []string{"name"}
 )
 
@@ -498,7 +498,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	}
 	if r.Unlimited {
 		// requests_per_unit is allowed and ignored, as upstream does.
-		for _, name := range []string{"unit", "period", "algorithm", "burst", "window", "count_rejected", "lease", "failure_mode"} {
+		for _, name := range []string{"unit", "period", "algorithm", "burst", "window", "count_rejected", "local_budget", "failure_mode"} {
 			if f := fs[name]; f != nil {
 				p.errorf(f.key, fpath(name), "an unlimited rate limit takes no %s", name)
 			}
@@ -555,8 +555,8 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	if f := fs["count_rejected"]; f != nil {
 		lim.CountRejected, _ = p.boolean(f.val, fpath("count_rejected"))
 	}
-	if f := fs["lease"]; f != nil {
-		lim.Lease, _ = p.integer(f.val, fpath("lease"))
+	if f := fs["local_budget"]; f != nil {
+		lim.LocalBudget, _ = p.integer(f.val, fpath("local_budget"))
 	}
 	if f := fs["failure_mode"]; f != nil {
 		if s, ok := p.str(f.val, fpath("failure_mode")); ok {
@@ -608,7 +608,7 @@ func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string
 		if name == "algorithm" {
 			// An unknown algorithm makes every check that depends on the
 			// algorithm say "<unknown> takes no burst" and the like.
-			bad["burst"], bad["window"], bad["count_rejected"], bad["lease"] = true, true, true, true
+			bad["burst"], bad["window"], bad["count_rejected"], bad["local_budget"] = true, true, true, true
 		}
 	}
 	for _, pr := range problems {
@@ -621,7 +621,7 @@ func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string
 			"burst":          {"burst", "requests_per_unit"},
 			"window":         {"window"},
 			"count_rejected": {"count_rejected"},
-			"lease":          {"lease"},
+			"local_budget":   {"local_budget"},
 		}[pr.name]
 		at, field, located := n, path, ""
 		for _, c := range candidates {

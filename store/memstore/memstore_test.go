@@ -419,9 +419,9 @@ func TestLeaseIgnored(t *testing.T) {
 	defer s.Close()
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
-		leased := floodgate.Limit{Algorithm: alg, Limit: 3, Period: time.Minute, Lease: 2}
+		leased := floodgate.Limit{Algorithm: alg, Limit: 3, Period: time.Minute, LocalBudget: 2}
 		plain := leased
-		plain.Lease = 0
+		plain.LocalBudget = 0
 		for i := range 5 {
 			dl, err := s.Apply(t.Context(), floodgate.Request{Key: "leased", Limit: leased, Cost: 1, Now: now})
 			if err != nil {

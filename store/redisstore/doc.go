@@ -179,13 +179,13 @@
 // DenyCache keys (32 shards; a full shard drops expired entries among 8 it
 // samples, else the one that ends first).
 //
-// A Limit with a Lease leases budget: see floodgate.Limit.Lease. A request
+// A Limit with a Lease leases budget: see floodgate.Limit.LocalBudget. A request
 // that its instance's lease cannot cover runs scripts/lease.lua, which
 // decides the request exactly as the algorithm's own script does and, if
 // it is admitted, counts up to want more units for the instance, at most
 // half of what remains after it, so that others still find budget near the
 // limit. want starts at 1, doubles each time a lease runs out before its
-// window ends, up to Limit.Lease, and halves when an idle lease is given
+// window ends, up to Limit.LocalBudget, and halves when an idle lease is given
 // back. The instance admits leased units itself until the window they
 // were counted in ends (Allowed true, Limit and ResetAfter as of the last
 // claim, Remaining the lease's units plus what Redis reported remaining at

@@ -140,7 +140,7 @@ var hotKeyLoads = []string{"over", "under"}
 // hotKeyLimit is the limit of the hot key under load, with the mode's
 // Lease.
 func hotKeyLimit(alg floodgate.Algorithm, load string, lease int64) floodgate.Limit {
-	l := floodgate.Limit{Algorithm: alg, Limit: 400, Period: 200 * time.Millisecond, Lease: lease}
+	l := floodgate.Limit{Algorithm: alg, Limit: 400, Period: 200 * time.Millisecond, LocalBudget: lease}
 	if load == "under" {
 		l.Limit = 10_000_000
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // A lease is budget of one key under one limit that this store claimed
-// from Redis and admits in process (floodgate.Limit.Lease). Its units were
+// from Redis and admits in process (floodgate.Limit.LocalBudget). Its units were
 // counted in Redis like admitted requests when claimed, so spending them
 // before the window they were counted in ends admits nothing Redis would
 // not have (see scripts/lease.lua for why).
@@ -43,7 +43,7 @@ const leaseReturnTimeout = 2 * time.Second
 // it has the units, else by a claim: one script run that decides r and, if
 // r is admitted, leases up to e.want more units (at most half of what
 // remains). The size grows from 1, doubling each time a lease runs out
-// before its window ends, up to Limit.Lease, and halves when an idle lease
+// before its window ends, up to Limit.LocalBudget, and halves when an idle lease
 // is given back. While one claim of a key is in flight, other callers wait
 // for it and then try the new lease.
 func (l *local) applyLeased(ctx context.Context, s *Store, r floodgate.Request, alg floodgate.Algorithm, key string) (floodgate.Decision, error) {
@@ -99,7 +99,7 @@ func (l *local) applyLeased(ctx context.Context, s *Store, r floodgate.Request, 
 		if e.claiming == nil {
 			if now.Before(e.end) {
 				// The lease ran out within its window: demand is high.
-				e.want = min(2*e.want, r.Limit.Lease)
+				e.want = min(2*e.want, r.Limit.LocalBudget)
 			}
 			want = e.want
 			ch = make(chan struct{})

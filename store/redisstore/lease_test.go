@@ -52,7 +52,7 @@ func replayAdmitted(t *testing.T, l floodgate.Limit, got []admission) {
 	sort.SliceStable(got, func(i, j int) bool { return got[i].now.Before(got[j].now) })
 	m := memstore.New(nil)
 	defer m.Close()
-	l.Lease = 0
+	l.LocalBudget = 0
 	for i, a := range got {
 		d, err := m.Apply(context.Background(), floodgate.Request{Key: "k", Limit: l, Cost: a.cost, Now: a.now})
 		if err != nil {
@@ -73,12 +73,12 @@ func replayAdmitted(t *testing.T, l floodgate.Limit, got []admission) {
 func TestLeaseZeroOverrun(t *testing.T) {
 	addr := standaloneAddr(t)
 	limits := map[string]floodgate.Limit{
-		"fixed_window":   {Limit: 100, Period: time.Second, Lease: 10},
-		"first_hit":      {Limit: 100, Period: time.Second, Window: floodgate.FirstHit, Lease: 10},
-		"sliding_window": {Algorithm: floodgate.SlidingWindow, Limit: 100, Period: time.Second, Lease: 10},
-		"count_rejected": {Limit: 100, Period: time.Second, CountRejected: true, Lease: 64},
+		"fixed_window":   {Limit: 100, Period: time.Second, LocalBudget: 10},
+		"first_hit":      {Limit: 100, Period: time.Second, Window: floodgate.FirstHit, LocalBudget: 10},
+		"sliding_window": {Algorithm: floodgate.SlidingWindow, Limit: 100, Period: time.Second, LocalBudget: 10},
+		"count_rejected": {Limit: 100, Period: time.Second, CountRejected: true, LocalBudget: 64},
 		"sliding_count_rejected": {Algorithm: floodgate.SlidingWindow, Limit: 100, Period: time.Second, CountRejected: true,
-			Lease: 64},
+			LocalBudget: 64},
 	}
 	for name, l := range limits {
 		t.Run(name, func(t *testing.T) {
@@ -136,8 +136,8 @@ func TestLeaseZeroOverrun(t *testing.T) {
 func TestLeaseSeedScenario(t *testing.T) {
 	addr := standaloneAddr(t)
 	for _, l := range []floodgate.Limit{
-		{Limit: 100, Period: 24 * time.Hour, Window: floodgate.FirstHit, Lease: 8},
-		{Algorithm: floodgate.SlidingWindow, Limit: 100, Period: 100 * 24 * time.Hour, Lease: 8},
+		{Limit: 100, Period: 24 * time.Hour, Window: floodgate.FirstHit, LocalBudget: 8},
+		{Algorithm: floodgate.SlidingWindow, Limit: 100, Period: 100 * 24 * time.Hour, LocalBudget: 8},
 	} {
 		t.Run(string(algorithmOf(l)), func(t *testing.T) {
 			stores := newInstances(t, addr, 3, Options{Prefix: testPrefix(t)})
@@ -190,7 +190,7 @@ func TestLeaseReturn(t *testing.T) {
 	addr := standaloneAddr(t)
 	c := newRueidis(t, addr)
 	clock := floodgatetest.NewFakeClock(t0)
-	l := floodgate.Limit{Limit: 1000, Period: time.Minute, Lease: 50}
+	l := floodgate.Limit{Limit: 1000, Period: time.Minute, LocalBudget: 50}
 	s, err := New(newRueidis(t, addr), &Options{Prefix: testPrefix(t), Clock: clock, LeaseIdle: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -207,8 +207,8 @@ func TestLeaseReturn(t *testing.T) {
 	}
 	spend(40)
 	held := redisCount(t, c, key) - 40
-	if held <= 0 || held > l.Lease {
-		t.Fatalf("after 40 admitted the count is %d: %d held, want 1 to %d", held+40, held, l.Lease)
+	if held <= 0 || held > l.LocalBudget {
+		t.Fatalf("after 40 admitted the count is %d: %d held, want 1 to %d", held+40, held, l.LocalBudget)
 	}
 	clock.Advance(time.Second)
 	if n := s.local.sweep(t.Context(), s, clock.Now(), false); n != held {
@@ -240,7 +240,7 @@ func TestLeaseReset(t *testing.T) {
 	addr := standaloneAddr(t)
 	clock := floodgatetest.NewFakeClock(t0)
 	s := newInstances(t, addr, 1, Options{Prefix: testPrefix(t), Clock: clock, DenyCache: 10})[0]
-	for _, l := range []floodgate.Limit{{Limit: 10, Period: time.Minute, Lease: 4}, {Limit: 10, Period: time.Hour}} {
+	for _, l := range []floodgate.Limit{{Limit: 10, Period: time.Minute, LocalBudget: 4}, {Limit: 10, Period: time.Hour}} {
 		admitted := func() int {
 			n := 0
 			for range 20 {
@@ -437,7 +437,7 @@ func TestLeaseOptionsErrors(t *testing.T) {
 	}
 	s := newInstances(t, addr, 1, Options{Prefix: testPrefix(t)})[0]
 	for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA, floodgate.SlidingWindowLog, floodgate.Concurrency} {
-		l := floodgate.Limit{Algorithm: alg, Limit: 10, Period: time.Second, Lease: 5}
+		l := floodgate.Limit{Algorithm: alg, Limit: 10, Period: time.Second, LocalBudget: 5}
 		_, err := s.Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 1, Lease: "x"})
 		if !errors.Is(err, floodgate.ErrInvalidLimit) || !strings.Contains(err.Error(), "lease") {
 			t.Errorf("%s with a lease: %v, want an invalid limit naming the lease", alg, err)
@@ -451,7 +451,7 @@ func TestLeaseReturnCountRejected(t *testing.T) {
 	addr := standaloneAddr(t)
 	c := newRueidis(t, addr)
 	clock := floodgatetest.NewFakeClock(t0)
-	l := floodgate.Limit{Limit: 10, Period: time.Minute, CountRejected: true, Lease: 8}
+	l := floodgate.Limit{Limit: 10, Period: time.Minute, CountRejected: true, LocalBudget: 8}
 	stores := newInstances(t, addr, 2, Options{Prefix: testPrefix(t), Clock: clock})
 	noSweeper(stores[0])
 	for range 3 {

@@ -89,7 +89,7 @@ func clockMargin(d time.Duration) time.Duration {
 // with their own Now bypass it (their time is not the store's), as do
 // requests of cost 0, which change nothing.
 func (l *local) apply(ctx context.Context, s *Store, r floodgate.Request, alg floodgate.Algorithm, key string) (floodgate.Decision, error) {
-	if r.Cost > 0 && r.Limit.Lease > 0 {
+	if r.Cost > 0 && r.Limit.LocalBudget > 0 {
 		return l.applyLeased(ctx, s, r, alg, key)
 	}
 	if l.denyCap == 0 || !denialCacheable(r.Limit, alg) || r.Cost <= 0 {

@@ -54,7 +54,7 @@ type scriptSet struct {
 	single map[floodgate.Algorithm]*script
 	batch  *script
 	// lease claims and returns leased budget (lease.lua), for the
-	// algorithms that take a floodgate.Limit.Lease.
+	// algorithms that take a floodgate.Limit.LocalBudget.
 	lease map[floodgate.Algorithm]*script
 }
 
