@@ -24,6 +24,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
+// defaultDenyCache is serve's default -deny-cache: on, because a cached
+// denial never refuses what Redis would admit (its entry ends no later than
+// Redis's own RetryAfter), and a client hammering a denied key then costs
+// no round trip. 65,536 entries take a few MiB.
+const defaultDenyCache = 1 << 16
+
 // grpcStreamWorkers is the number of goroutines kept to serve gRPC calls;
 // see grpc.NumStreamWorkers.
 const grpcStreamWorkers = 256
@@ -39,6 +45,7 @@ type serveConfig struct {
 	timeout            time.Duration
 	failureMode        string
 	instances          int
+	denyCache          int
 	probeInterval      time.Duration
 	shutdownTimeout    time.Duration
 	pprof              bool
@@ -58,6 +65,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.StringVar(&c.failureMode, "failure-mode", string(floodgate.FailOpen), "answer when the store fails, for rules without failure_mode: fail_open, fail_closed or local (env FLOODGATE_FAILURE_MODE)")
 	fs.IntVar(&c.instances, "instances", 0, "`number` of replicas sharing the Redis; failure mode local divides every limit by it while Redis fails, and needs it (env FLOODGATE_INSTANCES)")
 	fs.DurationVar(&c.probeInterval, "probe-interval", floodgate.DefaultProbeInterval, "failure mode local: how long to decide locally after a Redis failure before one request tries Redis again (env FLOODGATE_PROBE_INTERVAL)")
+	fs.IntVar(&c.denyCache, "deny-cache", defaultDenyCache, "Redis: the most `keys` remembered as over their limit until their retry time, answered without a round trip (exact: see store/redisstore); 0 disables (env FLOODGATE_DENY_CACHE)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address (env FLOODGATE_PPROF)")
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
@@ -83,6 +91,9 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 		return c, 2, false
 	case c.failureMode == string(floodgate.FailLocal) && c.instances == 0:
 		fmt.Fprintf(stderr, "floodgate serve: -instances: failure mode local needs the number of replicas sharing the Redis (at least 1)\n")
+		return c, 2, false
+	case c.denyCache < 0:
+		fmt.Fprintf(stderr, "floodgate serve: -deny-cache: %d is negative\n", c.denyCache)
 		return c, 2, false
 	case c.probeInterval <= 0:
 		fmt.Fprintf(stderr, "floodgate serve: -probe-interval: %v must be above zero\n", c.probeInterval)
@@ -114,7 +125,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(handler)
 
-	store, closeStore, err := openStore(ctx, c.redisURL)
+	store, closeStore, err := openStore(ctx, c.redisURL, c.denyCache)
 	if err != nil {
 		log.Error("store unavailable", "error", err)
 		return 1
@@ -235,12 +246,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // openStore opens the memory store, or Redis for a URL.
-func openStore(ctx context.Context, url string) (floodgate.Store, func(), error) {
+func openStore(ctx context.Context, url string, denyCache int) (floodgate.Store, func(), error) {
 	if url == "" {
 		s := memstore.New(nil)
 		return s, func() { s.Close() }, nil
 	}
-	return openRedis(ctx, url)
+	return openRedis(ctx, url, denyCache)
 }
 
 // redactURL hides a password in a URL for logs.

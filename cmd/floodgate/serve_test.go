@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -220,6 +221,7 @@ func TestServeBadFlags(t *testing.T) {
 		{"serve", "-failure-mode", "local"},
 		{"serve", "-instances", "-1"},
 		{"serve", "-probe-interval", "0s"},
+		{"serve", "-deny-cache", "-1"},
 	} {
 		var stdout, stderr strings.Builder
 		if code := run(t.Context(), args, &stdout, &stderr); code != 2 {
@@ -493,5 +495,62 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %v", d)
 		}
 		waitTick()
+	}
+}
+
+// TestServeDenyCache hammers one key past its limit through serve on Redis:
+// with the default -deny-cache, the denials after the first are answered
+// without a script call; with -deny-cache 0, every request runs one. Both
+// admit exactly the limit.
+func TestServeDenyCache(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		minCalls int64
+		maxCalls int64
+	}{
+		// One more call than decisions at most: the first EVALSHA of a fresh
+		// Redis answers NOSCRIPT and is sent again as EVAL.
+		{"default", nil, 6, 8},
+		{"off", []string{"-deny-cache", "0"}, 50, 51},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redis := redistest.Standalone(t)
+			dir, _ := writeConfig(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+			args := append([]string{"-config", dir, "-redis", "redis://" + redis.Addr, "-timeout", "5s"}, tc.args...)
+			rls := startServe(t, args...).rls(t)
+			if _, err := redis.CLI(t.Context(), "CONFIG", "RESETSTAT"); err != nil {
+				t.Fatal(err)
+			}
+			ok := 0
+			for range 50 {
+				resp, err := rls.ShouldRateLimit(t.Context(), rlsRequest("edge", "user", "abuser"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					ok++
+				}
+			}
+			if ok != 5 {
+				t.Errorf("%d of 50 admitted, want exactly 5", ok)
+			}
+			info, err := redis.CLI(t.Context(), "INFO", "commandstats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var calls int64
+			for line := range strings.SplitSeq(info, "\n") {
+				k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+				if k == "cmdstat_evalsha" || k == "cmdstat_eval" {
+					n, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+					c, _ := strconv.ParseInt(n, 10, 64)
+					calls += c
+				}
+			}
+			if calls < tc.minCalls || calls > tc.maxCalls {
+				t.Errorf("%d script calls for 50 requests, want %d to %d", calls, tc.minCalls, tc.maxCalls)
+			}
+		})
 	}
 }

@@ -11,9 +11,10 @@ import (
 	"google.golang.org/grpc"
 )
 
-// openRedis opens a Redis store that serve owns and closes.
-func openRedis(ctx context.Context, url string) (floodgate.Store, func(), error) {
-	s, err := redisstore.Open(ctx, url, nil)
+// openRedis opens a Redis store that serve owns and closes, remembering up
+// to denyCache keys as over their limit (redisstore.Options.DenyCache).
+func openRedis(ctx context.Context, url string, denyCache int) (floodgate.Store, func(), error) {
+	s, err := redisstore.Open(ctx, url, &redisstore.Options{DenyCache: denyCache})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -39,7 +39,7 @@ type Options struct {
 	// its RetryAfter: see "Local decisions" in the package doc for when
 	// this is exact. Default 0: off.
 	DenyCache int
-	// LeaseIdle is how long a budget leased for a limit with a Lease may go
+	// LeaseIdle is how long a budget leased for a limit with a LocalBudget may go
 	// unused before the store gives its unused units back; 0 means
 	// DefaultLeaseIdle.
 	LeaseIdle time.Duration
