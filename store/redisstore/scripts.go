@@ -153,7 +153,9 @@ func buildScripts() (scriptSet, error) {
 	}
 	for _, lf := range leased {
 		src.Reset()
-		src.WriteString(files["common.lua"] + "\n")
+		for _, name := range append([]string{"common.lua"}, helpers(lf.alg)...) {
+			src.WriteString(files[name] + "\n")
+		}
 		src.WriteString(funcs[slices.Index(floodgate.Algorithms, lf.alg)] + "\n")
 		src.WriteString(leaseSrc + "\n")
 		fmt.Fprintf(&src, "return lease_main('%s', %s_step, %s, %s_expires, '%s')\n", lf.alg, lf.alg, lf.fields, lf.alg, lf.counted)
