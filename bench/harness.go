@@ -55,7 +55,8 @@ type Variant struct {
 }
 
 // FloodgateVariants are the rows of floodgate's Redis store: every
-// algorithm with default options.
+// algorithm with default options, then the features measured beside their
+// base algorithm (named base+feature).
 var FloodgateVariants = []Variant{
 	{Name: "fixed_window", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow}},
 	{Name: "sliding_window_log", Limit: floodgate.Limit{Algorithm: floodgate.SlidingWindowLog}},
@@ -63,6 +64,10 @@ var FloodgateVariants = []Variant{
 	{Name: "token_bucket", Limit: floodgate.Limit{Algorithm: floodgate.TokenBucket}},
 	{Name: "gcra", Limit: floodgate.Limit{Algorithm: floodgate.GCRA}},
 	{Name: "concurrency", Limit: floodgate.Limit{Algorithm: floodgate.Concurrency}},
+	// Leased local budgets: each instance claims up to 1000 units at once
+	// and admits them in process (floodgate.Limit.LocalBudget).
+	{Name: "fixed_window+local_budget", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow, LocalBudget: 1000}},
+	{Name: "sliding_window+local_budget", Limit: floodgate.Limit{Algorithm: floodgate.SlidingWindow, LocalBudget: 1000}},
 }
 
 // BenchLimit is v's limit with the benchmark's rate: RedisLimit per second
