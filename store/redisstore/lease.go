@@ -24,8 +24,14 @@ type lease struct {
 	remote  int64     // Redis's Remaining at the last claim
 	max     int64     // Decision.Limit
 	want    int64     // the extra units the next claim asks for
-	lastUse time.Time
-	deny    *denial // the last denial, while it holds
+	// seenUntil is the local time the window of the last claim that
+	// leased nothing ends: a request before it finds the key in use twice
+	// in one window, and only then does the key start leasing, so that a
+	// key used once per window costs one script, as without a lease, and
+	// no return.
+	seenUntil time.Time
+	lastUse   time.Time
+	deny      *denial // the last denial, while it holds
 	// claiming is closed when the claim in flight, if any, is done; others
 	// wait for it rather than each claiming.
 	claiming chan struct{}
@@ -42,9 +48,10 @@ const leaseReturnTimeout = 2 * time.Second
 // applyLeased decides r, whose limit has a Lease, from the key's lease when
 // it has the units, else by a claim: one script run that decides r and, if
 // r is admitted, leases up to e.want more units (at most half of what
-// remains). The size grows from 1, doubling each time a lease runs out
-// before its window ends, up to Limit.LocalBudget, and halves when an idle lease
-// is given back. While one claim of a key is in flight, other callers wait
+// remains). A key's first claim leases nothing; a second request in the
+// same window starts its leases at 1 unit, doubling each time a lease runs
+// out before its window ends, up to Limit.LocalBudget, and halving when an
+// idle lease is given back. While one claim of a key is in flight, other callers wait
 // for it and then try the new lease.
 func (l *local) applyLeased(ctx context.Context, s *Store, r floodgate.Request, alg floodgate.Algorithm, key string) (floodgate.Decision, error) {
 	l.sweepOnce.Do(func() {
@@ -66,7 +73,7 @@ func (l *local) applyLeased(ctx context.Context, s *Store, r floodgate.Request, 
 				sh.mu.Unlock()
 				return s.applyRemote(ctx, r, alg, key)
 			}
-			e = &lease{limit: r.Limit, want: 1}
+			e = &lease{limit: r.Limit}
 			sh.leases[key] = e
 		}
 		if now.Before(e.end) && e.left >= r.Cost {
@@ -97,9 +104,10 @@ func (l *local) applyLeased(ctx context.Context, s *Store, r floodgate.Request, 
 		var ch chan struct{}
 		want := int64(0)
 		if e.claiming == nil {
-			if now.Before(e.end) {
-				// The lease ran out within its window: demand is high.
-				e.want = min(2*e.want, r.Limit.LocalBudget)
+			if now.Before(e.end) || now.Before(e.seenUntil) {
+				// The lease ran out within its window, or the key is asked
+				// for twice in one window: demand is high.
+				e.want = min(max(1, 2*e.want), r.Limit.LocalBudget)
 			}
 			want = e.want
 			ch = make(chan struct{})
@@ -138,7 +146,11 @@ func (l *local) noteClaim(e *lease, r floodgate.Request, alg floodgate.Algorithm
 		return
 	}
 	e.deny = nil
+	// The window of both algorithms ends at start + Period in Redis's time.
+	left := time.Duration(start+int64(r.Limit.Period/time.Microsecond)-d.Now.UnixMicro()) * time.Microsecond
+	end := sent.Add(clockMargin(left))
 	if granted <= 0 {
+		e.seenUntil = end
 		// The lease's fields describe the window of its units: a claim
 		// of nothing in another window (a caller that claimed while
 		// another's claim was in flight) leaves them.
@@ -148,9 +160,6 @@ func (l *local) noteClaim(e *lease, r floodgate.Request, alg floodgate.Algorithm
 		return
 	}
 	e.max, e.remote, e.resetAt = d.Limit, d.Remaining, sent.Add(d.ResetAfter)
-	// The window of both algorithms ends at start + Period in Redis's time.
-	left := time.Duration(start+int64(r.Limit.Period/time.Microsecond)-d.Now.UnixMicro()) * time.Microsecond
-	end := sent.Add(clockMargin(left))
 	if e.start == start && sent.Before(e.end) {
 		e.left += granted
 		if end.After(e.end) {

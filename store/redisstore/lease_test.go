@@ -454,14 +454,16 @@ func TestLeaseReturnCountRejected(t *testing.T) {
 	l := floodgate.Limit{Limit: 10, Period: time.Minute, CountRejected: true, LocalBudget: 8}
 	stores := newInstances(t, addr, 2, Options{Prefix: testPrefix(t), Clock: clock})
 	noSweeper(stores[0])
-	for range 3 {
+	// The first claim leases nothing, the second 1 unit, which the third
+	// spends; the fourth leases 2.
+	for range 4 {
 		if d, err := stores[0].Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 1}); err != nil || !d.Allowed {
 			t.Fatalf("Apply = %+v, %v", d, err)
 		}
 	}
 	key := stores[0].Key("k", l)
-	if n := redisCount(t, c, key); n <= 3 {
-		t.Fatalf("count %d after 3 admitted, want a lease on top", n)
+	if n := redisCount(t, c, key); n <= 4 {
+		t.Fatalf("count %d after 4 admitted, want a lease on top", n)
 	}
 	if d, err := stores[1].Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 10}); err != nil || d.Allowed {
 		t.Fatalf("Apply(cost 10) = %+v, %v; want denied", d, err)
