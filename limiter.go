@@ -128,7 +128,7 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Allow takes one unit for key under limit. See AllowN.
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision, error) {
-	return l.AllowN(ctx, key, limit, 1)
+	return l.allow(ctx, key, &limit, 1)
 }
 
 // AllowN takes n units for key under limit if the limit admits them.
@@ -141,7 +141,27 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision,
 // invalid key, limit or n returns an error wrapping ErrInvalidRequest or
 // ErrInvalidLimit and a denial, whatever the policy.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
-	return l.apply(ctx, &Request{Key: key, Limit: limit, Cost: n})
+	return l.allow(ctx, key, &limit, n)
+}
+
+// allow is AllowN. The common case, a Limiter with no fallback, timeout or
+// observer, builds the Request and calls the store in this one frame:
+// every further layer that passes the 160-byte Request or the Decision
+// along copies it, which is a large part of a decision's cost outside the
+// store (BENCHMARKS.md).
+func (l *Limiter) allow(ctx context.Context, key string, limit *Limit, n int64) (Decision, error) {
+	r := Request{Key: key, Limit: *limit, Cost: n}
+	if !l.direct {
+		return l.apply(ctx, &r)
+	}
+	if err := l.prepare(&r, l.now()); err != nil {
+		return Decision{RetryAfter: Never}, err
+	}
+	d, err := l.store.Apply(ctx, r)
+	if err != nil {
+		return l.failed(err), err
+	}
+	return d, nil
 }
 
 // Peek reports the state of key under limit without taking anything:
