@@ -86,3 +86,31 @@ func TestTableCollisions(t *testing.T) {
 		t.Errorf("len = %d after deleting everything", tb.len())
 	}
 }
+
+// TestTableSweepShrinks checks that a sweep that leaves the entry slice
+// under a quarter full moves the entries to a smaller slice, and that
+// every pair left is still found at its new position.
+func TestTableSweepShrinks(t *testing.T) {
+	tb := newTable[int]()
+	refs := make([]ref, 200)
+	for i := range refs {
+		refs[i] = ref{hash: uint64(i) * 7919, mkey: mkey{"k", int64(i)}}
+		tb.put(refs[i], i)
+	}
+	before := cap(tb.ents)
+	if got := tb.sweep(func(v int) bool { return v%20 != 0 }); got != 190 {
+		t.Fatalf("sweep dropped %d, want 190", got)
+	}
+	if c := cap(tb.ents); c >= before/4 {
+		t.Errorf("cap(ents) = %d after sweeping to %d entries, want under %d", c, len(tb.ents), before/4)
+	}
+	for i, r := range refs {
+		v, ok := tb.get(r)
+		if want := i%20 == 0; ok != want || ok && v != i {
+			t.Errorf("get(%v) = %d, %v; want %d, %v", r.mkey, v, ok, i, want)
+		}
+	}
+	if tb.len() != 10 {
+		t.Errorf("len = %d, want 10", tb.len())
+	}
+}
