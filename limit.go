@@ -299,16 +299,21 @@ func algorithmList() string {
 // Params is the limit in the integer form algorithm.Step takes, with the
 // defaults filled in (Burst = Limit). Call it on a validated limit.
 func (l Limit) Params() algorithm.Params {
-	p := algorithm.Params{
+	var burst int64 // Capacity for the buckets, 0 elsewhere
+	switch l.Algorithm {
+	case TokenBucket, GCRA:
+		burst = l.Limit
+		if l.Burst != 0 && l.Limit != 0 {
+			burst = l.Burst
+		}
+	}
+	return algorithm.Params{
 		Limit:         l.Limit,
 		Period:        int64(l.Period / time.Microsecond),
+		Burst:         burst,
 		FirstHit:      l.Window == FirstHit,
 		CountRejected: l.CountRejected,
 	}
-	if l.Algorithm == TokenBucket || l.Algorithm == GCRA {
-		p.Burst = l.Capacity()
-	}
-	return p
 }
 
 // String formats the limit as "60/1m0s fixed_window", adding the options

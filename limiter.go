@@ -91,6 +91,9 @@ type Limiter struct {
 	timeout time.Duration
 	obs     Observer
 	fb      *Fallback // FailLocal's, else nil
+	// direct: no fallback, timeout or observer, so apply calls the store
+	// and nothing else.
+	direct bool
 }
 
 // New returns a Limiter over store. opts may be nil.
@@ -116,7 +119,8 @@ func New(store Store, opts *Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{store: store, clock: o.Clock, prefix: o.KeyPrefix, policy: o.FailurePolicy, timeout: o.Timeout, obs: o.Observer, fb: fb}, nil
+	return &Limiter{store: store, clock: o.Clock, prefix: o.KeyPrefix, policy: o.FailurePolicy, timeout: o.Timeout, obs: o.Observer, fb: fb,
+		direct: fb == nil && o.Timeout == 0 && o.Observer == nil}, nil
 }
 
 // Store returns the limiter's store.
@@ -124,7 +128,7 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Allow takes one unit for key under limit. See AllowN.
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision, error) {
-	return l.AllowN(ctx, key, limit, 1)
+	return l.allow(ctx, key, &limit, 1)
 }
 
 // AllowN takes n units for key under limit if the limit admits them.
@@ -137,13 +141,33 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision,
 // invalid key, limit or n returns an error wrapping ErrInvalidRequest or
 // ErrInvalidLimit and a denial, whatever the policy.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
-	return l.apply(ctx, Request{Key: key, Limit: limit, Cost: n})
+	return l.allow(ctx, key, &limit, n)
+}
+
+// allow is AllowN. The common case, a Limiter with no fallback, timeout or
+// observer, builds the Request and calls the store in this one frame:
+// every further layer that passes the 160-byte Request or the Decision
+// along copies it, which is a large part of a decision's cost outside the
+// store (BENCHMARKS.md).
+func (l *Limiter) allow(ctx context.Context, key string, limit *Limit, n int64) (Decision, error) {
+	r := Request{Key: key, Limit: *limit, Cost: n}
+	if !l.direct {
+		return l.apply(ctx, &r)
+	}
+	if err := l.prepare(&r, l.now()); err != nil {
+		return Decision{RetryAfter: Never}, err
+	}
+	d, err := l.store.Apply(ctx, r)
+	if err != nil {
+		return l.failed(err), err
+	}
+	return d, nil
 }
 
 // Peek reports the state of key under limit without taking anything:
 // Remaining is what AllowN could still take.
 func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Decision, error) {
-	return l.apply(ctx, Request{Key: key, Limit: limit})
+	return l.apply(ctx, &Request{Key: key, Limit: limit})
 }
 
 // Reset gives key its whole budget back under limit's algorithm. The store
@@ -235,7 +259,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, limit Limit, n int64
 	var id [16]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+).
 	lease := &Lease{l: l, key: key, limit: limit, cost: n, id: hex.EncodeToString(id[:])}
-	d, err := l.apply(ctx, Request{Key: key, Limit: limit, Cost: n, Lease: lease.id})
+	d, err := l.apply(ctx, &Request{Key: key, Limit: limit, Cost: n, Lease: lease.id})
 	if err != nil {
 		if d.Allowed {
 			lease.released = true
@@ -270,7 +294,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 	if ls.released {
 		return nil
 	}
-	_, err := ls.l.apply(ctx, Request{Key: ls.key, Limit: ls.limit, Cost: ls.cost, Lease: ls.id, Release: true})
+	_, err := ls.l.apply(ctx, &Request{Key: ls.key, Limit: ls.limit, Cost: ls.cost, Lease: ls.id, Release: true})
 	if err == nil {
 		ls.released = true
 	}
@@ -280,15 +304,33 @@ func (ls *Lease) Release(ctx context.Context) error {
 // Renew extends the lease for another limit.Period from now. It is denied
 // if the lease expired and the limit has since filled up.
 func (ls *Lease) Renew(ctx context.Context) (Decision, error) {
-	return ls.l.apply(ctx, Request{Key: ls.key, Limit: ls.limit, Cost: ls.cost, Lease: ls.id})
+	return ls.l.apply(ctx, &Request{Key: ls.key, Limit: ls.limit, Cost: ls.cost, Lease: ls.id})
 }
 
-func (l *Limiter) apply(ctx context.Context, r Request) (Decision, error) {
-	if err := l.prepare(&r, l.now()); err != nil {
+// apply prepares r (which it changes) and decides it. r does not escape:
+// the store gets a copy.
+func (l *Limiter) apply(ctx context.Context, r *Request) (Decision, error) {
+	if err := l.prepare(r, l.now()); err != nil {
 		return Decision{RetryAfter: Never}, err
 	}
+	if !l.direct {
+		return l.applyWrapped(ctx, r)
+	}
+	// No fallback, timeout or observer: the store call alone, in a small
+	// frame with no defer (this is most of a decision's cost outside the
+	// store; see BENCHMARKS.md).
+	d, err := l.store.Apply(ctx, *r)
+	if err != nil {
+		d = l.failed(err)
+	}
+	return d, err
+}
+
+// applyWrapped is apply for a prepared r with a fallback, a timeout or an
+// observer.
+func (l *Limiter) applyWrapped(ctx context.Context, r *Request) (Decision, error) {
 	if l.fb != nil {
-		return l.applyFallback(ctx, r)
+		return l.applyFallback(ctx, *r)
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -296,12 +338,12 @@ func (l *Limiter) apply(ctx context.Context, r Request) (Decision, error) {
 	if l.obs != nil {
 		start = time.Now()
 	}
-	d, err := l.store.Apply(ctx, r)
+	d, err := l.store.Apply(ctx, *r)
 	if err != nil {
 		d = l.failed(err)
 	}
 	if l.obs != nil {
-		l.observe(r, d, err, time.Since(start))
+		l.observe(*r, d, err, time.Since(start))
 	}
 	return d, err
 }

@@ -115,18 +115,20 @@ type Decision struct {
 // FromAlgorithm converts a decision of the algorithm package, made at nowUS
 // microseconds since the epoch, into a Decision. Stores use it.
 func FromAlgorithm(d algorithm.Decision, nowUS int64) Decision {
-	out := Decision{
+	retry := time.Duration(d.RetryAfter) * time.Microsecond
+	if d.RetryAfter == algorithm.Never {
+		retry = Never
+	}
+	// One composite literal in the return: the Decision is written once,
+	// straight into the result.
+	return Decision{
 		Allowed:    d.Allowed,
 		Limit:      d.Limit,
 		Remaining:  d.Remaining,
 		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
-		RetryAfter: time.Duration(d.RetryAfter) * time.Microsecond,
+		RetryAfter: retry,
 		Now:        time.UnixMicro(nowUS),
 	}
-	if d.RetryAfter == algorithm.Never {
-		out.RetryAfter = Never
-	}
-	return out
 }
 
 // Combine folds the decisions of several limits checked together (a batch)

@@ -10,8 +10,8 @@
 // mutex and maps, so goroutines deciding different keys rarely meet. The
 // key's bytes are hashed once per decision: the same 64-bit hash picks the
 // shard and keys the shard's map, which compares the key only to confirm
-// (see table). A decision on an existing key of an O(1) algorithm
-// allocates nothing.
+// (see table), and its state is written back in place. A decision on an
+// existing key of an O(1) algorithm allocates nothing.
 // Expired state is dropped when it is next touched and by a background
 // sweeper, so memory stays bounded by the keys live in the last period.
 // Like a Redis TTL, a key lives for its ResetAfter by the store's Clock,
@@ -19,12 +19,13 @@
 // clock is behind the store's loses no state to the sweeper.
 //
 // Memory per live key (measured by BenchmarkMemoryPerKey with a million
-// keys, amd64, Go 1.26; see BENCHMARKS.md): about 150 bytes plus the key's
+// keys, amd64, Go 1.26; see BENCHMARKS.md): about 110 bytes plus the key's
 // own bytes for fixed_window, sliding_window, token_bucket and gcra (a
-// 64-byte map entry, hash, key header, period and state, in Go maps that
-// run partly empty); sliding_window_log about 140 bytes with one logged
-// unit and 13 more per further unit; concurrency about 165 bytes with one
-// held unit and 53 more, plus the lease ID's bytes, per further unit.
+// 64-byte entry, hash, key header, period and state, in a growing slice,
+// and a 16-byte hash-to-position map slot, in Go maps that run partly
+// empty); sliding_window_log about 125 bytes with one logged unit and 13
+// more per further unit; concurrency about 150 bytes with one held unit
+// and 53 more, plus the lease ID's bytes, per further unit.
 package memstore
 
 import (

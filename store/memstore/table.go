@@ -8,42 +8,48 @@ type ref struct {
 	mkey
 }
 
-// tentry is a value of a table's primary map, with the (key, period) it
-// belongs to: two pairs may share a 64-bit hash.
+// tentry is an entry of a table's primary part, with the (key, period) it
+// belongs to and its hash: two pairs may share a 64-bit hash.
 type tentry[V any] struct {
+	hash   uint64
 	key    string
 	period int64
 	v      V
 }
 
-// table maps (key, period) pairs to V. The primary map is keyed by the
-// pair's 64-bit hash, which Go's maps look up without hashing or comparing
-// the key's bytes again; the entry holds the pair, and a lookup compares
-// it. A pair whose hash is already taken by another pair goes to over,
-// keyed by the pair itself. With a seeded 64-bit hash that is rare (about
-// n²/2^65 pairs for n keys in a shard), but it keeps every lookup exact
-// whatever the keys.
+// table maps (key, period) pairs to V. Primary entries live in a slice,
+// ents, indexed by a map from the pair's 64-bit hash to the entry's
+// position: Go's maps look a uint64 up without hashing or comparing the
+// key's bytes again, the entry holds the pair for a lookup to compare, and
+// a value is changed in place in the slice, without a map assignment. A
+// pair whose hash is already taken by another pair goes to over, keyed by
+// the pair itself. With a seeded 64-bit hash that is rare (about n²/2^65
+// pairs for n keys in a shard), but it keeps every lookup exact whatever
+// the keys.
 //
-// A pair lives in at most one of the two maps: put updates it where it is
-// and only places a new pair, in the primary map if its hash is free,
+// A pair lives in at most one of the two parts: put updates it where it is
+// and only places a new pair, in the primary part if its hash is free,
 // otherwise in over. Deleting a primary entry may leave a pair of the same
-// hash in over, so a lookup that misses in the primary map looks in over
-// whenever over is not empty.
+// hash in over, so a lookup that misses in the primary part looks in over
+// whenever over is not empty. A deletion moves the last entry of ents into
+// the hole, so ents stays dense; sweep gives back the slice's memory when
+// it is mostly empty.
 type table[V any] struct {
-	m    map[uint64]tentry[V]
+	idx  map[uint64]int // hash → position in ents
+	ents []tentry[V]
 	over map[mkey]V // nil until a first collision
 }
 
 func newTable[V any]() table[V] {
-	return table[V]{m: make(map[uint64]tentry[V])}
+	return table[V]{idx: make(map[uint64]int)}
 }
 
-// where says in which map a pair was found.
-type where uint8
+// where says where find found a pair: its position in ents (>= 0),
+// inOver, or absent.
+type where int
 
 const (
-	absent where = iota
-	inPrimary
+	absent where = -1 - iota
 	inOver
 )
 
@@ -54,8 +60,10 @@ func (t *table[V]) get(r ref) (V, bool) {
 
 // find is get that also says where the pair is, for set.
 func (t *table[V]) find(r ref) (V, where) {
-	if e, ok := t.m[r.hash]; ok && e.key == r.key && e.period == r.period {
-		return e.v, inPrimary
+	if i, ok := t.idx[r.hash]; ok {
+		if e := &t.ents[i]; e.key == r.key && e.period == r.period {
+			return e.v, where(i)
+		}
 	}
 	if len(t.over) > 0 {
 		if v, ok := t.over[r.mkey]; ok {
@@ -69,10 +77,10 @@ func (t *table[V]) find(r ref) (V, where) {
 // set is put for a pair that find just reported at w, with no change to
 // the table in between: it skips put's lookup when the pair is present.
 func (t *table[V]) set(r ref, v V, w where) {
-	switch w {
-	case inPrimary:
-		t.m[r.hash] = tentry[V]{key: r.key, period: r.period, v: v}
-	case inOver:
+	switch {
+	case w >= 0:
+		t.ents[w].v = v
+	case w == inOver:
 		t.over[r.mkey] = v
 	default:
 		t.put(r, v)
@@ -80,9 +88,11 @@ func (t *table[V]) set(r ref, v V, w where) {
 }
 
 func (t *table[V]) put(r ref, v V) {
-	e, ok := t.m[r.hash]
+	i, ok := t.idx[r.hash]
 	switch {
-	case ok && e.key == r.key && e.period == r.period:
+	case ok && t.ents[i].key == r.key && t.ents[i].period == r.period:
+		t.ents[i].v = v
+		return
 	case len(t.over) > 0 && t.inOver(r.mkey):
 		t.over[r.mkey] = v
 		return
@@ -93,7 +103,8 @@ func (t *table[V]) put(r ref, v V) {
 		t.over[r.mkey] = v
 		return
 	}
-	t.m[r.hash] = tentry[V]{key: r.key, period: r.period, v: v}
+	t.idx[r.hash] = len(t.ents)
+	t.ents = append(t.ents, tentry[V]{hash: r.hash, key: r.key, period: r.period, v: v})
 }
 
 func (t *table[V]) inOver(k mkey) bool {
@@ -102,8 +113,8 @@ func (t *table[V]) inOver(k mkey) bool {
 }
 
 func (t *table[V]) del(r ref) {
-	if e, ok := t.m[r.hash]; ok && e.key == r.key && e.period == r.period {
-		delete(t.m, r.hash)
+	if i, ok := t.idx[r.hash]; ok && t.ents[i].key == r.key && t.ents[i].period == r.period {
+		t.removeAt(i)
 		return
 	}
 	if len(t.over) > 0 {
@@ -111,17 +122,34 @@ func (t *table[V]) del(r ref) {
 	}
 }
 
-func (t *table[V]) len() int { return len(t.m) + len(t.over) }
+// removeAt deletes the primary entry at i, moving the last entry there.
+func (t *table[V]) removeAt(i int) {
+	last := len(t.ents) - 1
+	delete(t.idx, t.ents[i].hash)
+	if i != last {
+		t.ents[i] = t.ents[last]
+		t.idx[t.ents[i].hash] = i
+	}
+	t.ents[last] = tentry[V]{} // let the key and value be collected
+	t.ents = t.ents[:last]
+}
+
+func (t *table[V]) len() int { return len(t.ents) + len(t.over) }
 
 // sweep deletes every value for which expired is true and returns how many
-// it deleted.
+// it deleted. When the primary entries fill under a quarter of their
+// slice, it moves them to a smaller one.
 func (t *table[V]) sweep(expired func(V) bool) int {
 	n := 0
-	for h, e := range t.m {
-		if expired(e.v) {
-			delete(t.m, h)
+	// Backwards, so that the entry removeAt moves into i was already seen.
+	for i := len(t.ents) - 1; i >= 0; i-- {
+		if expired(t.ents[i].v) {
+			t.removeAt(i)
 			n++
 		}
+	}
+	if c := cap(t.ents); c > 64 && len(t.ents) < c/4 {
+		t.ents = append(make([]tentry[V], 0, 2*len(t.ents)), t.ents...)
 	}
 	for k, v := range t.over {
 		if expired(v) {
