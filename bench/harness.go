@@ -55,7 +55,8 @@ type Variant struct {
 }
 
 // FloodgateVariants are the rows of floodgate's Redis store: every
-// algorithm with default options.
+// algorithm with default options, and fixed_window and gcra run as Redis
+// functions (redisstore.Options.Functions, FCALL instead of EVALSHA).
 var FloodgateVariants = []Variant{
 	{Name: "fixed_window", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow}},
 	{Name: "sliding_window_log", Limit: floodgate.Limit{Algorithm: floodgate.SlidingWindowLog}},
@@ -63,6 +64,8 @@ var FloodgateVariants = []Variant{
 	{Name: "token_bucket", Limit: floodgate.Limit{Algorithm: floodgate.TokenBucket}},
 	{Name: "gcra", Limit: floodgate.Limit{Algorithm: floodgate.GCRA}},
 	{Name: "concurrency", Limit: floodgate.Limit{Algorithm: floodgate.Concurrency}},
+	{Name: "fixed_window+functions", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow}, Options: &redisstore.Options{Functions: true}},
+	{Name: "gcra+functions", Limit: floodgate.Limit{Algorithm: floodgate.GCRA}, Options: &redisstore.Options{Functions: true}},
 }
 
 // BenchLimit is v's limit with the benchmark's rate: RedisLimit per second

@@ -68,9 +68,9 @@ func (r rueidisConn) fcall(ctx context.Context, fn string, keys, args []string) 
 	return rueidisInts(r.c.Do(ctx, cmd))
 }
 
-// loadLibrary loads src on every node of the client. A replica (a Cluster
-// client knows of them) answers READONLY: it gets the library from its
-// master, as it gets every write.
+// loadLibrary loads src on every node of the client, and succeeds if one
+// master took it. A replica (a Cluster client knows of them) answers
+// READONLY: it gets the library from its master, as it gets every write.
 func (r rueidisConn) loadLibrary(ctx context.Context, src string) error {
 	loaded := 0
 	var errs []error
@@ -85,7 +85,12 @@ func (r rueidisConn) loadLibrary(ctx context.Context, src string) error {
 		}
 		loaded++
 	}
-	if len(errs) == 0 && loaded == 0 {
+	if loaded > 0 {
+		// A node that failed (down, unreachable) is left: a call on it
+		// finds no function and loads again.
+		return nil
+	}
+	if len(errs) == 0 {
 		return errors.New("no master to load the library on")
 	}
 	return errors.Join(errs...)

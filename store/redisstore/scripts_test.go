@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"flag"
+	"os"
 	"strings"
 	"testing"
 
@@ -54,5 +56,17 @@ func TestScripts(t *testing.T) {
 	}
 	if n := strings.Count(set.lib.src, "redis.register_function"); n != len(all) {
 		t.Errorf("the library registers %d functions, want %d", n, len(all))
+	}
+}
+
+var libOut = flag.String("lib", "", "TestDumpLibrary writes the function library (Options.Functions) to this file, for bench/lua-loop.sh")
+
+// TestDumpLibrary writes the function library to the file -lib names.
+func TestDumpLibrary(t *testing.T) {
+	if *libOut == "" {
+		t.Skip("no -lib file")
+	}
+	if err := os.WriteFile(*libOut, []byte(scripts.lib.src), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
