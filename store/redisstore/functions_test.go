@@ -388,3 +388,15 @@ func TestFunctionsErrors(t *testing.T) {
 		t.Errorf("FUNCTION LOAD refused: %v, want an error naming FUNCTION LOAD and NOPERM", err)
 	}
 }
+
+// TestFunctionsUnknownCommand runs the store against a server without
+// FCALL (renamed away, as a Redis before 7.0 has none): every call fails
+// with an error that says Options.Functions needs Redis 7.0.
+func TestFunctionsUnknownCommand(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.WithArgs("--rename-command", "FCALL", ""))
+	s, _ := testStore(t, srv.Addr, &Options{Functions: true})
+	_, err := s.Apply(t.Context(), request("k", limitOf(floodgate.GCRA, 5, time.Minute), t0))
+	if err == nil || !strings.Contains(err.Error(), "Options.Functions needs Redis 7.0 or later") || !strings.Contains(err.Error(), "unknown command") {
+		t.Errorf("no FCALL: %v, want an error saying Options.Functions needs Redis 7.0", err)
+	}
+}

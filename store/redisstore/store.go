@@ -51,10 +51,11 @@ type Options struct {
 	// did not run. A function runs only its own code per call, where
 	// EVALSHA runs the whole script, defining every helper again: it
 	// costs Redis less CPU per decision (see "Functions" in the package
-	// doc for figures).
+	// doc).
 	//
 	// Trade-offs: it needs Redis 7.0 or later (or Valkey); on an older
-	// server every call fails with Redis's unknown command error. Functions
+	// server every call fails with an error saying so, which wraps Redis's
+	// unknown command error. There is no fallback to EVALSHA. Functions
 	// are part of the dataset: persisted in RDB and AOF and replicated, so
 	// they survive a failover, but also visible to FUNCTION LIST and
 	// removed by FUNCTION FLUSH (after which the store loads them again).
@@ -366,6 +367,9 @@ func (s *Store) fcall(ctx context.Context, sc *script, keys, args []string) ([]i
 		if err == nil {
 			return vals, nil
 		}
+		if isUnknownCommand(err) {
+			return nil, fmt.Errorf("Options.Functions needs Redis 7.0 or later: %w", err)
+		}
 		if !s.c.isNoFunction(err) || loads == maxLoads {
 			return nil, classify(err)
 		}
@@ -373,6 +377,12 @@ func (s *Store) fcall(ctx context.Context, sc *script, keys, args []string) ([]i
 			return nil, fmt.Errorf("FUNCTION LOAD %s: %w", scripts.lib.name, err)
 		}
 	}
+}
+
+// isUnknownCommand reports whether err is Redis's answer to a command it
+// does not have (FCALL before Redis 7.0).
+func isUnknownCommand(err error) bool {
+	return strings.HasPrefix(strings.TrimPrefix(err.Error(), "ERR "), "unknown command")
 }
 
 // maxLoads is the most times one call loads the library (or waits for
