@@ -170,7 +170,7 @@
 // is EVALSHA, which needs nothing of the server but scripting.
 //
 // BenchmarkScriptCost measures both (BENCHMARKS.md, "Functions"): on a
-// loaded 2-core machine, FCALL cost Redis 10 to 38% less CPU per decision
+// loaded 2-core machine, FCALL cost Redis 10 to 32% less CPU per decision
 // than EVALSHA for fixed_window, sliding_window, token_bucket, gcra and
 // concurrency; sliding_window_log, whose sorted-set work dominates, showed
 // no clear difference.

@@ -47,8 +47,8 @@ type Options struct {
 	// EVALSHA: the store loads its library with FUNCTION LOAD REPLACE on
 	// every master when a call finds its function missing (the first
 	// call, after a restart without persistence, after FUNCTION FLUSH),
-	// then calls again once; a call that failed with "Function not found"
-	// did not run. A function runs only its own code per call, where
+	// then calls again (at most three loads per call): a call that failed
+	// with "Function not found" did not run. A function runs only its own code per call, where
 	// EVALSHA runs the whole script, defining every helper again: it
 	// costs Redis less CPU per decision (see "Functions" in the package
 	// doc).
@@ -59,9 +59,9 @@ type Options struct {
 	// are part of the dataset: persisted in RDB and AOF and replicated, so
 	// they survive a failover, but also visible to FUNCTION LIST and
 	// removed by FUNCTION FLUSH (after which the store loads them again).
-	// A managed Redis may refuse FUNCTION LOAD (an ACL without @scripting
-	// write rights): every call then fails with that error. Default
-	// false: EVALSHA.
+	// A managed Redis may refuse FUNCTION LOAD (an ACL that denies it):
+	// every call that finds no library then fails with an error naming
+	// FUNCTION LOAD and Redis's reason. Default false: EVALSHA.
 	Functions bool
 }
 
