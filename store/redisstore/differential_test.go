@@ -45,12 +45,12 @@ func testDifferential(t *testing.T, o Options) {
 	c := newRueidis(t, addr)
 	prefix := testPrefix(t)
 	checkTTLsAtEnd(t, c, prefix)
+	o.Prefix = prefix
 	for _, client := range []string{"rueidis", "goredis"} {
 		var rs *Store
 		var err error
 		sequences := 40
 		if client == "rueidis" {
-			o.Prefix = prefix
 			rs, err = New(c, &o)
 		} else {
 			rs, err = NewGoRedis(newGoRedis(t, addr), &o)
