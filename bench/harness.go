@@ -56,7 +56,9 @@ type Variant struct {
 
 // FloodgateVariants are the rows of floodgate's Redis store: every
 // algorithm with default options, then the features measured beside their
-// base algorithm (named base+feature).
+// base algorithm (named base+feature): local budgets
+// (floodgate.Limit.LocalBudget) and Redis functions
+// (redisstore.Options.Functions, FCALL instead of EVALSHA).
 var FloodgateVariants = []Variant{
 	{Name: "fixed_window", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow}},
 	{Name: "sliding_window_log", Limit: floodgate.Limit{Algorithm: floodgate.SlidingWindowLog}},
@@ -68,6 +70,8 @@ var FloodgateVariants = []Variant{
 	// and admits them in process (floodgate.Limit.LocalBudget).
 	{Name: "fixed_window+local_budget", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow, LocalBudget: 1000}},
 	{Name: "sliding_window+local_budget", Limit: floodgate.Limit{Algorithm: floodgate.SlidingWindow, LocalBudget: 1000}},
+	{Name: "fixed_window+functions", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow}, Options: &redisstore.Options{Functions: true}},
+	{Name: "gcra+functions", Limit: floodgate.Limit{Algorithm: floodgate.GCRA}, Options: &redisstore.Options{Functions: true}},
 }
 
 // BenchLimit is v's limit with the benchmark's rate: RedisLimit per second

@@ -15,6 +15,13 @@
 #   for f in common.lua state.lua fixed_window.lua; do cat $s/$f; echo; done >/tmp/fw.lua
 #   ./bench/lua-loop.sh 6471 /tmp/fw.lua 100000 30000 -1 1000000 1000000 1 0 0 ''
 # It runs FLUSHALL on that server. Arguments must not contain a quote.
+#
+# With LUA_LOOP_FUNCTION=<script name> (fixed_window, batch, ...), FILE is
+# the function library of redisstore.Options.Functions (scripts.lib.src)
+# and each run calls that script's main part once, after the library's
+# helpers were made once (as FCALL runs it), e.g.
+#   go test -run TestDumpLibrary ./store/redisstore/ -lib /tmp/lib.lua
+#   LUA_LOOP_FUNCTION=fixed_window ./bench/lua-loop.sh 6471 /tmp/lib.lua 100000 30000 -1 1000000 1000000 1 0 0 ''
 set -eu
 port=${1:?usage: lua-loop.sh PORT FILE KEYS N [ARGV...]}
 f=$2
@@ -26,7 +33,19 @@ argv=""
 for a in "$@"; do argv="$argv'$a', "; done
 w=$(mktemp)
 trap 'rm -f "$w"' EXIT
-{
+if [ -n "${LUA_LOOP_FUNCTION:-}" ]; then
+	{
+		echo "local ARGV = {$argv}"
+		# The library without its #!lua line and its registrations.
+		sed -e '1d' -e '/^redis.register_function/,$d' "$f"
+		echo "local m = init()"
+		echo "for i = 1, $n do"
+		echo "local KEYS = {'b:{' .. (i % $keys) .. '}'}"
+		echo "m.$LUA_LOOP_FUNCTION(KEYS, ARGV)"
+		echo "end"
+		echo "return 1"
+	} >"$w"
+else {
 	echo "local ARGV = {$argv}"
 	echo "for i = 1, $n do"
 	echo "local KEYS = {'b:{' .. (i % $keys) .. '}'}"
@@ -38,6 +57,7 @@ trap 'rm -f "$w"' EXIT
 	echo "end"
 	echo "return 1"
 } >"$w"
+fi
 cpu() {
 	$cli INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'
 }

@@ -23,15 +23,20 @@ import (
 // BenchmarkAllow decides one unit per operation against a local
 // redis-server, with the server's clock: every algorithm, over one hot key
 // or 100k keys (visited in turn, made before timing), by 1, 16, 64 or 256
-// concurrent callers sharing one rueidis client. It reports decisions/s,
-// roundtrips/op (the scripts the server ran per decision: EVALSHA and EVAL
-// calls from INFO commandstats, each one request and one reply, pipelined
+// concurrent callers sharing one rueidis client, through EVALSHA
+// (call=evalsha) and through functions (call=fcall, Options.Functions). It
+// reports decisions/s, roundtrips/op (the scripts the server ran per
+// decision: EVALSHA, EVAL and FCALL calls from INFO commandstats, each one request and one reply, pipelined
 // with the other callers' or not) and server-µs/op (the time Redis spent
 // running them, which a loaded machine disturbs less than wall time).
 func BenchmarkAllow(b *testing.B) {
 	srv := redistest.Standalone(b)
 	c := newRueidis(b, srv.Addr)
 	s, err := New(c, &Options{Prefix: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sf, err := New(c, &Options{Prefix: "bench", Functions: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,12 +48,19 @@ func BenchmarkAllow(b *testing.B) {
 					b.Run("keys="+benchCount(n), func(b *testing.B) {
 						keys := benchKeys(n)
 						warm(b, s, l, keys)
+						warm(b, sf, l, keys)
 						for _, callers := range []int{1, 16, 64, 256} {
-							b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-								runCallers(b, c, callers, func(i int, lease string) {
-									benchOp(s, l, keys[i%len(keys)], lease, i)
+							for _, call := range []string{"evalsha", "fcall"} {
+								st := s
+								if call == "fcall" {
+									st = sf
+								}
+								b.Run(fmt.Sprintf("callers=%d/call=%s", callers, call), func(b *testing.B) {
+									runCallers(b, c, callers, func(i int, lease string) {
+										benchOp(st, l, keys[i%len(keys)], lease, i)
+									})
 								})
-							})
+							}
 						}
 					})
 				}
@@ -163,8 +175,14 @@ func runCallers(b *testing.B, c rueidis.Client, callers int, op func(i int, leas
 	b.ReportMetric(float64(usec-beforeUsec)/float64(b.N), "server-µs/op")
 }
 
-// scriptStats is the number of scripts the server has run (EVALSHA and
-// EVAL calls, from INFO commandstats; the commands a script runs inside are
+// isScriptStat reports whether an INFO commandstats line counts script
+// runs: EVALSHA, EVAL or FCALL.
+func isScriptStat(line string) bool {
+	return strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") || strings.HasPrefix(line, "cmdstat_fcall:")
+}
+
+// scriptStats is the number of scripts the server has run (EVALSHA, EVAL
+// and FCALL calls, from INFO commandstats; the commands a script runs inside are
 // counted under their own names and are not round trips) and the
 // microseconds it spent in them.
 func scriptStats(b *testing.B, c rueidis.Client) (calls, usec int64) {
@@ -173,7 +191,7 @@ func scriptStats(b *testing.B, c rueidis.Client) (calls, usec int64) {
 		b.Fatal(err)
 	}
 	for line := range strings.SplitSeq(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+		if !isScriptStat(line) {
 			continue
 		}
 		_, stats, _ := strings.Cut(strings.TrimSpace(line), ":")
@@ -277,6 +295,9 @@ func BenchmarkScriptCost(b *testing.B) {
 		sc   *script
 		args []string
 	}
+	if err := c.Do(context.Background(), c.B().FunctionLoad().Replace().FunctionCode(scripts.lib.src).Build()).Error(); err != nil {
+		b.Fatal(err)
+	}
 	var targets []target
 	for _, alg := range floodgate.Algorithms {
 		r := floodgate.Request{Key: "k", Limit: benchLimit(alg), Cost: 1}
@@ -304,47 +325,56 @@ return {1, 1000000, 1000000 - n, 1000000, 0, now}
 			b.Fatal(err)
 		}
 		for _, keys := range []int{1, 100_000} {
-			b.Run(fmt.Sprintf("alg=%s/keys=%s", tg.name, benchCount(keys)), func(b *testing.B) {
-				key := "bench:{hot}"
-				if keys > 1 {
-					key = "bench:{user:__rand_int__}"
+			for _, call := range []string{"evalsha", "fcall"} {
+				if call == "fcall" && tg.sc.fn == "" {
+					continue // bare and noop are not in the library
 				}
-				for _, cmd := range []rueidis.Completed{c.B().Flushall().Build(), c.B().ConfigResetstat().Build()} {
-					if err := c.Do(context.Background(), cmd).Error(); err != nil {
+				b.Run(fmt.Sprintf("alg=%s/keys=%s/call=%s", tg.name, benchCount(keys), call), func(b *testing.B) {
+					key := "bench:{hot}"
+					if keys > 1 {
+						key = "bench:{user:__rand_int__}"
+					}
+					for _, cmd := range []rueidis.Completed{c.B().Flushall().Build(), c.B().ConfigResetstat().Build()} {
+						if err := c.Do(context.Background(), cmd).Error(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					// A whole number of pipelines, at least 16 per connection
+					// (see runCeiling in bench/redis_test.go).
+					const batch = 16 * 16
+					n := (max(b.N, 16*batch) + batch - 1) / batch * batch
+					name := tg.sc.sha
+					if call == "fcall" {
+						name = tg.sc.fn
+					}
+					cmd := exec.Command("redis-benchmark", append([]string{"-h", host, "-p", port,
+						"-c", "16", "-P", "16", "-n", strconv.Itoa(n), "-r", strconv.Itoa(keys), "-q",
+						// Options end at the first command word.
+						call, name, "1", key}, tg.args...)...)
+					cpu0 := serverCPU(b, c)
+					b.ResetTimer()
+					out, err := cmd.CombinedOutput()
+					b.StopTimer()
+					if err != nil {
+						b.Fatalf("redis-benchmark: %v\n%s", err, out)
+					}
+					cpu1 := serverCPU(b, c)
+					calls, usec := scriptStats(b, c)
+					if calls != int64(n) {
+						b.Fatalf("%d %s calls, want %d\n%s", calls, call, n, out)
+					}
+					info, err := c.Do(context.Background(), c.B().Info().Section("errorstats").Build()).ToString()
+					if err != nil {
 						b.Fatal(err)
 					}
-				}
-				// A whole number of pipelines, at least 16 per connection
-				// (see runCeiling in bench/redis_test.go).
-				const batch = 16 * 16
-				n := (max(b.N, 16*batch) + batch - 1) / batch * batch
-				cmd := exec.Command("redis-benchmark", append([]string{"-h", host, "-p", port,
-					"-c", "16", "-P", "16", "-n", strconv.Itoa(n), "-r", strconv.Itoa(keys), "-q",
-					// Options end at the first command word.
-					"evalsha", tg.sc.sha, "1", key}, tg.args...)...)
-				cpu0 := serverCPU(b, c)
-				b.ResetTimer()
-				out, err := cmd.CombinedOutput()
-				b.StopTimer()
-				if err != nil {
-					b.Fatalf("redis-benchmark: %v\n%s", err, out)
-				}
-				cpu1 := serverCPU(b, c)
-				calls, usec := scriptStats(b, c)
-				if calls != int64(n) {
-					b.Fatalf("%d EVALSHA calls, want %d\n%s", calls, n, out)
-				}
-				info, err := c.Do(context.Background(), c.B().Info().Section("errorstats").Build()).ToString()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if strings.Contains(info, "errorstat_") {
-					b.Fatalf("the script failed: %s", info)
-				}
-				b.ReportMetric(float64(usec)/float64(calls), "usec/call")
-				b.ReportMetric((cpu1-cpu0)*1e6/float64(calls), "cpu-usec/call")
-				b.ReportMetric(0, "ns/op")
-			})
+					if strings.Contains(info, "errorstat_") {
+						b.Fatalf("the script failed: %s", info)
+					}
+					b.ReportMetric(float64(usec)/float64(calls), "usec/call")
+					b.ReportMetric((cpu1-cpu0)*1e6/float64(calls), "cpu-usec/call")
+					b.ReportMetric(0, "ns/op")
+				})
+			}
 		}
 	}
 }

@@ -24,6 +24,14 @@ type conn interface {
 	del(ctx context.Context, key string) error
 	// isNoScript reports whether err is Redis's NOSCRIPT error.
 	isNoScript(err error) bool
+	// fcall runs FCALL and returns its reply, an array of integers.
+	fcall(ctx context.Context, fn string, keys, args []string) ([]int64, error)
+	// loadLibrary runs FUNCTION LOAD REPLACE of src on every master the
+	// client knows of (one server, a Sentinel's master, each Cluster
+	// master).
+	loadLibrary(ctx context.Context, src string) error
+	// isNoFunction reports whether err is FCALL's "Function not found".
+	isNoFunction(err error) bool
 	// ping checks that the server (every node, for a cluster client that
 	// routes PING to one) answers.
 	ping(ctx context.Context) error
@@ -53,6 +61,44 @@ func (r rueidisConn) del(ctx context.Context, key string) error {
 func (rueidisConn) isNoScript(err error) bool {
 	e, ok := rueidis.IsRedisErr(err)
 	return ok && e.IsNoScript()
+}
+
+func (r rueidisConn) fcall(ctx context.Context, fn string, keys, args []string) ([]int64, error) {
+	cmd := r.c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return rueidisInts(r.c.Do(ctx, cmd))
+}
+
+// loadLibrary loads src on every node of the client, and succeeds if one
+// master took it. A replica (a Cluster client knows of them) answers
+// READONLY: it gets the library from its master, as it gets every write.
+func (r rueidisConn) loadLibrary(ctx context.Context, src string) error {
+	loaded := 0
+	var errs []error
+	for addr, n := range r.c.Nodes() {
+		err := n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(src).Build()).Error()
+		if e, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(e.Error(), "READONLY") {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		loaded++
+	}
+	if loaded > 0 {
+		// A node that failed (down, unreachable) is left: a call on it
+		// finds no function and loads again.
+		return nil
+	}
+	if len(errs) == 0 {
+		return errors.New("no master to load the library on")
+	}
+	return errors.Join(errs...)
+}
+
+func (rueidisConn) isNoFunction(err error) bool {
+	e, ok := rueidis.IsRedisErr(err)
+	return ok && strings.TrimPrefix(e.Error(), "ERR ") == "Function not found"
 }
 
 func (r rueidisConn) ping(ctx context.Context) error {
@@ -100,6 +146,29 @@ func (g goRedisConn) del(ctx context.Context, key string) error {
 
 func (goRedisConn) isNoScript(err error) bool {
 	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+func (g goRedisConn) fcall(ctx context.Context, fn string, keys, args []string) ([]int64, error) {
+	return goRedisInts(g.c.FCall(ctx, fn, keys, anys(args)...))
+}
+
+// loadLibrary loads src on each master of a ClusterClient, else on the
+// server the client writes to.
+func (g goRedisConn) loadLibrary(ctx context.Context, src string) error {
+	if cc, ok := g.c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			if err := m.FunctionLoadReplace(ctx, src).Err(); err != nil {
+				return fmt.Errorf("%s: %w", m.Options().Addr, err)
+			}
+			return nil
+		})
+	}
+	return g.c.FunctionLoadReplace(ctx, src).Err()
+}
+
+func (goRedisConn) isNoFunction(err error) bool {
+	var e redis.Error
+	return errors.As(err, &e) && strings.TrimPrefix(e.Error(), "ERR ") == "Function not found"
 }
 
 func (g goRedisConn) ping(ctx context.Context) error { return g.c.Ping(ctx).Err() }

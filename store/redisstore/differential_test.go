@@ -34,19 +34,26 @@ import (
 //
 // It runs through rueidis (New) and, with fewer sequences, through go-redis
 // (NewGoRedis).
-func TestDifferential(t *testing.T) {
+func TestDifferential(t *testing.T) { testDifferential(t, Options{}) }
+
+// TestDifferentialFunctions is TestDifferential through FCALL
+// (Options.Functions).
+func TestDifferentialFunctions(t *testing.T) { testDifferential(t, Options{Functions: true}) }
+
+func testDifferential(t *testing.T, o Options) {
 	addr := standaloneAddr(t)
 	c := newRueidis(t, addr)
 	prefix := testPrefix(t)
 	checkTTLsAtEnd(t, c, prefix)
+	o.Prefix = prefix
 	for _, client := range []string{"rueidis", "goredis"} {
 		var rs *Store
 		var err error
 		sequences := 40
 		if client == "rueidis" {
-			rs, err = New(c, &Options{Prefix: prefix})
+			rs, err = New(c, &o)
 		} else {
-			rs, err = NewGoRedis(newGoRedis(t, addr), &Options{Prefix: prefix})
+			rs, err = NewGoRedis(newGoRedis(t, addr), &o)
 			sequences = 8
 		}
 		if err != nil {

@@ -412,7 +412,7 @@ func scriptCalls(t testing.TB, c rueidis.Client) int64 {
 	}
 	var calls int64
 	for line := range strings.SplitSeq(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+		if !isScriptStat(line) {
 			continue
 		}
 		_, stats, _ := strings.Cut(strings.TrimSpace(line), ":")

@@ -18,7 +18,10 @@ import (
 // the files its algorithm uses: Redis runs the whole script on every call,
 // so each helper defined costs CPU per decision. Each algorithm's file holds
 // its functions, then a line "-- main", then the one-line main part of its
-// single-request script; batch.lua is the main part of the batch script.
+// single-request script; batch.lua holds the batch's helpers, then "-- main"
+// and the main part of the batch script. A main part reads only the names
+// KEYS and ARGV of the script's globals, so that the library form (see
+// library) can make it the body of a function(KEYS, ARGV).
 //
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
@@ -37,11 +40,14 @@ const (
 	flagRelease       = 4
 )
 
-// script is a Lua script and its SHA-1 digest, which EVALSHA names it by.
+// script is a Lua script and its SHA-1 digest, which EVALSHA names it by,
+// and the name of the same code as a function of the library, which FCALL
+// names it by.
 type script struct {
 	name string
 	src  string
 	sha  string
+	fn   string
 }
 
 func newScript(name, src string) *script {
@@ -56,6 +62,32 @@ type scriptSet struct {
 	// lease claims and returns leased budget (lease.lua), for the
 	// algorithms that take a floodgate.Limit.LocalBudget.
 	lease map[floodgate.Algorithm]*script
+	// lib is every script above as one Redis function library.
+	lib library
+}
+
+// library is the Redis 7 function library of Options.Functions: every
+// script of a scriptSet as one function, so that FUNCTION LOAD runs the
+// helpers' definitions once and each FCALL runs only the function.
+//
+// Its form: Redis loads a library in an environment that holds only
+// redis.register_function and redis.log (reading math or redis.call at
+// load is an error), so the library defines one local function, init,
+// whose body is the helpers and the algorithms' functions in the order of
+// the batch script, then lease.lua, then a table of every main part as a
+// function(KEYS, ARGV). Each registered function's callback runs init on
+// its first call (on that server, per load) and keeps the table in an
+// upvalue: the helpers are built once per load, not once per call. The
+// library has no effect at load beyond registering its functions.
+//
+// name is floodgate_ and the first 12 hex digits of the SHA-1 of the
+// library's code without its names, and every function is named
+// <name>_<script name>: another version of the scripts is another library
+// with other functions, so versions of Floodgate sharing a Redis (a
+// rolling deploy) do not replace each other's.
+type library struct {
+	name string
+	src  string
 }
 
 // leased lists the algorithms that lease budget, each with its state's
@@ -105,11 +137,28 @@ func buildScripts() (scriptSet, error) {
 			return src, nil
 		}
 		b, err := scriptFiles.ReadFile("scripts/" + name)
+		if err != nil {
+			return "", err
+		}
 		files[name] = string(b)
-		return string(b), err
+		return string(b), nil
 	}
-	set := scriptSet{single: make(map[floodgate.Algorithm]*script)}
-	batch := []string{"common.lua", "state.lua", "rate.lua", "zset.lua"}
+	// split cuts a file into its functions and its main part.
+	split := func(name string) (funcs, main string, err error) {
+		text, err := read(name)
+		if err != nil {
+			return "", "", err
+		}
+		f, m, ok := strings.Cut(text, mainMarker)
+		if !ok {
+			return "", "", fmt.Errorf("redisstore: scripts/%s has no %q line", name, strings.TrimSpace(mainMarker))
+		}
+		return f, m, nil
+	}
+	set := scriptSet{single: make(map[floodgate.Algorithm]*script), lease: make(map[floodgate.Algorithm]*script)}
+	// mains are the main parts of the library's functions, by script name.
+	type mainPart struct{ name, src string }
+	var mains []mainPart
 	var funcs []string
 	for _, alg := range floodgate.Algorithms {
 		parts := append(append([]string{"common.lua"}, helpers(alg)...), string(alg)+".lua")
@@ -122,44 +171,69 @@ func buildScripts() (scriptSet, error) {
 			src.WriteString(text + "\n")
 		}
 		set.single[alg] = newScript(string(alg), src.String())
-		text, _ := read(string(alg) + ".lua")
-		f, _, ok := strings.Cut(text, mainMarker)
-		if !ok {
-			return scriptSet{}, fmt.Errorf("redisstore: scripts/%s.lua has no %q line", alg, strings.TrimSpace(mainMarker))
+		f, m, err := split(string(alg) + ".lua")
+		if err != nil {
+			return scriptSet{}, err
 		}
 		funcs = append(funcs, f)
+		mains = append(mains, mainPart{string(alg), m})
 	}
-	var src strings.Builder
-	for _, name := range batch {
+	// shared is the batch script up to its main part: every helper file,
+	// every algorithm's functions, the batch's helpers.
+	var shared strings.Builder
+	for _, name := range []string{"common.lua", "state.lua", "rate.lua", "zset.lua"} {
 		text, err := read(name)
 		if err != nil {
 			return scriptSet{}, err
 		}
-		src.WriteString(text + "\n")
+		shared.WriteString(text + "\n")
 	}
 	for _, f := range funcs {
-		src.WriteString(f + "\n")
+		shared.WriteString(f + "\n")
 	}
-	text, err := read("batch.lua")
+	batchFuncs, batchMain, err := split("batch.lua")
 	if err != nil {
 		return scriptSet{}, err
 	}
-	src.WriteString(text)
-	set.batch = newScript("batch", src.String())
-	set.lease = make(map[floodgate.Algorithm]*script)
+	shared.WriteString(batchFuncs)
+	set.batch = newScript("batch", shared.String()+mainMarker+batchMain)
+	mains = append(mains, mainPart{"batch", batchMain})
 	leaseSrc, err := read("lease.lua")
 	if err != nil {
 		return scriptSet{}, err
 	}
 	for _, lf := range leased {
-		src.Reset()
-		for _, name := range append([]string{"common.lua"}, helpers(lf.alg)...) {
-			src.WriteString(files[name] + "\n")
-		}
-		src.WriteString(funcs[slices.Index(floodgate.Algorithms, lf.alg)] + "\n")
-		src.WriteString(leaseSrc + "\n")
-		fmt.Fprintf(&src, "return lease_main('%s', %s_step, %s, %s_expires, '%s')\n", lf.alg, lf.alg, lf.fields, lf.alg, lf.counted)
-		set.lease[lf.alg] = newScript("lease_"+string(lf.alg), src.String())
+		name := "lease_" + string(lf.alg)
+		main := fmt.Sprintf("return lease_main('%s', %s_step, %s, %s_expires, '%s', KEYS, ARGV)\n", lf.alg, lf.alg, lf.fields, lf.alg, lf.counted)
+		src := files["common.lua"] + "\n" + files["state.lua"] + "\n" + funcs[slices.Index(floodgate.Algorithms, lf.alg)] + "\n" + leaseSrc + "\n" + main
+		set.lease[lf.alg] = newScript(name, src)
+		mains = append(mains, mainPart{name, main})
 	}
+
+	var body strings.Builder
+	body.WriteString("local main\n\n-- init defines every helper and returns the main parts, by script name.\nlocal function init()\n")
+	body.WriteString(shared.String() + "\n" + leaseSrc + "\n")
+	body.WriteString("return {\n")
+	for _, m := range mains {
+		fmt.Fprintf(&body, "%s = function(KEYS, ARGV)\n%s\nend,\n", m.name, m.src)
+	}
+	body.WriteString("}\nend\n")
+	sum := sha1.Sum([]byte(body.String()))
+	set.lib.name = "floodgate_" + hex.EncodeToString(sum[:])[:12]
+	var lib strings.Builder
+	fmt.Fprintf(&lib, "#!lua name=%s\n-- Floodgate's scripts as functions: see library in store/redisstore/scripts.go.\n", set.lib.name)
+	lib.WriteString(body.String())
+	for _, m := range mains {
+		fn := set.lib.name + "_" + m.name
+		fmt.Fprintf(&lib, "\nredis.register_function{function_name = '%s', callback = function(keys, args)\n  main = main or init()\n  return main.%s(keys, args)\nend}\n", fn, m.name)
+	}
+	set.lib.src = lib.String()
+	for _, sc := range set.single {
+		sc.fn = set.lib.name + "_" + sc.name
+	}
+	for _, sc := range set.lease {
+		sc.fn = set.lib.name + "_" + sc.name
+	}
+	set.batch.fn = set.lib.name + "_batch"
 	return set, nil
 }

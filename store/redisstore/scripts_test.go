@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"flag"
+	"os"
 	"strings"
 	"testing"
 
@@ -26,7 +28,7 @@ func TestScripts(t *testing.T) {
 			}
 		}
 		sc := set.single[alg]
-		if sc == nil || len(sc.sha) != 40 || !strings.HasSuffix(sc.src, "return single('"+string(alg)+"', "+string(alg)+"_apply)\n\n") {
+		if sc == nil || len(sc.sha) != 40 || !strings.HasSuffix(sc.src, "return single('"+string(alg)+"', "+string(alg)+"_apply, KEYS, ARGV)\n\n") {
 			t.Errorf("%s: the single script does not end with its main part", alg)
 		}
 		if n := strings.Count(set.batch.src, "local function "+string(alg)+"_step("); n != 1 {
@@ -35,5 +37,36 @@ func TestScripts(t *testing.T) {
 	}
 	if strings.Contains(set.batch.src, "return single(") {
 		t.Error("the batch script holds an algorithm's main part")
+	}
+	// The library: one function per script, named after the library.
+	if !strings.HasPrefix(set.lib.src, "#!lua name="+set.lib.name+"\n") || len(set.lib.name) != len("floodgate_")+12 {
+		t.Errorf("the library starts %q", set.lib.src[:min(40, len(set.lib.src))])
+	}
+	all := []*script{set.batch}
+	for _, sc := range set.single {
+		all = append(all, sc)
+	}
+	for _, sc := range set.lease {
+		all = append(all, sc)
+	}
+	for _, sc := range all {
+		if sc.fn != set.lib.name+"_"+sc.name || strings.Count(set.lib.src, "function_name = '"+sc.fn+"'") != 1 {
+			t.Errorf("%s: function %q is not registered once in the library", sc.name, sc.fn)
+		}
+	}
+	if n := strings.Count(set.lib.src, "redis.register_function"); n != len(all) {
+		t.Errorf("the library registers %d functions, want %d", n, len(all))
+	}
+}
+
+var libOut = flag.String("lib", "", "TestDumpLibrary writes the function library (Options.Functions) to this file, for bench/lua-loop.sh")
+
+// TestDumpLibrary writes the function library to the file -lib names.
+func TestDumpLibrary(t *testing.T) {
+	if *libOut == "" {
+		t.Skip("no -lib file")
+	}
+	if err := os.WriteFile(*libOut, []byte(scripts.lib.src), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -117,6 +117,7 @@ local function restore(key, sn)
   end
 end
 
+-- main
 local n = #KEYS
 local width = 1 + ARGS_PER_REQUEST
 if n == 0 or #ARGV ~= n * width then

@@ -236,19 +236,20 @@ local function reply(out, d, now)
   return out
 end
 
--- single is the main part of a one-request script: KEYS[1] is the key,
--- ARGV the request (parse_request); apply(key, p, r, now) decides it and
--- returns its decision.
-local function single(alg, apply)
-  if #KEYS ~= 1 or #ARGV ~= ARGS_PER_REQUEST then
+-- single is the main part of a one-request script: keys[1] is the key,
+-- argv the request (parse_request); apply(key, p, r, now) decides it and
+-- returns its decision. keys and argv are the script's KEYS and ARGV (a
+-- function's arguments in the library form, which has no such globals).
+local function single(alg, apply, keys, argv)
+  if #keys ~= 1 or #argv ~= ARGS_PER_REQUEST then
     fail('args', 'want 1 key and ' .. ARGS_PER_REQUEST .. ' arguments')
   end
-  local p, r = parse_request(alg, ARGV, 0)
+  local p, r = parse_request(alg, argv, 0)
   local now = r.now
   if now < 0 then
     now = server_now()
   end
-  local d = apply(KEYS[1], p, r, now)
+  local d = apply(keys[1], p, r, now)
   local allowed = 0
   if d.allowed then
     allowed = 1

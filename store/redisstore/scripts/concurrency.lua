@@ -140,4 +140,4 @@ local function concurrency_apply(key, p, r, now)
 end
 
 -- main
-return single('concurrency', concurrency_apply)
+return single('concurrency', concurrency_apply, KEYS, ARGV)

@@ -63,4 +63,4 @@ local function fixed_window_apply(key, p, r, now)
 end
 
 -- main
-return single('fixed_window', fixed_window_apply)
+return single('fixed_window', fixed_window_apply, KEYS, ARGV)

@@ -77,4 +77,4 @@ local function gcra_apply(key, p, r, now)
 end
 
 -- main
-return single('gcra', gcra_apply)
+return single('gcra', gcra_apply, KEYS, ARGV)

@@ -1,9 +1,8 @@
 -- lease.lua claims and returns leased budget of fixed_window and
--- sliding_window (floodgate.Limit.LocalBudget). The Go side (scripts.go)
--- builds one script per algorithm: common.lua, the algorithm's helpers
--- (state.lua), the algorithm's functions (its file
+-- sliding_window (floodgate.Limit.LocalBudget). The Go side (scripts.go) builds
+-- one script per algorithm: common.lua, state.lua, the algorithm's functions (its file
 -- up to "-- main"), this file, then a main line
---   return lease_main('<alg>', <alg>_step, <ALG>_FIELDS, <alg>_expires, '<counted field>')
+--   return lease_main('<alg>', <alg>_step, <ALG>_FIELDS, <alg>_expires, '<counted field>', KEYS, ARGV)
 -- It mirrors no Go function: memstore decides in process and needs no
 -- lease. Each claim is <alg>_step (algorithm.FixedWindow.Step,
 -- algorithm.SlidingWindow.Step) run twice in one script, so a claimed unit
@@ -39,11 +38,11 @@
 -- start (an aligned window): it then takes off units the new state never
 -- counted, at most the lease, which the package doc says.
 
--- lease_int parses the lease's own integer argument in [lo, hi], failing
--- with its name as parse_request does.
-local function lease_int(field, s, lo, hi)
-  if type(s) ~= 'string' or not match(s, '^%d+$') or #s > 17 then
-    fail(field, 'not a non-negative integer: ' .. tostring(s))
+-- int parses the decimal integer argument s of field in [lo, hi] (as
+-- parse_request's slow path does).
+local function int(field, s, lo, hi)
+  if type(s) ~= 'string' or not match(s, '^%-?%d+$') or #s > 17 then
+    fail(field, 'not an integer: ' .. tostring(s))
   end
   local n = tonumber(s)
   if n < lo or n > hi then
@@ -52,16 +51,16 @@ local function lease_int(field, s, lo, hi)
   return n
 end
 
-local function lease_main(alg, step, fields, expires, counted)
-  if #KEYS ~= 1 or #ARGV ~= ARGS_PER_REQUEST + 2 then
+local function lease_main(alg, step, fields, expires, counted, keys, argv)
+  if #keys ~= 1 or #argv ~= ARGS_PER_REQUEST + 2 then
     fail('args', 'want 1 key and ' .. (ARGS_PER_REQUEST + 2) .. ' arguments')
   end
-  local key = KEYS[1]
-  local p, r = parse_request(alg, ARGV, 0)
-  local op = ARGV[ARGS_PER_REQUEST + 1]
+  local key = keys[1]
+  local p, r = parse_request(alg, argv, 0)
+  local op = argv[ARGS_PER_REQUEST + 1]
   local now = r.now
   if op == 'claim' then
-    local extra = lease_int('n', ARGV[ARGS_PER_REQUEST + 2], 0, MAX_LIMIT)
+    local extra = int('n', argv[ARGS_PER_REQUEST + 2], 0, MAX_LIMIT)
     if now < 0 then
       now = server_now()
     end
@@ -84,7 +83,7 @@ local function lease_main(alg, step, fields, expires, counted)
     out[#out + 1] = s.start
     return out
   elseif op == 'return' then
-    local start = lease_int('n', ARGV[ARGS_PER_REQUEST + 2], 0, MAX_EXACT)
+    local start = int('n', argv[ARGS_PER_REQUEST + 2], 0, MAX_EXACT)
     if now < 0 then
       now = server_now()
     end

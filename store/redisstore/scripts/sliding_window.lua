@@ -99,4 +99,4 @@ local function sliding_window_apply(key, p, r, now)
 end
 
 -- main
-return single('sliding_window', sliding_window_apply)
+return single('sliding_window', sliding_window_apply, KEYS, ARGV)

@@ -62,4 +62,4 @@ local function sliding_window_log_apply(key, p, r, now)
 end
 
 -- main
-return single('sliding_window_log', sliding_window_log_apply)
+return single('sliding_window_log', sliding_window_log_apply, KEYS, ARGV)

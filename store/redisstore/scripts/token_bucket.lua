@@ -73,4 +73,4 @@ local function token_bucket_apply(key, p, r, now)
 end
 
 -- main
-return single('token_bucket', token_bucket_apply)
+return single('token_bucket', token_bucket_apply, KEYS, ARGV)
