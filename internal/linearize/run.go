@@ -44,7 +44,7 @@ type Workload struct {
 	// fails the test.
 	Deadline time.Duration
 	// MinPeriods is how many periods of the limit the history should span:
-	// the callers go on past OpsPerKey, up to three times as many calls,
+	// the callers go on past OpsPerKey, up to maxCallsFactor times as many calls,
 	// until the decisions' times span this many periods. Default 5.
 	MinPeriods int
 	// Seed seeds the choice of keys, costs and deadlines.
@@ -167,6 +167,10 @@ func Record(t *testing.T, w Workload) *Recorder {
 	return rec
 }
 
+// maxCallsFactor bounds how far callers go past OpsPerKey for the history
+// to span MinPeriods: on a fast machine 3× was too few for 3 periods.
+const maxCallsFactor = 10
+
 type caller struct {
 	w     Workload
 	rec   *Recorder
@@ -181,7 +185,7 @@ type caller struct {
 func (c *caller) run(ctx context.Context, n int) error {
 	c.held = make(map[string]floodgate.Request)
 	long := time.Duration(c.w.MinPeriods) * c.w.Limit.Period
-	for i := 0; i < n || (i < 3*n && c.rec.Span() < long); i++ {
+	for i := 0; i < n || (i < maxCallsFactor*n && c.rec.Span() < long); i++ {
 		r := c.request()
 		deadline, short := c.w.Deadline, false
 		if c.w.TimeoutShare > 0 && c.rng.Float64() < c.w.TimeoutShare {
