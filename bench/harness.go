@@ -324,7 +324,7 @@ func (r *Redis) Stop() {
 // and after its run.
 type ServerStats struct {
 	CPUSec  float64 // used_cpu_user + used_cpu_sys
-	Scripts int64   // EVALSHA and EVAL calls
+	Scripts int64   // EVALSHA, EVAL and FCALL calls
 	// Calls is every command call except INFO (which reading these
 	// stats makes).
 	Calls int64
@@ -354,7 +354,8 @@ func ReadServerStats(ctx context.Context, c *redis.Client) (ServerStats, error) 
 		switch name {
 		case "info":
 			continue
-		case "evalsha", "eval":
+		case "evalsha", "eval", "fcall":
+			// A script run, by SHA, by source, or as a Redis function.
 			s.Scripts += n
 		}
 		s.Calls += n

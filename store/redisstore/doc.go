@@ -220,10 +220,11 @@
 // which decides the request exactly as the algorithm's own script does
 // and, if it is admitted, counts up to want more units for the instance, at
 // most half of what remains after it, so that others still find budget
-// near the limit. want is 0 for a key's first claim, so a key asked for
-// once per window costs one script as without a lease, and nothing to give
-// back (measured: with want starting at 1, 100k keys used about once each
-// took 1.19 scripts per decision instead of 1); a second request in the
+// near the limit. want is 0 for a key's first claim, which then runs the
+// algorithm's own script, so a key asked for once per window costs what it
+// costs without a lease, with nothing to give back (measured: leasing 1
+// unit from the first request, 100k keys used about once each took 1.19
+// scripts per decision instead of 1); a second request in the
 // same window sets it to 1; it doubles each time a lease runs out before
 // its window ends, up to Limit.LocalBudget, and halves when an idle lease
 // is given back. The instance admits leased units itself until the window they
