@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -513,6 +514,7 @@ func TestServeDenyCache(t *testing.T) {
 		// Redis answers NOSCRIPT and is sent again as EVAL.
 		{"default", nil, 6, 8},
 		{"off", []string{"-deny-cache", "0"}, 50, 51},
+		{"functions", []string{"-redis-functions"}, 6, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			redis := redistest.Standalone(t)
@@ -539,14 +541,20 @@ func TestServeDenyCache(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var calls int64
+			var calls, fcalls int64
 			for line := range strings.SplitSeq(info, "\n") {
 				k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-				if k == "cmdstat_evalsha" || k == "cmdstat_eval" {
+				if k == "cmdstat_evalsha" || k == "cmdstat_eval" || k == "cmdstat_fcall" {
 					n, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
 					c, _ := strconv.ParseInt(n, 10, 64)
 					calls += c
+					if k == "cmdstat_fcall" {
+						fcalls += c
+					}
 				}
+			}
+			if functions := slices.Contains(tc.args, "-redis-functions"); functions != (fcalls == calls) {
+				t.Errorf("%d of %d script calls were FCALL; -redis-functions %v", fcalls, calls, functions)
 			}
 			if calls < tc.minCalls || calls > tc.maxCalls {
 				t.Errorf("%d script calls for 50 requests, want %d to %d", calls, tc.minCalls, tc.maxCalls)

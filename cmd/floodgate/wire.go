@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc"
 )
 
-// openRedis opens a Redis store that serve owns and closes, remembering up
-// to denyCache keys as over their limit (redisstore.Options.DenyCache).
-func openRedis(ctx context.Context, url string, denyCache int) (floodgate.Store, func(), error) {
-	s, err := redisstore.Open(ctx, url, &redisstore.Options{DenyCache: denyCache})
+// openRedis opens a Redis store that serve owns and closes, with the
+// options serve's flags set (DenyCache, Functions).
+func openRedis(ctx context.Context, url string, o redisstore.Options) (floodgate.Store, func(), error) {
+	s, err := redisstore.Open(ctx, url, &o)
 	if err != nil {
 		return nil, nil, err
 	}
