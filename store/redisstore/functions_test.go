@@ -219,33 +219,7 @@ func TestFunctionFlush(t *testing.T) {
 			}
 		}
 	}()
-	for _, alg := range floodgate.Algorithms {
-		l := limitOf(alg, 50, time.Hour)
-		var allowed atomic.Int64
-		var wg sync.WaitGroup
-		for g := range 8 {
-			wg.Go(func() {
-				for range 25 {
-					d, err := s.Apply(t.Context(), request("flush", l, t0))
-					if err != nil {
-						t.Errorf("%s goroutine %d: %v", alg, g, err)
-						return
-					}
-					if d.Allowed {
-						allowed.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if got := allowed.Load(); got != 50 {
-			t.Errorf("%s: %d of 200 allowed, want 50", alg, got)
-		}
-		rs := []floodgate.Request{request("flush-batch", l, t0), request("flush-batch", limitOf(alg, 5, time.Minute), t0)}
-		if _, err := s.ApplyBatch(t.Context(), rs); err != nil {
-			t.Errorf("%s batch: %v", alg, err)
-		}
-	}
+	decideUnderFlush(t, s)
 	close(stop)
 	<-done
 	if n := flushes.Load(); n < 2 {

@@ -109,34 +109,7 @@ func TestScriptFlush(t *testing.T) {
 		}
 	}()
 	defer close(stop)
-	for _, alg := range floodgate.Algorithms {
-		l := limitOf(alg, 50, time.Hour)
-		var allowed atomic.Int64
-		var wg sync.WaitGroup
-		for g := range 8 {
-			wg.Go(func() {
-				for range 25 {
-					d, err := s.Apply(t.Context(), request("flush", l, t0))
-					if err != nil {
-						t.Errorf("%s goroutine %d: %v", alg, g, err)
-						return
-					}
-					if d.Allowed {
-						allowed.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if got := allowed.Load(); got != 50 {
-			t.Errorf("%s: %d of 200 allowed, want 50", alg, got)
-		}
-		// The batch script too.
-		rs := []floodgate.Request{request("flush-batch", l, t0), request("flush-batch", limitOf(alg, 5, time.Minute), t0)}
-		if _, err := s.ApplyBatch(t.Context(), rs); err != nil {
-			t.Errorf("%s batch: %v", alg, err)
-		}
-	}
+	decideUnderFlush(t, s)
 	if flushes.Load() == 0 {
 		t.Error("SCRIPT FLUSH never ran")
 	}
@@ -540,5 +513,40 @@ func TestLeases(t *testing.T) {
 	}
 	if c, d, _ := lim.Acquire(t.Context(), "job", l); c == nil || !d.Allowed {
 		t.Errorf("after a release: %+v", d)
+	}
+}
+
+// decideUnderFlush sends 200 requests of every algorithm against a limit of
+// 50 from 8 goroutines, then a batch, while something flushes the scripts
+// or functions: no call may fail, and exactly 50 of each 200 are admitted.
+func decideUnderFlush(t *testing.T, s *Store) {
+	t.Helper()
+	for _, alg := range floodgate.Algorithms {
+		l := limitOf(alg, 50, time.Hour)
+		var allowed atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for range 25 {
+					d, err := s.Apply(t.Context(), request("flush", l, t0))
+					if err != nil {
+						t.Errorf("%s goroutine %d: %v", alg, g, err)
+						return
+					}
+					if d.Allowed {
+						allowed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if got := allowed.Load(); got != 50 {
+			t.Errorf("%s: %d of 200 allowed, want 50", alg, got)
+		}
+		// The batch script too.
+		rs := []floodgate.Request{request("flush-batch", l, t0), request("flush-batch", limitOf(alg, 5, time.Minute), t0)}
+		if _, err := s.ApplyBatch(t.Context(), rs); err != nil {
+			t.Errorf("%s batch: %v", alg, err)
+		}
 	}
 }
