@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-rl/floodgate/store/memstore"
 	"github.com/floodgate-rl/floodgate/store/redisstore"
 	"github.com/peterbourgon/ff/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -148,6 +149,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("cannot start", "error", err)
 		return 1
 	}
+	if rs, ok := store.(*redisstore.Store); ok {
+		if err := registerLocalStats(srv.Registry(), rs); err != nil {
+			log.Error("cannot start", "error", err)
+			return 1
+		}
+	}
 	if c.configPath != "" {
 		reloader, err := server.NewReloader(srv, c.configPath)
 		if err != nil {
@@ -269,4 +276,27 @@ func redactURL(u string) string {
 		}
 	}
 	return u
+}
+
+// registerLocalStats exports the decisions the Redis store made in process
+// as floodgate_local_decisions_total{kind}: the deny cache's denials and the
+// admissions from leased local budgets, neither of which reached Redis.
+func registerLocalStats(reg *prometheus.Registry, rs *redisstore.Store) error {
+	for _, k := range []struct {
+		kind string
+		get  func(redisstore.LocalStats) int64
+	}{
+		{"deny_cache", func(st redisstore.LocalStats) int64 { return st.DenyCache }},
+		{"local_budget", func(st redisstore.LocalStats) int64 { return st.LocalBudget }},
+	} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "floodgate_local_decisions_total",
+			Help:        "Descriptors the Redis store decided in process, without a round trip, by kind: deny_cache (a denial remembered until its retry time) or local_budget (units leased from Redis).",
+			ConstLabels: prometheus.Labels{"kind": k.kind},
+		}, func() float64 { return float64(k.get(rs.LocalStats())) })
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -520,7 +520,8 @@ func TestServeDenyCache(t *testing.T) {
 			redis := redistest.Standalone(t)
 			dir, _ := writeConfig(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
 			args := append([]string{"-config", dir, "-redis", "redis://" + redis.Addr, "-timeout", "5s"}, tc.args...)
-			rls := startServe(t, args...).rls(t)
+			in := startServe(t, args...)
+			rls := in.rls(t)
 			if _, err := redis.CLI(t.Context(), "CONFIG", "RESETSTAT"); err != nil {
 				t.Fatal(err)
 			}
@@ -555,6 +556,23 @@ func TestServeDenyCache(t *testing.T) {
 			}
 			if functions := slices.Contains(tc.args, "-redis-functions"); functions != (fcalls == calls) {
 				t.Errorf("%d of %d script calls were FCALL; -redis-functions %v", fcalls, calls, functions)
+			}
+			// Every request that ran no script was a cached denial, and
+			// /metrics says so.
+			resp, err := http.Get(in.httpURL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			cached := int64(-1)
+			for line := range strings.SplitSeq(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, `floodgate_local_decisions_total{kind="deny_cache"} `); ok {
+					cached, _ = strconv.ParseInt(v, 10, 64)
+				}
+			}
+			if want := 50 - calls; cached < want || cached > want+1 {
+				t.Errorf("floodgate_local_decisions_total{kind=\"deny_cache\"} = %d after %d script calls for 50 requests, want %d (one more if a NOSCRIPT made a call twice)", cached, calls, want)
 			}
 			if calls < tc.minCalls || calls > tc.maxCalls {
 				t.Errorf("%d script calls for 50 requests, want %d to %d", calls, tc.minCalls, tc.maxCalls)

@@ -33,7 +33,7 @@ type local struct {
 	stop      chan struct{}
 	done      chan struct{}
 
-	// Decisions made in process, for tests and benchmarks.
+	// Decisions made in process (Store.LocalStats).
 	denyHits, leaseHits atomic.Int64
 }
 
@@ -126,4 +126,22 @@ func (l *local) forget(key string) {
 	delete(sh.deny, key)
 	delete(sh.leases, key)
 	sh.mu.Unlock()
+}
+
+// LocalStats counts the decisions a Store made in process, without a round
+// trip to Redis, since it was opened.
+type LocalStats struct {
+	// DenyCache is the requests denied from the deny cache
+	// (Options.DenyCache), including those a key with a local budget
+	// denied from its last denial.
+	DenyCache int64
+	// LocalBudget is the requests admitted from units leased to this
+	// instance (floodgate.Limit.LocalBudget).
+	LocalBudget int64
+}
+
+// LocalStats returns how many decisions s made without Redis, for metrics:
+// `floodgate serve` exports them as floodgate_local_decisions_total.
+func (s *Store) LocalStats() LocalStats {
+	return LocalStats{DenyCache: s.local.denyHits.Load(), LocalBudget: s.local.leaseHits.Load()}
 }
