@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
@@ -33,88 +34,94 @@ func runConformance(t *testing.T, check func(t *testing.T), newStore func(t *tes
 	check(t)
 }
 
-func TestConformanceStandalone(t *testing.T) {
-	addr := standaloneAddr(t)
-	c := newRueidis(t, addr)
-	check := func(t *testing.T) { checkTTLs(t, c, "") }
+// runConformanceBoth runs the suite through rueidis (a store viaRueidis
+// makes with opts) and through go-redis (NewGoRedis with opts over the
+// client viaGoRedis makes). Each store is closed when its test ends.
+func runConformanceBoth(t *testing.T, check func(t *testing.T), opts *Options,
+	viaRueidis func(t *testing.T, opts *Options) (*Store, error), viaGoRedis func(t *testing.T) redis.UniversalClient) {
 	t.Run("rueidis", func(t *testing.T) {
 		runConformance(t, check, func(t *testing.T) *Store {
-			s, err := New(newRueidis(t, addr), nil)
+			s, err := viaRueidis(t, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { s.Close() })
 			return s
 		})
 	})
 	t.Run("goredis", func(t *testing.T) {
 		runConformance(t, check, func(t *testing.T) *Store {
-			s, err := NewGoRedis(newGoRedis(t, addr), nil)
+			s, err := NewGoRedis(viaGoRedis(t), opts)
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { s.Close() })
 			return s
 		})
 	})
+}
+
+// conformanceStandalone runs the suite on a standalone Redis with opts and
+// returns a client of it.
+func conformanceStandalone(t *testing.T, opts *Options) rueidis.Client {
+	addr := standaloneAddr(t)
+	c := newRueidis(t, addr)
+	runConformanceBoth(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
+		func(t *testing.T, opts *Options) (*Store, error) { return New(newRueidis(t, addr), opts) },
+		func(t *testing.T) redis.UniversalClient { return newGoRedis(t, addr) })
+	return c
+}
+
+// conformanceCluster runs the suite on cl with opts and returns a client
+// of it.
+func conformanceCluster(t *testing.T, cl *redistest.Cluster, opts *Options) rueidis.Client {
+	addrs := cl.Addrs()
+	c := newRueidisCluster(t, addrs)
+	runConformanceBoth(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
+		func(t *testing.T, opts *Options) (*Store, error) {
+			return Open(t.Context(), "redis-cluster://"+strings.Join(addrs, ","), opts)
+		},
+		func(t *testing.T) redis.UniversalClient {
+			gr := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { gr.Close() })
+			return gr
+		})
+	return c
+}
+
+// conformanceSentinel runs the suite on a Sentinel set with opts and
+// returns a client of its master. No failover happens during the run: one
+// would lose counts, and on a loaded machine a master can stall past the
+// default second.
+func conformanceSentinel(t *testing.T, opts *Options) rueidis.Client {
+	d := redistest.StartSentinel(t, redistest.WithDownAfter(time.Minute))
+	c := newRueidis(t, d.Master.Addr)
+	runConformanceBoth(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
+		func(t *testing.T, opts *Options) (*Store, error) {
+			return Open(t.Context(), "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName, opts)
+		},
+		func(t *testing.T) redis.UniversalClient {
+			gr := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: d.MasterName, SentinelAddrs: d.SentinelAddrs(), MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { gr.Close() })
+			return gr
+		})
+	return c
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	conformanceStandalone(t, nil)
 }
 
 func TestConformanceCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}
-	addrs := redistest.StartCluster(t).Addrs()
-	c := newRueidisCluster(t, addrs)
-	check := func(t *testing.T) { checkTTLs(t, c, "") }
-	t.Run("rueidis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			s, err := Open(t.Context(), "redis-cluster://"+strings.Join(addrs, ","), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		})
-	})
-	t.Run("goredis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			gr := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { gr.Close() })
-			s, err := NewGoRedis(gr, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
+	conformanceCluster(t, redistest.StartCluster(t), nil)
 }
 
 func TestConformanceSentinel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Sentinel set")
 	}
-	// No failover during the run: one would lose counts, and on a loaded
-	// machine a master can stall past the default second.
-	d := redistest.StartSentinel(t, redistest.WithDownAfter(time.Minute))
-	c := newRueidis(t, d.Master.Addr)
-	check := func(t *testing.T) { checkTTLs(t, c, "") }
-	t.Run("rueidis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			s, err := Open(t.Context(), "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		})
-	})
-	t.Run("goredis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			gr := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: d.MasterName, SentinelAddrs: d.SentinelAddrs(), MaxRetries: -1, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { gr.Close() })
-			s, err := NewGoRedis(gr, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
+	conformanceSentinel(t, nil)
 }

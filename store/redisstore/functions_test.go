@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
@@ -77,59 +76,14 @@ func checkLibrary(t *testing.T, c rueidis.Client) {
 }
 
 func TestFunctionsConformanceStandalone(t *testing.T) {
-	addr := standaloneAddr(t)
-	c := newRueidis(t, addr)
-	check := func(t *testing.T) { checkTTLs(t, c, "") }
-	t.Run("rueidis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			s, err := New(newRueidis(t, addr), &Options{Functions: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
-	t.Run("goredis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			s, err := NewGoRedis(newGoRedis(t, addr), &Options{Functions: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
-	checkFunctionsOnly(t, c)
+	checkFunctionsOnly(t, conformanceStandalone(t, &Options{Functions: true}))
 }
 
 func TestFunctionsConformanceCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}
-	cl := redistest.StartCluster(t, redistest.WithReplicas(1))
-	addrs := cl.Addrs()
-	c := newRueidisCluster(t, addrs)
-	check := func(t *testing.T) { checkTTLs(t, c, "") }
-	t.Run("rueidis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			s, err := Open(t.Context(), "redis-cluster://"+strings.Join(addrs, ","), &Options{Functions: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		})
-	})
-	t.Run("goredis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			gr := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { gr.Close() })
-			s, err := NewGoRedis(gr, &Options{Functions: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
+	c := conformanceCluster(t, redistest.StartCluster(t, redistest.WithReplicas(1)), &Options{Functions: true})
 	// Every node holds the library (replicas by replication), and no node
 	// ran a script by EVALSHA.
 	for addr, n := range c.Nodes() {
@@ -146,31 +100,7 @@ func TestFunctionsConformanceSentinel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Sentinel set")
 	}
-	d := redistest.StartSentinel(t, redistest.WithDownAfter(time.Minute))
-	c := newRueidis(t, d.Master.Addr)
-	check := func(t *testing.T) { checkTTLs(t, c, "") }
-	t.Run("rueidis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			s, err := Open(t.Context(), "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName, &Options{Functions: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		})
-	})
-	t.Run("goredis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			gr := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: d.MasterName, SentinelAddrs: d.SentinelAddrs(), MaxRetries: -1, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { gr.Close() })
-			s, err := NewGoRedis(gr, &Options{Functions: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
-	checkFunctionsOnly(t, c)
+	checkFunctionsOnly(t, conformanceSentinel(t, &Options{Functions: true}))
 }
 
 // TestFunctionFlush empties Redis's functions again and again while
