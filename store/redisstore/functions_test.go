@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -220,25 +219,7 @@ func TestFunctionsLocal(t *testing.T) {
 	} {
 		t.Run(string(algorithmOf(l)), func(t *testing.T) {
 			stores := newInstances(t, addr, 3, Options{Prefix: testPrefix(t), Functions: true, DenyCache: 100})
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for g := range 30 {
-				wg.Go(func() {
-					for range 1000 {
-						d, err := stores[g%3].Apply(t.Context(), floodgate.Request{Key: "seed", Limit: l, Cost: 1})
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if !d.Allowed {
-							return
-						}
-						admitted.Add(1)
-					}
-				})
-			}
-			wg.Wait()
-			if got := admitted.Load(); got != l.Limit {
+			if got := seedScenario(t, stores, l); got != l.Limit {
 				t.Errorf("%d admitted, want exactly %d", got, l.Limit)
 			}
 			// A denied key is remembered: the next call costs no FCALL.

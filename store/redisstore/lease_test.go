@@ -141,25 +141,7 @@ func TestLeaseSeedScenario(t *testing.T) {
 	} {
 		t.Run(string(algorithmOf(l)), func(t *testing.T) {
 			stores := newInstances(t, addr, 3, Options{Prefix: testPrefix(t)})
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for g := range 30 {
-				wg.Go(func() {
-					for range 1000 {
-						d, err := stores[g%3].Apply(t.Context(), floodgate.Request{Key: "seed", Limit: l, Cost: 1})
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if !d.Allowed {
-							return
-						}
-						admitted.Add(1)
-					}
-				})
-			}
-			wg.Wait()
-			if got := admitted.Load(); got != l.Limit {
+			if got := seedScenario(t, stores, l); got != l.Limit {
 				t.Errorf("%d admitted, want exactly %d", got, l.Limit)
 			}
 		})
@@ -477,4 +459,30 @@ func TestLeaseReturnCountRejected(t *testing.T) {
 	if n := redisCount(t, c, key); n != 11 {
 		t.Errorf("count %d after Close, want 11 (nothing given back)", n)
 	}
+}
+
+// seedScenario has 30 goroutines, spread over stores, each take one unit of
+// key "seed" under l until denied (at most 1000 each), and returns how many
+// were admitted.
+func seedScenario(t *testing.T, stores []*Store, l floodgate.Limit) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 30 {
+		wg.Go(func() {
+			for range 1000 {
+				d, err := stores[g%len(stores)].Apply(t.Context(), floodgate.Request{Key: "seed", Limit: l, Cost: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !d.Allowed {
+					return
+				}
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return admitted.Load()
 }
