@@ -221,10 +221,11 @@
 // and, if it is admitted, counts up to want more units for the instance, at
 // most half of what remains after it, so that others still find budget
 // near the limit. want is 0 for a key's first claim, which then runs the
-// algorithm's own script, so a key asked for once per window costs what it
-// costs without a lease, with nothing to give back (measured: leasing 1
-// unit from the first request, 100k keys used about once each took 1.19
-// scripts per decision instead of 1); a second request in the
+// algorithm's own script, so a key asked for once per window costs Redis
+// one script as without a lease, with nothing to give back (bench/run-all.sh
+// shows 1.0 scripts per decision for the local-budget variants on 100k
+// keys, though their client-side bookkeeping still costs decisions/s); a
+// second request in the
 // same window sets it to 1; it doubles each time a lease runs out before
 // its window ends, up to Limit.LocalBudget, and halves when an idle lease
 // is given back. The instance admits leased units itself until the window they

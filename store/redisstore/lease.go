@@ -123,9 +123,8 @@ func (l *local) applyLeased(ctx context.Context, s *Store, r floodgate.Request, 
 			d, granted, start, err = s.claim(ctx, r, alg, key, want)
 		} else {
 			// Nothing to lease: the algorithm's own script, smaller than
-			// the lease script, so a key used once per window costs what
-			// it costs without a LocalBudget (with the lease script, 100k
-			// such keys ran at 0.75 of the plain store's decisions/s). The
+			// the lease script, so a key used once per window costs Redis
+			// what it costs without a LocalBudget. The
 			// start derived from ResetAfter is the window's for a fixed
 			// window and only a hint of how long the key stays hot for a
 			// sliding one: no unit depends on it, since none is leased.
