@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,9 +25,12 @@ type Reloader struct {
 	srv      *Server
 	paths    []string
 	debounce time.Duration
+	watching chan struct{} // closed once Watch has its watch in place
+	watchOne sync.Once
 
 	mu      sync.Mutex // serializes loads
 	lastErr string
+	loaded  string // the fingerprint of the files when last loaded
 }
 
 // NewReloader loads paths (files or directories, as config.Load) into srv
@@ -35,7 +40,8 @@ func NewReloader(srv *Server, paths ...string) (*Reloader, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("server: NewReloader: no config path")
 	}
-	r := &Reloader{srv: srv, paths: paths, debounce: 100 * time.Millisecond}
+	r := &Reloader{srv: srv, paths: paths, debounce: 100 * time.Millisecond, watching: make(chan struct{})}
+	r.loaded = fingerprint(paths)
 	cfg, err := config.Load(paths...)
 	if err == nil {
 		err = srv.CheckConfig(cfg)
@@ -53,6 +59,7 @@ func NewReloader(srv *Server, paths ...string) (*Reloader, error) {
 func (r *Reloader) Reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.loaded = fingerprint(r.paths)
 	cfg, err := config.Load(r.paths...)
 	if err == nil {
 		err = r.srv.CheckConfig(cfg)
@@ -79,7 +86,11 @@ func (r *Reloader) swap(cfg *config.Config) {
 
 // Watch reloads on every change under the config paths until ctx ends. A
 // burst of events (an editor's write, rename and chmod) causes one reload,
-// after the events have been quiet for a short debounce.
+// after the events have been quiet for a short debounce. Watching closes
+// once the watch is in place; a change made before that, even one made
+// between NewReloader and Watch, is found then by comparing the files'
+// names, sizes and modification times with those of the last load, so no
+// change is missed however late the watch starts.
 func (r *Reloader) Watch(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -101,6 +112,13 @@ func (r *Reloader) Watch(ctx context.Context) error {
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	r.mu.Lock()
+	changed := fingerprint(r.paths) != r.loaded
+	r.mu.Unlock()
+	if changed {
+		timer.Reset(0)
+	}
+	r.watchOne.Do(func() { close(r.watching) })
 	for {
 		select {
 		case <-ctx.Done():
@@ -122,4 +140,34 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			_ = r.Reload()
 		}
 	}
+}
+
+// Watching returns a channel that is closed once Watch watches the config
+// paths: from then on, every change is reloaded.
+func (r *Reloader) Watching() <-chan struct{} { return r.watching }
+
+// fingerprint describes the files config.Load reads from paths (every
+// entry of a directory, which is a superset) by name, size and
+// modification time, following symbolic links as Load does. A file that
+// cannot be read shows as such, so its repair counts as a change.
+func fingerprint(paths []string) string {
+	var b strings.Builder
+	entry := func(name string) {
+		fi, err := os.Stat(name)
+		if err != nil {
+			fmt.Fprintf(&b, "%s:!\n", name)
+			return
+		}
+		fmt.Fprintf(&b, "%s:%d:%d\n", name, fi.Size(), fi.ModTime().UnixNano())
+	}
+	for _, p := range paths {
+		entry(p)
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			names, _ := os.ReadDir(p)
+			for _, e := range names {
+				entry(filepath.Join(p, e.Name()))
+			}
+		}
+	}
+	return b.String()
 }

@@ -162,11 +162,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "%v\n", err)
 			return 1
 		}
-		go func() {
-			if err := reloader.Watch(ctx); err != nil {
+		watchErr := make(chan error, 1)
+		go func() { watchErr <- reloader.Watch(ctx) }()
+		// Serve only once the watch is in place, so that whoever sees the
+		// service up can rely on every later change being reloaded.
+		select {
+		case <-reloader.Watching():
+		case err := <-watchErr:
+			if err != nil {
 				log.Error("config watch failed; reload with SIGHUP", "error", err)
 			}
-		}()
+		}
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)

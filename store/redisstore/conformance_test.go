@@ -79,10 +79,10 @@ func conformanceCluster(t *testing.T, cl *redistest.Cluster, opts *Options) ruei
 	c := newRueidisCluster(t, addrs)
 	runConformanceBoth(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
 		func(t *testing.T, opts *Options) (*Store, error) {
-			return Open(t.Context(), "redis-cluster://"+strings.Join(addrs, ","), opts)
+			return Open(t.Context(), "redis-cluster://"+strings.Join(addrs, ",")+"?dial_timeout="+testDialTimeout.String(), opts)
 		},
 		func(t *testing.T) redis.UniversalClient {
-			gr := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, ContextTimeoutEnabled: true})
+			gr := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: testDialTimeout})
 			t.Cleanup(func() { gr.Close() })
 			return gr
 		})
@@ -98,10 +98,10 @@ func conformanceSentinel(t *testing.T, opts *Options) rueidis.Client {
 	c := newRueidis(t, d.Master.Addr)
 	runConformanceBoth(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
 		func(t *testing.T, opts *Options) (*Store, error) {
-			return Open(t.Context(), "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName, opts)
+			return Open(t.Context(), "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName+"?dial_timeout="+testDialTimeout.String(), opts)
 		},
 		func(t *testing.T) redis.UniversalClient {
-			gr := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: d.MasterName, SentinelAddrs: d.SentinelAddrs(), MaxRetries: -1, ContextTimeoutEnabled: true})
+			gr := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: d.MasterName, SentinelAddrs: d.SentinelAddrs(), MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: testDialTimeout})
 			t.Cleanup(func() { gr.Close() })
 			return gr
 		})

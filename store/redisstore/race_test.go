@@ -36,7 +36,7 @@ func TestSeedScenario(t *testing.T) {
 				case 1:
 					s, err = NewGoRedis(newGoRedis(t, addr), &Options{Prefix: prefix})
 				case 2:
-					s, err = Open(t.Context(), "redis://"+addr, &Options{Prefix: prefix})
+					s, err = Open(t.Context(), "redis://"+addr+"?dial_timeout="+testDialTimeout.String(), &Options{Prefix: prefix})
 					if err == nil {
 						t.Cleanup(func() { s.Close() })
 					}

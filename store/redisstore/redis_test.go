@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,11 +21,19 @@ func standaloneAddr(t testing.TB) string {
 	return redistest.Standalone(t).Addr
 }
 
+// testDialTimeout replaces the clients' default 5 s connect timeout in
+// these tests. A client may dial a new connection in the middle of a test
+// (rueidis opens its multiplexed connections when first used), and on a
+// 2-core CI machine running every package at once under -race, with each
+// test's own redis-servers, a connect once took longer than 5 s. The tests
+// check what is decided, not how fast, so they wait.
+const testDialTimeout = 30 * time.Second
+
 // newRueidis returns a rueidis client of a standalone server, closed when
 // the test ends.
 func newRueidis(t testing.TB, addr string) rueidis.Client {
 	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true, Dialer: net.Dialer{Timeout: testDialTimeout}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +44,7 @@ func newRueidis(t testing.TB, addr string) rueidis.Client {
 // newRueidisCluster returns a rueidis client of a Redis Cluster.
 func newRueidisCluster(t testing.TB, addrs []string) rueidis.Client {
 	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true, Dialer: net.Dialer{Timeout: testDialTimeout}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -425,7 +425,7 @@ func TestUnexpectedReply(t *testing.T) {
 
 func newGoRedis(t testing.TB, addr string) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: testDialTimeout})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
