@@ -72,6 +72,10 @@ var FloodgateVariants = []Variant{
 	{Name: "sliding_window+local_budget", Limit: floodgate.Limit{Algorithm: floodgate.SlidingWindow, LocalBudget: 1000}},
 	{Name: "fixed_window+functions", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow}, Options: &redisstore.Options{Functions: true}},
 	{Name: "gcra+functions", Limit: floodgate.Limit{Algorithm: floodgate.GCRA}, Options: &redisstore.Options{Functions: true}},
+	// Without coalescing (redisstore.Options.Coalesce -1): one script run
+	// per call, as before coalescing.
+	{Name: "fixed_window+no_coalesce", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow}, Options: &redisstore.Options{Coalesce: -1}},
+	{Name: "gcra+no_coalesce", Limit: floodgate.Limit{Algorithm: floodgate.GCRA}, Options: &redisstore.Options{Coalesce: -1}},
 }
 
 // BenchLimit is v's limit with the benchmark's rate: RedisLimit per second

@@ -59,6 +59,8 @@ type redisLib struct {
 var redisLibs = []redisLib{
 	fromHarness("floodgate-gcra", variant("gcra").Lib()),
 	fromHarness("floodgate-fixed_window", variant("fixed_window").Lib()),
+	fromHarness("floodgate-gcra+no_coalesce", variant("gcra+no_coalesce").Lib()),
+	fromHarness("floodgate-fixed_window+no_coalesce", variant("fixed_window+no_coalesce").Lib()),
 	fromHarness("redis_rate", PeerLibs[0]),
 	fromHarness("ulule", PeerLibs[1]),
 }

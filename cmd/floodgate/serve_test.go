@@ -223,6 +223,7 @@ func TestServeBadFlags(t *testing.T) {
 		{"serve", "-instances", "-1"},
 		{"serve", "-probe-interval", "0s"},
 		{"serve", "-deny-cache", "-1"},
+		{"serve", "-redis-coalesce", "-1"},
 	} {
 		var stdout, stderr strings.Builder
 		if code := run(t.Context(), args, &stdout, &stderr); code != 2 {
@@ -485,6 +486,111 @@ func TestServeReloadUnderLoad(t *testing.T) {
 	}
 }
 
+// metric is the value of a counter or gauge on serve's /metrics (the whole
+// line's name and labels), -1 if absent.
+func (in *instance) metric(t *testing.T, series string) int64 {
+	t.Helper()
+	resp, err := http.Get(in.httpURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return int64(n)
+		}
+	}
+	return -1
+}
+
+// scriptCalls is the script runs the server made (EVALSHA, EVAL and FCALL
+// calls, from INFO commandstats) and how many of them were FCALL.
+func scriptCalls(t *testing.T, redis *redistest.Server) (calls, fcalls int64) {
+	t.Helper()
+	info, err := redis.CLI(t.Context(), "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "cmdstat_evalsha" || k == "cmdstat_eval" || k == "cmdstat_fcall" {
+			n, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+			c, _ := strconv.ParseInt(n, 10, 64)
+			calls += c
+			if k == "cmdstat_fcall" {
+				fcalls += c
+			}
+		}
+	}
+	return calls, fcalls
+}
+
+// TestServeCoalesce sends 64 concurrent gRPC requests at a time through
+// serve on Redis: by default they share script runs, so far fewer scripts
+// run than requests are decided; with -redis-coalesce 0 each runs its own.
+func TestServeCoalesce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"default", nil},
+		{"off", []string{"-redis-coalesce", "0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redis := redistest.Standalone(t)
+			dir, _ := writeConfig(t, "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n")
+			args := append([]string{"-config", dir, "-redis", "redis://" + redis.Addr, "-timeout", "10s"}, tc.args...)
+			in := startServe(t, args...)
+			rls := in.rls(t)
+			if _, err := rls.ShouldRateLimit(t.Context(), rlsRequest("edge", "user", "warm")); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := scriptCalls(t, redis)
+			const goroutines, each = 64, 10
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					<-start
+					for i := range each {
+						resp, err := rls.ShouldRateLimit(t.Context(), rlsRequest("edge", "user", fmt.Sprint(g*each+i)))
+						if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+							t.Errorf("request %d: %v, %v", g*each+i, resp, err)
+							return
+						}
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			after, _ := scriptCalls(t, redis)
+			calls := after - before
+			const requests = goroutines * each
+			runs, shared := in.metric(t, "floodgate_coalesced_runs_total"), in.metric(t, "floodgate_coalesced_decisions_total")
+			t.Logf("%d script calls for %d requests; %d shared runs carried %d", calls, requests, runs, shared)
+			switch {
+			case tc.name == "off" && (calls < requests || runs != 0 || shared != 0):
+				t.Errorf("-redis-coalesce 0: %d script calls for %d requests, %d shared runs; want one each, none shared", calls, requests, runs)
+			case tc.name == "default" && calls > requests/2:
+				t.Errorf("%d script calls for %d concurrent requests, want at most half", calls, requests)
+			}
+			// Each request ran alone or in a shared run; the first shared
+			// run may have been sent twice (NOSCRIPT, then EVAL).
+			if alone := calls - runs; alone+shared < requests || alone+shared > requests+1 {
+				t.Errorf("%d calls of which %d shared runs carrying %d: that is %d requests, want %d", calls, runs, shared, alone+shared, requests)
+			}
+		})
+	}
+}
+
 func waitTick() { <-time.After(20 * time.Millisecond) }
 
 // waitUntil polls cond, bounded by d.
@@ -538,39 +644,13 @@ func TestServeDenyCache(t *testing.T) {
 			if ok != 5 {
 				t.Errorf("%d of 50 admitted, want exactly 5", ok)
 			}
-			info, err := redis.CLI(t.Context(), "INFO", "commandstats")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var calls, fcalls int64
-			for line := range strings.SplitSeq(info, "\n") {
-				k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-				if k == "cmdstat_evalsha" || k == "cmdstat_eval" || k == "cmdstat_fcall" {
-					n, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-					c, _ := strconv.ParseInt(n, 10, 64)
-					calls += c
-					if k == "cmdstat_fcall" {
-						fcalls += c
-					}
-				}
-			}
+			calls, fcalls := scriptCalls(t, redis)
 			if functions := slices.Contains(tc.args, "-redis-functions"); functions != (fcalls == calls) {
 				t.Errorf("%d of %d script calls were FCALL; -redis-functions %v", fcalls, calls, functions)
 			}
 			// Every request that ran no script was a cached denial, and
 			// /metrics says so.
-			resp, err := http.Get(in.httpURL + "/metrics")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			cached := int64(-1)
-			for line := range strings.SplitSeq(string(b), "\n") {
-				if v, ok := strings.CutPrefix(line, `floodgate_local_decisions_total{kind="deny_cache"} `); ok {
-					cached, _ = strconv.ParseInt(v, 10, 64)
-				}
-			}
+			cached := in.metric(t, `floodgate_local_decisions_total{kind="deny_cache"}`)
 			if want := 50 - calls; cached < want || cached > want+1 {
 				t.Errorf("floodgate_local_decisions_total{kind=\"deny_cache\"} = %d after %d script calls for 50 requests, want %d (one more if a NOSCRIPT made a call twice)", cached, calls, want)
 			}

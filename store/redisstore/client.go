@@ -37,6 +37,9 @@ type conn interface {
 	ping(ctx context.Context) error
 	// close closes the client.
 	close()
+	// cluster reports whether the client is a Redis Cluster client, whose
+	// scripts may only take keys of one slot.
+	cluster() bool
 }
 
 // rueidisConn runs scripts on a rueidis client, which pipelines concurrent
@@ -107,6 +110,8 @@ func (r rueidisConn) ping(ctx context.Context) error {
 
 func (r rueidisConn) close() { r.c.Close() }
 
+func (r rueidisConn) cluster() bool { return r.c.Mode() == rueidis.ClientModeCluster }
+
 // rueidisInts decodes an array of integers, checking every element.
 func rueidisInts(res rueidis.RedisResult) ([]int64, error) {
 	if err := res.Error(); err != nil {
@@ -174,6 +179,17 @@ func (goRedisConn) isNoFunction(err error) bool {
 func (g goRedisConn) ping(ctx context.Context) error { return g.c.Ping(ctx).Err() }
 
 func (g goRedisConn) close() { _ = g.c.Close() }
+
+// cluster is true for a cluster client, and for a client of unknown
+// kind (another UniversalClient), for which keeping a script's keys in
+// one slot is the safe choice.
+func (g goRedisConn) cluster() bool {
+	switch g.c.(type) {
+	case *redis.Client:
+		return false
+	}
+	return true
+}
 
 func anys(ss []string) []any {
 	out := make([]any, len(ss))

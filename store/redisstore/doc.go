@@ -139,6 +139,41 @@
 // sees NOSCRIPT. Every argument is checked in the script before its first
 // write, since Redis does not undo a script that fails halfway.
 //
+// # Coalescing
+//
+// What one Redis decides per second is bounded by the CPU of its single
+// command thread, and each script call costs that thread a fixed part
+// (reading the command, finding the script, starting Lua, and for EVALSHA
+// making the script's helpers again) besides the decision. rueidis
+// pipelines concurrent calls into few round trips, but Redis still runs
+// one script per call. So the store keeps at most Options.Coalesce script
+// runs in flight (default DefaultCoalesce, 4) per group of keys; a call
+// that comes while that many are out waits, and when one comes back, every
+// call that waited goes out in one script (multi.lua) that decides each
+// request on its own, exactly as its own script would, one after the other.
+//
+// Decisions do not change: each is one atomic step on its key (a run of
+// several is one atomic step for all of them), and the linearizability and
+// conformance suites run with coalescing on. A call that waits is not sent
+// until a run is free; if its context ends first, it returns the context's
+// error at once and is never sent, so never counted. A call whose context
+// ends while its run is out returns at once too, and may have been counted,
+// as with a run of its own. A run waits until the latest deadline of its
+// calls, so one caller's short deadline does not fail the others. A request
+// that fails inside a run (a key holding something else) fails before its
+// first write, as in its own script, so it changed nothing; the store runs
+// it again alone, so that it reports its own error, and the others of the
+// run are decided.
+//
+// With fewer calls at once than Options.Coalesce, every call goes out at
+// once on its own, so a lightly loaded store gains no latency. Under load
+// a call may wait for a run to come back, about one round trip, and Redis
+// spends far less CPU per decision: BENCHMARKS.md ("Coalescing") has the
+// figures. On a Redis Cluster a script's keys must share a slot, so a group
+// is one subject (hash tag): calls on a hot subject coalesce, calls on
+// different subjects go out as before. Elsewhere (standalone, Sentinel) the
+// store is one group. Options.Coalesce -1 turns it off.
+//
 // # Functions
 //
 // Redis runs a script's whole body on every EVALSHA: each of the dozen

@@ -35,17 +35,45 @@ func linearizeScale() (rounds, factor int) {
 }
 
 // linearizeStores returns n stores over n rueidis clients of their own.
+// Every other store coalesces after a single run in flight (Coalesce 1),
+// so that with three callers per store (linearizeCallers), two of them
+// often wait together and share a script run (multi.lua); the others keep
+// the default, under which three callers always run scripts of their own.
 func linearizeStores(t *testing.T, n int, prefix string, newClient func() rueidis.Client) []floodgate.Store {
 	t.Helper()
 	stores := make([]floodgate.Store, n)
 	for i := range stores {
-		s, err := New(newClient(), &Options{Prefix: prefix})
+		coalesce := 0
+		if i%2 == 1 {
+			coalesce = 1
+		}
+		s, err := New(newClient(), &Options{Prefix: prefix, Coalesce: coalesce})
 		if err != nil {
 			t.Fatal(err)
 		}
 		stores[i] = s
 	}
 	return stores
+}
+
+// linearizeCallers is the callers of a history: three per store of
+// linearizeStores(t, 4, ...).
+const linearizeCallers = 12
+
+// checkCoalesced fails the test unless some calls of the history shared
+// script runs, so that the history checked coalescing too.
+func checkCoalesced(t *testing.T, stores []floodgate.Store) {
+	t.Helper()
+	var st CoalesceStats
+	for _, s := range stores {
+		c := s.(*Store).CoalesceStats()
+		st.Runs += c.Runs
+		st.Decisions += c.Decisions
+	}
+	if st.Runs == 0 {
+		t.Error("no calls shared a script run: the history did not exercise coalescing")
+	}
+	t.Logf("%d shared script runs decided %d calls", st.Runs, st.Decisions)
 }
 
 // runLinearizable checks every algorithm on the Redis that newClient
@@ -61,17 +89,19 @@ func runLinearizable(t *testing.T, newClient func() rueidis.Client) {
 				prefix := testPrefix(t)
 				checkTTLsAtEnd(t, newClient(), prefix)
 				w := linearize.Workload{
-					Stores:    linearizeStores(t, 4, prefix, newClient),
-					Limit:     c.Limit,
-					Keys:      []string{"k1", "k2", "k3"},
-					OpsPerKey: 150 * factor,
-					Seed:      uint64(100*round + i),
+					Stores:     linearizeStores(t, 4, prefix, newClient),
+					Goroutines: linearizeCallers,
+					Limit:      c.Limit,
+					Keys:       []string{"k1", "k2", "k3"},
+					OpsPerKey:  150 * factor,
+					Seed:       uint64(100*round + i),
 				}
 				rec := linearize.Record(t, w)
 				if err := rec.CheckClock(2 * time.Millisecond); err != nil {
 					t.Errorf("a decision's time is not the time of its call:\n%v", err)
 				}
 				linearize.Verify(t, rec, w.Limit, linearize.Options{Monotonic: true})
+				checkCoalesced(t, w.Stores)
 			}
 		})
 	}
@@ -124,6 +154,7 @@ func TestLinearizableTimeouts(t *testing.T) {
 				checkTTLsAtEnd(t, newClient(), prefix)
 				w := linearize.Workload{
 					Stores:       linearizeStores(t, 4, prefix, newClient),
+					Goroutines:   linearizeCallers,
 					Limit:        c.limit,
 					Keys:         []string{"k1", "k2"},
 					OpsPerKey:    150 * factor,
@@ -134,6 +165,7 @@ func TestLinearizableTimeouts(t *testing.T) {
 				}
 				rec := linearize.Record(t, w)
 				failed += linearize.Verify(t, rec, w.Limit, linearize.Options{Monotonic: !c.ownNow}).Failed
+				checkCoalesced(t, w.Stores)
 			}
 			if failed == 0 {
 				t.Errorf("no call failed: the short deadline did not exercise the failed-call path")

@@ -15,9 +15,10 @@ var (
 
 // ApplyPipelined decides independent requests, each atomically on its own,
 // in as few round trips as the client allows: see floodgate.Pipeliner. The
-// requests are sent concurrently; rueidis pipelines concurrent calls on
-// one connection, so on standalone Redis and Sentinel they share one round
-// trip, and on a Cluster one per node involved. Unlike ApplyBatch, the keys
+// requests are sent concurrently, so they coalesce (see "Coalescing" in
+// the package doc): on standalone Redis and Sentinel most of them share one
+// script run, and rueidis pipelines the rest on one connection; on a
+// Cluster they take one round trip per node involved. Unlike ApplyBatch, the keys
 // may differ and a denial of one takes nothing back from the others.
 func (s *Store) ApplyPipelined(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, []error) {
 	ds, errs := make([]floodgate.Decision, len(rs)), make([]error, len(rs))

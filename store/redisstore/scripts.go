@@ -59,6 +59,9 @@ func newScript(name, src string) *script {
 type scriptSet struct {
 	single map[floodgate.Algorithm]*script
 	batch  *script
+	// multi decides independent requests in one run (multi.lua), for
+	// coalescing concurrent calls.
+	multi *script
 	// lease claims and returns leased budget (lease.lua), for the
 	// algorithms that take a floodgate.Limit.LocalBudget.
 	lease map[floodgate.Algorithm]*script
@@ -103,8 +106,8 @@ var leased = []struct {
 
 // scripts is built once from the embedded files: a single-request script per
 // algorithm (common.lua, the helpers it needs, the algorithm's file) and
-// the batch script (every helper, every algorithm's functions, batch.lua),
-// so that each algorithm's code exists once.
+// the batch and multi scripts (every helper, every algorithm's functions,
+// batch.lua or multi.lua), so that each algorithm's code exists once.
 var scripts = mustBuildScripts()
 
 func mustBuildScripts() scriptSet {
@@ -178,8 +181,9 @@ func buildScripts() (scriptSet, error) {
 		funcs = append(funcs, f)
 		mains = append(mains, mainPart{string(alg), m})
 	}
-	// shared is the batch script up to its main part: every helper file,
-	// every algorithm's functions, the batch's helpers.
+	// shared is what the batch and multi scripts start with: every helper
+	// file and every algorithm's functions. The library then adds the
+	// helpers of both.
 	var shared strings.Builder
 	for _, name := range []string{"common.lua", "state.lua", "rate.lua", "zset.lua"} {
 		text, err := read(name)
@@ -195,9 +199,14 @@ func buildScripts() (scriptSet, error) {
 	if err != nil {
 		return scriptSet{}, err
 	}
-	shared.WriteString(batchFuncs)
-	set.batch = newScript("batch", shared.String()+mainMarker+batchMain)
-	mains = append(mains, mainPart{"batch", batchMain})
+	multiFuncs, multiMain, err := split("multi.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
+	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
+	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain})
+	shared.WriteString(batchFuncs + "\n" + multiFuncs)
 	leaseSrc, err := read("lease.lua")
 	if err != nil {
 		return scriptSet{}, err
@@ -235,5 +244,6 @@ func buildScripts() (scriptSet, error) {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
 	set.batch.fn = set.lib.name + "_batch"
+	set.multi.fn = set.lib.name + "_multi"
 	return set, nil
 }

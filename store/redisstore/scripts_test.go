@@ -31,18 +31,28 @@ func TestScripts(t *testing.T) {
 		if sc == nil || len(sc.sha) != 40 || !strings.HasSuffix(sc.src, "return single('"+string(alg)+"', "+string(alg)+"_apply, KEYS, ARGV)\n\n") {
 			t.Errorf("%s: the single script does not end with its main part", alg)
 		}
-		if n := strings.Count(set.batch.src, "local function "+string(alg)+"_step("); n != 1 {
-			t.Errorf("the batch script defines %s_step %d times", alg, n)
+		for _, sc := range []*script{set.batch, set.multi} {
+			if n := strings.Count(sc.src, "local function "+string(alg)+"_step("); n != 1 {
+				t.Errorf("the %s script defines %s_step %d times", sc.name, alg, n)
+			}
+		}
+		if n := strings.Count(set.lib.src, "local function "+string(alg)+"_step("); n != 1 {
+			t.Errorf("the library defines %s_step %d times", alg, n)
 		}
 	}
-	if strings.Contains(set.batch.src, "return single(") {
-		t.Error("the batch script holds an algorithm's main part")
+	for _, sc := range []*script{set.batch, set.multi} {
+		if strings.Contains(sc.src, "return single(") {
+			t.Errorf("the %s script holds an algorithm's main part", sc.name)
+		}
+	}
+	if strings.Contains(set.multi.src, "local function snapshot(") || !strings.Contains(set.batch.src, "local function snapshot(") {
+		t.Error("the batch's helpers are not in the batch script alone")
 	}
 	// The library: one function per script, named after the library.
 	if !strings.HasPrefix(set.lib.src, "#!lua name="+set.lib.name+"\n") || len(set.lib.name) != len("floodgate_")+12 {
 		t.Errorf("the library starts %q", set.lib.src[:min(40, len(set.lib.src))])
 	}
-	all := []*script{set.batch}
+	all := []*script{set.batch, set.multi}
 	for _, sc := range set.single {
 		all = append(all, sc)
 	}

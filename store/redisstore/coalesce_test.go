@@ -1,0 +1,316 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestCoalesce hammers one key from 64 goroutines through stores on a
+// standalone Redis (rueidis and go-redis, EVALSHA and functions) and a
+// Cluster: every algorithm admits exactly its limit, and far fewer scripts
+// run than decisions are made, because concurrent calls share runs. The
+// same load without coalescing runs one script per decision.
+func TestCoalesce(t *testing.T) {
+	addr := standaloneAddr(t)
+	type target struct {
+		name  string
+		store func(t *testing.T) (*Store, rueidis.Client)
+	}
+	targets := []target{
+		{"rueidis", func(t *testing.T) (*Store, rueidis.Client) { return testStore(t, addr, nil) }},
+		{"functions", func(t *testing.T) (*Store, rueidis.Client) { return testStore(t, addr, &Options{Functions: true}) }},
+		{"go-redis", func(t *testing.T) (*Store, rueidis.Client) {
+			s, err := NewGoRedis(newGoRedis(t, addr), &Options{Prefix: testPrefix(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, newRueidis(t, addr)
+		}},
+		{"off", func(t *testing.T) (*Store, rueidis.Client) { return testStore(t, addr, &Options{Coalesce: -1}) }},
+	}
+	if !testing.Short() {
+		targets = append(targets, target{"cluster", func(t *testing.T) (*Store, rueidis.Client) {
+			cl := redistest.StartCluster(t)
+			c := newRueidisCluster(t, cl.Addrs())
+			s, err := New(c, &Options{Prefix: testPrefix(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The hot key's node, for its command stats.
+			for _, a := range cl.Addrs() {
+				n := newRueidis(t, a)
+				if err := n.Do(t.Context(), n.B().Get().Key(s.Key("hot", limitOf(floodgate.FixedWindow, 1, time.Hour))).Build()).Error(); !rueidis.IsRedisNil(err) {
+					continue // MOVED: another node's slot
+				}
+				return s, n
+			}
+			t.Fatal("no node owns the hot key")
+			return nil, nil
+		}})
+	}
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			s, stats := tg.store(t)
+			for _, alg := range floodgate.Algorithms {
+				const goroutines, each, limit = 64, 8, 300
+				l := limitOf(alg, limit, time.Hour)
+				// A first call loads the scripts (NOSCRIPT is not counted).
+				if _, err := s.Apply(t.Context(), request("warm", l, t0)); err != nil {
+					t.Fatal(err)
+				}
+				before := scriptCalls(t, stats)
+				var admitted atomic.Int64
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for range goroutines {
+					wg.Go(func() {
+						<-start
+						for range each {
+							d, err := s.Apply(t.Context(), request("hot", l, t0))
+							if err != nil {
+								t.Errorf("%s: %v", alg, err)
+								return
+							}
+							if d.Allowed {
+								admitted.Add(1)
+							}
+						}
+					})
+				}
+				close(start)
+				wg.Wait()
+				scripts := scriptCalls(t, stats) - before
+				const decisions = goroutines * each
+				if admitted.Load() != limit {
+					t.Errorf("%s: %d of %d admitted, want exactly %d", alg, admitted.Load(), decisions, limit)
+				}
+				if tg.name == "off" {
+					if scripts != decisions {
+						t.Errorf("%s without coalescing: %d scripts for %d decisions, want one each", alg, scripts, decisions)
+					}
+				} else if scripts > decisions/2 {
+					t.Errorf("%s: %d scripts for %d decisions from %d goroutines, want at most half", alg, scripts, decisions, goroutines)
+				}
+				t.Logf("%s: %d scripts for %d decisions", alg, scripts, decisions)
+			}
+		})
+	}
+}
+
+// pauseWrites holds every script on the server until the returned func is
+// called (CLIENT PAUSE WRITE, which holds EVAL, EVALSHA and FCALL and lets
+// CLIENT UNPAUSE through).
+func pauseWrites(t *testing.T, c rueidis.Client) func() {
+	t.Helper()
+	if err := c.Do(t.Context(), c.B().ClientPause().Timeout(60_000).Write().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unpause := func() {
+		once.Do(func() {
+			if err := c.Do(context.Background(), c.B().ClientUnpause().Build()).Error(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(unpause)
+	return unpause
+}
+
+// loadMulti loads the multi script, so that its first run is one call, not
+// NOSCRIPT and EVAL.
+func loadMulti(t *testing.T, c rueidis.Client) {
+	t.Helper()
+	if err := c.Do(t.Context(), c.B().ScriptLoad().Script(scripts.multi.src).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// queued is the number of calls waiting in the store's group (standalone:
+// the only one).
+func queued(s *Store) int {
+	s.co.mu.Lock()
+	defer s.co.mu.Unlock()
+	return len(s.co.all.queue)
+}
+
+// waitQueued waits, bounded, until n calls wait in s.
+func waitQueued(t *testing.T, s *Store, n int) {
+	t.Helper()
+	end := time.Now().Add(10 * time.Second)
+	for queued(s) != n {
+		if time.Now().After(end) {
+			t.Fatalf("%d calls queued after 10s, want %d", queued(s), n)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, bounded above
+	}
+}
+
+// TestCoalesceRun makes one run of several calls, deterministically: with
+// Coalesce 1 and the server's scripts paused, a first call holds the only
+// run and the next ones queue; once resumed they go out as one script.
+// One of them is on a key that holds a foreign value: it fails alone with
+// its own error and changes nothing, and the others are decided.
+func TestCoalesceRun(t *testing.T) {
+	addr := standaloneAddr(t)
+	s, c := testStore(t, addr, &Options{Coalesce: 1})
+	l := limitOf(floodgate.FixedWindow, 2, time.Hour)
+	if _, err := s.Apply(t.Context(), request("warm", l, t0)); err != nil {
+		t.Fatal(err)
+	}
+	foreign := s.Key("foreign", l)
+	if err := c.Do(t.Context(), c.B().Lpush().Key(foreign).Element("x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	admin := newRueidis(t, addr)
+	loadMulti(t, admin)
+	unpause := pauseWrites(t, admin)
+	before := scriptCalls(t, admin)
+	type outcome struct {
+		key string
+		d   floodgate.Decision
+		err error
+	}
+	out := make(chan outcome, 8)
+	call := func(key string) {
+		d, err := s.Apply(t.Context(), request(key, l, t0))
+		out <- outcome{key, d, err}
+	}
+	go call("first")
+	// The first call holds the run; wait until it is out, so that the
+	// others queue behind it.
+	end := time.Now().Add(10 * time.Second)
+	for {
+		s.co.mu.Lock()
+		inflight := s.co.all.inflight
+		s.co.mu.Unlock()
+		if inflight == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the first call did not start within 10s")
+		}
+		time.Sleep(time.Millisecond) // polling a condition, bounded above
+	}
+	keys := []string{"a", "b", "a", "foreign", "a", "b"}
+	for _, k := range keys {
+		go call(k)
+	}
+	waitQueued(t, s, len(keys))
+	unpause()
+	got := map[string][]outcome{}
+	for range 1 + len(keys) {
+		o := <-out
+		got[o.key] = append(got[o.key], o)
+	}
+	// first alone, then one run of six, then the foreign one again alone.
+	if n := scriptCalls(t, admin) - before; n != 3 {
+		t.Errorf("%d scripts ran, want 3: the first call, one run of %d, the failed call again", n, len(keys))
+	}
+	allowed := func(key string) (n int) {
+		for _, o := range got[key] {
+			if o.err != nil {
+				t.Errorf("%s: %v", key, o.err)
+			}
+			if o.d.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	if a, b, f := allowed("a"), allowed("b"), allowed("first"); a != 2 || b != 2 || f != 1 {
+		t.Errorf("admitted a %d of 3, b %d of 2, first %d of 1; want 2, 2, 1", a, b, f)
+	}
+	if o := got["foreign"][0]; !errors.Is(o.err, floodgate.ErrUnexpectedReply) {
+		t.Errorf("foreign key: %+v, %v; want an error wrapping ErrUnexpectedReply", o.d, o.err)
+	}
+	if v, err := c.Do(t.Context(), c.B().Lrange().Key(foreign).Start(0).Stop(-1).Build()).AsStrSlice(); err != nil || fmt.Sprint(v) != "[x]" {
+		t.Errorf("the foreign key holds %v, %v; want it unchanged", v, err)
+	}
+	// Every key of the test's prefix must have a TTL when it ends.
+	if err := c.Do(t.Context(), c.B().Del().Key(foreign).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCoalesceDropsExpired checks that a call whose context ends while it
+// waits for a run is never sent: it returns its context's error at its
+// deadline, and Redis never counts it.
+func TestCoalesceDropsExpired(t *testing.T) {
+	addr := standaloneAddr(t)
+	s, _ := testStore(t, addr, &Options{Coalesce: 1})
+	l := limitOf(floodgate.FixedWindow, 100, time.Hour)
+	if _, err := s.Apply(t.Context(), request("warm", l, t0)); err != nil {
+		t.Fatal(err)
+	}
+	admin := newRueidis(t, addr)
+	loadMulti(t, admin)
+	unpause := pauseWrites(t, admin)
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Apply(t.Context(), request("k", l, t0))
+		first <- err
+	}()
+	end := time.Now().Add(10 * time.Second)
+	for {
+		s.co.mu.Lock()
+		inflight := s.co.all.inflight
+		s.co.mu.Unlock()
+		if inflight == 1 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the first call did not start within 10s")
+		}
+		time.Sleep(time.Millisecond) // polling a condition, bounded above
+	}
+	const waiting = 5
+	const deadline = 50 * time.Millisecond
+	errs := make(chan error, waiting)
+	for range waiting {
+		go func() {
+			ctx, cancel := context.WithTimeout(t.Context(), deadline)
+			defer cancel()
+			start := time.Now()
+			_, err := s.Apply(ctx, request("k", l, t0))
+			if late := time.Since(start) - deadline; late > time.Second {
+				err = fmt.Errorf("returned %v after its deadline: %w", late, err)
+			}
+			errs <- err
+		}()
+	}
+	for range waiting {
+		if err := <-errs; !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("a call that waited past its deadline: %v, want DeadlineExceeded", err)
+		}
+	}
+	before := scriptCalls(t, admin)
+	unpause()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if queued(s) != 0 {
+		t.Errorf("%d calls still queued", queued(s))
+	}
+	d, err := s.Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := d.Limit - d.Remaining; used != 1 {
+		t.Errorf("Redis counted %d, want 1: calls that expired while queued were sent", used)
+	}
+	// The first call and the peek: no run for the expired calls.
+	if n := scriptCalls(t, admin) - before; n != 2 {
+		t.Errorf("%d scripts ran after the pause, want 2", n)
+	}
+}
