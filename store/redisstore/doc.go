@@ -147,7 +147,7 @@
 // making the script's helpers again) besides the decision. rueidis
 // pipelines concurrent calls into few round trips, but Redis still runs
 // one script per call. So the store keeps at most Options.Coalesce script
-// runs in flight (default DefaultCoalesce, 4) per group of keys; a call
+// runs in flight (default DefaultCoalesce, 2) per group of keys; a call
 // that comes while that many are out waits, and when one comes back, every
 // call that waited goes out in one script (multi.lua) that decides each
 // request on its own, exactly as its own script would, one after the other.

@@ -550,3 +550,46 @@ func decideUnderFlush(t *testing.T, s *Store) {
 		}
 	}
 }
+
+// TestKeepTTL checks how a window's key keeps its TTL: the write that
+// starts a window sets it; later writes in the same window leave it
+// (KEEPTTL), so it does not move, until the last MIN_TTL_MS (1 s) of the
+// window, where each write gives the key at least one more second, as
+// every write did before KEEPTTL.
+func TestKeepTTL(t *testing.T) {
+	s, c := testStore(t, standaloneAddr(t), nil)
+	start := time.Unix(1_800_000_000/3600*3600, 0) // an hour's start
+	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
+		l := limitOf(alg, 100, time.Hour)
+		key := s.Key("ttl", l)
+		pttl := func(at time.Duration) int64 {
+			t.Helper()
+			if _, err := s.Apply(t.Context(), request("ttl", l, start.Add(at))); err != nil {
+				t.Fatal(err)
+			}
+			ms, err := c.Do(t.Context(), c.B().Pttl().Key(key).Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ms
+		}
+		first := pttl(0)
+		later := pttl(30 * time.Minute)
+		last := pttl(time.Hour - 500*time.Millisecond)
+		// The window's state expires an hour after start for fixed_window,
+		// two for sliding_window (the next window weighs this one).
+		want := time.Hour
+		if alg == floodgate.SlidingWindow {
+			want = 2 * time.Hour
+		}
+		switch {
+		case first > want.Milliseconds() || first < want.Milliseconds()-5000:
+			t.Errorf("%s: PTTL %d ms after the window's first write, want about %d", alg, first, want.Milliseconds())
+		case later > first || later < first-5000:
+			t.Errorf("%s: PTTL %d ms after a write half an hour later, want it left at about %d", alg, later, first)
+		}
+		if alg == floodgate.FixedWindow && (last > 1000 || last < 900) {
+			t.Errorf("%s: PTTL %d ms after a write 0.5 s before the window's end, want the 1 s floor", alg, last)
+		}
+	}
+}

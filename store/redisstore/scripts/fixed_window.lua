@@ -58,7 +58,7 @@ end
 local function fixed_window_apply(key, p, r, now)
   local old = load_state(key, FIXED_WINDOW_FIELDS)
   local s, d = fixed_window_step(p, old, now, r.cost)
-  save_state(key, FIXED_WINDOW_FIELDS, old, s, fixed_window_expires(p, s), now)
+  save_state(key, FIXED_WINDOW_FIELDS, old, s, fixed_window_expires(p, s), now, fixed_window_expires(p, old))
   return d
 end
 

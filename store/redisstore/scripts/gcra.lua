@@ -72,7 +72,8 @@ end
 local function gcra_apply(key, p, r, now)
   local old = load_state(key, GCRA_FIELDS)
   local s, d = gcra_step(p, old, now, r.cost)
-  save_state(key, GCRA_FIELDS, old, s, gcra_expires(p, s), now)
+  -- The expiry moves with every admission: no old_exp (see save_state).
+  save_state(key, GCRA_FIELDS, old, s, gcra_expires(p, s), now, 0)
   return d
 end
 

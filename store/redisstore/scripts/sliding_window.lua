@@ -94,7 +94,7 @@ end
 local function sliding_window_apply(key, p, r, now)
   local old = load_state(key, SLIDING_WINDOW_FIELDS)
   local s, d = sliding_window_step(p, old, now, r.cost)
-  save_state(key, SLIDING_WINDOW_FIELDS, old, s, sliding_window_expires(p, s), now)
+  save_state(key, SLIDING_WINDOW_FIELDS, old, s, sliding_window_expires(p, s), now, sliding_window_expires(p, old))
   return d
 end
 

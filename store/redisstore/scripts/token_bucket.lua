@@ -68,7 +68,8 @@ end
 local function token_bucket_apply(key, p, r, now)
   local old = load_state(key, TOKEN_BUCKET_FIELDS)
   local s, d = token_bucket_step(p, old, now, r.cost)
-  save_state(key, TOKEN_BUCKET_FIELDS, old, s, token_bucket_expires(p, s), now)
+  -- The expiry moves with every admission: no old_exp (see save_state).
+  save_state(key, TOKEN_BUCKET_FIELDS, old, s, token_bucket_expires(p, s), now, 0)
   return d
 end
 
