@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -189,19 +190,7 @@ func TestCoalesceRun(t *testing.T) {
 	go call("first")
 	// The first call holds the run; wait until it is out, so that the
 	// others queue behind it.
-	end := time.Now().Add(10 * time.Second)
-	for {
-		s.co.mu.Lock()
-		inflight := s.co.all.inflight
-		s.co.mu.Unlock()
-		if inflight == 1 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("the first call did not start within 10s")
-		}
-		time.Sleep(time.Millisecond) // polling a condition, bounded above
-	}
+	waitInflight(t, s, 1)
 	keys := []string{"a", "b", "a", "foreign", "a", "b"}
 	for _, k := range keys {
 		go call(k)
@@ -212,6 +201,9 @@ func TestCoalesceRun(t *testing.T) {
 	for range 1 + len(keys) {
 		o := <-out
 		got[o.key] = append(got[o.key], o)
+	}
+	if st := s.CoalesceStats(); st.Runs != 1 || st.Decisions != int64(len(keys)) {
+		t.Errorf("%+v, want one shared run of %d requests", st, len(keys))
 	}
 	// first alone, then one run of six, then the foreign one again alone.
 	if n := scriptCalls(t, admin) - before; n != 3 {
@@ -261,19 +253,7 @@ func TestCoalesceDropsExpired(t *testing.T) {
 		_, err := s.Apply(t.Context(), request("k", l, t0))
 		first <- err
 	}()
-	end := time.Now().Add(10 * time.Second)
-	for {
-		s.co.mu.Lock()
-		inflight := s.co.all.inflight
-		s.co.mu.Unlock()
-		if inflight == 1 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("the first call did not start within 10s")
-		}
-		time.Sleep(time.Millisecond) // polling a condition, bounded above
-	}
+	waitInflight(t, s, 1)
 	const waiting = 5
 	const deadline = 50 * time.Millisecond
 	errs := make(chan error, waiting)
@@ -312,5 +292,77 @@ func TestCoalesceDropsExpired(t *testing.T) {
 	// The first call and the peek: no run for the expired calls.
 	if n := scriptCalls(t, admin) - before; n != 2 {
 		t.Errorf("%d scripts ran after the pause, want 2", n)
+	}
+}
+
+// TestCoalesceRunOutOfMemory makes one run of three requests on one key
+// while Redis is out of memory (maxmemory 1, noeviction): the run reads the
+// key once and would write it once, the write fails, so every request of
+// the key fails with Redis's OOM error and the key keeps its count.
+func TestCoalesceRunOutOfMemory(t *testing.T) {
+	addr := standaloneAddr(t)
+	s, _ := testStore(t, addr, &Options{Coalesce: 1})
+	l := limitOf(floodgate.FixedWindow, 10, time.Hour)
+	if _, err := s.Apply(t.Context(), request("a", l, t0)); err != nil {
+		t.Fatal(err)
+	}
+	admin := newRueidis(t, addr)
+	loadMulti(t, admin)
+	unpause := pauseWrites(t, admin)
+	errs := make(chan error, 4)
+	go func() {
+		_, err := s.Apply(t.Context(), request("first", l, t0))
+		errs <- err
+	}()
+	waitInflight(t, s, 1)
+	for range 3 {
+		go func() {
+			_, err := s.Apply(t.Context(), request("a", l, t0))
+			errs <- err
+		}()
+	}
+	waitQueued(t, s, 3)
+	setMaxmemory := func(v string) {
+		t.Helper()
+		if err := admin.Do(context.Background(), admin.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", v).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMaxmemory("1")
+	t.Cleanup(func() { setMaxmemory("0") })
+	unpause()
+	for range 4 {
+		if err := <-errs; err == nil || !strings.Contains(err.Error(), "OOM") {
+			t.Errorf("a request under maxmemory 1: %v, want Redis's OOM error", err)
+		}
+	}
+	if st := s.CoalesceStats(); st.Runs != 1 || st.Decisions != 3 {
+		t.Errorf("%+v, want one shared run of the 3 requests", st)
+	}
+	setMaxmemory("0")
+	d, err := s.Apply(t.Context(), floodgate.Request{Key: "a", Limit: l, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := d.Limit - d.Remaining; used != 1 {
+		t.Errorf("the key counts %d after the failed run, want the 1 from before", used)
+	}
+}
+
+// waitInflight waits, bounded, until n runs of s's group are out.
+func waitInflight(t *testing.T, s *Store, n int) {
+	t.Helper()
+	end := time.Now().Add(10 * time.Second)
+	for {
+		s.co.mu.Lock()
+		inflight := s.co.all.inflight
+		s.co.mu.Unlock()
+		if inflight == n {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d runs out after 10s, want %d", inflight, n)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, bounded above
 	}
 }
