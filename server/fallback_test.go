@@ -2,6 +2,9 @@ package server_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -199,4 +202,45 @@ func decisions(t *testing.T, srv *server.Server, rule, outcome string) float64 {
 		}
 	}
 	return 0
+}
+
+// unreachable is a store whose ping fails, as a Redis store's does while
+// Redis is down.
+type unreachable struct{ *memstore.Store }
+
+func (unreachable) Ping(context.Context) error { return errors.New("dial tcp: connection refused") }
+
+// TestReadyWhileStoreDown: with the default failure mode local, an
+// unreachable store leaves the server ready (every instance shares the
+// store, and local is there to go on deciding), and /readyz says why;
+// with fail_open it is not ready.
+func TestReadyWhileStoreDown(t *testing.T) {
+	for _, mode := range []floodgate.FailurePolicy{floodgate.FailLocal, floodgate.FailOpen} {
+		t.Run(string(mode), func(t *testing.T) {
+			shared := memstore.New(nil)
+			defer shared.Close()
+			local := memstore.New(nil)
+			defer local.Close()
+			srv, err := server.New(server.Options{
+				Store: unreachable{shared}, Config: parseConfig(t, localYAML),
+				FailureMode: mode, Instances: 2, Local: local,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			srv.Handler(nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			err = srv.Ready(t.Context())
+			switch mode {
+			case floodgate.FailLocal:
+				if err != nil || rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "failure mode local decides in memory, store unreachable: dial tcp") {
+					t.Errorf("Ready %v; /readyz %d %q; want ready, saying it decides locally", err, rec.Code, rec.Body.String())
+				}
+			default:
+				if err == nil || rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "not ready: store unreachable") {
+					t.Errorf("Ready %v; /readyz %d %q; want not ready", err, rec.Code, rec.Body.String())
+				}
+			}
+		})
+	}
 }

@@ -26,7 +26,7 @@ import (
 //	GET  /v1/config   the rules in force
 //	GET  /metrics     Prometheus metrics
 //	GET  /healthz     the process is alive
-//	GET  /readyz      config loaded and store reachable
+//	GET  /readyz      config loaded and store reachable (or failure mode local)
 //	/debug/pprof/     with Options.Pprof
 //
 // extra handlers (such as envoyrls's POST /json) are added by pattern.
@@ -42,12 +42,13 @@ func (s *Server) Handler(extra map[string]http.Handler) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := s.Ready(r.Context()); err != nil {
+		status, err := s.Status(r.Context())
+		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: %v\n", err)
 			return
 		}
-		io.WriteString(w, "ok\n")
+		io.WriteString(w, status+"\n")
 	})
 	if s.pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -484,19 +484,38 @@ func (s *Server) now() time.Time {
 
 // Ready reports whether the server can answer: a config is loaded and the
 // store answers its ping (a store without floodgate.Pinger is always
-// reachable).
+// reachable). When the default failure mode is local, an unreachable store
+// does not make the server unready: the failure mode exists so that each
+// instance goes on deciding with its share of every limit while the shared
+// store is down, and every instance of a fleet shares that store, so
+// failing readiness would take the whole fleet out of its load balancer at
+// once. Status says which of the two a ready server is in.
 func (s *Server) Ready(ctx context.Context) error {
+	_, err := s.readiness(ctx)
+	return err
+}
+
+// Status is Ready's answer in words, for /readyz: "ok", or "ok: deciding
+// locally, store unreachable: ..." under the default failure mode local.
+func (s *Server) Status(ctx context.Context) (string, error) {
+	return s.readiness(ctx)
+}
+
+func (s *Server) readiness(ctx context.Context) (string, error) {
 	if !s.loaded.Load() {
-		return errors.New("no config loaded")
+		return "", errors.New("no config loaded")
 	}
 	if p, ok := s.store.(floodgate.Pinger); ok {
 		ctx, cancel := context.WithTimeout(ctx, max(s.timeout, 250*time.Millisecond))
 		defer cancel()
 		if err := p.Ping(ctx); err != nil {
-			return fmt.Errorf("store unreachable: %w", err)
+			if s.failMode == floodgate.FailLocal && s.fb != nil {
+				return fmt.Sprintf("ok: failure mode local decides in memory, store unreachable: %v", err), nil
+			}
+			return "", fmt.Errorf("store unreachable: %w", err)
 		}
 	}
-	return nil
+	return "ok", nil
 }
 
 func ruleID(r *config.Rule) string {
