@@ -21,10 +21,8 @@ import (
 
 // DefaultCoalesce is the default Options.Coalesce. Of 1, 2, 4 and 8 runs
 // in flight, 2 made the most decisions per second at 16, 64 and 256
-// callers on 100k keys (fixed_window, go test -bench BenchmarkRedis in
-// bench/, 2026-11-30): at 16 callers 25.5k/s against 22.8k with 4 and
-// 21.4k without coalescing; at 64, 38.1k against 36.5k and 27.0k. One run
-// leaves Redis idle while its reply travels back.
+// callers on 100k keys (BENCHMARKS.md, "Coalescing"): one run leaves Redis
+// idle while its reply travels back, more coalesce less.
 const DefaultCoalesce = 2
 
 // maxCoalesced is the most requests in one run of multi.lua: a run blocks
