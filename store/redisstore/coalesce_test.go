@@ -174,31 +174,26 @@ func TestCoalesceRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := newRueidis(t, addr)
-	loadMulti(t, admin)
-	unpause := pauseWrites(t, admin)
 	before := scriptCalls(t, admin)
+	first, unpause := holdRun(t, s, admin, "first", l)
 	type outcome struct {
 		key string
 		d   floodgate.Decision
 		err error
 	}
 	out := make(chan outcome, 8)
-	call := func(key string) {
-		d, err := s.Apply(t.Context(), request(key, l, t0))
-		out <- outcome{key, d, err}
-	}
-	go call("first")
-	// The first call holds the run; wait until it is out, so that the
-	// others queue behind it.
-	waitInflight(t, s, 1)
 	keys := []string{"a", "b", "a", "foreign", "a", "b"}
 	for _, k := range keys {
-		go call(k)
+		go func() {
+			d, err := s.Apply(t.Context(), request(k, l, t0))
+			out <- outcome{k, d, err}
+		}()
 	}
 	waitQueued(t, s, len(keys))
 	unpause()
-	got := map[string][]outcome{}
-	for range 1 + len(keys) {
+	res := <-first
+	got := map[string][]outcome{"first": {{"first", res.d, res.err}}}
+	for range keys {
 		o := <-out
 		got[o.key] = append(got[o.key], o)
 	}
@@ -246,14 +241,7 @@ func TestCoalesceDropsExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := newRueidis(t, addr)
-	loadMulti(t, admin)
-	unpause := pauseWrites(t, admin)
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Apply(t.Context(), request("k", l, t0))
-		first <- err
-	}()
-	waitInflight(t, s, 1)
+	first, unpause := holdRun(t, s, admin, "k", l)
 	const waiting = 5
 	const deadline = 50 * time.Millisecond
 	errs := make(chan error, waiting)
@@ -276,8 +264,8 @@ func TestCoalesceDropsExpired(t *testing.T) {
 	}
 	before := scriptCalls(t, admin)
 	unpause()
-	if err := <-first; err != nil {
-		t.Fatal(err)
+	if res := <-first; res.err != nil {
+		t.Fatal(res.err)
 	}
 	if queued(s) != 0 {
 		t.Errorf("%d calls still queued", queued(s))
@@ -307,14 +295,9 @@ func TestCoalesceRunOutOfMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := newRueidis(t, addr)
-	loadMulti(t, admin)
-	unpause := pauseWrites(t, admin)
+	first, unpause := holdRun(t, s, admin, "first", l)
 	errs := make(chan error, 4)
-	go func() {
-		_, err := s.Apply(t.Context(), request("first", l, t0))
-		errs <- err
-	}()
-	waitInflight(t, s, 1)
+	go func() { errs <- (<-first).err }()
 	for range 3 {
 		go func() {
 			_, err := s.Apply(t.Context(), request("a", l, t0))
@@ -347,6 +330,24 @@ func TestCoalesceRunOutOfMemory(t *testing.T) {
 	if used := d.Limit - d.Remaining; used != 1 {
 		t.Errorf("the key counts %d after the failed run, want the 1 from before", used)
 	}
+}
+
+// holdRun makes the only run of s (Coalesce 1) wait, so that the next
+// calls queue: it loads the multi script, holds the server's scripts
+// (pauseWrites), starts a call on key under l, and waits until that call
+// is out. It returns the first call's outcome and the func that resumes
+// the server.
+func holdRun(t *testing.T, s *Store, admin rueidis.Client, key string, l floodgate.Limit) (<-chan result, func()) {
+	t.Helper()
+	loadMulti(t, admin)
+	unpause := pauseWrites(t, admin)
+	first := make(chan result, 1)
+	go func() {
+		d, err := s.Apply(t.Context(), request(key, l, t0))
+		first <- result{d, err}
+	}()
+	waitInflight(t, s, 1)
+	return first, unpause
 }
 
 // waitInflight waits, bounded, until n runs of s's group are out.
