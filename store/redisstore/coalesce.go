@@ -100,9 +100,8 @@ func (c *coalescer) apply(ctx context.Context, r floodgate.Request, alg floodgat
 	if g.inflight < c.limit && len(g.queue) == 0 {
 		g.inflight++
 		c.mu.Unlock()
-		d, err := c.s.applyOne(ctx, r, alg, key, now)
-		c.finish(g, tag)
-		return d, err
+		defer c.finish(g, tag)
+		return c.s.applyOne(ctx, r, alg, key, now)
 	}
 	w := &waiter{ctx: ctx, r: r, alg: alg, key: key, now: now, done: make(chan result, 1)}
 	g.queue = append(g.queue, w)
@@ -193,10 +192,13 @@ func (c *coalescer) send(g *group, tag string, run []*waiter) {
 	}
 	// A request that failed in the run failed before its first write, so
 	// it changed nothing: alone, it fails again with its own error (or,
-	// if what failed it is gone, is decided).
+	// if what failed it is gone, is decided). Each goes on its own, at
+	// once, as its call would have without coalescing.
 	for _, w := range again {
-		d, err := c.s.applyOne(w.ctx, w.r, w.alg, w.key, w.now)
-		w.done <- result{d, err}
+		go func() {
+			d, err := c.s.applyOne(w.ctx, w.r, w.alg, w.key, w.now)
+			w.done <- result{d, err}
+		}()
 	}
 }
 

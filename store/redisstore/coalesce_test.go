@@ -62,11 +62,22 @@ func TestCoalesce(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			s, stats := tg.store(t)
-			for _, alg := range floodgate.Algorithms {
+			// Every algorithm, decided at the requests' own time (t0) and
+			// at the server's (a zero Now; a period of its own, so another
+			// key).
+			type mode struct {
+				name   string
+				now    time.Time
+				period time.Duration
+			}
+			for i := range 2 * len(floodgate.Algorithms) {
+				alg := floodgate.Algorithms[i/2]
+				m := []mode{{"own time", t0, time.Hour}, {"server time", time.Time{}, 2 * time.Hour}}[i%2]
 				const goroutines, each, limit = 64, 8, 300
-				l := limitOf(alg, limit, time.Hour)
+				l := limitOf(alg, limit, m.period)
+				what := fmt.Sprintf("%s at %s", alg, m.name)
 				// A first call loads the scripts (NOSCRIPT is not counted).
-				if _, err := s.Apply(t.Context(), request("warm", l, t0)); err != nil {
+				if _, err := s.Apply(t.Context(), request("warm", l, m.now)); err != nil {
 					t.Fatal(err)
 				}
 				before := scriptCalls(t, stats)
@@ -77,9 +88,9 @@ func TestCoalesce(t *testing.T) {
 					wg.Go(func() {
 						<-start
 						for range each {
-							d, err := s.Apply(t.Context(), request("hot", l, t0))
+							d, err := s.Apply(t.Context(), request("hot", l, m.now))
 							if err != nil {
-								t.Errorf("%s: %v", alg, err)
+								t.Errorf("%s: %v", what, err)
 								return
 							}
 							if d.Allowed {
@@ -93,16 +104,16 @@ func TestCoalesce(t *testing.T) {
 				scripts := scriptCalls(t, stats) - before
 				const decisions = goroutines * each
 				if admitted.Load() != limit {
-					t.Errorf("%s: %d of %d admitted, want exactly %d", alg, admitted.Load(), decisions, limit)
+					t.Errorf("%s: %d of %d admitted, want exactly %d", what, admitted.Load(), decisions, limit)
 				}
 				if tg.name == "off" {
 					if scripts != decisions {
-						t.Errorf("%s without coalescing: %d scripts for %d decisions, want one each", alg, scripts, decisions)
+						t.Errorf("%s without coalescing: %d scripts for %d decisions, want one each", what, scripts, decisions)
 					}
 				} else if scripts > decisions/2 {
-					t.Errorf("%s: %d scripts for %d decisions from %d goroutines, want at most half", alg, scripts, decisions, goroutines)
+					t.Errorf("%s: %d scripts for %d decisions from %d goroutines, want at most half", what, scripts, decisions, goroutines)
 				}
-				t.Logf("%s: %d scripts for %d decisions", alg, scripts, decisions)
+				t.Logf("%s: %d scripts for %d decisions", what, scripts, decisions)
 			}
 		})
 	}
@@ -174,7 +185,7 @@ func TestCoalesceRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := newRueidis(t, addr)
-	before := scriptCalls(t, admin)
+	before, timeBefore := scriptCalls(t, admin), commandCalls(t, admin, "time")
 	first, unpause := holdRun(t, s, admin, "first", l)
 	type outcome struct {
 		key string
@@ -199,6 +210,11 @@ func TestCoalesceRun(t *testing.T) {
 	}
 	if st := s.CoalesceStats(); st.Runs != 1 || st.Decisions != int64(len(keys)) {
 		t.Errorf("%+v, want one shared run of %d requests", st, len(keys))
+	}
+	// Every request carried its own time: no script, shared or not, may
+	// call TIME (Options.ClientTime is for a Redis that forbids it).
+	if n := commandCalls(t, admin, "time") - timeBefore; n != 0 {
+		t.Errorf("TIME ran %d times for requests that all carried their own time", n)
 	}
 	// first alone, then one run of six, then the foreign one again alone.
 	if n := scriptCalls(t, admin) - before; n != 3 {
@@ -310,6 +326,9 @@ func TestCoalesceRunOutOfMemory(t *testing.T) {
 		if err := admin.Do(context.Background(), admin.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", v).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := admin.Do(t.Context(), admin.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", "noeviction").Build()).Error(); err != nil {
+		t.Fatal(err)
 	}
 	setMaxmemory("1")
 	t.Cleanup(func() { setMaxmemory("0") })

@@ -14,7 +14,9 @@
 //
 // An application that already has a client hands it in: New takes a
 // rueidis.Client, NewGoRedis a go-redis client. The store is safe for
-// concurrent use; make one per client and share it.
+// concurrent use; make one per client and share it. It needs Redis 6.0 or
+// later (its scripts write with SET KEEPTTL), or Valkey; Options.Functions
+// needs 7.0. The tests run on Debian's redis-server 7.0.
 //
 // # Client
 //

@@ -551,45 +551,53 @@ func decideUnderFlush(t *testing.T, s *Store) {
 	}
 }
 
-// TestKeepTTL checks how a window's key keeps its TTL: the write that
-// starts a window sets it; later writes in the same window leave it
-// (KEEPTTL), so it does not move, until the last MIN_TTL_MS (1 s) of the
-// window, where each write gives the key at least one more second, as
-// every write did before KEEPTTL.
+// TestKeepTTL checks when a write leaves a window's key's TTL as it is
+// (SET KEEPTTL) and when it sets it again (PX): each case writes the key,
+// stretches its TTL to ten hours by hand, and writes again in the same
+// window. KEEPTTL leaves the ten hours; PX brings the TTL back to the
+// window's end. KEEPTTL is for a write decided at the server's time while
+// the window's end is over a second away; a request's own time (here
+// Request.Now) and the last second of a window (here a window of one
+// second) take PX, as every write did before KEEPTTL.
 func TestKeepTTL(t *testing.T) {
 	s, c := testStore(t, standaloneAddr(t), nil)
-	start := time.Unix(1_800_000_000/3600*3600, 0) // an hour's start
-	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
-		l := limitOf(alg, 100, time.Hour)
-		key := s.Key("ttl", l)
-		pttl := func(at time.Duration) int64 {
-			t.Helper()
-			if _, err := s.Apply(t.Context(), request("ttl", l, start.Add(at))); err != nil {
+	const stretched = 10 * time.Hour
+	for _, tc := range []struct {
+		name string
+		l    floodgate.Limit
+		now  time.Time
+		keep bool
+	}{
+		// A first_hit window ends an hour after its first request, and a
+		// sliding window's state two periods after its window's start, so
+		// both are far from their end whatever the clock says.
+		{"fixed_window first_hit, server time", floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Hour, Window: floodgate.FirstHit}, time.Time{}, true},
+		{"sliding_window, server time", limitOf(floodgate.SlidingWindow, 100, time.Hour), time.Time{}, true},
+		{"fixed_window, own time", limitOf(floodgate.FixedWindow, 100, time.Hour), t0, false},
+		{"sliding_window, own time", limitOf(floodgate.SlidingWindow, 100, time.Hour), t0, false},
+		{"fixed_window of a second, server time", limitOf(floodgate.FixedWindow, 100, time.Second), time.Time{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			subject := "ttl-" + strings.ReplaceAll(tc.name, " ", "-")
+			key := s.Key(subject, tc.l)
+			apply := func() {
+				t.Helper()
+				if _, err := s.Apply(t.Context(), floodgate.Request{Key: subject, Limit: tc.l, Cost: 1, Now: tc.now}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			apply()
+			if err := c.Do(t.Context(), c.B().Pexpire().Key(key).Milliseconds(stretched.Milliseconds()).Build()).Error(); err != nil {
 				t.Fatal(err)
 			}
+			apply()
 			ms, err := c.Do(t.Context(), c.B().Pttl().Key(key).Build()).AsInt64()
 			if err != nil {
 				t.Fatal(err)
 			}
-			return ms
-		}
-		first := pttl(0)
-		later := pttl(30 * time.Minute)
-		last := pttl(time.Hour - 500*time.Millisecond)
-		// The window's state expires an hour after start for fixed_window,
-		// two for sliding_window (the next window weighs this one).
-		want := time.Hour
-		if alg == floodgate.SlidingWindow {
-			want = 2 * time.Hour
-		}
-		switch {
-		case first > want.Milliseconds() || first < want.Milliseconds()-5000:
-			t.Errorf("%s: PTTL %d ms after the window's first write, want about %d", alg, first, want.Milliseconds())
-		case later > first || later < first-5000:
-			t.Errorf("%s: PTTL %d ms after a write half an hour later, want it left at about %d", alg, later, first)
-		}
-		if alg == floodgate.FixedWindow && (last > 1000 || last < 900) {
-			t.Errorf("%s: PTTL %d ms after a write 0.5 s before the window's end, want the 1 s floor", alg, last)
-		}
+			if kept := ms > (stretched - time.Minute).Milliseconds(); kept != tc.keep {
+				t.Errorf("PTTL %d ms after the second write; KEEPTTL %v, want %v", ms, kept, tc.keep)
+			}
+		})
 	}
 }

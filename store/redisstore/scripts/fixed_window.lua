@@ -58,7 +58,11 @@ end
 local function fixed_window_apply(key, p, r, now)
   local old = load_state(key, FIXED_WINDOW_FIELDS)
   local s, d = fixed_window_step(p, old, now, r.cost)
-  save_state(key, FIXED_WINDOW_FIELDS, old, s, fixed_window_expires(p, s), now, fixed_window_expires(p, old))
+  local old_exp = 0
+  if r.now < 0 then -- the server's time: see save_state
+    old_exp = fixed_window_expires(p, old)
+  end
+  save_state(key, FIXED_WINDOW_FIELDS, old, s, fixed_window_expires(p, s), now, old_exp)
   return d
 end
 

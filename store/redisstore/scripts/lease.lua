@@ -77,7 +77,7 @@ local function lease_main(alg, step, fields, expires, counted, keys, argv)
         end
       end
     end
-    save_state(key, fields, old, s, expires(p, s), now, expires(p, old))
+    save_state(key, fields, old, s, expires(p, s), now, r.now < 0 and expires(p, old) or 0)
     local out = reply({}, d, now)
     out[#out + 1] = granted
     out[#out + 1] = s.start
@@ -105,7 +105,7 @@ local function lease_main(alg, step, fields, expires, counted, keys, argv)
           s[f] = 0
         end
       end
-      save_state(key, fields, old, s, exp, now, expires(p, old))
+      save_state(key, fields, old, s, exp, now, r.now < 0 and expires(p, old) or 0)
     end
     return {returned, now}
   end

@@ -22,7 +22,8 @@
 --          nothing: the store runs it again alone, to report its error.
 --
 -- Requests of the server's time (now_us -1) are all decided at one call of
--- TIME: the script runs atomically, so that is the time of each of them.
+-- TIME, made only if one of them needs it: the script runs atomically, so
+-- that is the time of each of them.
 -- A key of an O(1) algorithm is read once and written once per run (see
 -- MULTI_STATE).
 
@@ -48,12 +49,15 @@ local MULTI_STATE = {
 }
 
 -- multi_one decides the request of key whose arguments start at
--- argv[base+1]; server is the server's time. A state algorithm's key is
+-- argv[base+1]; clock.now is the server's time, read (TIME) by the first
+-- request that needs it, so that a run of requests that all carry their
+-- own time never calls TIME (Options.ClientTime, for a Redis that forbids
+-- it in scripts). A state algorithm's key is
 -- read into states[key] on its first request (and appended to order), and
 -- stepped there: st.old is what was read, st.s the state now, st.p and
 -- st.now the params and time of the last step that changed it. It returns
 -- the decision and the time it was made at.
-local function multi_one(key, argv, base, server, states, order)
+local function multi_one(key, argv, base, clock, states, order)
   local name = argv[base + 1]
   local m, apply = MULTI_STATE[name], MULTI_APPLY[name]
   if not m and not apply then
@@ -62,7 +66,8 @@ local function multi_one(key, argv, base, server, states, order)
   local p, r = parse_request(name, argv, base + 1)
   local now = r.now
   if now < 0 then
-    now = server
+    clock.now = clock.now or server_now()
+    now = clock.now
   end
   if apply then
     return apply(key, p, r, now), now
@@ -77,7 +82,7 @@ local function multi_one(key, argv, base, server, states, order)
   local s, d = m.step(p, st.s, now, r.cost)
   for _, f in ipairs(m.fields) do
     if s[f] ~= st.s[f] then
-      st.p, st.now = p, now
+      st.p, st.now, st.server = p, now, r.now < 0
       break
     end
   end
@@ -86,14 +91,16 @@ local function multi_one(key, argv, base, server, states, order)
 end
 
 -- multi_save writes the state of a key read by multi_one, as the last of
--- its requests that changed it would have: with that request's expiry.
+-- its requests that changed it would have: with that request's expiry,
+-- and KEEPTTL only if that request was decided at the server's time (see
+-- save_state).
 local function multi_save(key, st)
   if not st.p then
     return -- no request changed it
   end
   local m = st.m
   local old_exp = 0
-  if m.keep_ttl then
+  if m.keep_ttl and st.server then
     old_exp = m.expires(st.p, st.old)
   end
   save_state(key, m.fields, st.old, st.s, m.expires(st.p, st.s), st.now, old_exp)
@@ -105,14 +112,14 @@ local width = 1 + ARGS_PER_REQUEST
 if n == 0 or #ARGV ~= n * width then
   fail('args', 'want ' .. width .. ' arguments per key')
 end
-local server = server_now()
+local clock = {}
 local out, states, order = {}, {}, {}
 local function failed(i)
   local k = (i - 1) * 6
   out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6] = MULTI_FAILED, 0, 0, 0, 0, 0
 end
 for i = 1, n do
-  local ok, d, now = pcall(multi_one, KEYS[i], ARGV, (i - 1) * width, server, states, order)
+  local ok, d, now = pcall(multi_one, KEYS[i], ARGV, (i - 1) * width, clock, states, order)
   if ok then
     reply(out, d, now)
   else

@@ -94,7 +94,11 @@ end
 local function sliding_window_apply(key, p, r, now)
   local old = load_state(key, SLIDING_WINDOW_FIELDS)
   local s, d = sliding_window_step(p, old, now, r.cost)
-  save_state(key, SLIDING_WINDOW_FIELDS, old, s, sliding_window_expires(p, s), now, sliding_window_expires(p, old))
+  local old_exp = 0
+  if r.now < 0 then -- the server's time: see save_state
+    old_exp = sliding_window_expires(p, old)
+  end
+  save_state(key, SLIDING_WINDOW_FIELDS, old, s, sliding_window_expires(p, s), now, old_exp)
   return d
 end
 

@@ -49,7 +49,11 @@ end
 -- leaves it: that costs Redis about 3 µs less than PX, which updates the
 -- expires table (lua-loop.sh, 2026-11-30). Only while exp is at least
 -- MIN_TTL_MS away, though, so that after any write a key lives at least
--- MIN_TTL_MS more, as PX guarantees (see MIN_TTL_MS for why).
+-- MIN_TTL_MS more, as PX guarantees (see MIN_TTL_MS for why). And the
+-- callers pass old_exp only for a request decided at the server's time
+-- (TIME), the clock the TTL runs on: a request's own time (Request.Now,
+-- ClientTime, a test's fake clock) need not move with it, and there a
+-- write refreshes the TTL with PX, as before.
 local function save_state(key, fields, old, s, exp, now, old_exp)
   local f1, f2, f3 = fields[1], fields[2], fields[3]
   local a, b, c = s[f1], 0, 0

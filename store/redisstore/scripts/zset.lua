@@ -13,6 +13,12 @@ local HOLD_MS = 100
 local function hold(key)
   local pttl = call('PTTL', key)
   if pttl >= 0 and pttl < HOLD_MS then
+    -- Only a sorted set: PERSIST on a foreign key would change it before
+    -- the script fails on its type.
+    local t = call('TYPE', key)['ok']
+    if t ~= 'zset' then
+      fail('state', 'the key holds a ' .. t .. ', not a zset')
+    end
     call('PERSIST', key)
     return true
   end
