@@ -161,7 +161,10 @@
 // error at once and is never sent, so never counted. A call whose context
 // ends while its run is out returns at once too, and may have been counted,
 // as with a run of its own. A run waits until the latest deadline of its
-// calls, so one caller's short deadline does not fail the others. A request
+// calls, so one caller's short deadline does not fail the others; it is
+// sent with a context of its own, which carries none of the calls'
+// values, so a client hook that reads them (a tracing span) sees the run,
+// not the calls. A request
 // that fails inside a run (a key holding something else) fails before its
 // first write, as in its own script, so it changed nothing; the store runs
 // it again alone, so that it reports its own error, and the others of the
