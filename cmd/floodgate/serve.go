@@ -50,6 +50,7 @@ type serveConfig struct {
 	denyCache          int
 	functions          bool
 	coalesce           int
+	headers            bool
 	probeInterval      time.Duration
 	shutdownTimeout    time.Duration
 	pprof              bool
@@ -72,6 +73,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.IntVar(&c.denyCache, "deny-cache", defaultDenyCache, "Redis: the most `keys` remembered as over their limit until their retry time, answered without a round trip (exact: see store/redisstore); 0 disables (env FLOODGATE_DENY_CACHE)")
 	fs.BoolVar(&c.functions, "redis-functions", false, "Redis 7+: run the decisions as Redis functions (FUNCTION LOAD once, then FCALL) instead of EVALSHA scripts: 10-32% less Redis CPU per script call, less of a gain once calls share runs (-redis-coalesce) (env FLOODGATE_REDIS_FUNCTIONS)")
 	fs.IntVar(&c.coalesce, "redis-coalesce", redisstore.DefaultCoalesce, "Redis: script runs in flight before further concurrent decisions wait and share one script run, which costs Redis far less CPU per decision (see store/redisstore); 0 disables (env FLOODGATE_REDIS_COALESCE)")
+	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address (env FLOODGATE_PPROF)")
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
@@ -197,13 +199,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}()
 	}
 
+	rls := envoyService(srv, c.headers)
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
 		log.Error("cannot listen", "addr", c.httpAddr, "error", err)
 		return 1
 	}
 	httpSrv := &http.Server{
-		Handler:           srv.Handler(httpExtras(srv)),
+		Handler:           srv.Handler(httpExtras(rls)),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -228,7 +231,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// callers (pprof, 2026-11-29). Calls beyond the pool's size still
 		// get a goroutine of their own, so the pool bounds nothing.
 		grpcSrv = grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers))
-		registerGRPC(grpcSrv, srv)
+		registerGRPC(grpcSrv, rls)
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(grpcSrv, hs)
 		go func() { errc <- grpcSrv.Serve(grpcLn) }()

@@ -670,3 +670,34 @@ func TestServeDenyCache(t *testing.T) {
 		})
 	}
 }
+
+// TestServeResponseHeaders: by default Envoy's answers carry the RateLimit
+// headers, over gRPC and on POST /json; -response-headers=false leaves them
+// out of both.
+func TestServeResponseHeaders(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprint(on), func(t *testing.T) {
+			dir, _ := writeConfig(t, e2eYAML)
+			in := startServe(t, "-config", dir, "-response-headers="+strconv.FormatBool(on))
+			resp, err := in.rls(t).ShouldRateLimit(t.Context(), rlsRequest("edge", "path", "/login"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, h := range resp.ResponseHeadersToAdd {
+				names = append(names, h.Key)
+			}
+			if got := slices.Contains(names, "Ratelimit"); got != on {
+				t.Errorf("gRPC response headers %v; RateLimit present %v, want %v", names, got, on)
+			}
+			hr, err := http.Post(in.httpURL+"/json", "application/json", strings.NewReader(`{"domain": "edge", "descriptors": [{"entries": [{"key": "path", "value": "/login"}]}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hr.Body.Close()
+			if got := hr.Header.Get("RateLimit") != ""; got != on {
+				t.Errorf("POST /json: RateLimit header %q, want present %v", hr.Header.Get("RateLimit"), on)
+			}
+		})
+	}
+}
