@@ -170,7 +170,17 @@ func (f *Fallback) UseLocal() bool {
 	if f.clock.Now().UnixNano() < until {
 		return true
 	}
-	return !f.probing.CompareAndSwap(false, true)
+	if !f.probing.CompareAndSwap(false, true) {
+		return true
+	}
+	// A probe that failed between the Load above and the CAS opened the
+	// breaker again (Report stores openUntil before it clears probing):
+	// this call is not a second probe of the same interval.
+	if f.clock.Now().UnixNano() < f.openUntil.Load() {
+		f.probing.Store(false)
+		return true
+	}
+	return false
 }
 
 // Report tells the breaker how the shared store answered: nil closes it; a

@@ -2,8 +2,10 @@ package floodgate_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -402,5 +404,44 @@ func TestFailLocalAllowEach(t *testing.T) {
 	}
 	if got := last[1].Remaining; got != 1 {
 		t.Errorf("per-second remaining after a denial by the minute %d, want 1 (nothing taken)", got)
+	}
+}
+
+// TestFallbackOneProbePerInterval: past the probe interval, however many
+// goroutines race through UseLocal and Report a failure, exactly one of
+// them probes: the failed probe opens the breaker again before another
+// can claim the probe (the fake clock never moves, so the interval never
+// passes again).
+func TestFallbackOneProbePerInterval(t *testing.T) {
+	clock := floodgatetest.NewFakeClock(start)
+	local := memstore.New(&memstore.Options{SweepInterval: -1, Clock: clock})
+	defer local.Close()
+	for round := range 50 {
+		f, err := floodgate.NewFallback(floodgate.FallbackOptions{Local: local, Instances: 2, ProbeInterval: time.Minute, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		down := errors.New("dial tcp: connection refused")
+		f.Report(down) // open until start + 1 min
+		clock.Advance(time.Minute)
+		var probes atomic.Int64
+		gate := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				<-gate
+				for range 200 {
+					if !f.UseLocal() {
+						probes.Add(1)
+						f.Report(down)
+					}
+				}
+			})
+		}
+		close(gate)
+		wg.Wait()
+		if n := probes.Load(); n != 1 {
+			t.Fatalf("round %d: %d probes in one interval, want 1", round, n)
+		}
 	}
 }

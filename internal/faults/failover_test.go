@@ -175,12 +175,15 @@ func TestFaultClusterFailover(t *testing.T) {
 			otherCalls++
 		}
 	}
-	// Recovery is counted from the first failed call on the shard: the
-	// failure is only seen once the first call to the dead node fails.
+	// Recovery is counted from the end of the first failed call on the
+	// shard: the failure is only seen once the first call to the dead node
+	// fails. Not from its start: a call can wait in the store before it is
+	// sent (coalescing), so one that started earlier than a success may
+	// still have gone to the node after it died.
 	var firstErr time.Time
 	for _, cl := range mine {
-		if cl.err != nil && (firstErr.IsZero() || cl.start.Before(firstErr)) {
-			firstErr = cl.start
+		if cl.err != nil && cl.end.After(killed) && (firstErr.IsZero() || cl.end.Before(firstErr)) {
+			firstErr = cl.end
 		}
 	}
 	first, errsAfter := recovery(mine, len(insts), firstErr)
