@@ -84,18 +84,8 @@ type Fallback struct {
 
 // NewFallback returns a Fallback with a closed breaker.
 func NewFallback(o FallbackOptions) (*Fallback, error) {
-	var errs []error
-	if o.Local == nil {
-		errs = append(errs, errors.New("floodgate: NewFallback: Local: nil store (use memstore.New)"))
-	}
-	if o.Instances < 1 {
-		errs = append(errs, fmt.Errorf("floodgate: NewFallback: Instances: %d, want at least 1 (the number of instances sharing the store)", o.Instances))
-	}
-	if o.ProbeInterval < 0 {
-		errs = append(errs, fmt.Errorf("floodgate: NewFallback: ProbeInterval: negative %v", o.ProbeInterval))
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := checkFallback("NewFallback", o.Local, o.Instances, o.ProbeInterval); err != nil {
+		return nil, err
 	}
 	if o.ProbeInterval == 0 {
 		o.ProbeInterval = DefaultProbeInterval
@@ -104,6 +94,23 @@ func NewFallback(o FallbackOptions) (*Fallback, error) {
 		o.Clock = SystemClock{}
 	}
 	return &Fallback{local: o.Local, instances: int64(o.Instances), probe: o.ProbeInterval, clock: o.Clock}, nil
+}
+
+// checkFallback reports every problem of a Fallback's fields at once, each
+// prefixed with the function the caller called (fn) and named as both
+// FallbackOptions and Options spell it.
+func checkFallback(fn string, local Store, instances int, probe time.Duration) error {
+	var errs []error
+	if local == nil {
+		errs = append(errs, fmt.Errorf("floodgate: %s: Local: nil; failure policy local needs a local store (memstore.New)", fn))
+	}
+	if instances < 1 {
+		errs = append(errs, fmt.Errorf("floodgate: %s: Instances: %d, but failure policy local needs the number of instances sharing the store (at least 1)", fn, instances))
+	}
+	if probe < 0 {
+		errs = append(errs, fmt.Errorf("floodgate: %s: ProbeInterval: negative %v", fn, probe))
+	}
+	return errors.Join(errs...)
 }
 
 // newLimiterFallback is the Fallback of a Limiter's options: nil unless
@@ -115,18 +122,8 @@ func newLimiterFallback(o *Options) (*Fallback, error) {
 		}
 		return nil, nil
 	}
-	var errs []error
-	if o.Local == nil {
-		errs = append(errs, errors.New("floodgate: New: Local: failure policy local needs a local store (memstore.New)"))
-	}
-	if o.Instances < 1 {
-		errs = append(errs, fmt.Errorf("floodgate: New: Instances: %d, but failure policy local needs the number of instances sharing the store (at least 1)", o.Instances))
-	}
-	if o.ProbeInterval < 0 {
-		errs = append(errs, fmt.Errorf("floodgate: New: ProbeInterval: negative %v", o.ProbeInterval))
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := checkFallback("New", o.Local, o.Instances, o.ProbeInterval); err != nil {
+		return nil, err
 	}
 	return NewFallback(FallbackOptions{Local: o.Local, Instances: o.Instances, ProbeInterval: o.ProbeInterval, Clock: o.Clock})
 }
@@ -294,33 +291,15 @@ func (l *Limiter) applyEachFallback(ctx context.Context, rs []Request) (Decision
 		ds, err := applyBatch(sctx, l.store, rs)
 		cancel()
 		if !l.fb.Report(err) {
-			if err != nil {
-				d := l.failed(err)
-				for _, r := range rs {
-					l.observe(r, d, err, time.Since(start))
-				}
-				return d, nil, err
-			}
-			for i, r := range rs {
-				l.observe(r, ds[i], nil, time.Since(start))
-			}
-			return Combine(ds), ds, nil
+			return l.finishEach(rs, ds, err, nil, start)
 		}
 		storeErr = err
 	}
 	ds, err := l.fb.ApplyBatch(ctx, rs)
 	if err != nil {
 		err = errors.Join(storeErr, err)
-		d := l.failed(err)
-		for _, r := range rs {
-			l.observe(r, d, err, time.Since(start))
-		}
-		return d, nil, err
 	}
-	for i, r := range rs {
-		l.observe(r, ds[i], storeErr, time.Since(start))
-	}
-	return Combine(ds), ds, nil
+	return l.finishEach(rs, ds, err, storeErr, start)
 }
 
 // applyBatch applies rs in s all or nothing when it is a Batcher, else one

@@ -208,23 +208,15 @@ func (l *Limiter) AllowEach(ctx context.Context, key string, n int64, limits ...
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	start := time.Now()
-	var ds []Decision
-	var err error
-	if b, ok := l.store.(Batcher); ok {
-		ds, err = b.ApplyBatch(ctx, rs)
-	} else {
-		ds = make([]Decision, 0, len(rs))
-		for _, r := range rs {
-			var d Decision
-			if d, err = l.store.Apply(ctx, r); err != nil {
-				break
-			}
-			ds = append(ds, d)
-		}
-	}
-	if err == nil && len(ds) != len(rs) {
-		err = fmt.Errorf("%w: %d decisions for %d requests", ErrUnexpectedReply, len(ds), len(rs))
-	}
+	ds, err := applyBatch(ctx, l.store, rs)
+	return l.finishEach(rs, ds, err, nil, start)
+}
+
+// finishEach observes every request of an AllowEach that started at start
+// and returns its answer: the failure policy's decision for err, else
+// the combined decision. storeErr is the store's failure that a local
+// decision answered (FailLocal).
+func (l *Limiter) finishEach(rs []Request, ds []Decision, err, storeErr error, start time.Time) (Decision, []Decision, error) {
 	if err != nil {
 		d := l.failed(err)
 		for _, r := range rs {
@@ -233,7 +225,7 @@ func (l *Limiter) AllowEach(ctx context.Context, key string, n int64, limits ...
 		return d, nil, err
 	}
 	for i, r := range rs {
-		l.observe(r, ds[i], nil, time.Since(start))
+		l.observe(r, ds[i], storeErr, time.Since(start))
 	}
 	return Combine(ds), ds, nil
 }

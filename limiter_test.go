@@ -3,7 +3,6 @@ package floodgate_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,17 +28,6 @@ func (s failingStore) Apply(ctx context.Context, _ floodgate.Request) (floodgate
 	return floodgate.Decision{}, s.err
 }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []floodgate.Event
-}
-
-func (r *recorder) Observe(e floodgate.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
 func TestFailurePolicy(t *testing.T) {
 	down := errors.New("connection refused")
 	for _, tc := range []struct {
@@ -51,7 +39,7 @@ func TestFailurePolicy(t *testing.T) {
 		{floodgate.FailOpen, true},
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
-			rec := &recorder{}
+			rec := &events{}
 			l, err := floodgate.New(failingStore{err: down}, &floodgate.Options{FailurePolicy: tc.policy, Observer: rec})
 			if err != nil {
 				t.Fatal(err)
@@ -63,10 +51,11 @@ func TestFailurePolicy(t *testing.T) {
 			if got, want := d.Allowed, tc.wantAllowed; got != want {
 				t.Errorf("Allowed = %v, want %v", got, want)
 			}
-			if got, want := len(rec.events), 1; got != want {
+			ev := rec.take()
+			if got, want := len(ev), 1; got != want {
 				t.Fatalf("observed %d events, want %d", got, want)
 			}
-			if e := rec.events[0]; !errors.Is(e.Err, down) || e.Decision != d || e.Request.Key != "k" {
+			if e := ev[0]; !errors.Is(e.Err, down) || e.Decision != d || e.Request.Key != "k" {
 				t.Errorf("event = %+v", e)
 			}
 		})

@@ -42,11 +42,11 @@ func sentinelFault(t *testing.T, fault string, kill bool) {
 			t.Fatal(err)
 		}
 	} else {
-		cli(t, d.Sentinels[0], "SENTINEL", "FAILOVER", d.MasterName)
+		d.Sentinels[0].MustCLI(t, "SENTINEL", "FAILOVER", d.MasterName)
 	}
 	want := strconv.Itoa(d.Replica.Port)
 	waitFor(t, 20*time.Second, "the sentinels to name the replica master", func() bool {
-		out := cli(t, d.Sentinels[0], "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName)
+		out := d.Sentinels[0].MustCLI(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName)
 		return strings.HasSuffix(strings.TrimSpace(out), want)
 	})
 	switched := time.Now()
@@ -64,7 +64,7 @@ func sentinelFault(t *testing.T, fault string, kill bool) {
 	// connections whose last command was a script on the new master are
 	// the instances that followed it.
 	followed := 0
-	for line := range strings.Lines(cli(t, d.Replica, "CLIENT", "LIST")) {
+	for line := range strings.Lines(d.Replica.MustCLI(t, "CLIENT", "LIST")) {
 		if strings.Contains(line, " cmd=evalsha ") || strings.Contains(line, " cmd=eval ") {
 			followed++
 		}

@@ -392,16 +392,4 @@ func info(t *testing.T, s *redistest.Server, section string) map[string]string {
 	return m
 }
 
-// cli runs a command on s with a 5 s deadline, failing the test on error.
-func cli(t *testing.T, s *redistest.Server, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	out, err := s.CLI(ctx, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }

@@ -26,12 +26,12 @@ func TestFaultMaxmemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// About 1500 more keys of ~100 bytes each.
-	cli(t, r, "CONFIG", "SET", "maxmemory", strconv.Itoa(used+256<<10))
+	r.MustCLI(t, "CONFIG", "SET", "maxmemory", strconv.Itoa(used+256<<10))
 	limited := time.Now()
 	waitFor(t, 20*time.Second, "calls refused at maxmemory", func() bool {
 		return l.count(func(c call) bool { return c.err != nil && c.start.After(limited) && isOOM(c.err) }) >= 60
 	})
-	cli(t, r, "CONFIG", "SET", "maxmemory", "0")
+	r.MustCLI(t, "CONFIG", "SET", "maxmemory", "0")
 	raised := time.Now()
 	waitFor(t, 10*time.Second, "every instance to succeed after the limit is raised", func() bool {
 		first, _ := recovery(l.Calls(), len(insts), raised)

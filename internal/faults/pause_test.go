@@ -176,6 +176,6 @@ func TestFaultPauseSIGSTOP(t *testing.T) {
 // scripts and runs them when the pause ends, after their callers gave up.
 func TestFaultClientPause(t *testing.T) {
 	pauseFault(t, "CLIENT PAUSE WRITE for more than 5 deadlines, then CLIENT UNPAUSE",
-		func(r *redistest.Server) { cli(t, r, "CLIENT", "PAUSE", "10000", "WRITE") },
-		func(r *redistest.Server) { cli(t, r, "CLIENT", "UNPAUSE") })
+		func(r *redistest.Server) { r.MustCLI(t, "CLIENT", "PAUSE", "10000", "WRITE") },
+		func(r *redistest.Server) { r.MustCLI(t, "CLIENT", "UNPAUSE") })
 }

@@ -14,18 +14,6 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
-// cli runs s.CLI and fails the test on an error.
-func cli(t *testing.T, s *redistest.Server, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	out, err := s.CLI(ctx, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // pingWithin pings s and gives up after d.
 func pingWithin(t *testing.T, s *redistest.Server, d time.Duration) error {
 	t.Helper()
@@ -47,15 +35,15 @@ func TestStandalone(t *testing.T) {
 	if got, want := s.Addr, net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)); got != want {
 		t.Errorf("Addr = %q, want %q", got, want)
 	}
-	if got, want := cli(t, s, "PING"), "PONG"; got != want {
+	if got, want := s.MustCLI(t, "PING"), "PONG"; got != want {
 		t.Errorf("PING = %q, want %q", got, want)
 	}
-	cli(t, s, "SET", "k", "v w")
-	if got, want := cli(t, s, "GET", "k"), "v w"; got != want {
+	s.MustCLI(t, "SET", "k", "v w")
+	if got, want := s.MustCLI(t, "GET", "k"), "v w"; got != want {
 		t.Errorf("GET k = %q, want %q", got, want)
 	}
 	for param, value := range map[string]string{"save": "", "appendonly": "no", "bind": "127.0.0.1"} {
-		if got, want := cli(t, s, "CONFIG", "GET", param), strings.TrimSpace(param+"\n"+value); got != want {
+		if got, want := s.MustCLI(t, "CONFIG", "GET", param), strings.TrimSpace(param+"\n"+value); got != want {
 			t.Errorf("CONFIG GET %s = %q, want %q", param, got, want)
 		}
 	}
@@ -67,10 +55,10 @@ func TestStandalone(t *testing.T) {
 func TestStandaloneWithArgs(t *testing.T) {
 	t.Parallel()
 	s := redistest.Standalone(t, redistest.WithArgs("--maxmemory", "1mb", "--maxmemory-policy", "noeviction"))
-	if got, want := cli(t, s, "CONFIG", "GET", "maxmemory"), "maxmemory\n1048576"; got != want {
+	if got, want := s.MustCLI(t, "CONFIG", "GET", "maxmemory"), "maxmemory\n1048576"; got != want {
 		t.Errorf("CONFIG GET maxmemory = %q, want %q", got, want)
 	}
-	if got, want := cli(t, s, "CONFIG", "GET", "maxmemory-policy"), "maxmemory-policy\nnoeviction"; got != want {
+	if got, want := s.MustCLI(t, "CONFIG", "GET", "maxmemory-policy"), "maxmemory-policy\nnoeviction"; got != want {
 		t.Errorf("CONFIG GET maxmemory-policy = %q, want %q", got, want)
 	}
 }
@@ -78,7 +66,7 @@ func TestStandaloneWithArgs(t *testing.T) {
 func TestPassword(t *testing.T) {
 	t.Parallel()
 	s := redistest.Standalone(t, redistest.WithPassword("s3cret pw"))
-	if got, want := cli(t, s, "PING"), "PONG"; got != want {
+	if got, want := s.MustCLI(t, "PING"), "PONG"; got != want {
 		t.Errorf("PING with password = %q, want %q", got, want)
 	}
 	out, err := exec.CommandContext(t.Context(), "redis-cli", "-p", strconv.Itoa(s.Port), "PING").CombinedOutput()
@@ -93,7 +81,7 @@ func TestPassword(t *testing.T) {
 func TestUser(t *testing.T) {
 	t.Parallel()
 	s := redistest.Standalone(t, redistest.WithUser("alice", "pw"), redistest.WithArgs("--user", "default", "off"))
-	if got, want := cli(t, s, "ACL", "WHOAMI"), "alice"; got != want {
+	if got, want := s.MustCLI(t, "ACL", "WHOAMI"), "alice"; got != want {
 		t.Errorf("ACL WHOAMI = %q, want %q", got, want)
 	}
 	out, err := exec.CommandContext(t.Context(), "redis-cli", "-p", strconv.Itoa(s.Port), "PING").CombinedOutput()
@@ -125,7 +113,7 @@ func TestKillRestart(t *testing.T) {
 	t.Parallel()
 	s := redistest.Standalone(t)
 	port := s.Port
-	cli(t, s, "SET", "k", "v")
+	s.MustCLI(t, "SET", "k", "v")
 
 	if err := s.Kill(); err != nil {
 		t.Fatal(err)
@@ -148,7 +136,7 @@ func TestKillRestart(t *testing.T) {
 	if err := pingWithin(t, s, 2*time.Second); err != nil {
 		t.Fatalf("PING after Restart: %v", err)
 	}
-	if got, want := cli(t, s, "EXISTS", "k"), "0"; got != want {
+	if got, want := s.MustCLI(t, "EXISTS", "k"), "0"; got != want {
 		t.Errorf("EXISTS k after a restart without persistence = %s, want %s", got, want)
 	}
 
@@ -206,7 +194,7 @@ func TestCluster(t *testing.T) {
 		t.Errorf("%d addresses, want %d", got, want)
 	}
 	for _, m := range c.Masters {
-		info := cli(t, m, "CLUSTER", "INFO")
+		info := m.MustCLI(t, "CLUSTER", "INFO")
 		for _, want := range []string{"cluster_state:ok", "cluster_slots_ok:16384"} {
 			if !strings.Contains(info, want) {
 				t.Errorf("%s: CLUSTER INFO lacks %s:\n%s", m.Addr, want, info)
@@ -234,14 +222,14 @@ func TestCluster(t *testing.T) {
 	}
 	first, last := c.Masters[0], c.Masters[len(c.Masters)-1]
 	for m, key := range keyOn {
-		cli(t, first, "-c", "SET", key, "value of "+key)
-		if got, want := cli(t, last, "-c", "GET", key), "value of "+key; got != want {
+		first.MustCLI(t, "-c", "SET", key, "value of "+key)
+		if got, want := last.MustCLI(t, "-c", "GET", key), "value of "+key; got != want {
 			t.Errorf("GET %s through %s = %q, want %q", key, last.Addr, got, want)
 		}
-		if got, want := cli(t, m, "GET", key), "value of "+key; got != want {
+		if got, want := m.MustCLI(t, "GET", key), "value of "+key; got != want {
 			t.Errorf("GET %s on its master %s = %q, want %q", key, m.Addr, got, want)
 		}
-		if got, want := cli(t, m, "DBSIZE"), "1"; got != want {
+		if got, want := m.MustCLI(t, "DBSIZE"), "1"; got != want {
 			t.Errorf("DBSIZE on %s = %s, want %s", m.Addr, got, want)
 		}
 	}
@@ -258,7 +246,7 @@ func TestCluster(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for _, n := range c.Masters {
 		for {
-			info := cli(t, n, "CLUSTER", "INFO")
+			info := n.MustCLI(t, "CLUSTER", "INFO")
 			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
 				break
 			}
@@ -288,7 +276,7 @@ func TestClusterWithReplicas(t *testing.T) {
 		t.Errorf("%d addresses, want %d", got, want)
 	}
 	for i, r := range c.Replicas {
-		role := strings.Fields(cli(t, r, "ROLE"))
+		role := strings.Fields(r.MustCLI(t, "ROLE"))
 		if len(role) < 3 || role[0] != "slave" || role[2] != strconv.Itoa(c.Masters[i].Port) {
 			t.Errorf("ROLE of Replicas[%d] = %q, want slave of port %d", i, role, c.Masters[i].Port)
 		}
@@ -305,17 +293,17 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("%d sentinels, want %d", got, want)
 	}
 	for _, s := range d.Sentinels {
-		got := strings.Fields(cli(t, s, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName))
+		got := strings.Fields(s.MustCLI(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName))
 		if want := []string{"127.0.0.1", strconv.Itoa(d.Master.Port)}; strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("%s: master address %q, want %q", s.Addr, got, want)
 		}
 	}
-	if got, want := strings.Fields(cli(t, d.Replica, "ROLE"))[0], "slave"; got != want {
+	if got, want := strings.Fields(d.Replica.MustCLI(t, "ROLE"))[0], "slave"; got != want {
 		t.Errorf("replica ROLE = %q, want %q", got, want)
 	}
-	cli(t, d.Master, "SET", "k", "v")
-	cli(t, d.Master, "WAIT", "1", "5000")
-	if got, want := cli(t, d.Replica, "GET", "k"), "v"; got != want {
+	d.Master.MustCLI(t, "SET", "k", "v")
+	d.Master.MustCLI(t, "WAIT", "1", "5000")
+	if got, want := d.Replica.MustCLI(t, "GET", "k"), "v"; got != want {
 		t.Errorf("GET k on the replica = %q, want %q", got, want)
 	}
 }

@@ -441,6 +441,19 @@ func (s *Server) Restart(t testing.TB) error {
 	}
 }
 
+// MustCLI is CLI with a 5 s deadline under t's context, for tests: an
+// error fails t.
+func (s *Server) MustCLI(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	out, err := s.CLI(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // CLI runs redis-cli -h 127.0.0.1 -p <Port> -e args... with the server's
 // credentials and returns its trimmed standard output (replies in raw
 // format, one element per line). Options may come first in args, as in
