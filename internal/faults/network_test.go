@@ -1,7 +1,9 @@
 package faults
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -113,19 +115,29 @@ func TestFaultLatencyAboveDeadline(t *testing.T) {
 // times under load, as a dropped NAT entry or a restarted load balancer
 // would: calls in flight fail, the clients reconnect, and no script runs
 // twice.
+//
+// The fault ends when the last Reset returns. A client has several
+// connections, and it learns of each RST only when it next reads or
+// writes that connection, so after one of its calls succeeded on a new
+// connection another call may still fail on a connection the proxy
+// reset: that failure is the fault's, seen late, and is counted apart.
+// Any other failure after recovery (on a connection made after the
+// reset) breaks the bound.
 func TestFaultConnectionReset(t *testing.T) {
 	const resets = 5
 	r, p, insts := proxied(t)
 	l := startLoad(t, insts, 6, ownKeys("reset"), onceLimit)
 	var last time.Time
-	var dropped int
+	reset := make(map[string]bool)
 	for range resets {
 		since := last
 		waitFor(t, 10*time.Second, "successes between resets", func() bool {
 			return l.count(func(c call) bool { return c.err == nil && c.start.After(since) }) >= 100
 		})
+		for _, a := range p.Reset() {
+			reset[a] = true
+		}
 		last = time.Now()
-		dropped += p.Reset()
 	}
 	waitFor(t, 10*time.Second, "every instance to succeed after the last reset", func() bool {
 		first, _ := recovery(l.Calls(), len(insts), last)
@@ -135,22 +147,46 @@ func TestFaultConnectionReset(t *testing.T) {
 	calls := l.Calls()
 	st := measure(l, insts)
 	first, errsAfter := recovery(calls, len(insts), last)
-	other, late := afterRecovery(t, last, errsAfter)
+	var fresh []call
+	seenLate := 0
+	for _, c := range errsAfter {
+		if reset[localAddr(c.err)] {
+			seenLate++
+		} else {
+			fresh = append(fresh, c)
+		}
+	}
+	other, late := afterRecovery(t, last, fresh)
 	double, countedFailed, missing := counted(t, r.Addr, insts, calls)
 	if missing > 0 {
 		t.Errorf("%d allowed calls left no count in Redis", missing)
 	}
-	if dropped < resets {
-		t.Errorf("%d connections reset in %d resets", dropped, resets)
+	if len(reset) < resets {
+		t.Errorf("%d connections reset in %d resets", len(reset), resets)
+	}
+	saw := fmt.Sprintf("%d of %d calls failed (%d connections reset), each answered by its policy; max latency %s against a %s deadline (process stalled up to %s); "+
+		"no script ran twice", st.errors, st.calls, len(reset), ms(st.maxLatency), ms(timeout), ms(st.stall))
+	if seenLate > 0 {
+		saw += fmt.Sprintf("; %d failed after their client had recovered, on a connection reset earlier whose RST it had not yet read", seenLate)
 	}
 	record(t, Row{
 		Fault: fmt.Sprintf("every client connection reset (TCP RST) %d times under load", resets),
-		Saw: fmt.Sprintf("%d of %d calls failed (%d connections reset), each answered by its policy; max latency %s against a %s deadline (process stalled up to %s); "+
-			"no script ran twice", st.errors, st.calls, dropped, ms(st.maxLatency), ms(timeout), ms(st.stall)),
+		Saw:   saw,
 		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
 		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
 		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
 		RecoveryMS: msf(latest(first).Sub(last)),
 		Uncounted:  st.uncounted, DoubleCounted: double, ServerCountedFailed: countedFailed,
 	})
+}
+
+// localAddr returns the local address of the connection a call failed on,
+// when its error says (a *net.OpError from the client's read or write),
+// or "".
+func localAddr(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Source != nil {
+		return op.Source.String()
+	}
+	return ""
 }

@@ -71,19 +71,24 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // kept.
 func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(max(d, 0))) }
 
-// Reset closes every open connection with a TCP RST and returns how many
-// it closed. New connections are accepted as before.
-func (p *Proxy) Reset() int {
+// Reset closes every open connection with a TCP RST and returns the
+// clients' addresses of the connections it closed (each "127.0.0.1:port",
+// the client's local address), so a test can tell a late failure on a
+// connection it reset from a failure on a new one. New connections are
+// accepted as before.
+func (p *Proxy) Reset() []string {
 	p.mu.Lock()
 	links := make([]*link, 0, len(p.links))
 	for l := range p.links {
 		links = append(links, l)
 	}
 	p.mu.Unlock()
+	addrs := make([]string, 0, len(links))
 	for _, l := range links {
+		addrs = append(addrs, l.client.RemoteAddr().String())
 		l.close(true)
 	}
-	return len(links)
+	return addrs
 }
 
 // Close stops accepting, closes every connection, and waits for the

@@ -68,8 +68,8 @@ func TestProxy(t *testing.T) {
 		t.Errorf("with %v latency: round trip %v, %v", added, d, err)
 	}
 	p.SetLatency(0)
-	if n := p.Reset(); n != 1 {
-		t.Errorf("Reset closed %d connections, want 1", n)
+	if got := p.Reset(); len(got) != 1 || got[0] != c.LocalAddr().String() {
+		t.Errorf("Reset closed %q, want the one connection from %s", got, c.LocalAddr())
 	}
 	if _, err := roundTrip(); err == nil {
 		t.Error("the connection still works after Reset")
