@@ -131,6 +131,25 @@ func ExampleLimit_Validate() {
 	// floodgate: invalid limit: burst: fixed_window takes no burst (only token_bucket and gcra do)
 }
 
+// An edge that names fields its own way (a JSON body, a form) maps each
+// FieldError's Field instead of parsing the message.
+func ExampleFieldError() {
+	bad := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: -1, Window: "rolling"}
+	err := bad.Validate()
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		if fe, ok := errors.AsType[*floodgate.FieldError](e); ok {
+			fmt.Printf("%s: %s\n", fe.Field, fe.Problem)
+		}
+	}
+	if fe, ok := errors.AsType[*floodgate.FieldError](err); ok {
+		fmt.Println("first:", fe.Field)
+	}
+	// Output:
+	// burst: -1 is negative
+	// window: unknown window "rolling" (want aligned or first_hit)
+	// first: burst
+}
+
 func ExampleLimit_String() {
 	fmt.Println(floodgate.Limit{Limit: 60, Period: time.Minute})
 	fmt.Println(floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: 20})

@@ -137,7 +137,7 @@ func (l Limit) Validate() error {
 func (l Limit) invalid() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidLimit, field, fmt.Sprintf(format, args...)))
+		errs = append(errs, fieldErr(ErrInvalidLimit, field, format, args...))
 	}
 	alg := l.algorithm()
 	known := false

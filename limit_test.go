@@ -168,6 +168,9 @@ func checkLimitError(t *testing.T, err error) {
 			t.Errorf("%q is not \"floodgate: invalid limit: <field>: <why>\"", e)
 			continue
 		}
+		if fe, ok := e.(*FieldError); !ok || fe.Kind != ErrInvalidLimit || fe.Field != field || fe.Problem != why {
+			t.Errorf("%q is %#v, want a *FieldError{ErrInvalidLimit, %q, %q}", e, e, field, why)
+		}
 		known := false
 		for _, f := range limitFields {
 			known = known || f == field

@@ -178,7 +178,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 		return fmt.Errorf("floodgate: Reset: %w", ErrNotSupported)
 	}
 	if key == "" {
-		return fmt.Errorf("%w: key: empty", ErrInvalidRequest)
+		return fieldErr(ErrInvalidRequest, "key", "empty")
 	}
 	if err := limit.Validate(); err != nil {
 		return err
@@ -246,7 +246,7 @@ func (l *Limiter) AcquireN(ctx context.Context, key string, limit Limit, n int64
 		return nil, Decision{RetryAfter: Never}, fmt.Errorf("%w: algorithm: Acquire needs a concurrency limit, not %s", ErrInvalidLimit, limit.algorithm())
 	}
 	if n < 1 {
-		return nil, Decision{RetryAfter: Never}, fmt.Errorf("%w: cost: Acquire takes at least 1 unit, not %d", ErrInvalidRequest, n)
+		return nil, Decision{RetryAfter: Never}, fieldErr(ErrInvalidRequest, "cost", "Acquire takes at least 1 unit, not %d", n)
 	}
 	var id [16]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+).

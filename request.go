@@ -1,7 +1,6 @@
 package floodgate
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/algorithm"
@@ -49,17 +48,17 @@ type Request struct {
 func (r *Request) Validate() error {
 	switch {
 	case r.Key == "":
-		return fmt.Errorf("%w: key: empty", ErrInvalidRequest)
+		return fieldErr(ErrInvalidRequest, "key", "empty")
 	case len(r.Key) > MaxKeyLen:
-		return fmt.Errorf("%w: key: %d bytes is above the maximum %d", ErrInvalidRequest, len(r.Key), MaxKeyLen)
+		return fieldErr(ErrInvalidRequest, "key", "%d bytes is above the maximum %d", len(r.Key), MaxKeyLen)
 	case r.Cost < 0:
-		return fmt.Errorf("%w: cost: %d is negative", ErrInvalidRequest, r.Cost)
+		return fieldErr(ErrInvalidRequest, "cost", "%d is negative", r.Cost)
 	case r.Cost > MaxLimit:
-		return fmt.Errorf("%w: cost: %d is above the maximum %d", ErrInvalidRequest, r.Cost, MaxLimit)
+		return fieldErr(ErrInvalidRequest, "cost", "%d is above the maximum %d", r.Cost, MaxLimit)
 	}
 	if !r.Now.IsZero() {
 		if us := r.Now.UnixMicro(); us < 0 || us > maxNowMicros {
-			return fmt.Errorf("%w: now: %v is outside %v to %v", ErrInvalidRequest, r.Now,
+			return fieldErr(ErrInvalidRequest, "now", "%v is outside %v to %v", r.Now,
 				time.UnixMicro(0).UTC(), time.UnixMicro(maxNowMicros).UTC())
 		}
 	}
@@ -69,16 +68,16 @@ func (r *Request) Validate() error {
 	concurrency := r.Limit.Algorithm == Concurrency
 	switch {
 	case !concurrency && (r.Lease != "" || r.Release):
-		return fmt.Errorf("%w: lease: only concurrency limits take a lease", ErrInvalidRequest)
+		return fieldErr(ErrInvalidRequest, "lease", "only concurrency limits take a lease")
 	case concurrency && r.Lease == "" && (r.Cost > 0 || r.Release):
-		return fmt.Errorf("%w: lease: a concurrency limit needs a lease ID to acquire or release (use Limiter.Acquire)", ErrInvalidRequest)
+		return fieldErr(ErrInvalidRequest, "lease", "a concurrency limit needs a lease ID to acquire or release (use Limiter.Acquire)")
 	case len(r.Lease) > MaxLeaseLen:
-		return fmt.Errorf("%w: lease: %d bytes is above the maximum %d", ErrInvalidRequest, len(r.Lease), MaxLeaseLen)
+		return fieldErr(ErrInvalidRequest, "lease", "%d bytes is above the maximum %d", len(r.Lease), MaxLeaseLen)
 	}
 	for i := 0; i < len(r.Lease); i++ {
 		c := r.Lease[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: lease: byte %q at %d is not one of [A-Za-z0-9_-]", ErrInvalidRequest, c, i)
+			return fieldErr(ErrInvalidRequest, "lease", "byte %q at %d is not one of [A-Za-z0-9_-]", c, i)
 		}
 	}
 	return nil

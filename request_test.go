@@ -92,6 +92,9 @@ func TestRequestValidateRejects(t *testing.T) {
 			if got, want := requestErrorField(err), tc.field; got != want {
 				t.Errorf("Validate() = %q names %q, want %q", err, got, want)
 			}
+			if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Kind != tc.is || fe.Field != tc.field {
+				t.Errorf("Validate() = %q: errors.As finds %#v, want a *FieldError{%v, %q, …}", err, fe, tc.is, tc.field)
+			}
 		})
 	}
 }

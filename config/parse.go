@@ -597,14 +597,13 @@ func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string
 	}
 	type problem struct{ name, msg string }
 	var problems []problem
-	prefix := floodgate.ErrInvalidLimit.Error() + ": "
 	for _, e := range errs {
-		msg := strings.TrimPrefix(e.Error(), prefix)
-		name, rest, ok := strings.Cut(msg, ": ")
-		if !ok {
-			name, rest = "", msg
+		pr := problem{"", e.Error()}
+		if fe, ok := errors.AsType[*floodgate.FieldError](e); ok {
+			pr = problem{fe.Field, fe.Problem}
 		}
-		problems = append(problems, problem{name, rest})
+		problems = append(problems, pr)
+		name := pr.name
 		if name == "algorithm" {
 			// An unknown algorithm makes every check that depends on the
 			// algorithm say "<unknown> takes no burst" and the like.

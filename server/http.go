@@ -93,15 +93,13 @@ func (l *LimitJSON) toLimit(prefix string) (floodgate.Limit, error) {
 		Window: floodgate.Window(l.Window), CountRejected: l.CountRejected, Name: l.Name,
 	}
 	if err := lim.Validate(); err != nil {
-		// Name the first field Validate complains about.
-		msg := err.Error()
+		// Name the first field Validate complains about; the JSON names
+		// are floodgate.FieldError's.
 		field := prefix
-		if _, rest, ok := strings.Cut(msg, floodgate.ErrInvalidLimit.Error()+": "); ok {
-			if f, _, ok := strings.Cut(rest, ":"); ok {
-				field = prefix + "." + f
-			}
+		if fe, ok := errors.AsType[*floodgate.FieldError](err); ok {
+			field = prefix + "." + fe.Field
 		}
-		return floodgate.Limit{}, invalid(field, "%s", strings.ReplaceAll(msg, "\n", "; "))
+		return floodgate.Limit{}, invalid(field, "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	if err := ratelimitheader.CheckName(lim.Name); err != nil {
 		return floodgate.Limit{}, invalid(prefix+".name", "%v", err)

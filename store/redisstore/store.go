@@ -280,7 +280,7 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 			return nil, fmt.Errorf("redisstore: batch request %d: %w", i, err)
 		}
 		if rs[i].Key != rs[0].Key {
-			return nil, fmt.Errorf("%w: key: a batch decides one key, but request %d has another key than request 0", floodgate.ErrInvalidRequest, i)
+			return nil, &floodgate.FieldError{Kind: floodgate.ErrInvalidRequest, Field: "key", Problem: fmt.Sprintf("a batch decides one key, but request %d has another key than request 0", i)}
 		}
 	}
 	switch len(rs) {
