@@ -50,6 +50,8 @@ type serveConfig struct {
 	denyCache          int
 	functions          bool
 	coalesce           int
+	waitReplicas       int
+	waitTimeout        time.Duration
 	headers            bool
 	probeInterval      time.Duration
 	shutdownTimeout    time.Duration
@@ -73,6 +75,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.IntVar(&c.denyCache, "deny-cache", defaultDenyCache, "Redis: the most `keys` remembered as over their limit until their retry time, answered without a round trip (exact: see store/redisstore); 0 disables (env FLOODGATE_DENY_CACHE)")
 	fs.BoolVar(&c.functions, "redis-functions", false, "Redis 7+: run the decisions as Redis functions (FUNCTION LOAD once, then FCALL) instead of EVALSHA scripts: 10-32% less Redis CPU per script call, less of a gain once calls share runs (-redis-coalesce) (env FLOODGATE_REDIS_FUNCTIONS)")
 	fs.IntVar(&c.coalesce, "redis-coalesce", redisstore.DefaultCoalesce, "Redis: script runs in flight before further concurrent decisions wait and share one script run, which costs Redis far less CPU per decision (see store/redisstore); 0 disables (env FLOODGATE_REDIS_COALESCE)")
+	fs.IntVar(&c.waitReplicas, "redis-wait-replicas", 0, "Redis: return a decision only once this `number` of replicas hold its writes (WAIT after every script run), else fail the call and answer it by the failure mode: a failover then loses no admitted request (see store/redisstore); 0 disables (env FLOODGATE_REDIS_WAIT_REPLICAS)")
+	fs.DurationVar(&c.waitTimeout, "redis-wait-timeout", redisstore.DefaultWaitTimeout, "Redis: how long -redis-wait-replicas waits for the replicas, at most (env FLOODGATE_REDIS_WAIT_TIMEOUT)")
 	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address (env FLOODGATE_PPROF)")
@@ -106,6 +110,15 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	case c.coalesce < 0:
 		fmt.Fprintf(stderr, "floodgate serve: -redis-coalesce: %d is negative\n", c.coalesce)
 		return c, 2, false
+	case c.waitReplicas < 0:
+		fmt.Fprintf(stderr, "floodgate serve: -redis-wait-replicas: %d is negative\n", c.waitReplicas)
+		return c, 2, false
+	case c.waitTimeout <= 0:
+		fmt.Fprintf(stderr, "floodgate serve: -redis-wait-timeout: %v must be above zero\n", c.waitTimeout)
+		return c, 2, false
+	case c.waitReplicas > 0 && c.redisURL == "":
+		fmt.Fprintf(stderr, "floodgate serve: -redis-wait-replicas: needs -redis (the embedded memory store has no replicas)\n")
+		return c, 2, false
 	case c.probeInterval <= 0:
 		fmt.Fprintf(stderr, "floodgate serve: -probe-interval: %v must be above zero\n", c.probeInterval)
 		return c, 2, false
@@ -136,7 +149,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(handler)
 
-	ro := redisstore.Options{DenyCache: c.denyCache, Functions: c.functions, Coalesce: c.coalesce}
+	ro := redisstore.Options{DenyCache: c.denyCache, Functions: c.functions, Coalesce: c.coalesce,
+		WaitReplicas: c.waitReplicas, WaitTimeout: c.waitTimeout}
 	if c.coalesce == 0 {
 		ro.Coalesce = -1
 	}

@@ -224,6 +224,9 @@ func TestServeBadFlags(t *testing.T) {
 		{"serve", "-probe-interval", "0s"},
 		{"serve", "-deny-cache", "-1"},
 		{"serve", "-redis-coalesce", "-1"},
+		{"serve", "-redis", "redis://127.0.0.1:1", "-redis-wait-replicas", "-1"},
+		{"serve", "-redis", "redis://127.0.0.1:1", "-redis-wait-replicas", "1", "-redis-wait-timeout", "0s"},
+		{"serve", "-redis-wait-replicas", "1"},
 	} {
 		var stdout, stderr strings.Builder
 		if code := run(t.Context(), args, &stdout, &stderr); code != 2 {
@@ -697,6 +700,56 @@ func TestServeResponseHeaders(t *testing.T) {
 			hr.Body.Close()
 			if got := hr.Header.Get("RateLimit") != ""; got != on {
 				t.Errorf("POST /json: RateLimit header %q, want present %v", hr.Header.Get("RateLimit"), on)
+			}
+		})
+	}
+}
+
+// TestServeWaitReplicas runs serve with -redis-wait-replicas 1: on a Redis
+// with a replica, every decision is on the replica when it is answered;
+// on one without, every call fails after -redis-wait-timeout and is
+// answered by the failure mode (here fail_closed), and /metrics counts
+// the store errors.
+func TestServeWaitReplicas(t *testing.T) {
+	conf := "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+	for _, replicated := range []bool{true, false} {
+		t.Run(fmt.Sprintf("replica=%v", replicated), func(t *testing.T) {
+			master := redistest.Standalone(t)
+			var replica *redistest.Server
+			if replicated {
+				replica = redistest.Replica(t, master)
+			}
+			dir, _ := writeConfig(t, conf)
+			in := startServe(t, "-config", dir, "-redis", "redis://"+master.Addr, "-timeout", "5s",
+				"-failure-mode", "fail_closed", "-redis-wait-replicas", "1", "-redis-wait-timeout", "20ms")
+			rls := in.rls(t)
+			ok := 0
+			for i := range 8 {
+				resp, err := rls.ShouldRateLimit(t.Context(), rlsRequest("edge", "user", "u"+strconv.Itoa(i%2)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					ok++
+				}
+				if replicated {
+					// Each answer comes after the replica has the write:
+					// the keys of both users are on it as soon as each
+					// was first decided.
+					if got, want := strings.TrimSpace(replica.MustCLI(t, "DBSIZE")), strconv.Itoa(min(i+1, 2)); got != want {
+						t.Errorf("after answer %d the replica holds %s keys, want %s", i, got, want)
+					}
+				}
+			}
+			errs := in.metric(t, "floodgate_store_errors_total")
+			if replicated && (ok != 8 || errs != 0) {
+				t.Errorf("with a replica: %d of 8 admitted, %d store errors; want 8, 0", ok, errs)
+			}
+			if !replicated && (ok != 0 || errs != 8) {
+				t.Errorf("without a replica: %d of 8 admitted, %d store errors; want 0 (fail_closed), 8", ok, errs)
+			}
+			if !replicated && !strings.Contains(in.stderr.String(), "not acknowledged by enough replicas") {
+				t.Errorf("the log does not say why the calls failed:\n%s", in.stderr.String())
 			}
 		})
 	}

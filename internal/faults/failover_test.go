@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/store/redisstore"
 )
 
 // TestFaultSentinelFailover promotes the replica with SENTINEL FAILOVER
@@ -19,19 +20,33 @@ import (
 // what it counted after its last replication is lost, and the limit admits
 // it again.
 func TestFaultSentinelFailover(t *testing.T) {
-	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load: the replica is promoted", false)
+	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load: the replica is promoted", false, 0)
+}
+
+// TestFaultSentinelFailoverWait is TestFaultSentinelFailover with
+// redisstore.Options.WaitReplicas 1: a decision is returned only once the
+// replica holds its writes. The old master loses its replica when the
+// replica is promoted, so every call it takes after that fails (and is
+// answered by its policy) instead of being admitted and then lost: no
+// window admits more than the limit.
+func TestFaultSentinelFailoverWait(t *testing.T) {
+	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load, with WaitReplicas 1 (WAIT after every script run)", false, 1)
 }
 
 // TestFaultSentinelMasterKill SIGKILLs the master under load: the
 // sentinels see it down after down-after-milliseconds (1 s here), elect a
 // leader and promote the replica. Calls fail until then.
 func TestFaultSentinelMasterKill(t *testing.T) {
-	sentinelFault(t, "Sentinel master SIGKILLed under load; the replica promoted after down-after-milliseconds 1 s", true)
+	sentinelFault(t, "Sentinel master SIGKILLed under load; the replica promoted after down-after-milliseconds 1 s", true, 0)
 }
 
-func sentinelFault(t *testing.T, fault string, kill bool) {
+// sentinelFault promotes the replica under load, by SIGKILL of the master
+// or by SENTINEL FAILOVER, with each store waiting for waitReplicas
+// replicas after every script run.
+func sentinelFault(t *testing.T, fault string, kill bool, waitReplicas int) {
 	d := redistest.StartSentinel(t)
-	insts := instances(t, "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName, 4)
+	insts := instancesWith(t, "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName, 4,
+		redisstore.Options{WaitReplicas: waitReplicas})
 	l := startLoad(t, insts, 6, keysOf("a", "b"), windowLimit)
 	waitFor(t, 10*time.Second, "successes before the failover", func() bool {
 		return l.count(func(c call) bool { return c.err == nil }) >= 200
@@ -51,8 +66,20 @@ func sentinelFault(t *testing.T, fault string, kill bool) {
 	})
 	switched := time.Now()
 	t.Logf("the sentinels named the new master %v after the fault", switched.Sub(started))
+	// Recovery is counted from the switch; under WAIT, from when the new
+	// master has a replica again, the old master once the sentinels have
+	// demoted it and it has synced: until then no WAIT can succeed.
+	from := switched
+	if waitReplicas > 0 {
+		waitFor(t, 30*time.Second, "the old master to replicate the new one", func() bool {
+			out := d.Master.MustCLI(t, "INFO", "replication")
+			return strings.Contains(out, "role:slave") && strings.Contains(out, "master_link_status:up")
+		})
+		from = time.Now()
+		t.Logf("the old master replicated the new one %v after the fault", from.Sub(started))
+	}
 	waitFor(t, 20*time.Second, "every instance to succeed after the switch", func() bool {
-		first, _ := recovery(l.Calls(), len(insts), switched)
+		first, _ := recovery(l.Calls(), len(insts), from)
 		return !latest(first).IsZero()
 	})
 	recovered := time.Now()
@@ -61,18 +88,18 @@ func sentinelFault(t *testing.T, fault string, kill bool) {
 	})
 	l.Stop()
 	// A replica receives a script's writes, never the script: the
-	// connections whose last command was a script on the new master are
-	// the instances that followed it.
+	// connections whose last command was a script (or the WAIT after one)
+	// on the new master are the instances that followed it.
 	followed := 0
 	for line := range strings.Lines(d.Replica.MustCLI(t, "CLIENT", "LIST")) {
-		if strings.Contains(line, " cmd=evalsha ") || strings.Contains(line, " cmd=eval ") {
+		if strings.Contains(line, " cmd=evalsha ") || strings.Contains(line, " cmd=eval ") || strings.Contains(line, " cmd=wait ") {
 			followed++
 		}
 	}
 	calls := l.Calls()
 	st := measure(l, insts)
-	first, errsAfter := recovery(calls, len(insts), switched)
-	other, late := afterRecovery(t, switched, errsAfter)
+	first, errsAfter := recovery(calls, len(insts), from)
+	other, late := afterRecovery(t, from, errsAfter)
 	overrun, maxWindow, bad := windows(calls, windowLimit, span(started, latest(first).Add(time.Second), windowLimit.Period))
 	// The time without service is the longest gap between two successes
 	// of one instance. After SENTINEL FAILOVER a success after the switch
@@ -83,12 +110,23 @@ func sentinelFault(t *testing.T, fault string, kill bool) {
 	if kill {
 		recoveryMS = msf(latest(first).Sub(switched))
 	}
+	saw := fmt.Sprintf("%d of %d calls failed, each answered by its policy; the sentinels named the new master %s after the fault; "+
+		"%d connections of the %d instances ran scripts on it after the load; "+
+		"max latency %s against a %s deadline (process stalled up to %s)", st.errors, st.calls, ms(switched.Sub(started)),
+		followed, len(insts), ms(st.maxLatency), ms(timeout), ms(st.stall))
+	if waitReplicas > 0 {
+		unreplicated := 0
+		for _, c := range calls {
+			if errors.Is(c.err, redisstore.ErrNotReplicated) {
+				unreplicated++
+			}
+		}
+		saw += fmt.Sprintf("; %d calls failed with ErrNotReplicated: the old master had no replica once its replica was promoted, "+
+			"and the new master had none until the sentinels demoted the old master and it synced, %s after the fault", unreplicated, ms(from.Sub(started)))
+	}
 	record(t, Row{
 		Fault: fault,
-		Saw: fmt.Sprintf("%d of %d calls failed, each answered by its policy; the sentinels named the new master %s after the fault; "+
-			"%d connections of the %d instances ran scripts on it after the load; "+
-			"max latency %s against a %s deadline (process stalled up to %s)", st.errors, st.calls, ms(switched.Sub(started)),
-			followed, len(insts), ms(st.maxLatency), ms(timeout), ms(st.stall)),
+		Saw:   saw,
 		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
 		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
 		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,

@@ -46,10 +46,18 @@ type instance struct {
 // with the same key prefix, and closes them when the test ends.
 func instances(t *testing.T, url string, n int) []instance {
 	t.Helper()
+	return instancesWith(t, url, n, redisstore.Options{})
+}
+
+// instancesWith is instances with each store's options (the prefix is
+// always "faults").
+func instancesWith(t *testing.T, url string, n int, opts redisstore.Options) []instance {
+	t.Helper()
+	opts.Prefix = "faults"
 	out := make([]instance, n)
 	for i := range out {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		s, err := redisstore.Open(ctx, url, &redisstore.Options{Prefix: "faults"})
+		s, err := redisstore.Open(ctx, url, &opts)
 		cancel()
 		if err != nil {
 			t.Fatal(err)

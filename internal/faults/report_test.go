@@ -131,6 +131,10 @@ var extra = map[string]func(Row) []string{
 		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
 			r.MaxWindow <= 2*r.Limit, "a window admitted more than twice the limit")
 	},
+	"TestFaultSentinelFailoverWait": func(r Row) []string {
+		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
+			r.Overrun == 0, "a window admitted more than the limit although every decision waited for the replica")
+	},
 	"TestFaultSentinelMasterKill": func(r Row) []string {
 		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
 			r.Errors > 0, "no call failed while the master was down",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -16,16 +17,19 @@ import (
 // digest or by source, delete a key, and recognise the NOSCRIPT error. One
 // implementation per client library keeps the store itself library-neutral.
 type conn interface {
-	// evalSHA runs EVALSHA and returns its reply, an array of integers.
-	evalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error)
-	// eval runs EVAL (which also caches the script on the node).
-	eval(ctx context.Context, src string, keys, args []string) ([]int64, error)
+	// evalSHA runs EVALSHA and returns its reply, an array of integers;
+	// then w's WAIT, if any, on the same connection.
+	evalSHA(ctx context.Context, sha string, keys, args []string, w wait) ([]int64, error)
+	// eval runs EVAL (which also caches the script on the node), then w's
+	// WAIT.
+	eval(ctx context.Context, src string, keys, args []string, w wait) ([]int64, error)
 	// del deletes a key.
 	del(ctx context.Context, key string) error
 	// isNoScript reports whether err is Redis's NOSCRIPT error.
 	isNoScript(err error) bool
-	// fcall runs FCALL and returns its reply, an array of integers.
-	fcall(ctx context.Context, fn string, keys, args []string) ([]int64, error)
+	// fcall runs FCALL and returns its reply, an array of integers, then
+	// w's WAIT.
+	fcall(ctx context.Context, fn string, keys, args []string, w wait) ([]int64, error)
 	// loadLibrary runs FUNCTION LOAD REPLACE of src on every master the
 	// client knows of (one server, a Sentinel's master, each Cluster
 	// master).
@@ -40,6 +44,47 @@ type conn interface {
 	// cluster reports whether the client is a Redis Cluster client, whose
 	// scripts may only take keys of one slot.
 	cluster() bool
+	// canWait says why the client cannot send a WAIT on the connection of
+	// a script run, or nil if it can.
+	canWait() error
+}
+
+// wait is the WAIT that follows a script run on its connection: at least
+// replicas replicas must acknowledge the run's writes within timeout.
+// replicas 0: no WAIT.
+//
+// WAIT counts the replicas that acknowledged the connection's last write,
+// so it must go on the script's own connection, right after it: pipelined
+// with it (rueidis sends a blocking command, and the script with it, on a
+// connection of its own while it waits; a go-redis pipeline holds one
+// connection), and on a Cluster to the node of the script's keys.
+type wait struct {
+	replicas int64
+	timeout  time.Duration
+}
+
+// within returns w with its timeout cut to what is left of ctx, so that
+// a WAIT never outlives its call (a WAIT of 0 ms would wait forever: it is
+// at least 1 ms).
+func (w wait) within(ctx context.Context) wait {
+	if d, ok := ctx.Deadline(); ok && w.replicas > 0 {
+		w.timeout = min(w.timeout, time.Until(d))
+	}
+	return w
+}
+
+// ms is the WAIT timeout argument: whole milliseconds, rounded up, >= 1.
+func (w wait) ms() int64 {
+	return max(1, int64((w.timeout+time.Millisecond-1)/time.Millisecond))
+}
+
+// check turns WAIT's reply, the replicas that acknowledged, into nil or
+// an error wrapping ErrNotReplicated.
+func (w wait) check(acked int64) error {
+	if acked >= w.replicas {
+		return nil
+	}
+	return fmt.Errorf("%w: %d of %d acknowledged within %v", ErrNotReplicated, acked, w.replicas, time.Duration(w.ms())*time.Millisecond)
 }
 
 // rueidisConn runs scripts on a rueidis client, which pipelines concurrent
@@ -47,14 +92,33 @@ type conn interface {
 // resends them after a network error, so a script never runs twice.
 type rueidisConn struct{ c rueidis.Client }
 
-func (r rueidisConn) evalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+func (r rueidisConn) evalSHA(ctx context.Context, sha string, keys, args []string, w wait) ([]int64, error) {
 	cmd := r.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-	return rueidisInts(r.c.Do(ctx, cmd))
+	return r.do(ctx, cmd, keys[0], w)
 }
 
-func (r rueidisConn) eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
+func (r rueidisConn) eval(ctx context.Context, src string, keys, args []string, w wait) ([]int64, error) {
 	cmd := r.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-	return rueidisInts(r.c.Do(ctx, cmd))
+	return r.do(ctx, cmd, keys[0], w)
+}
+
+// do sends cmd, a script run on key, followed by w's WAIT if any. rueidis
+// marks WAIT as blocking, so the two go together on a connection of the
+// client's blocking pool, and SetSlot sends the WAIT to the node of key.
+func (r rueidisConn) do(ctx context.Context, cmd rueidis.Completed, key string, w wait) ([]int64, error) {
+	if w.replicas == 0 {
+		return rueidisInts(r.c.Do(ctx, cmd))
+	}
+	res := r.c.DoMulti(ctx, cmd, r.c.B().Wait().Numreplicas(w.replicas).Timeout(w.ms()).Build().SetSlot(key))
+	vals, err := rueidisInts(res[0])
+	if err != nil {
+		return nil, err
+	}
+	acked, err := res[1].AsInt64()
+	if err != nil {
+		return nil, fmt.Errorf("WAIT: %w", err)
+	}
+	return vals, w.check(acked)
 }
 
 func (r rueidisConn) del(ctx context.Context, key string) error {
@@ -66,9 +130,9 @@ func (rueidisConn) isNoScript(err error) bool {
 	return ok && e.IsNoScript()
 }
 
-func (r rueidisConn) fcall(ctx context.Context, fn string, keys, args []string) ([]int64, error) {
+func (r rueidisConn) fcall(ctx context.Context, fn string, keys, args []string, w wait) ([]int64, error) {
 	cmd := r.c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-	return rueidisInts(r.c.Do(ctx, cmd))
+	return r.do(ctx, cmd, keys[0], w)
 }
 
 // loadLibrary loads src on every node of the client, and succeeds if one
@@ -112,6 +176,8 @@ func (r rueidisConn) close() { r.c.Close() }
 
 func (r rueidisConn) cluster() bool { return r.c.Mode() == rueidis.ClientModeCluster }
 
+func (rueidisConn) canWait() error { return nil }
+
 // rueidisInts decodes an array of integers, checking every element.
 func rueidisInts(res rueidis.RedisResult) ([]int64, error) {
 	if err := res.Error(); err != nil {
@@ -137,12 +203,46 @@ func rueidisInts(res rueidis.RedisResult) ([]int64, error) {
 // not an AutoPipeliner sends one command per connection round trip.
 type goRedisConn struct{ c redis.UniversalClient }
 
-func (g goRedisConn) evalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
-	return goRedisInts(g.c.EvalSha(ctx, sha, keys, anys(args)...))
+func (g goRedisConn) evalSHA(ctx context.Context, sha string, keys, args []string, w wait) ([]int64, error) {
+	if w.replicas == 0 {
+		return goRedisInts(g.c.EvalSha(ctx, sha, keys, anys(args)...))
+	}
+	return g.waited(ctx, keys[0], w, func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sha, keys, anys(args)...) })
 }
 
-func (g goRedisConn) eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
-	return goRedisInts(g.c.Eval(ctx, src, keys, anys(args)...))
+func (g goRedisConn) eval(ctx context.Context, src string, keys, args []string, w wait) ([]int64, error) {
+	if w.replicas == 0 {
+		return goRedisInts(g.c.Eval(ctx, src, keys, anys(args)...))
+	}
+	return g.waited(ctx, keys[0], w, func(p redis.Pipeliner) *redis.Cmd { return p.Eval(ctx, src, keys, anys(args)...) })
+}
+
+// waited runs the script that run queues, then w's WAIT, in one pipeline:
+// one connection, so WAIT counts the script's writes. A Cluster client
+// would send the keyless WAIT to any node, so the pipeline goes to the
+// client of key's master.
+func (g goRedisConn) waited(ctx context.Context, key string, w wait, run func(redis.Pipeliner) *redis.Cmd) ([]int64, error) {
+	var c redis.Cmdable = g.c
+	if cc, ok := g.c.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		c = m
+	}
+	p := c.Pipeline()
+	script := run(p)
+	acked := p.Do(ctx, "WAIT", w.replicas, w.ms())
+	_, _ = p.Exec(ctx) // each command's error is read below
+	vals, err := goRedisInts(script)
+	if err != nil {
+		return nil, err
+	}
+	n, err := acked.Int64()
+	if err != nil {
+		return nil, fmt.Errorf("WAIT: %w", err)
+	}
+	return vals, w.check(n)
 }
 
 func (g goRedisConn) del(ctx context.Context, key string) error {
@@ -153,8 +253,11 @@ func (goRedisConn) isNoScript(err error) bool {
 	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-func (g goRedisConn) fcall(ctx context.Context, fn string, keys, args []string) ([]int64, error) {
-	return goRedisInts(g.c.FCall(ctx, fn, keys, anys(args)...))
+func (g goRedisConn) fcall(ctx context.Context, fn string, keys, args []string, w wait) ([]int64, error) {
+	if w.replicas == 0 {
+		return goRedisInts(g.c.FCall(ctx, fn, keys, anys(args)...))
+	}
+	return g.waited(ctx, keys[0], w, func(p redis.Pipeliner) *redis.Cmd { return p.FCall(ctx, fn, keys, anys(args)...) })
 }
 
 // loadLibrary loads src on each master of a ClusterClient, else on the
@@ -189,6 +292,18 @@ func (g goRedisConn) cluster() bool {
 		return false
 	}
 	return true
+}
+
+// canWait accepts the clients whose pipelines hold one connection of the
+// node a key lives on: a *redis.Client (which a failover client is too)
+// and a *redis.ClusterClient. A Ring, or an AutoPipeliner that mixes
+// callers' commands, cannot say which writes a WAIT would count.
+func (g goRedisConn) canWait() error {
+	switch g.c.(type) {
+	case *redis.Client, *redis.ClusterClient:
+		return nil
+	}
+	return fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, not a %T", g.c)
 }
 
 func anys(ss []string) []any {

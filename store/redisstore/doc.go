@@ -370,6 +370,42 @@
 // have been counted. With ClientTime, decisions are as right as the
 // callers' clocks agree.
 //
+// # Replication and WAIT
+//
+// Options.WaitReplicas shrinks what a failover loses. Each script run is
+// followed, on its own connection, by WAIT <replicas> <timeout>, and a
+// decision is returned only once that many replicas hold the run's
+// writes; otherwise the call fails with an error wrapping
+// ErrNotReplicated, and the Limiter answers it by its failure policy. A
+// failover that promotes a replica which acknowledged a write keeps that
+// count. The case it closes is the common one: after Sentinel or Cluster
+// promote a replica, the old master goes on taking writes from the clients
+// that have not switched yet, until it is demoted, and all of them are
+// lost. Under WAIT none of those calls is answered by a decision, because
+// the old master has no replica left to acknowledge them: fail_closed
+// denies them, fail_open admits them as failures (counted in its metric),
+// and local decides them from its share. internal/faults measures both
+// modes under SENTINEL FAILOVER; docs/guarantees.md has the rows.
+//
+// It is not a consensus protocol, and the number matters. A replica that
+// is still attached to the old master after another was promoted
+// acknowledges the old master's writes, and the failover drops them when
+// it moves that replica to the new master: only WaitReplicas equal to the
+// number of replicas closes that gap. The price is availability: with
+// every replica waited for, a failover leaves the new master one replica
+// short until the old master is demoted and has synced (about 10 s under
+// SENTINEL FAILOVER, measured in docs/guarantees.md), and every call fails
+// meanwhile, as it does whenever a replica is down. Waiting for fewer
+// replicas than there are keeps deciding through a replica's outage and
+// still keeps every write that the promoted replica acknowledged. A WAIT
+// that timed out does not undo the write on the master, so a failed call
+// may have been counted, as any failed call may. The cost in the healthy
+// case is a round trip from the master to a replica per script run
+// (coalesced runs share it) and, with rueidis, a connection of the
+// client's blocking pool for each run while it waits. WAIT needs the
+// script's own connection, so a go-redis client must be a *redis.Client
+// (or failover client) or *redis.ClusterClient.
+//
 // Errors from Redis are returned wrapped with the algorithm and key; a
 // context's deadline and cancellation end a call (a go-redis client needs
 // ContextTimeoutEnabled for its deadlines to reach the socket). A key that

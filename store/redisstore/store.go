@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -73,7 +75,31 @@ type Options struct {
 	// "Coalescing" in the package doc. 0 means DefaultCoalesce; a negative
 	// value turns coalescing off, so that every call runs its own script.
 	Coalesce int
+	// WaitReplicas, above 0, follows every script run with Redis's WAIT on
+	// the same connection: a decision is returned only once that many
+	// replicas have acknowledged the run's writes. A run they do not
+	// acknowledge within WaitTimeout returns an error wrapping
+	// ErrNotReplicated, which the Limiter answers by its failure policy;
+	// the run did count on the master. This shrinks what a failover loses
+	// (see "Replication and WAIT" in the package doc) at the price of a
+	// round trip to a replica per run and a dedicated connection while it
+	// waits. Default 0: no WAIT, the Redis default of asynchronous
+	// replication.
+	WaitReplicas int
+	// WaitTimeout is how long a WAIT waits for the replicas, at most (and
+	// never past the call's deadline); 0 means DefaultWaitTimeout. It is
+	// rounded up to a whole millisecond, WAIT's unit.
+	WaitTimeout time.Duration
 }
+
+// DefaultWaitTimeout is the default Options.WaitTimeout.
+const DefaultWaitTimeout = 50 * time.Millisecond
+
+// ErrNotReplicated is wrapped by the error of a call whose script run fewer
+// replicas than Options.WaitReplicas acknowledged in time. The run's
+// writes were made on the master: the request may have been counted, and
+// a failover now may lose the count.
+var ErrNotReplicated = errors.New("redisstore: writes not acknowledged by enough replicas")
 
 // DefaultLeaseIdle is the default Options.LeaseIdle.
 const DefaultLeaseIdle = 100 * time.Millisecond
@@ -94,6 +120,9 @@ type Store struct {
 	lib *libLoader
 	// co coalesces concurrent calls (Options.Coalesce); nil: off.
 	co *coalescer
+	// wait is the WAIT after each script run (Options.WaitReplicas and
+	// WaitTimeout); replicas 0: none.
+	wait wait
 }
 
 var (
@@ -177,6 +206,12 @@ func validOptions(opts *Options) error {
 	if opts != nil && opts.LeaseIdle < 0 {
 		return fmt.Errorf("redisstore: Options.LeaseIdle %v is negative", opts.LeaseIdle)
 	}
+	if opts != nil && opts.WaitReplicas < 0 {
+		return fmt.Errorf("redisstore: Options.WaitReplicas %d is negative", opts.WaitReplicas)
+	}
+	if opts != nil && opts.WaitTimeout < 0 {
+		return fmt.Errorf("redisstore: Options.WaitTimeout %v is negative", opts.WaitTimeout)
+	}
 	return nil
 }
 
@@ -198,6 +233,12 @@ func newStore(c conn, opts *Options) (*Store, error) {
 	s.local = newLocal(&o, s.clock)
 	if o.Functions {
 		s.lib = &libLoader{sem: make(chan struct{}, 1)}
+	}
+	if o.WaitReplicas > 0 {
+		if err := c.canWait(); err != nil {
+			return nil, fmt.Errorf("redisstore: Options.WaitReplicas: %w", err)
+		}
+		s.wait = wait{replicas: int64(o.WaitReplicas), timeout: cmp.Or(o.WaitTimeout, DefaultWaitTimeout)}
 	}
 	switch {
 	case o.Coalesce == 0:
@@ -369,12 +410,13 @@ func (s *Store) Close() error {
 // caches it again. The caller never sees NOSCRIPT. A script that failed with
 // NOSCRIPT did not run, so running it again cannot count twice.
 func (s *Store) run(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	w := s.wait.within(ctx)
 	if s.lib != nil {
-		return s.fcall(ctx, sc, keys, args)
+		return s.fcall(ctx, sc, keys, args, w)
 	}
-	vals, err := s.c.evalSHA(ctx, sc.sha, keys, args)
+	vals, err := s.c.evalSHA(ctx, sc.sha, keys, args, w)
 	if err != nil && s.c.isNoScript(err) {
-		vals, err = s.c.eval(ctx, sc.src, keys, args)
+		vals, err = s.c.eval(ctx, sc.src, keys, args, w)
 	}
 	if err != nil {
 		return nil, classify(err)
@@ -388,10 +430,10 @@ func (s *Store) run(ctx context.Context, sc *script, keys, args []string) ([]int
 // again, at most maxLoads times: an FCALL that failed with "Function not
 // found" did not run, so calling again cannot count twice. After any other
 // error, a timeout among them, the call may have run: it is not repeated.
-func (s *Store) fcall(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+func (s *Store) fcall(ctx context.Context, sc *script, keys, args []string, w wait) ([]int64, error) {
 	for loads := 0; ; loads++ {
 		gen := s.lib.gen.Load()
-		vals, err := s.c.fcall(ctx, sc.fn, keys, args)
+		vals, err := s.c.fcall(ctx, sc.fn, keys, args, w)
 		if err == nil {
 			return vals, nil
 		}

@@ -391,7 +391,7 @@ func TestUnexpectedReply(t *testing.T) {
 			"return {1, 2.5}",
 			"return redis.status_reply('OK')",
 		} {
-			_, err := c.eval(t.Context(), src, []string{"k"}, nil)
+			_, err := c.eval(t.Context(), src, []string{"k"}, nil, wait{})
 			if src == "return {1, 2.5}" && err == nil {
 				continue // Redis truncates Lua numbers to integers.
 			}

@@ -1,0 +1,29 @@
+package redistest
+
+import (
+	"context"
+	"strconv"
+	"testing"
+)
+
+// Replica starts a standalone server replicating master (REPLICAOF at
+// start) and returns once its link to master is up, so that a WAIT on
+// master counts it. opts apply to the replica; it authenticates to master
+// as WithPassword or WithUser say, which master must then accept.
+func Replica(t testing.TB, master *Server, opts ...Option) *Server {
+	t.Helper()
+	Require(t)
+	o := newOptions(append([]Option{WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port))}, opts...))
+	r := newServer(t, o, false, func(s *Server, port int) ([]string, error) {
+		return dataArgs(port, s.Dir, o, false), nil
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), sentinelTimeout)
+	defer cancel()
+	if err := r.startFresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, func() error { return linksUp(ctx, []*Server{r}) }); err != nil {
+		t.Fatalf("redistest: replica of %s not in sync: %v", master.Addr, err)
+	}
+	return r
+}

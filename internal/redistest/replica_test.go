@@ -1,0 +1,33 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReplica checks that Replica returns a linked replica of its master,
+// which receives the master's writes.
+func TestReplica(t *testing.T) {
+	m := Standalone(t)
+	r := Replica(t, m)
+	if out := r.MustCLI(t, "INFO", "replication"); !strings.Contains(out, "role:slave") || !strings.Contains(out, "master_link_status:up") {
+		t.Fatalf("the replica's INFO replication: %q", out)
+	}
+	if out := m.MustCLI(t, "SET", "k", "v"); strings.TrimSpace(out) != "OK" {
+		t.Fatalf("SET: %q", out)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	err := poll(ctx, func() error {
+		if out, err := r.CLI(ctx, "GET", "k"); err != nil || strings.TrimSpace(out) != "v" {
+			return fmt.Errorf("GET k on the replica: %q %v", out, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}

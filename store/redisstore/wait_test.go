@@ -1,0 +1,217 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// withReplica starts a standalone master and one linked replica of it.
+func withReplica(t *testing.T) (master, replica *redistest.Server) {
+	t.Helper()
+	master = redistest.Standalone(t)
+	return master, redistest.Replica(t, master)
+}
+
+// TestWait checks Options.WaitReplicas on a master with one replica:
+// every decision returned is already on the replica; with the replica
+// stopped (SIGSTOP), every call fails with ErrNotReplicated at about
+// WaitTimeout, coalesced calls included, while a store without WAIT on the
+// same master goes on deciding; after the replica resumes, WAIT succeeds
+// again; and a WAIT for more replicas than there are fails, naming both
+// numbers. It runs on rueidis (EVALSHA and functions) and go-redis.
+func TestWait(t *testing.T) {
+	master, replica := withReplica(t)
+	const waitTimeout = 100 * time.Millisecond
+	l := limitOf(floodgate.FixedWindow, 1000, time.Hour)
+	gr := redis.NewClient(&redis.Options{Addr: master.Addr, MaxRetries: -1, DialTimeout: testDialTimeout})
+	t.Cleanup(func() { gr.Close() })
+	prefix := testPrefix(t)
+	stores := map[string]*Store{}
+	for name, mk := range map[string]func(*Options) (*Store, error){
+		"rueidis":   func(o *Options) (*Store, error) { return New(newRueidis(t, master.Addr), o) },
+		"functions": func(o *Options) (*Store, error) { o.Functions = true; return New(newRueidis(t, master.Addr), o) },
+		"go-redis":  func(o *Options) (*Store, error) { return NewGoRedis(gr, o) },
+	} {
+		s, err := mk(&Options{Prefix: prefix + name, WaitReplicas: 1, WaitTimeout: waitTimeout})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		stores[name] = s
+	}
+	plain, err := New(newRueidis(t, master.Addr), &Options{Prefix: prefix + "plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTime := func(key string) floodgate.Request { return floodgate.Request{Key: key, Limit: l, Cost: 1} }
+
+	// Healthy: what a call returns is on the replica when it returns.
+	for name, s := range stores {
+		for i := range 20 {
+			d, err := s.Apply(t.Context(), serverTime("k"))
+			if err != nil || !d.Allowed {
+				t.Fatalf("%s: call %d: %+v %v", name, i, d, err)
+			}
+			k := s.Key("k", l)
+			if m, r := master.MustCLI(t, "GET", k), replica.MustCLI(t, "GET", k); m != r {
+				t.Fatalf("%s: call %d returned before the replica had its write: master %q, replica %q", name, i, m, r)
+			}
+		}
+	}
+
+	// The replica stopped: every call fails with ErrNotReplicated after
+	// about WaitTimeout; a store without WAIT is unaffected.
+	if err := replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range stores {
+		start := time.Now()
+		_, err := s.Apply(t.Context(), serverTime("k"))
+		took := time.Since(start)
+		if !errors.Is(err, ErrNotReplicated) || !strings.Contains(err.Error(), "0 of 1 acknowledged") {
+			t.Errorf("%s: with the replica stopped: %v, want ErrNotReplicated, 0 of 1", name, err)
+		}
+		if took < waitTimeout-time.Millisecond || took > 5*time.Second {
+			t.Errorf("%s: the failed call took %v, want about the %v WaitTimeout", name, took, waitTimeout)
+		}
+	}
+	// Concurrent calls share runs (Options.Coalesce): each fails alike.
+	s := stores["rueidis"]
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = s.Apply(t.Context(), serverTime("k"+strconv.Itoa(i%4))) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, ErrNotReplicated) {
+			t.Errorf("concurrent call %d with the replica stopped: %v, want ErrNotReplicated", i, err)
+		}
+	}
+	// A deadline shorter than WaitTimeout ends the call at the deadline.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	start := time.Now()
+	_, err = s.Apply(ctx, serverTime("k"))
+	cancel()
+	if took := time.Since(start); err == nil || took > waitTimeout {
+		t.Errorf("with a 20 ms deadline: %v after %v, want an error before the %v WaitTimeout", err, took, waitTimeout)
+	}
+	if d, err := plain.Apply(t.Context(), serverTime("k")); err != nil || !d.Allowed {
+		t.Errorf("without WAIT, with the replica stopped: %+v %v", d, err)
+	}
+	if err := replica.Resume(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Resumed: the replica catches up and WAIT succeeds again.
+	for name, s := range stores {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := s.Apply(t.Context(), serverTime("k"))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, ErrNotReplicated) || time.Now().After(deadline) {
+				t.Fatalf("%s: after the replica resumed: %v", name, err)
+			}
+		}
+	}
+
+	// More replicas than there are.
+	two, err := New(newRueidis(t, master.Addr), &Options{Prefix: prefix + "two", WaitReplicas: 2, WaitTimeout: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := two.Apply(t.Context(), serverTime("k")); !errors.Is(err, ErrNotReplicated) || !strings.Contains(err.Error(), "1 of 2 acknowledged") {
+		t.Errorf("WaitReplicas 2 with one replica: %v, want ErrNotReplicated, 1 of 2", err)
+	}
+}
+
+// TestWaitOptions checks the options' errors: negative values, and a
+// go-redis client that cannot send WAIT on a script's connection.
+func TestWaitOptions(t *testing.T) {
+	addr := standaloneAddr(t)
+	c := newRueidis(t, addr)
+	if _, err := New(c, &Options{WaitReplicas: -1}); err == nil || !strings.Contains(err.Error(), "WaitReplicas") {
+		t.Errorf("WaitReplicas -1: %v", err)
+	}
+	if _, err := New(c, &Options{WaitReplicas: 1, WaitTimeout: -time.Second}); err == nil || !strings.Contains(err.Error(), "WaitTimeout") {
+		t.Errorf("WaitTimeout -1s: %v", err)
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}})
+	t.Cleanup(func() { ring.Close() })
+	if _, err := NewGoRedis(ring, &Options{WaitReplicas: 1}); err == nil || !strings.Contains(err.Error(), "WAIT needs") {
+		t.Errorf("a Ring with WaitReplicas: %v", err)
+	}
+	if _, err := NewGoRedis(ring, nil); err != nil {
+		t.Errorf("a Ring without WaitReplicas: %v", err)
+	}
+}
+
+// TestWaitCluster checks that on a Cluster the WAIT goes to the master of
+// the script's key: with the replica of one master stopped, a key of that
+// master fails with ErrNotReplicated, and a key of another master is
+// decided. A WAIT sent to any other node would succeed for both.
+func TestWaitCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.WithReplicas(1))
+	addrs := cl.Addrs()
+	gr := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, DialTimeout: testDialTimeout})
+	t.Cleanup(func() { gr.Close() })
+	prefix := testPrefix(t)
+	opts := &Options{Prefix: prefix, WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond}
+	rs, err := New(newRueidisCluster(t, addrs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := NewGoRedis(gr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limitOf(floodgate.GCRA, 1000, time.Second)
+	// A key on Masters[0], and one on another master.
+	var onVictim, elsewhere string
+	for i := 0; i < 1000 && (onVictim == "" || elsewhere == ""); i++ {
+		k := "k" + strconv.Itoa(i)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		m, err := cl.MasterFor(ctx, rs.Key(k, l))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case m == cl.Masters[0] && onVictim == "":
+			onVictim = k
+		case m != cl.Masters[0] && elsewhere == "":
+			elsewhere = k
+		}
+	}
+	req := func(key string) floodgate.Request { return floodgate.Request{Key: key, Limit: l, Cost: 1} }
+	for name, s := range map[string]*Store{"rueidis": rs, "go-redis": gs} {
+		for _, k := range []string{onVictim, elsewhere} {
+			if _, err := s.Apply(t.Context(), req(k)); err != nil {
+				t.Fatalf("%s: %s with every replica up: %v", name, k, err)
+			}
+		}
+	}
+	if err := cl.Replicas[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Replicas[0].Resume()
+	for name, s := range map[string]*Store{"rueidis": rs, "go-redis": gs} {
+		if _, err := s.Apply(t.Context(), req(onVictim)); !errors.Is(err, ErrNotReplicated) {
+			t.Errorf("%s: %s, whose master's replica is stopped: %v, want ErrNotReplicated", name, onVictim, err)
+		}
+		if _, err := s.Apply(t.Context(), req(elsewhere)); err != nil {
+			t.Errorf("%s: %s, on another master: %v", name, elsewhere, err)
+		}
+	}
+}
