@@ -231,7 +231,9 @@ type Descriptor struct {
 	Entries []config.Entry
 	// Limit, if set, overrides the config for this descriptor (Envoy's
 	// descriptor-level limit): the descriptor is limited by it, keyed by its
-	// entries, whether or not a rule matches.
+	// entries, and matches no rule, so it neither replaces another
+	// descriptor's rule nor is replaced, and is never in shadow mode, as
+	// in envoyproxy/ratelimit.
 	Limit *floodgate.Limit
 	// Hits, if set, is this descriptor's cost instead of the request's; 0
 	// checks without consuming.
@@ -311,7 +313,12 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 				return Result{}, invalid(fmt.Sprintf("descriptors[%d].limit.algorithm", i), "concurrency limits need a lease; they cannot be checked per request")
 			}
 		}
-		entries[i] = d.Entries
+		if d.Limit == nil {
+			// A descriptor with its own limit matches no rule, as in
+			// envoyproxy/ratelimit, where an override is a limit without
+			// a name or replaces: it neither replaces nor is replaced.
+			entries[i] = d.Entries
+		}
 	}
 
 	cfg := s.cfg.Load()

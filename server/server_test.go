@@ -207,6 +207,30 @@ func TestReplaces(t *testing.T) {
 	if res.Statuses[0].Limited || !res.Statuses[1].Limited {
 		t.Errorf("free should be replaced by trial: %+v", res.Statuses)
 	}
+	// A descriptor with a limit of its own (Envoy's override) has no rule,
+	// as in envoyproxy/ratelimit: trial's entries with an override replace
+	// nothing, and free with an override is not replaced.
+	override := &floodgate.Limit{Limit: 5, Period: time.Minute}
+	res, err = srv.Decide(context.Background(), "api", []server.Descriptor{
+		{Entries: []config.Entry{{Key: "plan", Value: "free"}}},
+		{Entries: []config.Entry{{Key: "plan", Value: "trial"}}, Limit: override},
+	}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Statuses[0].Limited || !res.Statuses[1].Limited || res.Statuses[1].Rule != nil || res.Statuses[1].Limit.Limit != 5 {
+		t.Errorf("trial with an override replaced free, or took a rule: %+v", res.Statuses)
+	}
+	res, err = srv.Decide(context.Background(), "api", []server.Descriptor{
+		{Entries: []config.Entry{{Key: "plan", Value: "free"}}, Limit: override},
+		{Entries: []config.Entry{{Key: "plan", Value: "trial"}}},
+	}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Statuses[0].Limited || res.Statuses[0].Limit.Limit != 5 || !res.Statuses[1].Limited {
+		t.Errorf("free with an override was replaced: %+v", res.Statuses)
+	}
 }
 
 func TestBadInput(t *testing.T) {
