@@ -98,10 +98,12 @@
 // certificates must name those. With TLS 1.3 a server refuses a missing
 // or unknown client certificate only after the handshake, so the client
 // may see little more than "connection reset by peer"; Open's error says
-// when the server asked for a certificate and none was configured. Every
-// TLS failure of Open is an error at once (an unknown authority, a wrong
-// name, a refused certificate), not a retry until the context ends.
-// Options.TLS with a URL without TLS is an error.
+// when the server asked for a certificate and none was configured. Open
+// returns such failures (an unknown authority, a wrong name, a refused
+// certificate) at once, rather than retrying until its context ends: the
+// client dials when it is made, and a failed first dial is an error; the
+// tests check it on standalone, Cluster and Sentinel servers. Options.TLS
+// with a URL without TLS is an error.
 //
 // A deployment that needs more (a Unix socket, a read replica) builds its
 // own rueidis.Client and calls New.
