@@ -42,6 +42,7 @@ type serveConfig struct {
 	httpAddr, grpcAddr string
 	configPath         string
 	redisURL           string
+	redisTLS           redisTLSFlags
 	logFormat          string
 	logLevel           slog.Level
 	timeout            time.Duration
@@ -65,7 +66,11 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "HTTP API, /metrics and health `address` (env FLOODGATE_HTTP)")
 	fs.StringVar(&c.grpcAddr, "grpc", "127.0.0.1:8081", "Envoy rate limit gRPC `address`; empty disables (env FLOODGATE_GRPC)")
 	fs.StringVar(&c.configPath, "config", "", "config `file or directory` in envoyproxy/ratelimit's YAML format, reloaded on change and on SIGHUP (env FLOODGATE_CONFIG)")
-	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL`: redis://, rediss://, redis-sentinel://, redis-cluster://; empty runs on the embedded memory store (env FLOODGATE_REDIS)")
+	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL`: redis://, redis-sentinel://, redis-cluster://, or rediss://, rediss-sentinel://, rediss-cluster:// for TLS; empty runs on the embedded memory store (env FLOODGATE_REDIS)")
+	fs.StringVar(&c.redisTLS.ca, "redis-tls-ca", "", "rediss: PEM `file` of the CAs that verify the Redis server's certificate, in place of the system roots; read at start (env FLOODGATE_REDIS_TLS_CA)")
+	fs.StringVar(&c.redisTLS.cert, "redis-tls-cert", "", "rediss: PEM `file` of the client certificate, for a Redis that requires one (tls-auth-clients yes), with -redis-tls-key; read again at each new connection, so a renewed one needs no restart (env FLOODGATE_REDIS_TLS_CERT)")
+	fs.StringVar(&c.redisTLS.key, "redis-tls-key", "", "rediss: PEM `file` of the client certificate's private key, with -redis-tls-cert (env FLOODGATE_REDIS_TLS_KEY)")
+	fs.StringVar(&c.redisTLS.serverName, "redis-tls-server-name", "", "rediss: the `name` the Redis server's certificate must hold, when it is not the host in -redis (an IP address there, a DNS name in the certificate); empty: each node's own host (env FLOODGATE_REDIS_TLS_SERVER_NAME)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json (env FLOODGATE_LOG_FORMAT)")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug (explains every denial), info, warn, error (env FLOODGATE_LOG_LEVEL)")
 	fs.DurationVar(&c.timeout, "timeout", server.DefaultTimeout, "deadline of each store call (env FLOODGATE_TIMEOUT)")
@@ -125,6 +130,9 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	case c.timeout <= 0:
 		fmt.Fprintf(stderr, "floodgate serve: -timeout: %v must be above zero\n", c.timeout)
 		return c, 2, false
+	case c.redisTLS.check(c.redisURL) != "":
+		fmt.Fprintf(stderr, "floodgate serve: %s\n", c.redisTLS.check(c.redisURL))
+		return c, 2, false
 	case c.httpAddr == "":
 		fmt.Fprintf(stderr, "floodgate serve: -http: empty\n")
 		return c, 2, false
@@ -149,8 +157,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(handler)
 
+	tlsConf, err := c.redisTLS.config(log)
+	if err != nil {
+		log.Error("cannot read the Redis TLS files", "error", err)
+		return 1
+	}
 	ro := redisstore.Options{DenyCache: c.denyCache, Functions: c.functions, Coalesce: c.coalesce,
-		WaitReplicas: c.waitReplicas, WaitTimeout: c.waitTimeout}
+		WaitReplicas: c.waitReplicas, WaitTimeout: c.waitTimeout, TLS: tlsConf}
 	if c.coalesce == 0 {
 		ro.Coalesce = -1
 	}

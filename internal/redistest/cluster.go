@@ -127,7 +127,7 @@ func createCluster(ctx context.Context, nodes []*Server, replicas int) (*Cluster
 	}
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	n0 := nodes[0]
-	if out, err := runCLI(ctx, n0.cli, n0.Username, n0.Password, args); err != nil {
+	if out, err := n0.runCLI(ctx, args); err != nil {
 		return nil, fmt.Errorf("redistest: create cluster: %w\n%s", err, out)
 	}
 

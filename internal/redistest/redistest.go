@@ -10,6 +10,11 @@
 // Processes also die with the test binary: on Linux they are started with a
 // parent-death signal of SIGKILL.
 //
+// WithTLS (WithSentinelTLS for a Sentinel set) makes the processes speak TLS
+// only, with certificates that NewCerts makes in Go when the test runs: a
+// CA, a server certificate for 127.0.0.1 and localhost, a client
+// certificate.
+//
 // The helpers talk to Redis only through the redis-cli binary (Server.CLI),
 // so the module needs no Go Redis client. If redis-server or redis-cli is not
 // on PATH, every entry point skips the test with a loud message, or fails it
@@ -85,6 +90,8 @@ type options struct {
 	password     string
 	username     string
 	userPassword string
+	tls          *Certs     // WithTLS; nil: plain TCP
+	clientAuth   ClientAuth // WithTLS
 }
 
 // WithArgs appends configuration arguments to the redis-server command

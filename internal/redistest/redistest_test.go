@@ -1,7 +1,9 @@
 package redistest_test
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -300,6 +302,128 @@ func TestSentinel(t *testing.T) {
 	}
 	if got, want := strings.Fields(d.Replica.MustCLI(t, "ROLE"))[0], "slave"; got != want {
 		t.Errorf("replica ROLE = %q, want %q", got, want)
+	}
+	d.Master.MustCLI(t, "SET", "k", "v")
+	d.Master.MustCLI(t, "WAIT", "1", "5000")
+	if got, want := d.Replica.MustCLI(t, "GET", "k"), "v"; got != want {
+		t.Errorf("GET k on the replica = %q, want %q", got, want)
+	}
+}
+
+// tlsPing sends PING over a new TLS connection made with conf and wants
+// +PONG, within 2 s.
+func tlsPing(t *testing.T, addr string, conf *tls.Config) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	d := tls.Dialer{Config: conf}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING: %q", line)
+	}
+	return nil
+}
+
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	certs := redistest.NewCerts(t)
+	for _, tc := range []struct {
+		auth         redistest.ClientAuth
+		withoutCert  bool // whether a client without a certificate gets in
+		strangerCert bool // whether one with a certificate of another CA does
+	}{
+		{redistest.ClientCertRequired, false, false},
+		{redistest.ClientCertOptional, true, false},
+		{redistest.ClientCertNone, true, true},
+	} {
+		t.Run(string(tc.auth), func(t *testing.T) {
+			t.Parallel()
+			s := redistest.Standalone(t, redistest.WithTLS(certs, tc.auth))
+			if s.TLS != certs {
+				t.Errorf("Server.TLS = %p, want the Certs of WithTLS %p", s.TLS, certs)
+			}
+			if got, want := s.MustCLI(t, "PING"), "PONG"; got != want {
+				t.Errorf("PING through CLI = %q, want %q", got, want)
+			}
+			if got, want := s.MustCLI(t, "CONFIG", "GET", "port"), "port\n0"; got != want {
+				t.Errorf("CONFIG GET port = %q, want %q: a plain port is open", got, want)
+			}
+			if got, want := s.MustCLI(t, "CONFIG", "GET", "tls-port"), "tls-port\n"+strconv.Itoa(s.Port); got != want {
+				t.Errorf("CONFIG GET tls-port = %q, want %q", got, want)
+			}
+			if err := tlsPing(t, s.Addr, certs.ClientConfig()); err != nil {
+				t.Errorf("PING with the client certificate: %v", err)
+			}
+			noCert := &tls.Config{RootCAs: certs.Pool()}
+			if err := tlsPing(t, s.Addr, noCert); (err == nil) != tc.withoutCert {
+				t.Errorf("PING without a client certificate: %v, want success %v", err, tc.withoutCert)
+			}
+			stranger := redistest.NewCerts(t).ClientConfig()
+			stranger.RootCAs = certs.Pool()
+			if err := tlsPing(t, s.Addr, stranger); (err == nil) != tc.strangerCert {
+				t.Errorf("PING with a certificate of another CA: %v, want success %v", err, tc.strangerCert)
+			}
+			if err := tlsPing(t, s.Addr, &tls.Config{}); err == nil {
+				t.Error("PING trusting the system roots succeeded: the server certificate is not the test CA's")
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			if out, err := exec.CommandContext(ctx, "redis-cli", "-p", strconv.Itoa(s.Port), "PING").CombinedOutput(); err == nil && strings.Contains(string(out), "PONG") {
+				t.Errorf("PING without TLS = %q, want a failure", out)
+			}
+		})
+	}
+}
+
+// TestTLSCluster starts a cluster whose nodes speak TLS to clients, to
+// their replicas and to each other on the cluster bus.
+func TestTLSCluster(t *testing.T) {
+	t.Parallel()
+	certs := redistest.NewCerts(t)
+	c := redistest.StartCluster(t, redistest.WithReplicas(1), redistest.WithNodeOptions(redistest.WithTLS(certs, redistest.ClientCertRequired)))
+	for _, n := range append(c.Masters, c.Replicas...) {
+		if got, want := n.MustCLI(t, "CONFIG", "GET", "tls-cluster"), "tls-cluster\nyes"; got != want {
+			t.Errorf("%s: CONFIG GET tls-cluster = %q, want %q", n.Addr, got, want)
+		}
+	}
+	c.Masters[0].MustCLI(t, "-c", "SET", "k", "v")
+	if got, want := c.Masters[2].MustCLI(t, "-c", "GET", "k"), "v"; got != want {
+		t.Errorf("GET k through another master = %q, want %q", got, want)
+	}
+}
+
+// TestTLSSentinel starts a Sentinel set that speaks only TLS: the
+// sentinels find the master, its replica and each other over it.
+func TestTLSSentinel(t *testing.T) {
+	t.Parallel()
+	certs := redistest.NewCerts(t)
+	d := redistest.StartSentinel(t, redistest.WithSentinelTLS(certs))
+	for _, s := range append([]*redistest.Server{d.Master, d.Replica}, d.Sentinels...) {
+		if s.TLS != certs {
+			t.Errorf("%s: Server.TLS = %p, want %p", s.Addr, s.TLS, certs)
+		}
+		// A sentinel has no CONFIG GET: try plain TCP instead.
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		out, err := exec.CommandContext(ctx, "redis-cli", "-p", strconv.Itoa(s.Port), "PING").CombinedOutput()
+		cancel()
+		if err == nil && strings.Contains(string(out), "PONG") {
+			t.Errorf("%s: PING without TLS = %q, want a failure", s.Addr, out)
+		}
 	}
 	d.Master.MustCLI(t, "SET", "k", "v")
 	d.Master.MustCLI(t, "WAIT", "1", "5000")

@@ -36,6 +36,15 @@ type SentinelOption func(*sentinelOptions)
 
 type sentinelOptions struct {
 	downAfter time.Duration
+	tls       *Certs
+}
+
+// WithSentinelTLS makes every process speak TLS only, with certs, as
+// WithTLS(certs, ClientCertRequired) does for a data node: the master and
+// the replica, and the sentinels to clients, to each other and to the
+// data nodes.
+func WithSentinelTLS(certs *Certs) SentinelOption {
+	return func(o *sentinelOptions) { o.tls = certs }
 }
 
 // WithDownAfter sets the sentinels' down-after-milliseconds: how long the
@@ -67,6 +76,9 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	d := &Sentinel{MasterName: MasterName}
 
 	var o options
+	if so.tls != nil {
+		o = newOptions([]Option{WithTLS(so.tls, ClientCertRequired)})
+	}
 	d.Master = newServer(t, o, false, func(s *Server, port int) ([]string, error) {
 		return dataArgs(port, s.Dir, o, false), nil
 	})
@@ -75,6 +87,7 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	}
 	replicaOf := WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(d.Master.Port))
 	ro := newOptions([]Option{replicaOf})
+	ro.tls, ro.clientAuth = o.tls, o.clientAuth
 	d.Replica = newServer(t, ro, false, func(s *Server, port int) ([]string, error) {
 		return dataArgs(port, s.Dir, ro, false), nil
 	})
@@ -89,8 +102,8 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	}
 
 	for range 3 {
-		d.Sentinels = append(d.Sentinels, newServer(t, options{}, false, func(s *Server, port int) ([]string, error) {
-			return sentinelArgs(s.Dir, port, d.Master.Port, so.downAfter)
+		d.Sentinels = append(d.Sentinels, newServer(t, options{tls: so.tls}, false, func(s *Server, port int) ([]string, error) {
+			return sentinelArgs(s.Dir, port, d.Master.Port, so.downAfter, so.tls)
 		}))
 	}
 	if err := startAll(ctx, d.Sentinels); err != nil {
@@ -104,19 +117,25 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 
 // sentinelArgs writes a sentinel's configuration file, which the sentinel
 // rewrites as it learns, and returns the command line that runs it.
-func sentinelArgs(dir string, port, masterPort int, downAfter time.Duration) ([]string, error) {
+func sentinelArgs(dir string, port, masterPort int, downAfter time.Duration, certs *Certs) ([]string, error) {
 	conf := filepath.Join(dir, confName)
-	text := fmt.Sprintf(`port %d
-bind 127.0.0.1
+	listen := fmt.Sprintf("port %d\n", port)
+	if certs != nil {
+		// tls-replication makes a sentinel reach the data nodes, and the
+		// other sentinels, over TLS, and announce its TLS port.
+		listen = fmt.Sprintf("port 0\ntls-port %d\ntls-cert-file %q\ntls-key-file %q\ntls-ca-cert-file %q\ntls-auth-clients yes\ntls-replication yes\n",
+			port, certs.ServerCertFile, certs.ServerKeyFile, certs.CAFile)
+	}
+	text := listen + fmt.Sprintf(`bind 127.0.0.1
 protected-mode no
 daemonize no
 dir %q
 logfile %q
 sentinel monitor %s 127.0.0.1 %d 2
-sentinel down-after-milliseconds %[4]s %[6]d
-sentinel failover-timeout %[4]s 3000
-sentinel parallel-syncs %[4]s 1
-`, port, dir, filepath.Join(dir, logName), MasterName, masterPort, downAfter.Milliseconds())
+sentinel down-after-milliseconds %[3]s %[5]d
+sentinel failover-timeout %[3]s 3000
+sentinel parallel-syncs %[3]s 1
+`, dir, filepath.Join(dir, logName), MasterName, masterPort, downAfter.Milliseconds())
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return nil, fmt.Errorf("redistest: write sentinel config: %w", err)
 	}

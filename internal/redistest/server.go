@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -56,6 +57,9 @@ type Server struct {
 	Username string
 	// Password is the password CLI sends; empty means none.
 	Password string
+	// TLS holds the certificates of a server started WithTLS, which
+	// listens with TLS only; nil for a server on plain TCP.
+	TLS *Certs
 
 	server string // path of redis-server
 	cli    string // path of redis-cli
@@ -110,6 +114,7 @@ func newServer(t testing.TB, o options, bus bool, build func(s *Server, port int
 		bus:    bus,
 	}
 	s.Username, s.Password = o.auth()
+	s.TLS = o.tls
 	s.build = func(port int) ([]string, error) { return build(s, port) }
 	// Registered after t.TempDir, so it runs before the directory is removed.
 	t.Cleanup(func() {
@@ -138,8 +143,11 @@ func Standalone(t testing.TB, opts ...Option) *Server {
 
 // dataArgs returns the command line of a data node.
 func dataArgs(port int, dir string, o options, cluster bool) []string {
-	args := []string{
-		"--port", strconv.Itoa(port),
+	listen := []string{"--port", strconv.Itoa(port)}
+	if o.tls != nil {
+		listen = o.tlsArgs(port, cluster)
+	}
+	args := append(listen,
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
 		"--daemonize", "no",
@@ -152,7 +160,7 @@ func dataArgs(port int, dir string, o options, cluster bool) []string {
 		"--repl-diskless-sync-delay", "0",
 		// DEBUG SLEEP and friends, for fault tests; from loopback only.
 		"--enable-debug-command", "local",
-	}
+	)
 	if cluster {
 		args = append(args,
 			"--cluster-enabled", "yes",
@@ -267,7 +275,7 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 	ticker := time.NewTicker(10 * time.Millisecond)
 	defer ticker.Stop()
 	for {
-		err := ping(ctx, s.Addr, s.Username, s.Password)
+		err := ping(ctx, s.Addr, s.Username, s.Password, s.TLS)
 		if err == nil {
 			return nil
 		}
@@ -281,13 +289,22 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 	}
 }
 
-// ping sends AUTH (if a password is given) and PING on a new connection
-// and wants +PONG.
-func ping(ctx context.Context, addr, username, password string) error {
+// ping sends AUTH (if a password is given) and PING on a new connection,
+// over TLS with certs unless it is nil, and wants +PONG.
+func ping(ctx context.Context, addr, username, password string, certs *Certs) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	var (
+		conn net.Conn
+		err  error
+	)
+	if certs != nil {
+		d := tls.Dialer{Config: certs.ClientConfig()}
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return err
 	}
@@ -455,8 +472,9 @@ func (s *Server) MustCLI(t testing.TB, args ...string) string {
 }
 
 // CLI runs redis-cli -h 127.0.0.1 -p <Port> -e args... with the server's
-// credentials and returns its trimmed standard output (replies in raw
-// format, one element per line). Options may come first in args, as in
+// credentials (and for a TLS server --tls, with the CA and the client
+// certificate of its Certs) and returns its trimmed standard output
+// (replies in raw format, one element per line). Options may come first in args, as in
 // CLI(ctx, "-c", "SET", "k", "v") to follow cluster redirections. An error
 // reply, a connection failure or the end of ctx is an error; the output is
 // returned with it. A paused server never answers: give ctx a deadline.
@@ -465,19 +483,21 @@ func (s *Server) CLI(ctx context.Context, args ...string) (string, error) {
 	port := s.Port
 	s.mu.Unlock()
 	base := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(port), "-e"}
-	return runCLI(ctx, s.cli, s.Username, s.Password, append(base, args...))
+	return s.runCLI(ctx, append(base, args...))
 }
 
-// runCLI runs redis-cli with args, sending the password through the
-// environment so it appears neither in ps nor in a warning.
-func runCLI(ctx context.Context, cli, username, password string, args []string) (string, error) {
-	if username != "" {
-		args = append([]string{"--user", username}, args...)
+// runCLI runs redis-cli with args and the server's credentials and TLS
+// certificates, sending the password through the environment so it
+// appears neither in ps nor in a warning.
+func (s *Server) runCLI(ctx context.Context, args []string) (string, error) {
+	if s.Username != "" {
+		args = append([]string{"--user", s.Username}, args...)
 	}
-	cmd := exec.CommandContext(ctx, cli, args...)
+	args = append(cliTLSArgs(s.TLS), args...)
+	cmd := exec.CommandContext(ctx, s.cli, args...)
 	cmd.Env = os.Environ()
-	if password != "" {
-		cmd.Env = append(cmd.Env, "REDISCLI_AUTH="+password)
+	if s.Password != "" {
+		cmd.Env = append(cmd.Env, "REDISCLI_AUTH="+s.Password)
 	}
 	cmd.WaitDelay = time.Second
 	var stdout, stderr bytes.Buffer

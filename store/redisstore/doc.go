@@ -61,7 +61,8 @@
 //	    redis://app:s3cret@cache.internal:6379?db=2&dial_timeout=2s
 //	rediss://…
 //	    The same over TLS (1.2 or later), verifying the server's certificate
-//	    against the system roots for its host name.
+//	    against the system roots for its host name or IP address, unless
+//	    Options.TLS says otherwise.
 //	    rediss://default:s3cret@my-cache.example.com:6380
 //	redis-sentinel://[user:password@]host[:port][,host[:port]…]/mastername
 //	redis-sentinel://…?master=mastername
@@ -82,9 +83,30 @@
 //	    The same over TLS; each node is verified by its own name.
 //
 // Every form takes dial_timeout, a Go duration (default 5s, or less when
-// Open's context has a shorter deadline). A deployment that needs more (a
-// private CA, client certificates, a Unix socket, a read replica) builds
-// its own rueidis.Client and calls New.
+// Open's context has a shorter deadline).
+//
+// Options.TLS replaces the TLS configuration of the rediss forms: a private
+// CA in RootCAs, a client certificate for servers that require one
+// (tls-auth-clients yes) in Certificates, or in GetClientCertificate to
+// read a renewed certificate at each new connection without a restart
+// (floodgate serve's -redis-tls-cert and -redis-tls-key do that), and a
+// ServerName when the certificate names a host other than the URL's, as
+// when the URL holds an IP address and the certificate only a DNS name.
+// Left empty, ServerName is each node's own host: the seeds' from the URL,
+// and the others' as the Cluster or the sentinels announce them (IP
+// addresses, unless the nodes announce host names), so their
+// certificates must name those. With TLS 1.3 a server refuses a missing
+// or unknown client certificate only after the handshake, so the client
+// may see little more than "connection reset by peer"; Open's error says
+// when the server asked for a certificate and none was configured. Open
+// returns such failures (an unknown authority, a wrong name, a refused
+// certificate) at once, rather than retrying until its context ends: the
+// client dials when it is made, and a failed first dial is an error; the
+// tests check it on standalone, Cluster and Sentinel servers. Options.TLS
+// with a URL without TLS is an error.
+//
+// A deployment that needs more (a Unix socket, a read replica) builds its
+// own rueidis.Client and calls New.
 //
 // # Keys
 //

@@ -2,8 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,6 +54,31 @@ func ExampleOpen_sentinel() {
 	store, err := redisstore.Open(ctx, "redis-sentinel://s1:26379,s2:26379,s3:26379/mymaster", nil)
 	if err != nil {
 		log.Fatal(err)
+	}
+	defer store.Close()
+}
+
+func ExampleOpen_tls() {
+	ctx := context.Background()
+	// A private CA, and a client certificate for a server that requires
+	// one (tls-auth-clients yes).
+	caPEM, err := os.ReadFile("/etc/redis/tls/ca.pem")
+	if err != nil {
+		log.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		log.Fatal("no certificate in ca.pem")
+	}
+	cert, err := tls.LoadX509KeyPair("/etc/redis/tls/client.pem", "/etc/redis/tls/client-key.pem")
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := redisstore.Open(ctx, "rediss://redis.internal:6380", &redisstore.Options{
+		TLS: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}},
+	})
+	if err != nil {
+		log.Fatal(err) // names the server, and says why TLS failed
 	}
 	defer store.Close()
 }

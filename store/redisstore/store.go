@@ -3,6 +3,7 @@ package redisstore
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -90,6 +91,21 @@ type Options struct {
 	// never past the call's deadline); 0 means DefaultWaitTimeout. It is
 	// rounded up to a whole millisecond, WAIT's unit.
 	WaitTimeout time.Duration
+	// TLS is the TLS configuration of Open's connections for a rediss://,
+	// rediss-sentinel:// or rediss-cluster:// URL, in place of the default
+	// (TLS 1.2 or later, the server verified against the system roots):
+	// for a private CA (RootCAs), a client certificate for mutual TLS
+	// (Certificates, or GetClientCertificate to read a renewed one at
+	// each new connection), or a server name other than the URL's host
+	// (ServerName). Open uses a clone, with MinVersion TLS 1.2 if it is 0.
+	// Leave ServerName empty for a Cluster, so that each node is verified
+	// by the name or IP address it is reached at; set, every node's
+	// certificate must hold that one name. With rediss-sentinel:// the
+	// sentinels are reached with it too. Default nil: the default above.
+	// Setting it with a URL without TLS (redis://…) is an error, not
+	// ignored, and so is handing it to New or NewGoRedis, whose client has
+	// its own TLS configuration.
+	TLS *tls.Config
 }
 
 // DefaultWaitTimeout is the default Options.WaitTimeout.
@@ -139,6 +155,9 @@ func New(client rueidis.Client, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redisstore: New: nil client")
 	}
+	if opts != nil && opts.TLS != nil {
+		return nil, fmt.Errorf("redisstore: New: Options.TLS is for Open; configure TLS on the client")
+	}
 	return newStore(rueidisConn{client}, opts)
 }
 
@@ -159,6 +178,9 @@ func NewGoRedis(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redisstore: NewGoRedis: nil client")
 	}
+	if opts != nil && opts.TLS != nil {
+		return nil, fmt.Errorf("redisstore: NewGoRedis: Options.TLS is for Open; configure TLS on the client")
+	}
 	return newStore(goRedisConn{client}, opts)
 }
 
@@ -174,18 +196,27 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 	if err := validOptions(opts); err != nil {
 		return nil, err
 	}
-	o := cfg.clientOption()
+	var custom *tls.Config
+	if opts != nil && opts.TLS != nil {
+		if !cfg.TLS {
+			scheme, _, _ := strings.Cut(rawURL, "://")
+			return nil, fmt.Errorf("redisstore: Options.TLS is set, but %s:// has no TLS: use rediss://, rediss-sentinel:// or rediss-cluster://", scheme)
+		}
+		custom = opts.TLS
+	}
+	o := cfg.clientOption(custom)
+	asked := watchCertRequests(&o)
 	if d, ok := ctx.Deadline(); ok && (o.Dialer.Timeout == 0 || time.Until(d) < o.Dialer.Timeout) {
 		o.Dialer.Timeout = max(time.Until(d), time.Millisecond)
 		o.Sentinel.Dialer.Timeout = o.Dialer.Timeout
 	}
 	client, err := rueidis.NewClient(o)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: Open %s %v: %w", cfg.Topology, cfg.Addrs, err)
+		return nil, cfg.openError(err, asked)
 	}
 	if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("redisstore: Open %s %v: %w", cfg.Topology, cfg.Addrs, err)
+		return nil, cfg.openError(err, asked)
 	}
 	s, err := newStore(rueidisConn{client}, opts)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -260,8 +261,10 @@ func (c *urlConfig) parseQuery(raw string) error {
 	return nil
 }
 
-// clientOption is the rueidis configuration of the URL.
-func (c urlConfig) clientOption() rueidis.ClientOption {
+// clientOption is the rueidis configuration of the URL. With TLS it speaks
+// TLS with a clone of custom (Options.TLS), or with the default if custom
+// is nil.
+func (c urlConfig) clientOption(custom *tls.Config) rueidis.ClientOption {
 	o := rueidis.ClientOption{
 		InitAddress: c.Addrs,
 		Username:    c.Username,
@@ -274,10 +277,7 @@ func (c urlConfig) clientOption() rueidis.ClientOption {
 	}
 	o.Dialer.Timeout = c.DialTimeout
 	if c.TLS {
-		// ServerName is left empty: the TLS dialer takes it from each
-		// node's address, so every node of a Cluster is verified by its
-		// own name.
-		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		o.TLSConfig = tlsConfig(custom)
 	}
 	if c.Topology == sentinel {
 		o.Sentinel = rueidis.SentinelOption{
@@ -287,8 +287,57 @@ func (c urlConfig) clientOption() rueidis.ClientOption {
 		}
 		o.Sentinel.Dialer.Timeout = c.DialTimeout
 		if c.TLS {
-			o.Sentinel.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			o.Sentinel.TLSConfig = tlsConfig(custom)
 		}
 	}
 	return o
+}
+
+// tlsConfig returns a clone of custom, or the default configuration if
+// custom is nil, with MinVersion TLS 1.2 if it was 0. ServerName stays as
+// custom has it: empty, the TLS dialer takes it from each node's address
+// (rueidis dials with a tls.Dialer and sets no ServerName of its own), so
+// every node of a Cluster is verified by the name or IP address it is
+// reached at.
+func tlsConfig(custom *tls.Config) *tls.Config {
+	conf := &tls.Config{}
+	if custom != nil {
+		conf = custom.Clone()
+	}
+	if conf.MinVersion == 0 {
+		conf.MinVersion = tls.VersionTLS12
+	}
+	return conf
+}
+
+// watchCertRequests makes o's TLS configurations that have no client
+// certificate record whether a server asks for one, and returns the
+// record. A server that requires a certificate refuses a client without
+// one after the TLS 1.3 handshake, which the client has already taken as
+// done: its first write races the server's alert, and it often sees only
+// "connection reset by peer", which says nothing of why. Open then adds
+// that the server asked. Sending no certificate is what Go does anyway
+// when it has none.
+func watchCertRequests(o *rueidis.ClientOption) *atomic.Bool {
+	asked := new(atomic.Bool)
+	for _, conf := range []*tls.Config{o.TLSConfig, o.Sentinel.TLSConfig} {
+		if conf == nil || len(conf.Certificates) > 0 || conf.GetClientCertificate != nil {
+			continue
+		}
+		conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			asked.Store(true)
+			return &tls.Certificate{}, nil
+		}
+	}
+	return asked
+}
+
+// openError is Open's error for err, which the client returned, naming the
+// deployment and, if asked is set, that a server asked for a client
+// certificate that the client did not have.
+func (c urlConfig) openError(err error, asked *atomic.Bool) error {
+	if asked.Load() {
+		return fmt.Errorf("redisstore: Open %s %v: %w (the server asked for a TLS client certificate, and none was configured)", c.Topology, c.Addrs, err)
+	}
+	return fmt.Errorf("redisstore: Open %s %v: %w", c.Topology, c.Addrs, err)
 }

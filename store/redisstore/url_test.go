@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"reflect"
 	"strings"
@@ -107,7 +109,7 @@ func TestClientOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := c.clientOption()
+	o := c.clientOption(nil)
 	switch {
 	case !reflect.DeepEqual(o.InitAddress, []string{"s1:26379", "s2:26379"}):
 		t.Errorf("InitAddress %v", o.InitAddress)
@@ -123,8 +125,43 @@ func TestClientOption(t *testing.T) {
 		t.Errorf("ForceSingleClient %v, DisableCache %v", o.ForceSingleClient, o.DisableCache)
 	}
 	c, _ = parseURL("redis://h")
-	if o := c.clientOption(); !o.ForceSingleClient || o.TLSConfig != nil {
+	if o := c.clientOption(nil); !o.ForceSingleClient || o.TLSConfig != nil {
 		t.Errorf("redis://: ForceSingleClient %v, TLS %v", o.ForceSingleClient, o.TLSConfig)
+	}
+}
+
+// TestClientOptionTLS checks that Options.TLS reaches the client and the
+// sentinels as a clone, raised to TLS 1.2 only when it left MinVersion 0,
+// with the caller's ServerName and no other.
+func TestClientOptionTLS(t *testing.T) {
+	c, err := parseURL("rediss-sentinel://s1/m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	custom := &tls.Config{RootCAs: pool}
+	o := c.clientOption(custom)
+	for name, got := range map[string]*tls.Config{"client": o.TLSConfig, "sentinel": o.Sentinel.TLSConfig} {
+		switch {
+		case got == nil || got == custom:
+			t.Errorf("%s: TLSConfig %p, want a clone of %p", name, got, custom)
+		case got.RootCAs != pool:
+			t.Errorf("%s: RootCAs not the caller's", name)
+		case got.MinVersion != tls.VersionTLS12 || got.ServerName != "":
+			t.Errorf("%s: MinVersion %#x, ServerName %q; want TLS 1.2 and none", name, got.MinVersion, got.ServerName)
+		}
+	}
+	if custom.MinVersion != 0 {
+		t.Errorf("the caller's configuration changed: MinVersion %#x", custom.MinVersion)
+	}
+	c, _ = parseURL("rediss-cluster://n1,n2")
+	o = c.clientOption(&tls.Config{MinVersion: tls.VersionTLS13, ServerName: "redis.internal"})
+	if got := o.TLSConfig; got.MinVersion != tls.VersionTLS13 || got.ServerName != "redis.internal" {
+		t.Errorf("cluster: MinVersion %#x, ServerName %q; want the caller's TLS 1.3 and redis.internal", got.MinVersion, got.ServerName)
+	}
+	c, _ = parseURL("rediss://h")
+	if got := c.clientOption(nil).TLSConfig; got == nil || got.MinVersion != tls.VersionTLS12 || got.RootCAs != nil || got.ServerName != "" {
+		t.Errorf("default: %+v, want TLS 1.2, the system roots, no ServerName", got)
 	}
 }
 
@@ -167,6 +204,6 @@ func FuzzParseURL(f *testing.F) {
 		if c.DB < 0 {
 			t.Fatalf("parseURL(%q): database %d", s, c.DB)
 		}
-		_ = c.clientOption()
+		_ = c.clientOption(nil)
 	})
 }
