@@ -334,14 +334,16 @@ func recovery(calls []call, n int, t0 time.Time) (first []time.Time, errsAfter [
 // counts those that failed for another reason than their deadline, and
 // those that ran out of time. A deadline met after recovery says the
 // process or Redis was slow (the host is shared), not that the fault
-// lingers; any other error (NOSCRIPT, a broken connection) does.
+// lingers, and so does a WAIT that timed out (ErrNotReplicated, the
+// replica slow to acknowledge); any other error (NOSCRIPT, a broken
+// connection) does.
 func afterRecovery(t *testing.T, t0 time.Time, errsAfter []call) (other, deadline int) {
 	t.Helper()
 	for i, c := range errsAfter {
 		if i < 5 {
 			t.Logf("instance %d failed %v after the fault ended, having recovered: %v", c.inst, c.start.Sub(t0), c.err)
 		}
-		if errors.Is(c.err, context.DeadlineExceeded) {
+		if errors.Is(c.err, context.DeadlineExceeded) || errors.Is(c.err, redisstore.ErrNotReplicated) {
 			deadline++
 		} else {
 			other++
