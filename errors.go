@@ -33,7 +33,8 @@ var (
 // errors.Is works as before; an edge that reports the field under its own
 // name (an HTTP body, a config file) takes it from Field with errors.As
 // instead of from the message. Limit.Validate joins one FieldError per
-// problem; errors.As finds the first.
+// problem; errors.As finds the first. Kind should be set: a FieldError
+// without one (the zero value) reads as an invalid request.
 type FieldError struct {
 	Kind    error
 	Field   string
@@ -41,10 +42,15 @@ type FieldError struct {
 }
 
 // Error is "<Kind>: <Field>: <Problem>".
-func (e *FieldError) Error() string { return e.Kind.Error() + ": " + e.Field + ": " + e.Problem }
+func (e *FieldError) Error() string { return e.Unwrap().Error() + ": " + e.Field + ": " + e.Problem }
 
-// Unwrap returns Kind.
-func (e *FieldError) Unwrap() error { return e.Kind }
+// Unwrap returns Kind, or ErrInvalidRequest if it is nil.
+func (e *FieldError) Unwrap() error {
+	if e.Kind == nil {
+		return ErrInvalidRequest
+	}
+	return e.Kind
+}
 
 // fieldErr makes a FieldError of kind about field.
 func fieldErr(kind error, field, format string, args ...any) error {

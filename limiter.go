@@ -243,7 +243,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string, limit Limit) (*Lease,
 // Release is a no-op) and the error.
 func (l *Limiter) AcquireN(ctx context.Context, key string, limit Limit, n int64) (*Lease, Decision, error) {
 	if limit.algorithm() != Concurrency {
-		return nil, Decision{RetryAfter: Never}, fmt.Errorf("%w: algorithm: Acquire needs a concurrency limit, not %s", ErrInvalidLimit, limit.algorithm())
+		return nil, Decision{RetryAfter: Never}, fieldErr(ErrInvalidLimit, "algorithm", "Acquire needs a concurrency limit, not %s", limit.algorithm())
 	}
 	if n < 1 {
 		return nil, Decision{RetryAfter: Never}, fieldErr(ErrInvalidRequest, "cost", "Acquire takes at least 1 unit, not %d", n)

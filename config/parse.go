@@ -603,8 +603,7 @@ func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string
 			pr = problem{fe.Field, fe.Problem}
 		}
 		problems = append(problems, pr)
-		name := pr.name
-		if name == "algorithm" {
+		if pr.name == "algorithm" {
 			// An unknown algorithm makes every check that depends on the
 			// algorithm say "<unknown> takes no burst" and the like.
 			bad["burst"], bad["window"], bad["count_rejected"], bad["local_budget"] = true, true, true, true

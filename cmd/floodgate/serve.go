@@ -80,8 +80,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.IntVar(&c.denyCache, "deny-cache", defaultDenyCache, "Redis: the most `keys` remembered as over their limit until their retry time, answered without a round trip (exact: see store/redisstore); 0 disables (env FLOODGATE_DENY_CACHE)")
 	fs.BoolVar(&c.functions, "redis-functions", false, "Redis 7+: run the decisions as Redis functions (FUNCTION LOAD once, then FCALL) instead of EVALSHA scripts: 10-32% less Redis CPU per script call, less of a gain once calls share runs (-redis-coalesce) (env FLOODGATE_REDIS_FUNCTIONS)")
 	fs.IntVar(&c.coalesce, "redis-coalesce", redisstore.DefaultCoalesce, "Redis: script runs in flight before further concurrent decisions wait and share one script run, which costs Redis far less CPU per decision (see store/redisstore); 0 disables (env FLOODGATE_REDIS_COALESCE)")
-	fs.IntVar(&c.waitReplicas, "redis-wait-replicas", 0, "Redis: return a decision only once this `number` of replicas hold its writes (WAIT after every script run), else fail the call and answer it by the failure mode: a failover then loses no admitted request (see store/redisstore); 0 disables (env FLOODGATE_REDIS_WAIT_REPLICAS)")
-	fs.DurationVar(&c.waitTimeout, "redis-wait-timeout", redisstore.DefaultWaitTimeout, "Redis: how long -redis-wait-replicas waits for the replicas, at most (env FLOODGATE_REDIS_WAIT_TIMEOUT)")
+	fs.IntVar(&c.waitReplicas, "redis-wait-replicas", 0, "Redis: return a decision only once this `number` of replicas hold its writes (WAIT after every script run), else fail the call and answer it by the failure mode, so that a failover loses fewer admitted requests (none, when every replica is waited for; see store/redisstore); 0 disables (env FLOODGATE_REDIS_WAIT_REPLICAS)")
+	fs.DurationVar(&c.waitTimeout, "redis-wait-timeout", redisstore.DefaultWaitTimeout, "Redis: how long -redis-wait-replicas waits for the replicas, at most, and never more than half of what is left of -timeout (env FLOODGATE_REDIS_WAIT_TIMEOUT)")
 	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address (env FLOODGATE_PPROF)")
@@ -96,6 +96,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 		fmt.Fprintf(stderr, "floodgate serve: unexpected argument %q\n", fs.Arg(0))
 		return c, 2, false
 	}
+	tlsProblem := c.redisTLS.check(c.redisURL)
 	switch {
 	case c.logFormat != "text" && c.logFormat != "json":
 		fmt.Fprintf(stderr, "floodgate serve: -log-format: %q is not text or json\n", c.logFormat)
@@ -130,8 +131,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	case c.timeout <= 0:
 		fmt.Fprintf(stderr, "floodgate serve: -timeout: %v must be above zero\n", c.timeout)
 		return c, 2, false
-	case c.redisTLS.check(c.redisURL) != "":
-		fmt.Fprintf(stderr, "floodgate serve: %s\n", c.redisTLS.check(c.redisURL))
+	case tlsProblem != "":
+		fmt.Fprintf(stderr, "floodgate serve: %s\n", tlsProblem)
 		return c, 2, false
 	case c.httpAddr == "":
 		fmt.Fprintf(stderr, "floodgate serve: -http: empty\n")

@@ -712,23 +712,31 @@ func TestServeResponseHeaders(t *testing.T) {
 // the store errors.
 func TestServeWaitReplicas(t *testing.T) {
 	conf := "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
-	for _, replicated := range []bool{true, false} {
-		t.Run(fmt.Sprintf("replica=%v", replicated), func(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		replicated bool
+		args       []string
+	}{
+		// With a replica, WAIT may wait long (a loaded machine can hold
+		// its acknowledgement back); without, every call waits the whole
+		// timeout, so it is short.
+		{"replica", true, []string{"-timeout", "5s", "-redis-wait-timeout", "4s"}},
+		{"no_replica", false, []string{"-timeout", "5s", "-redis-wait-timeout", "20ms"}},
+		// The default -timeout (10 ms) and -redis-wait-timeout (50 ms):
+		// each call still fails and is answered by the failure mode,
+		// whether its WAIT or its deadline ends first.
+		{"no_replica_defaults", false, nil},
+	} {
+		replicated := tc.replicated
+		t.Run(tc.name, func(t *testing.T) {
 			master := redistest.Standalone(t)
 			var replica *redistest.Server
 			if replicated {
 				replica = redistest.Replica(t, master)
 			}
-			// With a replica, WAIT may wait long (a loaded machine can
-			// hold its acknowledgement back); without, every call waits
-			// the whole timeout, so it is short.
-			waitTimeout := "20ms"
-			if replicated {
-				waitTimeout = "4s"
-			}
 			dir, _ := writeConfig(t, conf)
-			in := startServe(t, "-config", dir, "-redis", "redis://"+master.Addr, "-timeout", "5s",
-				"-failure-mode", "fail_closed", "-redis-wait-replicas", "1", "-redis-wait-timeout", waitTimeout)
+			in := startServe(t, append([]string{"-config", dir, "-redis", "redis://" + master.Addr,
+				"-failure-mode", "fail_closed", "-redis-wait-replicas", "1"}, tc.args...)...)
 			rls := in.rls(t)
 			ok := 0
 			for i := range 8 {
@@ -755,7 +763,7 @@ func TestServeWaitReplicas(t *testing.T) {
 			if !replicated && (ok != 0 || errs != 8) {
 				t.Errorf("without a replica: %d of 8 admitted, %d store errors; want 0 (fail_closed), 8", ok, errs)
 			}
-			if !replicated && !strings.Contains(in.stderr.String(), "not acknowledged by enough replicas") {
+			if tc.name == "no_replica" && !strings.Contains(in.stderr.String(), "not acknowledged by enough replicas") {
 				t.Errorf("the log does not say why the calls failed:\n%s", in.stderr.String())
 			}
 		})

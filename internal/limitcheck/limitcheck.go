@@ -45,7 +45,8 @@ func Validate(pkg, unit string, limiter *floodgate.Limiter, limits []floodgate.L
 			errs = append(errs, fmt.Errorf("%slimits[%d]: %w", prefix, i, err))
 		}
 		if l.Algorithm == floodgate.Concurrency {
-			errs = append(errs, fmt.Errorf("%slimits[%d]: %w: algorithm: a concurrency limit needs a lease held for the whole %s; use Limiter.Acquire", prefix, i, floodgate.ErrInvalidLimit, unit))
+			errs = append(errs, fmt.Errorf("%slimits[%d]: %w", prefix, i, &floodgate.FieldError{Kind: floodgate.ErrInvalidLimit, Field: "algorithm",
+				Problem: "a concurrency limit needs a lease held for the whole " + unit + "; use Limiter.Acquire"}))
 		}
 		if err := ratelimitheader.CheckName(l.Name); err != nil {
 			errs = append(errs, fmt.Errorf("%slimits[%d]: %w", prefix, i, err))

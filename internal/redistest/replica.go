@@ -9,11 +9,17 @@ import (
 // Replica starts a standalone server replicating master (REPLICAOF at
 // start) and returns once its link to master is up, so that a WAIT on
 // master counts it. opts apply to the replica; it authenticates to master
-// as WithPassword or WithUser say, which master must then accept.
+// as WithPassword or WithUser say, which master must then accept. The
+// replica of a TLS master speaks TLS with master's certificates, unless
+// opts say otherwise.
 func Replica(t testing.TB, master *Server, opts ...Option) *Server {
 	t.Helper()
 	Require(t)
-	o := newOptions(append([]Option{WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port))}, opts...))
+	base := []Option{WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port))}
+	if master.TLS != nil {
+		base = append(base, WithTLS(master.TLS, ClientCertRequired))
+	}
+	o := newOptions(append(base, opts...))
 	r := newServer(t, o, false, func(s *Server, port int) ([]string, error) {
 		return dataArgs(port, s.Dir, o, false), nil
 	})

@@ -31,3 +31,13 @@ func TestReplica(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestReplicaTLS checks that the replica of a TLS master links to it over
+// TLS (Replica fails the test if the link does not come up).
+func TestReplicaTLS(t *testing.T) {
+	m := Standalone(t, WithTLS(NewCerts(t), ClientCertRequired))
+	r := Replica(t, m)
+	if r.TLS == nil {
+		t.Error("the replica of a TLS master does not speak TLS")
+	}
+}

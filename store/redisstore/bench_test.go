@@ -410,12 +410,12 @@ func BenchmarkWait(b *testing.B) {
 	redistest.Replica(b, master)
 	c := newRueidis(b, master.Addr)
 	l := benchLimit(floodgate.FixedWindow)
-	for _, wait := range []int{0, 1} {
-		s, err := New(c, &Options{Prefix: "bench", WaitReplicas: wait})
+	for _, replicas := range []int{0, 1} {
+		s, err := New(c, &Options{Prefix: "bench", WaitReplicas: replicas})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Run(fmt.Sprintf("wait=%d", wait), func(b *testing.B) {
+		b.Run(fmt.Sprintf("wait=%d", replicas), func(b *testing.B) {
 			for _, n := range []int{1, 100_000} {
 				keys := benchKeys(n)
 				warm(b, s, l, keys)

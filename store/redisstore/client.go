@@ -44,9 +44,9 @@ type conn interface {
 	// cluster reports whether the client is a Redis Cluster client, whose
 	// scripts may only take keys of one slot.
 	cluster() bool
-	// canWait says why the client cannot send a WAIT on the connection of
-	// a script run, or nil if it can.
-	canWait() error
+	// canWait says why the client cannot send a WAIT of up to timeout on
+	// the connection of a script run, or nil if it can.
+	canWait(timeout time.Duration) error
 }
 
 // wait is the WAIT that follows a script run on its connection: at least
@@ -63,19 +63,24 @@ type wait struct {
 	timeout  time.Duration
 }
 
-// within returns w with its timeout cut to what is left of ctx, so that
-// a WAIT never outlives its call (a WAIT of 0 ms would wait forever: it is
-// at least 1 ms).
+// within returns w with its timeout cut to half of what is left of ctx,
+// so that a WAIT whose replicas are late answers before its call's
+// deadline ends: the call then fails with ErrNotReplicated, and its
+// connection stays usable, where a deadline that ends during a WAIT leaves
+// rueidis no choice but to close the connection the WAIT blocks. The half
+// leaves the other half for the round trip and for Redis, which ends a
+// timed-out WAIT at its next event-loop pass (see the package doc).
 func (w wait) within(ctx context.Context) wait {
 	if d, ok := ctx.Deadline(); ok && w.replicas > 0 {
-		w.timeout = min(w.timeout, time.Until(d))
+		w.timeout = min(w.timeout, time.Until(d)/2)
 	}
 	return w
 }
 
-// ms is the WAIT timeout argument: whole milliseconds, rounded up, >= 1.
+// ms is the WAIT timeout argument: whole milliseconds, rounded down, and
+// at least 1, because WAIT's 0 waits forever.
 func (w wait) ms() int64 {
-	return max(1, int64((w.timeout+time.Millisecond-1)/time.Millisecond))
+	return max(1, int64(w.timeout/time.Millisecond))
 }
 
 // check turns WAIT's reply, the replicas that acknowledged, into nil or
@@ -105,11 +110,27 @@ func (r rueidisConn) eval(ctx context.Context, src string, keys, args []string, 
 // do sends cmd, a script run on key, followed by w's WAIT if any. rueidis
 // marks WAIT as blocking, so the two go together on a connection of the
 // client's blocking pool, and SetSlot sends the WAIT to the node of key.
+//
+// On a Cluster the two go through a dedicated client instead: its DoMulti
+// returns a MOVED or ASK redirect as the script's error (the script did
+// not run) and has the client refresh its slot map, where the client's
+// DoMulti would follow the redirect with the script alone and leave its
+// WAIT on the old node, which counts other writes or, a replica now,
+// refuses. So a call that meets a failover or a resharding fails, and is
+// answered by its failure policy, and the next calls go to the new node.
 func (r rueidisConn) do(ctx context.Context, cmd rueidis.Completed, key string, w wait) ([]int64, error) {
 	if w.replicas == 0 {
 		return rueidisInts(r.c.Do(ctx, cmd))
 	}
-	res := r.c.DoMulti(ctx, cmd, r.c.B().Wait().Numreplicas(w.replicas).Timeout(w.ms()).Build().SetSlot(key))
+	waitCmd := r.c.B().Wait().Numreplicas(w.replicas).Timeout(w.ms()).Build().SetSlot(key)
+	var res []rueidis.RedisResult
+	if r.cluster() {
+		dc, release := r.c.Dedicate()
+		res = dc.DoMulti(ctx, cmd, waitCmd)
+		release()
+	} else {
+		res = r.c.DoMulti(ctx, cmd, waitCmd)
+	}
 	vals, err := rueidisInts(res[0])
 	if err != nil {
 		return nil, err
@@ -176,7 +197,7 @@ func (r rueidisConn) close() { r.c.Close() }
 
 func (r rueidisConn) cluster() bool { return r.c.Mode() == rueidis.ClientModeCluster }
 
-func (rueidisConn) canWait() error { return nil }
+func (rueidisConn) canWait(time.Duration) error { return nil }
 
 // rueidisInts decodes an array of integers, checking every element.
 func rueidisInts(res rueidis.RedisResult) ([]int64, error) {
@@ -220,10 +241,15 @@ func (g goRedisConn) eval(ctx context.Context, src string, keys, args []string, 
 // waited runs the script that run queues, then w's WAIT, in one pipeline:
 // one connection, so WAIT counts the script's writes. A Cluster client
 // would send the keyless WAIT to any node, so the pipeline goes to the
-// client of key's master.
+// client of key's master. That client follows no MOVED or ASK redirect,
+// so a call that meets a failover or a resharding fails (the script did
+// not run), and has the Cluster client reload its slot map, which it
+// would otherwise do only every minute, so that the next calls go to the
+// new master; as after a lost connection to the node.
 func (g goRedisConn) waited(ctx context.Context, key string, w wait, run func(redis.Pipeliner) *redis.Cmd) ([]int64, error) {
 	var c redis.Cmdable = g.c
-	if cc, ok := g.c.(*redis.ClusterClient); ok {
+	cc, cluster := g.c.(*redis.ClusterClient)
+	if cluster {
 		m, err := cc.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, err
@@ -236,6 +262,10 @@ func (g goRedisConn) waited(ctx context.Context, key string, w wait, run func(re
 	_, _ = p.Exec(ctx) // each command's error is read below
 	vals, err := goRedisInts(script)
 	if err != nil {
+		var reply redis.Error
+		if cluster && (!errors.As(err, &reply) || redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) && ctx.Err() == nil {
+			cc.ReloadState(ctx)
+		}
 		return nil, err
 	}
 	n, err := acked.Int64()
@@ -297,13 +327,23 @@ func (g goRedisConn) cluster() bool {
 // canWait accepts the clients whose pipelines hold one connection of the
 // node a key lives on: a *redis.Client (which a failover client is too)
 // and a *redis.ClusterClient. A Ring, or an AutoPipeliner that mixes
-// callers' commands, cannot say which writes a WAIT would count.
-func (g goRedisConn) canWait() error {
-	switch g.c.(type) {
-	case *redis.Client, *redis.ClusterClient:
-		return nil
+// callers' commands, cannot say which writes a WAIT would count. The
+// client's ReadTimeout must be longer than the WAIT: go-redis retries a
+// pipeline whose read timed out, and the script would run again.
+func (g goRedisConn) canWait(timeout time.Duration) error {
+	var read time.Duration
+	switch c := g.c.(type) {
+	case *redis.Client:
+		read = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		read = c.Options().ReadTimeout
+	default:
+		return fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, not a %T", g.c)
 	}
-	return fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, not a %T", g.c)
+	if read > 0 && timeout >= read {
+		return fmt.Errorf("WaitTimeout %v is not below the go-redis client's ReadTimeout %v, after which go-redis would send the script again", timeout, read)
+	}
+	return nil
 }
 
 func anys(ss []string) []any {

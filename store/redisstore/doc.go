@@ -421,12 +421,32 @@
 // replicas than there are keeps deciding through a replica's outage and
 // still keeps every write that the promoted replica acknowledged. A WAIT
 // that timed out does not undo the write on the master, so a failed call
-// may have been counted, as any failed call may. The cost in the healthy
-// case is a round trip from the master to a replica per script run
-// (coalesced runs share it) and, with rueidis, a connection of the
-// client's blocking pool for each run while it waits. WAIT needs the
-// script's own connection, so a go-redis client must be a *redis.Client
-// (or failover client) or *redis.ClusterClient.
+// may have been counted, as any failed call may; a lease claim (a limit
+// with a LocalBudget) that fails so has also taken the units it claimed,
+// which the window then lacks. The cost in the healthy case is a round
+// trip from the master to a replica per script run (coalesced runs share
+// it) and, with rueidis, a connection of the client's blocking pool for
+// each run while it waits.
+//
+// Timing. A WAIT waits at most WaitTimeout and at most half of what is
+// left of its call's deadline, so that it answers before the deadline
+// ends; a deadline that ends during a WAIT fails the call with the
+// deadline's error and costs the connection, which rueidis closes. Redis
+// ends a WAIT that timed out at its next pass through its event loop: at
+// once under load, but up to 1000/hz ms late on an idle server (100 ms at
+// the default hz 10), so with deadlines of a few milliseconds raise hz
+// (hz 100) on servers used this way. A call whose script was missing
+// (NOSCRIPT, or no function) waits twice, once after the attempt that
+// found it missing.
+//
+// Clients. WAIT needs the script's own connection, so a go-redis client
+// must be a *redis.Client (or failover client) or *redis.ClusterClient,
+// with a ReadTimeout above WaitTimeout (go-redis sends a pipeline again
+// when its read times out). On a Cluster the script and its WAIT go to the
+// node the client believes holds the key, and do not follow a MOVED or ASK
+// redirect, which would leave the WAIT behind: a call that meets a
+// failover or a resharding fails, the client reloads its slot map, and
+// the next calls go to the new node.
 //
 // Errors from Redis are returned wrapped with the algorithm and key; a
 // context's deadline and cancellation end a call (a go-redis client needs

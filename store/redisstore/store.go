@@ -87,9 +87,11 @@ type Options struct {
 	// waits. Default 0: no WAIT, the Redis default of asynchronous
 	// replication.
 	WaitReplicas int
-	// WaitTimeout is how long a WAIT waits for the replicas, at most (and
-	// never past the call's deadline); 0 means DefaultWaitTimeout. It is
-	// rounded up to a whole millisecond, WAIT's unit.
+	// WaitTimeout is how long a WAIT waits for the replicas, at most, and
+	// never more than half of what is left of the call's deadline; 0 means
+	// DefaultWaitTimeout. It is rounded down to a whole millisecond,
+	// WAIT's unit, and is at least 1 ms. With a go-redis client it must be
+	// below the client's ReadTimeout.
 	WaitTimeout time.Duration
 	// TLS is the TLS configuration of Open's connections for a rediss://,
 	// rediss-sentinel:// or rediss-cluster:// URL, in place of the default
@@ -266,10 +268,10 @@ func newStore(c conn, opts *Options) (*Store, error) {
 		s.lib = &libLoader{sem: make(chan struct{}, 1)}
 	}
 	if o.WaitReplicas > 0 {
-		if err := c.canWait(); err != nil {
+		s.wait = wait{replicas: int64(o.WaitReplicas), timeout: cmp.Or(o.WaitTimeout, DefaultWaitTimeout)}
+		if err := c.canWait(s.wait.timeout); err != nil {
 			return nil, fmt.Errorf("redisstore: Options.WaitReplicas: %w", err)
 		}
-		s.wait = wait{replicas: int64(o.WaitReplicas), timeout: cmp.Or(o.WaitTimeout, DefaultWaitTimeout)}
 	}
 	switch {
 	case o.Coalesce == 0:
@@ -441,13 +443,14 @@ func (s *Store) Close() error {
 // caches it again. The caller never sees NOSCRIPT. A script that failed with
 // NOSCRIPT did not run, so running it again cannot count twice.
 func (s *Store) run(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
-	w := s.wait.within(ctx)
 	if s.lib != nil {
-		return s.fcall(ctx, sc, keys, args, w)
+		return s.fcall(ctx, sc, keys, args)
 	}
-	vals, err := s.c.evalSHA(ctx, sc.sha, keys, args, w)
+	vals, err := s.c.evalSHA(ctx, sc.sha, keys, args, s.wait.within(ctx))
 	if err != nil && s.c.isNoScript(err) {
-		vals, err = s.c.eval(ctx, sc.src, keys, args, w)
+		// The WAIT sent after the EVALSHA that found no script ran all the
+		// same; this one gets what is left of the deadline.
+		vals, err = s.c.eval(ctx, sc.src, keys, args, s.wait.within(ctx))
 	}
 	if err != nil {
 		return nil, classify(err)
@@ -461,10 +464,10 @@ func (s *Store) run(ctx context.Context, sc *script, keys, args []string) ([]int
 // again, at most maxLoads times: an FCALL that failed with "Function not
 // found" did not run, so calling again cannot count twice. After any other
 // error, a timeout among them, the call may have run: it is not repeated.
-func (s *Store) fcall(ctx context.Context, sc *script, keys, args []string, w wait) ([]int64, error) {
+func (s *Store) fcall(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
 	for loads := 0; ; loads++ {
 		gen := s.lib.gen.Load()
-		vals, err := s.c.fcall(ctx, sc.fn, keys, args, w)
+		vals, err := s.c.fcall(ctx, sc.fn, keys, args, s.wait.within(ctx))
 		if err == nil {
 			return vals, nil
 		}

@@ -170,6 +170,25 @@ func TestTLSOptionErrors(t *testing.T) {
 	}
 }
 
+// TestTLSOptionalClientCert opens a TLS server that asks for a client
+// certificate but does not require one (tls-auth-clients optional) and
+// requires a password: without a certificate and with the right password
+// Open works; with a wrong one its error is Redis's WRONGPASS, without the
+// note about a missing certificate, which would send the reader the wrong
+// way.
+func TestTLSOptionalClientCert(t *testing.T) {
+	certs := redistest.NewCerts(t)
+	srv := redistest.Standalone(t, redistest.WithTLS(certs, redistest.ClientCertOptional), redistest.WithPassword("s3cret"))
+	conf := &tls.Config{RootCAs: certs.Pool()}
+	if _, err := openWithin(t, "rediss://:s3cret@"+srv.Addr, &Options{TLS: conf}); err != nil {
+		t.Fatalf("without a client certificate, the right password: %v", err)
+	}
+	_, err := openWithin(t, "rediss://:wrong@"+srv.Addr, &Options{TLS: conf})
+	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") || strings.Contains(err.Error(), "client certificate") {
+		t.Errorf("a wrong password: %v, want WRONGPASS and no word of a client certificate", err)
+	}
+}
+
 // TestTLSCluster runs the store on a Redis Cluster whose nodes speak only
 // TLS, to clients and on the cluster bus: Open of rediss-cluster:// with
 // Options.TLS (no ServerName, so each node is verified by its own address)

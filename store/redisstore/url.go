@@ -334,9 +334,12 @@ func watchCertRequests(o *rueidis.ClientOption) *atomic.Bool {
 
 // openError is Open's error for err, which the client returned, naming the
 // deployment and, if asked is set, that a server asked for a client
-// certificate that the client did not have.
+// certificate that the client did not have. A server that only accepts
+// one (tls-auth-clients optional) asks too, and then answers with a
+// reply, such as WRONGPASS, that says itself what is wrong: the note is
+// added to the errors that are not Redis replies.
 func (c urlConfig) openError(err error, asked *atomic.Bool) error {
-	if asked.Load() {
+	if _, reply := rueidis.IsRedisErr(err); asked.Load() && !reply {
 		return fmt.Errorf("redisstore: Open %s %v: %w (the server asked for a TLS client certificate, and none was configured)", c.Topology, c.Addrs, err)
 	}
 	return fmt.Errorf("redisstore: Open %s %v: %w", c.Topology, c.Addrs, err)

@@ -40,7 +40,7 @@ func TestWait(t *testing.T) {
 	// loaded machine can hold a replica's acknowledgement back past
 	// waitTimeout, which is for the phase where it cannot come. Both kinds
 	// of store share the keys.
-	const patient = 10 * time.Second
+	const patient = 2 * time.Second
 	stores, brief := map[string]*Store{}, map[string]*Store{}
 	for name, mk := range map[string]func(*Options) (*Store, error){
 		"rueidis":   func(o *Options) (*Store, error) { return New(newRueidis(t, master.Addr), o) },
@@ -129,6 +129,16 @@ func TestWait(t *testing.T) {
 		}
 	}
 
+	// The scripts and functions flushed: the call that finds its script
+	// missing loads it and sends its WAIT again, and is decided.
+	master.MustCLI(t, "SCRIPT", "FLUSH")
+	master.MustCLI(t, "FUNCTION", "FLUSH")
+	for name, s := range stores {
+		if _, err := s.Apply(t.Context(), serverTime("k")); err != nil {
+			t.Errorf("%s: after SCRIPT FLUSH and FUNCTION FLUSH: %v", name, err)
+		}
+	}
+
 	// More replicas than there are.
 	two, err := New(newRueidis(t, master.Addr), &Options{Prefix: prefix + "two", WaitReplicas: 2, WaitTimeout: 500 * time.Millisecond})
 	if err != nil {
@@ -158,6 +168,16 @@ func TestWaitOptions(t *testing.T) {
 	if _, err := NewGoRedis(ring, nil); err != nil {
 		t.Errorf("a Ring without WaitReplicas: %v", err)
 	}
+	// go-redis sends a pipeline again when its read times out: a WAIT as
+	// long as the read would run the script twice.
+	short := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { short.Close() })
+	if _, err := NewGoRedis(short, &Options{WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "ReadTimeout") {
+		t.Errorf("WaitTimeout above the go-redis ReadTimeout: %v", err)
+	}
+	if _, err := NewGoRedis(short, &Options{WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond}); err != nil {
+		t.Errorf("WaitTimeout below the go-redis ReadTimeout: %v", err)
+	}
 }
 
 // TestWaitCluster checks that on a Cluster the WAIT goes to the master of
@@ -170,12 +190,12 @@ func TestWaitCluster(t *testing.T) {
 	gr := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, DialTimeout: testDialTimeout})
 	t.Cleanup(func() { gr.Close() })
 	prefix := testPrefix(t)
-	// The stores wait up to 10 s where the replica is up (a loaded
+	// The stores wait up to 2 s where the replica is up (a loaded
 	// machine can hold an acknowledgement back), 50 ms where it is
 	// stopped.
 	rc := newRueidisCluster(t, addrs)
 	stores := map[time.Duration]map[string]*Store{}
-	for _, timeout := range []time.Duration{10 * time.Second, 50 * time.Millisecond} {
+	for _, timeout := range []time.Duration{2 * time.Second, 50 * time.Millisecond} {
 		opts := &Options{Prefix: prefix, WaitReplicas: 1, WaitTimeout: timeout}
 		rs, err := New(rc, opts)
 		if err != nil {
@@ -187,7 +207,7 @@ func TestWaitCluster(t *testing.T) {
 		}
 		stores[timeout] = map[string]*Store{"rueidis": rs, "go-redis": gs}
 	}
-	rs := stores[10*time.Second]["rueidis"]
+	rs := stores[2*time.Second]["rueidis"]
 	l := limitOf(floodgate.GCRA, 1000, time.Second)
 	// A key on Masters[0], and one on another master.
 	var onVictim, elsewhere string
@@ -207,7 +227,7 @@ func TestWaitCluster(t *testing.T) {
 		}
 	}
 	req := func(key string) floodgate.Request { return floodgate.Request{Key: key, Limit: l, Cost: 1} }
-	for name, s := range stores[10*time.Second] {
+	for name, s := range stores[2*time.Second] {
 		for _, k := range []string{onVictim, elsewhere} {
 			if _, err := s.Apply(t.Context(), req(k)); err != nil {
 				t.Fatalf("%s: %s with every replica up: %v", name, k, err)
@@ -217,13 +237,39 @@ func TestWaitCluster(t *testing.T) {
 	if err := cl.Replicas[0].Pause(); err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Replicas[0].Resume()
 	for name, s := range stores[50*time.Millisecond] {
 		if _, err := s.Apply(t.Context(), req(onVictim)); !errors.Is(err, ErrNotReplicated) {
 			t.Errorf("%s: %s, whose master's replica is stopped: %v, want ErrNotReplicated", name, onVictim, err)
 		}
-		if _, err := stores[10*time.Second][name].Apply(t.Context(), req(elsewhere)); err != nil {
+		if _, err := stores[2*time.Second][name].Apply(t.Context(), req(elsewhere)); err != nil {
 			t.Errorf("%s: %s, on another master: %v", name, elsewhere, err)
 		}
+	}
+	if err := cl.Replicas[0].Resume(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A failover: the replica takes over its master's slots (CLUSTER
+	// FAILOVER, coordinated), and the old master becomes its replica. A
+	// call sent to the old master meets MOVED and fails (its script did
+	// not run); the clients then learn the new map and decide again, each
+	// within a few calls, where a client that only reloaded its map every
+	// minute (go-redis's default) would fail throughout.
+	cl.Replicas[0].MustCLI(t, "CLUSTER", "FAILOVER")
+	for name, s := range stores[2*time.Second] {
+		deadline := time.Now().Add(20 * time.Second)
+		var err error
+		for {
+			if _, err = s.Apply(t.Context(), req(onVictim)); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s still fails 20 s after the failover: %v", name, onVictim, err)
+			}
+			<-time.After(50 * time.Millisecond) // polling the failover, bounded above
+		}
+	}
+	if out := cl.Replicas[0].MustCLI(t, "INFO", "replication"); !strings.Contains(out, "role:master") {
+		t.Errorf("the replica did not take over: %s", out)
 	}
 }
