@@ -3,12 +3,15 @@ package server
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,46 +24,91 @@ import (
 
 // Handler returns the HTTP API:
 //
-//	POST /v1/allow    decide an inline limit or a domain's descriptors
-//	POST /v1/reset    forget an inline key's state
-//	GET  /v1/config   the rules in force
-//	GET  /metrics     Prometheus metrics
-//	GET  /healthz     the process is alive
-//	GET  /readyz      config loaded and store reachable (or failure mode local)
-//	/debug/pprof/     with Options.Pprof
+//	POST /v1/allow      decide an inline limit or a domain's descriptors
+//	POST /v1/reset      forget an inline key's state
+//	GET  /v1/config     the rules in force
+//	GET  /metrics       Prometheus metrics
+//	GET  /healthz       the process is alive
+//	GET  /readyz        config loaded and store reachable (or failure mode local)
+//	GET  /openapi.yaml  the OpenAPI 3.0.3 document of these routes and POST /json
+//	/debug/pprof/       with Options.Pprof
 //
 // extra handlers (such as envoyrls's POST /json) are added by pattern.
+//
+// The OpenAPI document (openapi.yaml in this package, built into the
+// binary) is the contract for clients in other languages: generate one from
+// GET /openapi.yaml. A test drives this handler through every route and
+// status the document lists and validates each exchange against it, so a
+// route or a status added on one side only fails the test.
 func (s *Server) Handler(extra map[string]http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/allow", s.handleAllow)
-	mux.HandleFunc("POST /v1/reset", s.handleReset)
-	mux.HandleFunc("GET /v1/config", s.handleConfig)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		status, err := s.Status(r.Context())
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %v\n", err)
-			return
-		}
-		io.WriteString(w, status+"\n")
-	})
-	if s.pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	for pattern, h := range extra {
-		mux.Handle(pattern, h)
+	for _, r := range s.routes(extra) {
+		mux.Handle(r.pattern, r.h)
 	}
 	return mux
+}
+
+// route is one pattern of Handler's mux and what serves it.
+type route struct {
+	pattern string
+	h       http.Handler
+}
+
+// routes lists what Handler serves, in one place, so that the OpenAPI test
+// can check that the document names every route (see export_test.go).
+func (s *Server) routes(extra map[string]http.Handler) []route {
+	rs := []route{
+		{"POST /v1/allow", http.HandlerFunc(s.handleAllow)},
+		{"POST /v1/reset", http.HandlerFunc(s.handleReset)},
+		{"GET /v1/config", http.HandlerFunc(s.handleConfig)},
+		{"GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})},
+		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			io.WriteString(w, "ok\n")
+		})},
+		{"GET /readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			status, err := s.Status(r.Context())
+			if err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "not ready: %v\n", err)
+				return
+			}
+			io.WriteString(w, status+"\n")
+		})},
+		{"GET /openapi.yaml", http.HandlerFunc(serveOpenAPI)},
+	}
+	if s.pprof {
+		rs = append(rs,
+			route{"/debug/pprof/", http.HandlerFunc(pprof.Index)},
+			route{"/debug/pprof/cmdline", http.HandlerFunc(pprof.Cmdline)},
+			route{"/debug/pprof/profile", http.HandlerFunc(pprof.Profile)},
+			route{"/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol)},
+			route{"/debug/pprof/trace", http.HandlerFunc(pprof.Trace)})
+	}
+	for _, pattern := range slices.Sorted(maps.Keys(extra)) {
+		rs = append(rs, route{pattern, extra[pattern]})
+	}
+	return rs
+}
+
+// openAPI is the OpenAPI document of the HTTP API.
+//
+//go:embed openapi.yaml
+var openAPI []byte
+
+// serveOpenAPI answers GET /openapi.yaml. The type is application/yaml
+// (RFC 9512), which says how to read the bytes and which every YAML reader
+// and HTTP library knows. The OpenAPI Initiative's own
+// application/vnd.oai.openapi would also say what the document is, but it
+// has no +yaml suffix, so generic tools cannot tell it is YAML; and
+// application/openapi+yaml, which would say both, is still an Internet-Draft.
+// Client generators read the document by its content, not its type.
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "application/yaml")
+	h.Set("Content-Length", strconv.Itoa(len(openAPI)))
+	w.Write(openAPI)
 }
 
 // LimitJSON is a floodgate.Limit in the HTTP API:

@@ -1,0 +1,543 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/envoyrls"
+	"github.com/floodgate-rl/floodgate/store/memstore"
+)
+
+// openAPIYAML is the config of the OpenAPI test: a rule of each kind the
+// answers describe differently.
+const openAPIYAML = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {name: per_user, unit: minute, requests_per_unit: 2}
+  - key: login
+    rate_limit: {name: login, unit: minute, requests_per_unit: 1, algorithm: gcra, burst: 2}
+  - key: path
+    value: /health
+    rate_limit: {unlimited: true}
+  - key: tenant
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: plan
+    value: free
+    rate_limit: {name: free, unit: hour, requests_per_unit: 100}
+  - key: plan
+    value: trial
+    rate_limit: {unit: hour, requests_per_unit: 1, replaces: [{name: free}]}
+  - key: payment
+    rate_limit: {unit: second, requests_per_unit: 5, failure_mode: fail_closed}
+`
+
+// brokenStore fails every call: Apply, Reset and Ping.
+type brokenStore struct{}
+
+var errRefused = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+
+func (brokenStore) Apply(context.Context, floodgate.Request) (floodgate.Decision, error) {
+	return floodgate.Decision{}, errRefused
+}
+func (brokenStore) Reset(context.Context, string, floodgate.Limit) error { return errRefused }
+func (brokenStore) Ping(context.Context) error                           { return errRefused }
+
+// applyOnly hides every ability of a store but Apply, such as Reset.
+type applyOnly struct{ s floodgate.Store }
+
+func (a applyOnly) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
+	return a.s.Apply(ctx, r)
+}
+
+// openAPIServer returns a Server with openAPIYAML and a fake clock, on a
+// memory store unless setup (if not nil) sets opts otherwise, and the extra
+// handlers that `floodgate serve` passes to Handler. mem returns a new
+// memory store on the same clock.
+func openAPIServer(t *testing.T, setup func(opts *server.Options, mem func() floodgate.Store)) (*server.Server, map[string]http.Handler) {
+	t.Helper()
+	clock := floodgatetest.NewFakeClock(start)
+	mem := func() floodgate.Store {
+		ms := memstore.New(&memstore.Options{Clock: clock})
+		t.Cleanup(func() { ms.Close() })
+		return ms
+	}
+	var opts server.Options
+	if setup != nil {
+		setup(&opts, mem)
+	}
+	if opts.Store == nil {
+		opts.Store = mem()
+	}
+	d, err := config.Parse("api.yaml", []byte(openAPIYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Config, err = config.New(d); err != nil {
+		t.Fatal(err)
+	}
+	opts.Clock = clock
+	srv, err := server.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)}
+}
+
+// exchange is one request of the OpenAPI test and what must come back.
+type exchange struct {
+	name string
+	// fixture names the server: "" the memory store, "down" a store that
+	// fails every call, "local" the same with the failure mode local,
+	// "no reset" a memory store that cannot reset.
+	fixture      string
+	method, path string
+	accept       string
+	body         string
+	// invalid says that the document rejects the request, as the server
+	// does; the others must pass the document's request validation.
+	invalid bool
+	status  int
+	// want are texts the body must hold, and header values the response
+	// must have ("" for absent), so that each case shows what its name
+	// says.
+	want   []string
+	header map[string]string
+}
+
+const (
+	inlineLimit = `{"key": "user:42", "limit": {"limit": 2, "period": "1m", "name": "per_user"}}`
+	userEntry   = `{"entries": [{"key": "user", "value": "%s"}]}`
+)
+
+func descriptors(ds ...string) string {
+	return `{"domain": "api", "descriptors": [` + strings.Join(ds, ", ") + `]}`
+}
+
+func user(id string) string { return fmt.Sprintf(userEntry, id) }
+
+// big is a body just over server.MaxBodyBytes that the document accepts,
+// since a schema cannot bound a body's size.
+func big(prefix, suffix string) string {
+	return prefix + strings.Repeat("x", server.MaxBodyBytes) + suffix
+}
+
+var exchanges = []exchange{
+	// POST /v1/allow, inline.
+	{name: "inline allowed", method: "POST", path: "/v1/allow", body: inlineLimit, status: 200,
+		want:   []string{`"allowed":true`, `"remaining":1`, `"policy":{"algorithm":"fixed_window","limit":2,"period":"1m0s","name":"per_user"}`},
+		header: map[string]string{"RateLimit-Policy": `"per_user";q=2;w=60`, "RateLimit": `"per_user";r=1;t=60`, "Retry-After": "", "Cache-Control": "no-store"}},
+	{name: "inline peek", method: "POST", path: "/v1/allow", body: strings.Replace(inlineLimit, `}}`, `}, "cost": 0}`, 1), status: 200,
+		want: []string{`"allowed":true`, `"remaining":1`}},
+	{name: "inline last", method: "POST", path: "/v1/allow", body: inlineLimit, status: 200,
+		want: []string{`"allowed":true`, `"remaining":0`}},
+	{name: "inline denied", method: "POST", path: "/v1/allow", body: inlineLimit, status: 200,
+		want:   []string{`"allowed":false`, `"code":"OVER_LIMIT"`, `"retry_after_ms":60000`},
+		header: map[string]string{"Retry-After": "60", "RateLimit": `"per_user";r=0;t=60`}},
+	{name: "inline never", method: "POST", path: "/v1/allow", body: `{"key": "k", "limit": {"limit": 2, "period": "1m"}, "cost": 3}`, status: 200,
+		want: []string{`"allowed":false`, `"retry_after_ms":-1`}, header: map[string]string{"Retry-After": ""}},
+	{name: "inline gcra burst", method: "POST", path: "/v1/allow", body: `{"key": "g", "limit": {"algorithm": "gcra", "limit": 10, "period": "1s", "burst": 20}}`, status: 200,
+		want: []string{`"limit":20`, `"remaining":19`, `"burst":20`}, header: map[string]string{"RateLimit-Policy": `"default";q=20;w=2`}},
+	{name: "reset", method: "POST", path: "/v1/reset", body: inlineLimit, status: 204},
+	{name: "inline after reset", method: "POST", path: "/v1/allow", body: inlineLimit, status: 200,
+		want: []string{`"allowed":true`, `"remaining":1`}},
+
+	// POST /v1/allow, descriptors.
+	{name: "descriptors", method: "POST", path: "/v1/allow", body: descriptors(user("42"), `{"entries": [{"key": "path", "value": "/health"}]}`), status: 200,
+		want:   []string{`"allowed":true`, `"descriptors":[{"allowed":true,"code":"OK","limit":2,"remaining":1,`, `"rule":"api|user"`, `"rule":"api|path=/health"`, `"unlimited":true`},
+		header: map[string]string{"RateLimit-Policy": `"per_user";q=2;w=60`}},
+	{name: "descriptors hits 2", method: "POST", path: "/v1/allow", body: strings.Replace(descriptors(user("7")), `{"domain"`, `{"hits": 2, "domain"`, 1), status: 200,
+		want: []string{`"allowed":true`, `"remaining":0`}},
+	{name: "descriptors denied", method: "POST", path: "/v1/allow", body: descriptors(user("7")), status: 200,
+		want: []string{`"allowed":false`, `"code":"OVER_LIMIT"`, `"retry_after_ms":60000`}, header: map[string]string{"Retry-After": "60"}},
+	{name: "descriptors peek", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "user", "value": "8"}], "hits": 0}`), status: 200,
+		want: []string{`"remaining":2`}},
+	{name: "shadow mode counts", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "tenant", "value": "acme"}]}`), status: 200,
+		want: []string{`"allowed":true`}},
+	{name: "shadow mode denial", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "tenant", "value": "acme"}]}`), status: 200,
+		want: []string{`"allowed":true`, `"shadow_mode":true`, `"retry_after_ms":0`}, header: map[string]string{"Retry-After": ""}},
+	{name: "replaces", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "plan", "value": "free"}]}`, `{"entries": [{"key": "plan", "value": "trial"}]}`), status: 200,
+		want: []string{`{"allowed":true,"code":"OK","limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"rule":"api|plan=free"}`, `"rule":"api|plan=trial"`}},
+	{name: "override limit", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "plan", "value": "trial"}], "limit": {"limit": 5, "period": "1m"}}`), status: 200,
+		want: []string{`"remaining":4`, `"policy":{"algorithm":"fixed_window","limit":5,"period":"1m0s"}`}},
+	{name: "gcra rule", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "login", "value": "x"}]}`), status: 200,
+		want: []string{`"limit":2`, `"remaining":1`}, header: map[string]string{"RateLimit-Policy": `"login";q=2;w=120`}},
+	{name: "unknown domain", method: "POST", path: "/v1/allow", body: `{"domain": "nope", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`, status: 200,
+		want: []string{`"allowed":true`}, header: map[string]string{"RateLimit-Policy": "", "RateLimit": ""}},
+
+	// POST /v1/allow, bad input.
+	{name: "allow unknown field", method: "POST", path: "/v1/allow", body: `{"key": "k", "limit": {"limit": 1, "period": "1s"}, "colour": "red"}`, invalid: true, status: 400,
+		want: []string{`"field":"colour"`}, header: map[string]string{"Cache-Control": "no-store"}},
+	{name: "allow wrong type", method: "POST", path: "/v1/allow", body: `{"key": "k", "limit": {"limit": "ten", "period": "1s"}}`, invalid: true, status: 400,
+		want: []string{`"field":"limit.limit"`}},
+	{name: "allow not JSON", method: "POST", path: "/v1/allow", body: `{"key":`, invalid: true, status: 400,
+		want: []string{`"field":"body"`}},
+	{name: "allow both forms", method: "POST", path: "/v1/allow", body: `{"key": "k", "limit": {"limit": 1, "period": "1s"}, "domain": "api"}`, invalid: true, status: 400,
+		want: []string{`"field":"body"`, "not both"}},
+	{name: "allow neither form", method: "POST", path: "/v1/allow", body: `{}`, invalid: true, status: 400,
+		want: []string{`"field":"body"`}},
+	{name: "allow key without limit", method: "POST", path: "/v1/allow", body: `{"key": "k"}`, invalid: true, status: 400,
+		want: []string{`"field":"limit"`}},
+	{name: "allow empty key", method: "POST", path: "/v1/allow", body: `{"key": "", "limit": {"limit": 1, "period": "1s"}}`, invalid: true, status: 400,
+		want: []string{`"field":"key"`}},
+	{name: "allow bad period", method: "POST", path: "/v1/allow", body: `{"key": "k", "limit": {"limit": 1, "period": "soon"}}`, invalid: true, status: 400,
+		want: []string{`"field":"limit.period"`}},
+	{name: "allow negative cost", method: "POST", path: "/v1/allow", body: `{"key": "k", "limit": {"limit": 1, "period": "1s"}, "cost": -1}`, invalid: true, status: 400,
+		want: []string{`"field":"cost"`}},
+	{name: "allow too many descriptors", method: "POST", path: "/v1/allow", body: descriptors(slices.Repeat([]string{user("1")}, server.MaxDescriptors+1)...), invalid: true, status: 400,
+		want: []string{`"field":"descriptors"`}},
+	{name: "allow empty entry key", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "", "value": "1"}]}`), invalid: true, status: 400,
+		want: []string{`"field":"descriptors[0].entries[0].key"`}},
+	// What a schema cannot say: the document accepts these, the server
+	// answers 400, as the document's descriptions say it does.
+	{name: "allow concurrency", method: "POST", path: "/v1/allow", body: `{"key": "k", "limit": {"algorithm": "concurrency", "limit": 1, "period": "1s"}}`, status: 400,
+		want: []string{`"field":"limit.algorithm"`}},
+	{name: "allow burst of a window", method: "POST", path: "/v1/allow", body: `{"key": "k", "limit": {"limit": 1, "period": "1s", "burst": 2}}`, status: 400,
+		want: []string{`"field":"limit.burst"`}},
+	{name: "allow too large", method: "POST", path: "/v1/allow", body: big(`{"key": "`, `", "limit": {"limit": 1, "period": "1s"}}`), status: 413,
+		want: []string{`"status":413`, `"field":"body"`}, header: map[string]string{"Cache-Control": "no-store"}},
+
+	// POST /v1/reset, bad input.
+	{name: "reset without limit", method: "POST", path: "/v1/reset", body: `{"key": "k"}`, invalid: true, status: 400,
+		want: []string{`"field":"limit"`}},
+	{name: "reset unknown field", method: "POST", path: "/v1/reset", body: `{"key": "k", "limit": {"limit": 1, "period": "1s"}, "cost": 1}`, invalid: true, status: 400,
+		want: []string{`"field":"cost"`}},
+	{name: "reset too large", method: "POST", path: "/v1/reset", body: big(`{"key": "`, `", "limit": {"limit": 1, "period": "1s"}}`), status: 413,
+		want: []string{`"field":"body"`}},
+
+	// The GET routes.
+	{name: "config", method: "GET", path: "/v1/config", status: 200,
+		want: []string{`"id":"api|user"`, `"unlimited":true`, `"shadow_mode":true`, `"replaces":["free"]`, `"failure_mode":"fail_closed"`, `"file":"api.yaml"`}},
+	{name: "metrics", method: "GET", path: "/metrics", status: 200,
+		want: []string{"floodgate_config_rules 7"}},
+	{name: "metrics protobuf", method: "GET", path: "/metrics", accept: "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", status: 200,
+		want: []string{"floodgate_config_rules"}},
+	{name: "healthz", method: "GET", path: "/healthz", status: 200, want: []string{"ok\n"}},
+	{name: "readyz", method: "GET", path: "/readyz", status: 200, want: []string{"ok\n"}},
+	{name: "openapi.yaml", method: "GET", path: "/openapi.yaml", status: 200, want: []string{"openapi: 3.0.3"}},
+
+	// POST /json.
+	{name: "json", method: "POST", path: "/json", body: descriptors(user("j")), status: 200,
+		want:   []string{`"overallCode":"OK"`, `"currentLimit":{"name":"per_user","requestsPerUnit":2,"unit":"MINUTE"}`, `"limitRemaining":1`, `"durationUntilReset":"60s"`, `"responseHeadersToAdd"`},
+		header: map[string]string{"RateLimit-Policy": `"per_user";q=2;w=60`, "Cache-Control": "no-store"}},
+	{name: "json proto names", method: "POST", path: "/json", body: `{"domain": "api", "hits_addend": "1", "descriptors": [{"entries": [{"key": "user", "value": "j"}], "hits_addend": "0"}]}`, status: 200,
+		want: []string{`"limitRemaining":1`}},
+	{name: "json unlimited", method: "POST", path: "/json", body: descriptors(`{"entries": [{"key": "path", "value": "/health"}]}`), status: 200,
+		want: []string{`"limitRemaining":4294967295`}},
+	{name: "json override", method: "POST", path: "/json", body: descriptors(`{"entries": [{"key": "k", "value": "v"}], "limit": {"requestsPerUnit": 3, "unit": "HOUR", "unitMultiplier": 2}}`), status: 200,
+		want: []string{`"requestsPerUnit":3`, `"limitRemaining":2`}},
+	{name: "json last", method: "POST", path: "/json", body: strings.Replace(descriptors(user("j")), `{"domain"`, `{"hitsAddend": 1, "domain"`, 1), status: 200,
+		want: []string{`"overallCode":"OK"`}},
+	{name: "json denied", method: "POST", path: "/json", body: descriptors(user("j")), status: 429,
+		want: []string{`"overallCode":"OVER_LIMIT"`, `"code":"OVER_LIMIT"`}, header: map[string]string{"Retry-After": "60"}},
+	{name: "json unknown field", method: "POST", path: "/json", body: `{"domain": "api", "descriptorz": []}`, invalid: true, status: 400,
+		want: []string{`"field":"descriptorz"`}},
+	{name: "json negative hits", method: "POST", path: "/json", body: `{"domain": "api", "hitsAddend": -1, "descriptors": [{"entries": [{"key": "a"}]}]}`, invalid: true, status: 400},
+	{name: "json unknown unit", method: "POST", path: "/json", body: descriptors(`{"entries": [{"key": "a"}], "limit": {"requestsPerUnit": 1, "unit": "UNKNOWN"}}`), invalid: true, status: 400,
+		want: []string{`"field":"descriptors[0].limit.unit"`}},
+	{name: "json negative hits flag", method: "POST", path: "/json", body: descriptors(`{"entries": [{"key": "a"}], "isNegativeHits": true}`), invalid: true, status: 400,
+		want: []string{`"field":"descriptors[0].is_negative_hits"`}},
+	{name: "json no descriptors", method: "POST", path: "/json", body: `{"domain": "api"}`, invalid: true, status: 400,
+		want: []string{`"field":"descriptors"`}},
+	{name: "json too large", method: "POST", path: "/json", body: big(`{"domain": "`, `", "descriptors": [{"entries": [{"key": "a"}]}]}`), status: 413,
+		want: []string{`"field":"body"`}},
+
+	// A store that fails: the failure modes.
+	{name: "fail_closed", fixture: "down", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "payment", "value": "card"}]}`), status: 503,
+		want:   []string{`"allowed":false`, `"code":"OVER_LIMIT"`, `"store_error":true`},
+		header: map[string]string{"Retry-After": "1", "Cache-Control": "no-store", "RateLimit": ""}},
+	{name: "fail_open", fixture: "down", method: "POST", path: "/v1/allow", body: descriptors(user("1")), status: 200,
+		want: []string{`"allowed":true`, `"store_error":true`}, header: map[string]string{"RateLimit-Policy": ""}},
+	{name: "inline fail_open", fixture: "down", method: "POST", path: "/v1/allow", body: inlineLimit, status: 200,
+		want: []string{`"allowed":true`, `"store_error":true`}},
+	{name: "reset store down", fixture: "down", method: "POST", path: "/v1/reset", body: inlineLimit, status: 503,
+		want: []string{`"status":503`, "connection refused"}},
+	{name: "readyz store down", fixture: "down", method: "GET", path: "/readyz", status: 503,
+		want: []string{"not ready: store unreachable"}},
+	{name: "json fail_closed", fixture: "down", method: "POST", path: "/json", body: descriptors(`{"entries": [{"key": "payment", "value": "card"}]}`), status: 429,
+		want: []string{`"overallCode":"OVER_LIMIT"`}, header: map[string]string{"Retry-After": "1"}},
+	{name: "json fail_open", fixture: "down", method: "POST", path: "/json", body: descriptors(user("1")), status: 200,
+		want: []string{`"statuses":[{"code":"OK"}]`}},
+	{name: "local", fixture: "local", method: "POST", path: "/v1/allow", body: descriptors(user("1")), status: 200,
+		want:   []string{`"allowed":true`, `"fallback":true`, `"limit":1`},
+		header: map[string]string{"RateLimit-Policy": `"per_user";q=1;w=60`}},
+	{name: "readyz local", fixture: "local", method: "GET", path: "/readyz", status: 200,
+		want: []string{"ok: failure mode local decides in memory, store unreachable"}},
+	{name: "reset not supported", fixture: "no reset", method: "POST", path: "/v1/reset", body: inlineLimit, status: 501,
+		want: []string{`"status":501`, "not supported"}},
+}
+
+// TestOpenAPI holds openapi.yaml and the handler to each other: the
+// document must be valid; each exchange must pass the document's request
+// validation (or fail it, when the server rejects the request too) and its
+// response must be one the document lists for the operation, with its
+// content type, headers and body; every route the handler serves must be
+// in the document; and every operation, status and content type the
+// document lists must have been seen. A route, a status or a field added on
+// one side only fails here.
+func TestOpenAPI(t *testing.T) {
+	ctx := t.Context()
+	srv, extra := openAPIServer(t, nil)
+	handlers := map[string]http.Handler{"": srv.Handler(extra)}
+	for name, setup := range map[string]func(*server.Options, func() floodgate.Store){
+		"down": func(o *server.Options, _ func() floodgate.Store) { o.Store = brokenStore{} },
+		"local": func(o *server.Options, mem func() floodgate.Store) {
+			o.Store, o.FailureMode, o.Instances, o.Local = brokenStore{}, floodgate.FailLocal, 2, mem()
+		},
+		"no reset": func(o *server.Options, mem func() floodgate.Store) { o.Store = applyOnly{mem()} },
+	} {
+		s, x := openAPIServer(t, setup)
+		handlers[name] = s.Handler(x)
+	}
+
+	// The document the server serves, as clients get it.
+	rec := httptest.NewRecorder()
+	handlers[""].ServeHTTP(rec, httptest.NewRequest("GET", "/openapi.yaml", nil))
+	if got := rec.Header().Get("Content-Type"); got != "application/yaml" {
+		t.Fatalf("GET /openapi.yaml: Content-Type %q", got)
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(rec.Body.Bytes())
+	if err != nil {
+		t.Fatalf("loading openapi.yaml: %v", err)
+	}
+	if err := doc.Validate(ctx); err != nil {
+		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	if doc.OpenAPI != "3.0.3" {
+		t.Errorf("openapi: %s, want 3.0.3", doc.OpenAPI)
+	}
+	closeResponseSchemas(doc)
+
+	// Every route the handler serves is in the document, and every
+	// operation of the document is a route.
+	patterns := srv.Patterns(extra)
+	ops := operations(doc)
+	for _, p := range patterns {
+		method, path, ok := strings.Cut(p, " ")
+		if !ok || strings.ContainsAny(path, "{}") {
+			t.Errorf("route %q: the test knows only METHOD /literal/path patterns", p)
+			continue
+		}
+		if !slices.Contains(ops, method+" "+path) {
+			t.Errorf("the handler serves %s, which openapi.yaml lacks", p)
+		}
+	}
+	for _, op := range ops {
+		if !slices.Contains(patterns, op) {
+			t.Errorf("openapi.yaml describes %s, which the handler does not serve", op)
+		}
+	}
+	// Pprof adds only the profiler, which the document leaves out on
+	// purpose.
+	withPprof, x := openAPIServer(t, func(o *server.Options, _ func() floodgate.Store) { o.Pprof = true })
+	for _, p := range withPprof.Patterns(x) {
+		if !slices.Contains(patterns, p) && !strings.HasPrefix(p, "/debug/pprof/") {
+			t.Errorf("Options.Pprof adds %s, which is not the profiler", p)
+		}
+	}
+
+	seen := map[string]bool{}
+	for _, ex := range exchanges {
+		t.Run(ex.name, func(t *testing.T) {
+			h, ok := handlers[ex.fixture]
+			if !ok {
+				t.Fatalf("no fixture %q", ex.fixture)
+			}
+			if key, ok := checkExchange(t, doc, h, ex); ok {
+				seen[key] = true
+			}
+		})
+	}
+	for _, key := range responseKeys(doc) {
+		if !seen[key] {
+			t.Errorf("no exchange answered %s, which openapi.yaml lists", key)
+		}
+	}
+}
+
+// checkExchange makes ex's request on h and validates both sides against
+// doc; it returns "METHOD path status media-type" and whether all went
+// well.
+func checkExchange(t *testing.T, doc *openapi3.T, h http.Handler, ex exchange) (string, bool) {
+	t.Helper()
+	newRequest := func() *http.Request {
+		var body io.Reader
+		if ex.body != "" {
+			body = strings.NewReader(ex.body)
+		}
+		r := httptest.NewRequest(ex.method, ex.path, body)
+		if ex.body != "" {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		if ex.accept != "" {
+			r.Header.Set("Accept", ex.accept)
+		}
+		return r
+	}
+	item := doc.Paths.Value(ex.path)
+	if item == nil || item.GetOperation(ex.method) == nil {
+		t.Fatalf("openapi.yaml has no operation %s %s", ex.method, ex.path)
+	}
+	route := &routers.Route{Spec: doc, Path: ex.path, PathItem: item, Method: ex.method, Operation: item.GetOperation(ex.method)}
+	in := &openapi3filter.RequestValidationInput{Request: newRequest(), Route: route, Options: &openapi3filter.Options{MultiError: true}}
+	switch err := openapi3filter.ValidateRequest(t.Context(), in); {
+	case ex.invalid && err == nil:
+		t.Errorf("openapi.yaml accepts the request, which the server rejects")
+	case !ex.invalid && err != nil:
+		t.Errorf("openapi.yaml rejects the request: %v", err)
+	}
+
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, newRequest())
+	resp := rec.Result()
+	body := rec.Body.Bytes()
+	if resp.StatusCode != ex.status {
+		t.Fatalf("status %d, want %d; body %s", resp.StatusCode, ex.status, truncate(body))
+	}
+	for _, w := range ex.want {
+		// protojson varies its spaces on purpose, so /json's bodies are
+		// also compared without them.
+		if !bytes.Contains(body, []byte(w)) && !strings.Contains(noSpace(string(body)), noSpace(w)) {
+			t.Errorf("body lacks %q: %s", w, truncate(body))
+		}
+	}
+	for name, want := range ex.header {
+		if got := resp.Header.Get(name); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+
+	ok := !t.Failed()
+	rin := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	rin.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(t.Context(), rin); err != nil {
+		t.Errorf("the response does not match openapi.yaml: %v\nbody: %s", err, truncate(body))
+		ok = false
+	}
+	// ValidateResponse checks the headers the document declares; these are
+	// the ones the server sends that it must declare.
+	spec := route.Operation.Responses.Status(resp.StatusCode)
+	if spec == nil {
+		return "", false
+	}
+	for _, name := range []string{"Cache-Control", "RateLimit", "RateLimit-Policy", "Retry-After"} {
+		if resp.Header.Get(name) != "" && spec.Value.Headers[name] == nil {
+			t.Errorf("the response has %s, which openapi.yaml does not declare for %d", name, resp.StatusCode)
+			ok = false
+		}
+	}
+	mediaType := ""
+	if len(spec.Value.Content) == 0 {
+		if len(body) > 0 || resp.Header.Get("Content-Type") != "" {
+			t.Errorf("openapi.yaml says %d has no content; the server sent %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), truncate(body))
+			ok = false
+		}
+	} else if mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err != nil {
+		t.Errorf("Content-Type %q: %v", resp.Header.Get("Content-Type"), err)
+		ok = false
+	} else {
+		mediaType = mt
+	}
+	return fmt.Sprintf("%s %s %d %s", ex.method, ex.path, resp.StatusCode, mediaType), ok
+}
+
+// operations lists the document's operations as "METHOD /path".
+func operations(doc *openapi3.T) []string {
+	var ops []string
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			ops = append(ops, method+" "+path)
+		}
+	}
+	slices.Sort(ops)
+	return ops
+}
+
+// responseKeys lists every response of the document, one per media type,
+// as checkExchange names them.
+func responseKeys(doc *openapi3.T) []string {
+	var keys []string
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			for status, r := range op.Responses.Map() {
+				if len(r.Value.Content) == 0 {
+					keys = append(keys, fmt.Sprintf("%s %s %s ", method, path, status))
+				}
+				for mt := range r.Value.Content {
+					keys = append(keys, fmt.Sprintf("%s %s %s %s", method, path, status, mt))
+				}
+			}
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// closeResponseSchemas sets additionalProperties: false on every object
+// schema with properties that a response uses. The published document
+// leaves answers open, so that a field added later does not break a
+// generated client; the test closes them, so that a field the server sends
+// and the document does not name fails. (Request bodies are closed in the
+// document itself, as the server rejects unknown fields.)
+func closeResponseSchemas(doc *openapi3.T) {
+	seen := map[*openapi3.Schema]bool{}
+	var walk func(*openapi3.SchemaRef)
+	walk = func(ref *openapi3.SchemaRef) {
+		if ref == nil || ref.Value == nil || seen[ref.Value] {
+			return
+		}
+		s := ref.Value
+		seen[s] = true
+		if s.Type.Is("object") && len(s.Properties) > 0 && s.AdditionalProperties.Has == nil && s.AdditionalProperties.Schema == nil {
+			s.AdditionalProperties.Has = openapi3.Ptr(false)
+		}
+		for _, p := range s.Properties {
+			walk(p)
+		}
+		walk(s.Items)
+		for _, refs := range []openapi3.SchemaRefs{s.AllOf, s.OneOf, s.AnyOf} {
+			for _, r := range refs {
+				walk(r)
+			}
+		}
+	}
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			for _, r := range op.Responses.Map() {
+				for _, mt := range r.Value.Content {
+					walk(mt.Schema)
+				}
+			}
+		}
+	}
+}
+
+func noSpace(s string) string { return strings.ReplaceAll(s, " ", "") }
+
+func truncate(b []byte) string {
+	if len(b) > 300 {
+		return string(b[:300]) + "..."
+	}
+	return string(b)
+}
