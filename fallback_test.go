@@ -198,7 +198,17 @@ func fallbacks(ds []floodgate.Decision) (n int) {
 	return n
 }
 
-// storeCalls counts the events whose call asked the store and it failed.
+// storeErrors returns the store errors of ev.
+func storeErrors(ev []floodgate.Event) (errs []error) {
+	for _, e := range ev {
+		if e.Err != nil {
+			errs = append(errs, e.Err)
+		}
+	}
+	return errs
+}
+
+// storeFailures counts the events whose call asked the store and it failed.
 func storeFailures(ev []floodgate.Event) (n int) {
 	for _, e := range ev {
 		if e.Err != nil {
@@ -305,26 +315,33 @@ func TestFailLocalHandover(t *testing.T) {
 		t.Errorf("DBSIZE = %s with the breaker open after the restart, want 0", got)
 	}
 
-	// Past the interval, a probe finds Redis again (the client may need a
-	// failed call or two to reconnect: poll, bounded). Redis restarted
-	// empty, so its counts start over at the full limit.
+	// Past the interval, a probe finds Redis again. The client may need a
+	// failed call or two to reconnect, and it has several connections,
+	// each of which learns of the restart only when next used: a call on
+	// one not yet redialled fails and opens the breaker again. So each
+	// instance probes until 8 calls in a row were decided by Redis
+	// (bounded), as a fleet under load would within its first calls.
+	// Redis restarted empty, so its counts start over at the full limit.
 	f.clock.Advance(time.Minute) // a fresh window for every algorithm
 	for i := range f.limiters {
-		for probe := 0; ; probe++ {
+		for probe, inRow := 0, 0; inRow < 8; probe++ {
 			f.clock.Advance(fleetProbe)
-			if d := f.take(t, i, "probe", limits[floodgate.FixedWindow], 1)[0]; !d.Fallback {
-				break
+			if d := f.take(t, i, "probe", limits[floodgate.FixedWindow], 1)[0]; d.Fallback {
+				inRow = 0
+			} else {
+				inRow++
 			}
-			if probe == 20 {
-				t.Fatalf("instance %d: still local after %d probes with Redis back", i, probe)
+			if probe == 60 {
+				t.Fatalf("instance %d: not 8 Redis decisions in a row after %d probes with Redis back; store errors: %v", i, probe, storeErrors(f.obs[i].take()))
 			}
 		}
+		f.obs[i].take()
 	}
 	for i := range f.limiters {
 		for _, alg := range floodgate.Algorithms {
 			ds := f.take(t, i, key(alg), limits[alg], 2)
 			if fallbacks(ds) != 0 {
-				t.Fatalf("instance %d, %s: local decision after the breaker closed", i, alg)
+				t.Fatalf("instance %d, %s: local decision after the breaker closed; store errors: %v", i, alg, storeErrors(f.obs[i].take()))
 			}
 			if want := int64(limit - 2*(i+1)); ds[1].Remaining != want || ds[1].Limit != limit {
 				t.Errorf("instance %d, %s back on Redis: limit %d remaining %d, want %d and %d (the shared count)", i, alg, ds[1].Limit, ds[1].Remaining, limit, want)
