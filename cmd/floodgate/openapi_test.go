@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,15 +18,7 @@ import (
 // of it that only serve's wiring can tell.
 func TestServeOpenAPI(t *testing.T) {
 	in := startServe(t)
-	resp, err := http.Get(in.httpURL + "/openapi.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := in.get(t, "/openapi.yaml")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/yaml" {
 		t.Fatalf("GET /openapi.yaml: %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}

@@ -489,11 +489,11 @@ func TestServeReloadUnderLoad(t *testing.T) {
 	}
 }
 
-// metric is the value of a counter or gauge on serve's /metrics (the whole
-// line's name and labels), -1 if absent.
-func (in *instance) metric(t *testing.T, series string) int64 {
+// get sends GET path to serve's HTTP address and returns the response,
+// whose body it has read and closed, and the body.
+func (in *instance) get(t *testing.T, path string) (*http.Response, []byte) {
 	t.Helper()
-	resp, err := http.Get(in.httpURL + "/metrics")
+	resp, err := http.Get(in.httpURL + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,6 +502,14 @@ func (in *instance) metric(t *testing.T, series string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp, b
+}
+
+// metric is the value of a counter or gauge on serve's /metrics (the whole
+// line's name and labels), -1 if absent.
+func (in *instance) metric(t *testing.T, series string) int64 {
+	t.Helper()
+	_, b := in.get(t, "/metrics")
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			n, err := strconv.ParseFloat(v, 64)
