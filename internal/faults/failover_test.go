@@ -20,7 +20,7 @@ import (
 // what it counted after its last replication is lost, and the limit admits
 // it again.
 func TestFaultSentinelFailover(t *testing.T) {
-	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load: the replica is promoted", false, 0)
+	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load: the replica is promoted", false, 1, 0)
 }
 
 // TestFaultSentinelFailoverWait is TestFaultSentinelFailover with
@@ -30,21 +30,38 @@ func TestFaultSentinelFailover(t *testing.T) {
 // answered by its policy) instead of being admitted and then lost: no
 // window admits more than the limit.
 func TestFaultSentinelFailoverWait(t *testing.T) {
-	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load, with WaitReplicas 1 (WAIT after every script run)", false, 1)
+	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load, with WaitReplicas 1 (WAIT after every script run)", false, 1, 1)
+}
+
+// TestFaultSentinelFailoverWaitOneOfTwo has two replicas and waits for one:
+// the new master has a replica again as soon as the sentinels move the
+// other replica to it, so service comes back in about a second; but until
+// they do, that replica still acknowledges the old master's writes, which
+// the move then drops, so some admissions can still be lost. The bound is
+// one window.
+func TestFaultSentinelFailoverWaitOneOfTwo(t *testing.T) {
+	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load, two replicas, WaitReplicas 1", false, 2, 1)
+}
+
+// TestFaultSentinelFailoverWaitAll has two replicas and waits for both:
+// nothing admitted is lost, and service waits, as with one replica, for
+// the old master to be demoted and synced.
+func TestFaultSentinelFailoverWaitAll(t *testing.T) {
+	sentinelFault(t, "Sentinel failover (SENTINEL FAILOVER) under load, two replicas, WaitReplicas 2", false, 2, 2)
 }
 
 // TestFaultSentinelMasterKill SIGKILLs the master under load: the
 // sentinels see it down after down-after-milliseconds (1 s here), elect a
 // leader and promote the replica. Calls fail until then.
 func TestFaultSentinelMasterKill(t *testing.T) {
-	sentinelFault(t, "Sentinel master SIGKILLed under load; the replica promoted after down-after-milliseconds 1 s", true, 0)
+	sentinelFault(t, "Sentinel master SIGKILLed under load; the replica promoted after down-after-milliseconds 1 s", true, 1, 0)
 }
 
-// sentinelFault promotes the replica under load, by SIGKILL of the master
-// or by SENTINEL FAILOVER, with each store waiting for waitReplicas
-// replicas after every script run.
-func sentinelFault(t *testing.T, fault string, kill bool, waitReplicas int) {
-	d := redistest.StartSentinel(t)
+// sentinelFault promotes a replica under load, by SIGKILL of the master or
+// by SENTINEL FAILOVER, on a deployment with the given number of replicas
+// and each store waiting for waitReplicas replicas after every script run.
+func sentinelFault(t *testing.T, fault string, kill bool, replicas, waitReplicas int) {
+	d := redistest.StartSentinel(t, redistest.WithSentinelReplicas(replicas))
 	insts := instancesWith(t, "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName, 4,
 		redisstore.Options{WaitReplicas: waitReplicas})
 	l := startLoad(t, insts, 6, keysOf("a", "b"), windowLimit)
@@ -59,24 +76,29 @@ func sentinelFault(t *testing.T, fault string, kill bool, waitReplicas int) {
 	} else {
 		d.Sentinels[0].MustCLI(t, "SENTINEL", "FAILOVER", d.MasterName)
 	}
-	want := strconv.Itoa(d.Replica.Port)
-	waitFor(t, 20*time.Second, "the sentinels to name the replica master", func() bool {
+	var promoted *redistest.Server
+	waitFor(t, 20*time.Second, "the sentinels to name a replica master", func() bool {
 		out := d.Sentinels[0].MustCLI(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName)
-		return strings.HasSuffix(strings.TrimSpace(out), want)
+		for _, r := range d.Replicas {
+			if strings.HasSuffix(strings.TrimSpace(out), strconv.Itoa(r.Port)) {
+				promoted = r
+			}
+		}
+		return promoted != nil
 	})
 	switched := time.Now()
 	t.Logf("the sentinels named the new master %v after the fault", switched.Sub(started))
 	// Recovery is counted from the switch; under WAIT, from when the new
-	// master has a replica again, the old master once the sentinels have
-	// demoted it and it has synced: until then no WAIT can succeed.
+	// master has waitReplicas replicas in sync again (the other replicas
+	// once the sentinels have moved them to it, the old master once they
+	// have demoted it and it has synced): until then no WAIT can succeed.
 	from := switched
 	if waitReplicas > 0 {
-		waitFor(t, 30*time.Second, "the old master to replicate the new one", func() bool {
-			out := d.Master.MustCLI(t, "INFO", "replication")
-			return strings.Contains(out, "role:slave") && strings.Contains(out, "master_link_status:up")
+		waitFor(t, 30*time.Second, "the new master to have its replicas in sync", func() bool {
+			return onlineReplicas(promoted.MustCLI(t, "INFO", "replication")) >= waitReplicas
 		})
 		from = time.Now()
-		t.Logf("the old master replicated the new one %v after the fault", from.Sub(started))
+		t.Logf("the new master had %d replicas in sync %v after the fault", waitReplicas, from.Sub(started))
 	}
 	waitFor(t, 20*time.Second, "every instance to succeed after the switch", func() bool {
 		first, _ := recovery(l.Calls(), len(insts), from)
@@ -91,7 +113,7 @@ func sentinelFault(t *testing.T, fault string, kill bool, waitReplicas int) {
 	// connections whose last command was a script (or the WAIT after one)
 	// on the new master are the instances that followed it.
 	followed := 0
-	for line := range strings.Lines(d.Replica.MustCLI(t, "CLIENT", "LIST")) {
+	for line := range strings.Lines(promoted.MustCLI(t, "CLIENT", "LIST")) {
 		if strings.Contains(line, " cmd=evalsha ") || strings.Contains(line, " cmd=eval ") || strings.Contains(line, " cmd=wait ") {
 			followed++
 		}
@@ -121,8 +143,8 @@ func sentinelFault(t *testing.T, fault string, kill bool, waitReplicas int) {
 				unreplicated++
 			}
 		}
-		saw += fmt.Sprintf("; %d calls failed with ErrNotReplicated: the old master had no replica once its replica was promoted, "+
-			"and the new master had none until the sentinels demoted the old master and it synced, %s after the fault", unreplicated, ms(from.Sub(started)))
+		saw += fmt.Sprintf("; %d calls failed with ErrNotReplicated: the old master lost a replica to the promotion, "+
+			"and the new master had %d of %d replicas in sync %s after the fault", unreplicated, waitReplicas, replicas, ms(from.Sub(started)))
 	}
 	record(t, Row{
 		Fault: fault,
@@ -237,4 +259,16 @@ func TestFaultClusterFailover(t *testing.T) {
 		RecoveryMS: msf(latest(first).Sub(killed)), OutageMS: msf(latest(first).Sub(firstErr)),
 		Uncounted: st.uncounted, OtherShardErrors: otherErrs,
 	})
+}
+
+// onlineReplicas counts the replicas in sync in a master's INFO
+// replication ("slave0:ip=…,port=…,state=online,…").
+func onlineReplicas(info string) int {
+	n := 0
+	for line := range strings.Lines(info) {
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") {
+			n++
+		}
+	}
+	return n
 }

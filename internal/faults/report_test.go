@@ -135,6 +135,14 @@ var extra = map[string]func(Row) []string{
 		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
 			r.Overrun == 0, "a window admitted more than the limit although every decision waited for the replica")
 	},
+	"TestFaultSentinelFailoverWaitOneOfTwo": func(r Row) []string {
+		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
+			r.MaxWindow <= 2*r.Limit, "a window admitted more than twice the limit")
+	},
+	"TestFaultSentinelFailoverWaitAll": func(r Row) []string {
+		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
+			r.Overrun == 0, "a window admitted more than the limit although every decision waited for every replica")
+	},
 	"TestFaultSentinelMasterKill": func(r Row) []string {
 		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
 			r.Errors > 0, "no call failed while the master was down",

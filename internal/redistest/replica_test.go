@@ -41,3 +41,18 @@ func TestReplicaTLS(t *testing.T) {
 		t.Error("the replica of a TLS master does not speak TLS")
 	}
 }
+
+// TestSentinelReplicas starts a Sentinel deployment with two replicas,
+// which every sentinel must list with its link up (StartSentinel fails the
+// test otherwise).
+func TestSentinelReplicas(t *testing.T) {
+	d := StartSentinel(t, WithSentinelReplicas(2))
+	if len(d.Replicas) != 2 || d.Replica != d.Replicas[0] {
+		t.Fatalf("Replicas %v, Replica %v", d.Replicas, d.Replica)
+	}
+	for _, r := range d.Replicas {
+		if out := r.MustCLI(t, "INFO", "replication"); !strings.Contains(out, "master_port:"+fmt.Sprint(d.Master.Port)) {
+			t.Errorf("%s does not replicate the master: %s", r.Addr, out)
+		}
+	}
+}

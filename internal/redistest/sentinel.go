@@ -18,13 +18,15 @@ const sentinelTimeout = 30 * time.Second
 // MasterName is the name the sentinels of StartSentinel monitor.
 const MasterName = "mymaster"
 
-// Sentinel is a running Sentinel deployment: one master, one replica and
-// three sentinels with quorum 2.
+// Sentinel is a running Sentinel deployment: one master, one replica (or
+// more, WithSentinelReplicas) and three sentinels with quorum 2.
 type Sentinel struct {
 	// Master and Replica are the data nodes' roles when it started; after a
-	// failover they are swapped.
+	// failover they are swapped. Replica is Replicas[0].
 	Master  *Server
 	Replica *Server
+	// Replicas are every replica, in the order they started.
+	Replicas []*Server
 	// Sentinels are the three sentinel processes.
 	Sentinels []*Server
 	// MasterName is the name the sentinels monitor: "mymaster".
@@ -37,6 +39,13 @@ type SentinelOption func(*sentinelOptions)
 type sentinelOptions struct {
 	downAfter time.Duration
 	tls       *Certs
+	replicas  int
+}
+
+// WithSentinelReplicas starts n replicas of the master instead of one
+// (n < 1 means 1).
+func WithSentinelReplicas(n int) SentinelOption {
+	return func(o *sentinelOptions) { o.replicas = n }
 }
 
 // WithSentinelTLS makes every process speak TLS only, with certs, as
@@ -88,16 +97,20 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	replicaOf := WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(d.Master.Port))
 	ro := newOptions([]Option{replicaOf})
 	ro.tls, ro.clientAuth = o.tls, o.clientAuth
-	d.Replica = newServer(t, ro, false, func(s *Server, port int) ([]string, error) {
-		return dataArgs(port, s.Dir, ro, false), nil
-	})
-	if err := d.Replica.startFresh(ctx); err != nil {
-		t.Fatal(err)
+	for range max(so.replicas, 1) {
+		r := newServer(t, ro, false, func(s *Server, port int) ([]string, error) {
+			return dataArgs(port, s.Dir, ro, false), nil
+		})
+		if err := r.startFresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		d.Replicas = append(d.Replicas, r)
 	}
+	d.Replica = d.Replicas[0]
 	// Sentinels learn replicas from the master's INFO, which they ask for
 	// on connecting and then only every 10 s: start them once the master
-	// lists its replica.
-	if err := poll(ctx, func() error { return linksUp(ctx, []*Server{d.Replica}) }); err != nil {
+	// lists its replicas.
+	if err := poll(ctx, func() error { return linksUp(ctx, d.Replicas) }); err != nil {
 		t.Fatalf("redistest: sentinel replica not in sync: %v", err)
 	}
 
@@ -169,19 +182,42 @@ func (d *Sentinel) agreed(ctx context.Context) func() error {
 			if err != nil {
 				return err
 			}
-			r := pairs(out)
-			if got := r["name"]; got != d.Replica.Addr {
-				return fmt.Errorf("%s: replica %q, want %q", s.Addr, got, d.Replica.Addr)
+			seen := map[string]map[string]string{}
+			for _, r := range replicaEntries(out) {
+				seen[r["name"]] = r
 			}
-			if got := r["flags"]; got != "slave" {
-				return fmt.Errorf("%s: replica flags %q, want slave", s.Addr, got)
-			}
-			if got := r["master-link-status"]; got != "ok" {
-				return fmt.Errorf("%s: replica master-link-status %q, want ok", s.Addr, got)
+			for _, replica := range d.Replicas {
+				r, ok := seen[replica.Addr]
+				if !ok {
+					return fmt.Errorf("%s: does not list the replica %s", s.Addr, replica.Addr)
+				}
+				if got := r["flags"]; got != "slave" {
+					return fmt.Errorf("%s: replica %s flags %q, want slave", s.Addr, replica.Addr, got)
+				}
+				if got := r["master-link-status"]; got != "ok" {
+					return fmt.Errorf("%s: replica %s master-link-status %q, want ok", s.Addr, replica.Addr, got)
+				}
 			}
 		}
 		return nil
 	}
+}
+
+// replicaEntries reads SENTINEL REPLICAS in redis-cli's raw format: for
+// each replica, a flat key, value, … list that starts with "name".
+func replicaEntries(out string) []map[string]string {
+	var entries []map[string]string
+	lines := strings.Split(out, "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		k, v := strings.TrimSpace(lines[i]), strings.TrimSpace(lines[i+1])
+		if k == "name" {
+			entries = append(entries, map[string]string{})
+		}
+		if len(entries) > 0 {
+			entries[len(entries)-1][k] = v
+		}
+	}
+	return entries
 }
 
 // pairs reads a flat key, value, key, value reply in redis-cli's raw

@@ -415,11 +415,14 @@
 // it moves that replica to the new master: only WaitReplicas equal to the
 // number of replicas closes that gap. The price is availability: with
 // every replica waited for, a failover leaves the new master one replica
-// short until the old master is demoted and has synced (about 10 s under
-// SENTINEL FAILOVER, measured in docs/guarantees.md), and every call fails
-// meanwhile, as it does whenever a replica is down. Waiting for fewer
-// replicas than there are keeps deciding through a replica's outage and
-// still keeps every write that the promoted replica acknowledged. A WAIT
+// short until the old master is demoted and has synced, and every call
+// fails meanwhile, as it does whenever a replica is down. Waiting for
+// fewer replicas than there are keeps deciding through a replica's outage
+// and still keeps every write that the promoted replica acknowledged.
+// Measured under SENTINEL FAILOVER (docs/guarantees.md): without WAIT, 100
+// requests admitted above a limit of 50; with one replica waited for out
+// of one, or two out of two, none, and about 11 s without decisions; with
+// one out of two, none in that run, and 1.1 s without decisions. A WAIT
 // that timed out does not undo the write on the master, so a failed call
 // may have been counted, as any failed call may; a lease claim (a limit
 // with a LocalBudget) that fails so has also taken the units it claimed,
