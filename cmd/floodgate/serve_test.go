@@ -531,24 +531,11 @@ func scriptCalls(t *testing.T, redis *redistest.Server) (calls, fcalls int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.SplitSeq(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k != "cmdstat_evalsha" && k != "cmdstat_eval" && k != "cmdstat_fcall" {
-			continue
-		}
-		var ok int64
-		for kv := range strings.SplitSeq(v, ",") {
-			name, n, _ := strings.Cut(kv, "=")
-			c, _ := strconv.ParseInt(n, 10, 64)
-			switch name {
-			case "calls":
-				ok += c
-			case "failed_calls":
-				ok -= c
-			}
-		}
+	stats := redistest.ParseCommandStats(info)
+	for _, cmd := range redistest.ScriptCommands {
+		ok := stats[cmd].Calls - stats[cmd].FailedCalls
 		calls += ok
-		if k == "cmdstat_fcall" {
+		if cmd == "fcall" {
 			fcalls += ok
 		}
 	}

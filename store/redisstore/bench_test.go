@@ -176,10 +176,14 @@ func runCallers(b *testing.B, c rueidis.Client, callers int, op func(i int, leas
 	b.ReportMetric(float64(usec-beforeUsec)/float64(b.N), "server-µs/op")
 }
 
-// isScriptStat reports whether an INFO commandstats line counts script
-// runs: EVALSHA, EVAL or FCALL.
-func isScriptStat(line string) bool {
-	return strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") || strings.HasPrefix(line, "cmdstat_fcall:")
+// commandStats is the server's INFO commandstats (redistest.ParseCommandStats).
+func commandStats(t testing.TB, c rueidis.Client) map[string]redistest.CommandStat {
+	t.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return redistest.ParseCommandStats(info)
 }
 
 // scriptStats is the number of scripts the server has run (EVALSHA, EVAL
@@ -187,25 +191,10 @@ func isScriptStat(line string) bool {
 // counted under their own names and are not round trips) and the
 // microseconds it spent in them.
 func scriptStats(b *testing.B, c rueidis.Client) (calls, usec int64) {
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if !isScriptStat(line) {
-			continue
-		}
-		_, stats, _ := strings.Cut(strings.TrimSpace(line), ":")
-		for kv := range strings.SplitSeq(stats, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "calls":
-				calls += n
-			case "usec":
-				usec += n
-			}
-		}
+	stats := commandStats(b, c)
+	for _, cmd := range redistest.ScriptCommands {
+		calls += stats[cmd].Calls
+		usec += stats[cmd].Usec
 	}
 	return calls, usec
 }

@@ -71,7 +71,10 @@ type wait struct {
 // leaves the other half for the round trip and for Redis, which ends a
 // timed-out WAIT at its next event-loop pass (see the package doc).
 func (w wait) within(ctx context.Context) wait {
-	if d, ok := ctx.Deadline(); ok && w.replicas > 0 {
+	if w.replicas == 0 {
+		return w // no WAIT: every run without one pays nothing here
+	}
+	if d, ok := ctx.Deadline(); ok {
 		w.timeout = min(w.timeout, time.Until(d)/2)
 	}
 	return w

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,30 +22,17 @@ import (
 // commandCalls is the calls= of cmd in INFO commandstats, 0 if absent.
 func commandCalls(t testing.TB, c rueidis.Client, cmd string) int64 {
 	t.Helper()
-	n, err := commandCallsErr(c, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return commandStats(t, c)[cmd].Calls
 }
 
+// commandCallsErr is commandCalls for a goroutine other than the test's,
+// which may not fail it.
 func commandCallsErr(c rueidis.Client, cmd string) (int64, error) {
 	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		return 0, err
 	}
-	for line := range strings.SplitSeq(info, "\n") {
-		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		for kv := range strings.SplitSeq(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				return strconv.ParseInt(v, 10, 64)
-			}
-		}
-	}
-	return 0, nil
+	return redistest.ParseCommandStats(info)[cmd].Calls, nil
 }
 
 // checkFunctionsOnly fails unless the server ran FCALL and never EVALSHA

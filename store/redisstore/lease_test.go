@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
@@ -388,22 +389,10 @@ func TestDenyCacheBounded(t *testing.T) {
 // scriptCalls is the number of scripts the server has run.
 func scriptCalls(t testing.TB, c rueidis.Client) int64 {
 	t.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stats := commandStats(t, c)
 	var calls int64
-	for line := range strings.SplitSeq(info, "\n") {
-		if !isScriptStat(line) {
-			continue
-		}
-		_, stats, _ := strings.Cut(strings.TrimSpace(line), ":")
-		for kv := range strings.SplitSeq(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				calls += n
-			}
-		}
+	for _, cmd := range redistest.ScriptCommands {
+		calls += stats[cmd].Calls
 	}
 	return calls
 }
