@@ -28,3 +28,23 @@ func TestStandardLibraryOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestBinaryLinksNoTestCode: the floodgate binary links no testing package
+// and none of the project's test support (floodgatetest, internal/…test
+// helpers), so a deployment runs none of it.
+func TestBinaryLinksNoTestCode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{.Standard}}", "./cmd/floodgate").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/floodgate: %v\n%s", err, out)
+	}
+	for line := range strings.Lines(string(out)) {
+		dep, standard, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if dep == "testing" || strings.HasPrefix(dep, "testing/") ||
+			standard == "false" && strings.HasPrefix(dep, "github.com/floodgate-rl/floodgate/") && strings.HasSuffix(dep, "test") {
+			t.Errorf("cmd/floodgate links %s", dep)
+		}
+	}
+}

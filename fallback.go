@@ -8,31 +8,14 @@ import (
 	"time"
 )
 
-// DefaultProbeInterval is how long a Fallback decides locally after a
-// failure of the shared store before it lets one call try the store again.
+// DefaultProbeInterval is the default Options.ProbeInterval: how long
+// FailLocal decides locally after a failure of the shared store before it
+// lets one call try the store again.
 const DefaultProbeInterval = time.Second
 
-// FallbackOptions configure a Fallback.
-type FallbackOptions struct {
-	// Local is the in-process store that decides while the shared store is
-	// failing, usually memstore.New(nil); required.
-	Local Store
-	// Instances is the number of instances sharing the shared store, each
-	// with its own Fallback, which every limit is divided by; at least 1.
-	Instances int
-	// ProbeInterval is how long the breaker stays open after a failure
-	// before one call probes the shared store; 0 means
-	// DefaultProbeInterval.
-	ProbeInterval time.Duration
-	// Clock times the probe interval; nil means the process clock.
-	Clock Clock
-}
-
-// Fallback is the circuit breaker and local store behind FailLocal. A
-// Limiter with FailLocal makes its own; a service that decides at the Store
-// level (package server) uses one directly: ask UseLocal before calling the
-// shared store, Report its answer, and decide in Apply when UseLocal said
-// so or the store failed. It is safe for concurrent use.
+// fallback is the circuit breaker and local store behind FailLocal. A
+// Limiter made with Options.Local and Options.Instances has one, shared by
+// every call whose policy is FailLocal. It is safe for concurrent use.
 //
 // The breaker is closed while the shared store answers: every call goes to
 // it. A store failure (an error other than an invalid request or a
@@ -69,9 +52,9 @@ type FallbackOptions struct {
 // the breaker changed state, it is released on the other side, where it
 // is unknown (harmless), and holds its units until it expires after the
 // limit's Period. Limiter.Reset forgets a key in the shared store only.
-type Fallback struct {
+type fallback struct {
 	local     Store
-	instances int64
+	instances int
 	probe     time.Duration
 	clock     Clock
 
@@ -82,50 +65,33 @@ type Fallback struct {
 	probing atomic.Bool
 }
 
-// NewFallback returns a Fallback with a closed breaker.
-func NewFallback(o FallbackOptions) (*Fallback, error) {
-	if err := checkFallback("NewFallback", o.Local, o.Instances, o.ProbeInterval); err != nil {
-		return nil, err
-	}
-	if o.ProbeInterval == 0 {
-		o.ProbeInterval = DefaultProbeInterval
-	}
-	if o.Clock == nil {
-		o.Clock = SystemClock{}
-	}
-	return &Fallback{local: o.Local, instances: int64(o.Instances), probe: o.ProbeInterval, clock: o.Clock}, nil
-}
-
-// checkFallback reports every problem of a Fallback's fields at once, each
-// prefixed with the function the caller called (fn) and named as both
-// FallbackOptions and Options spell it.
-func checkFallback(fn string, local Store, instances int, probe time.Duration) error {
-	var errs []error
-	if local == nil {
-		errs = append(errs, fmt.Errorf("floodgate: %s: Local: nil; failure policy local needs a local store (memstore.New)", fn))
-	}
-	if instances < 1 {
-		errs = append(errs, fmt.Errorf("floodgate: %s: Instances: %d, but failure policy local needs the number of instances sharing the store (at least 1)", fn, instances))
-	}
-	if probe < 0 {
-		errs = append(errs, fmt.Errorf("floodgate: %s: ProbeInterval: negative %v", fn, probe))
-	}
-	return errors.Join(errs...)
-}
-
-// newLimiterFallback is the Fallback of a Limiter's options: nil unless
-// FailLocal, whose fields it checks, naming them as Options spells them.
-func newLimiterFallback(o *Options) (*Fallback, error) {
-	if o.FailurePolicy != FailLocal {
-		if o.Local != nil || o.Instances != 0 || o.ProbeInterval != 0 {
-			return nil, fmt.Errorf("floodgate: New: Local, Instances and ProbeInterval are for failure policy local, not %s", o.FailurePolicy)
-		}
+// newFallback is the fallback of a Limiter's options: nil without Local
+// and Instances. It reports every problem of those fields at once.
+func newFallback(o *Options) (*fallback, error) {
+	if o.Local == nil && o.Instances == 0 && o.ProbeInterval == 0 && o.FailurePolicy != FailLocal {
 		return nil, nil
 	}
-	if err := checkFallback("New", o.Local, o.Instances, o.ProbeInterval); err != nil {
-		return nil, err
+	var errs []error
+	if o.Local == nil {
+		errs = append(errs, errors.New("floodgate: New: Local: nil; failure policy local needs a local store (memstore.New)"))
 	}
-	return NewFallback(FallbackOptions{Local: o.Local, Instances: o.Instances, ProbeInterval: o.ProbeInterval, Clock: o.Clock})
+	if o.Instances < 1 {
+		errs = append(errs, fmt.Errorf("floodgate: New: Instances: %d, but failure policy local needs the number of instances sharing the store (at least 1)", o.Instances))
+	}
+	if o.ProbeInterval < 0 {
+		errs = append(errs, fmt.Errorf("floodgate: New: ProbeInterval: negative %v", o.ProbeInterval))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	f := &fallback{local: o.Local, instances: o.Instances, probe: o.ProbeInterval, clock: o.Clock}
+	if f.probe == 0 {
+		f.probe = DefaultProbeInterval
+	}
+	if f.clock == nil {
+		f.clock = SystemClock{}
+	}
+	return f, nil
 }
 
 // Share is limit as each of instances instances holds it on its own:
@@ -135,6 +101,8 @@ func newLimiterFallback(o *Options) (*Fallback, error) {
 // something (the fleet then admits up to instances per window, not
 // limit). A limit of 0 stays 0. Concurrency limits are divided the same
 // way: each instance holds its share of leases. Share(limit, 1) is limit.
+// It is what FailLocal decides with while the store is failing
+// (Outcome.Limit reports it).
 //
 // 100 per minute over 3 instances is 33 per minute each; a token bucket of
 // 10 per second with burst 25 over 4 instances is 2 per second, burst 6.
@@ -152,14 +120,11 @@ func Share(limit Limit, instances int) Limit {
 	return limit
 }
 
-// Instances is the number of instances the Fallback divides limits by.
-func (f *Fallback) Instances() int { return int(f.instances) }
-
-// UseLocal reports whether a call should be decided locally without asking
+// useLocal reports whether a call should be decided locally without asking
 // the shared store: true while the breaker is open, except for the one
 // call per interval that it lets probe the store. A caller that gets false
-// must Report the store's answer.
-func (f *Fallback) UseLocal() bool {
+// must report the store's answer.
+func (f *fallback) useLocal() bool {
 	until := f.openUntil.Load()
 	if until == 0 {
 		return false
@@ -171,7 +136,7 @@ func (f *Fallback) UseLocal() bool {
 		return true
 	}
 	// A probe that failed between the Load above and the CAS opened the
-	// breaker again (Report stores openUntil before it clears probing):
+	// breaker again (report stores openUntil before it clears probing):
 	// this call is not a second probe of the same interval.
 	if f.clock.Now().UnixNano() < f.openUntil.Load() {
 		f.probing.Store(false)
@@ -180,18 +145,18 @@ func (f *Fallback) UseLocal() bool {
 	return false
 }
 
-// Report tells the breaker how the shared store answered: nil closes it; a
+// report tells the breaker how the shared store answered: nil closes it; a
 // store failure opens it for the probe interval. An invalid request or
 // limit (ErrInvalidRequest, ErrInvalidLimit) or a cancelled context says
-// nothing about the store and leaves it as it was. Report returns whether
+// nothing about the store and leaves it as it was. report returns whether
 // err is a store failure, which the caller should decide locally.
-func (f *Fallback) Report(err error) bool {
+func (f *fallback) report(err error) bool {
 	switch {
 	case err == nil:
 		f.openUntil.Store(0)
 		f.probing.Store(false)
 		return false
-	case !IsStoreFailure(err):
+	case !isStoreFailure(err):
 		f.probing.Store(false)
 		return false
 	}
@@ -200,106 +165,65 @@ func (f *Fallback) Report(err error) bool {
 	return true
 }
 
-// Open reports whether the breaker is open: the last answer of the shared
-// store was a failure.
-func (f *Fallback) Open() bool { return f.openUntil.Load() != 0 }
-
-// IsStoreFailure reports whether err, returned by a store, means the store
+// isStoreFailure reports whether err, returned by a store, means the store
 // failed (is unreachable, timed out, answered wrongly) rather than that the
 // request was invalid or its caller gave up.
-func IsStoreFailure(err error) bool {
+func isStoreFailure(err error) bool {
 	return err != nil && !errors.Is(err, ErrInvalidRequest) && !errors.Is(err, ErrInvalidLimit) && !errors.Is(err, context.Canceled)
 }
 
-// Apply decides r in the local store with this instance's share of its
-// limit (see Share), and marks the decision Fallback. ctx should be the
-// caller's, not one whose store deadline has passed.
-func (f *Fallback) Apply(ctx context.Context, r Request) (Decision, error) {
-	r.Limit = Share(r.Limit, int(f.instances))
+// share is r's limit as this instance holds it.
+func (f *fallback) share(r Request) (Request, error) {
+	r.Limit = Share(r.Limit, f.instances)
 	if !r.Limit.valid() {
-		return Decision{}, fmt.Errorf("floodgate: local fallback: the share of %s over %d instances: %w", r.Limit, f.instances, r.Limit.Validate())
+		return r, fmt.Errorf("floodgate: local fallback: the share of %s over %d instances: %w", r.Limit, f.instances, r.Limit.Validate())
 	}
-	d, err := f.local.Apply(ctx, r)
-	if err != nil {
-		return Decision{}, fmt.Errorf("floodgate: local fallback: %w", err)
-	}
-	d.Fallback = true
-	return d, nil
+	return r, nil
 }
 
-// ApplyBatch decides rs in the local store like Apply, all or nothing when
-// the local store is a Batcher (memstore is), else one by one.
-func (f *Fallback) ApplyBatch(ctx context.Context, rs []Request) ([]Decision, error) {
+// apply decides rs in the local store with this instance's share of each
+// limit, all or nothing when atomic and the local store is a Batcher
+// (memstore is), else each on its own, and marks the decisions Fallback.
+// ctx should be the caller's, not one whose store deadline has passed.
+func (f *fallback) apply(ctx context.Context, rs []Request, atomic bool) ([]Decision, []error) {
 	local := make([]Request, len(rs))
+	ds, errs := make([]Decision, len(rs)), make([]error, len(rs))
+	var bad error
 	for i, r := range rs {
-		r.Limit = Share(r.Limit, int(f.instances))
-		if !r.Limit.valid() {
-			return nil, fmt.Errorf("floodgate: local fallback: the share of %s over %d instances: %w", r.Limit, f.instances, r.Limit.Validate())
+		if local[i], errs[i] = f.share(r); errs[i] != nil {
+			bad = errs[i]
 		}
-		local[i] = r
 	}
-	ds, err := applyBatch(ctx, f.local, local)
-	if err != nil {
-		return nil, fmt.Errorf("floodgate: local fallback: %w", err)
+	switch {
+	case atomic && bad != nil:
+		fill(errs, bad)
+	case atomic:
+		var err error
+		if ds, err = applyBatch(ctx, f.local, local); err != nil {
+			ds = make([]Decision, len(rs))
+			fill(errs, fmt.Errorf("floodgate: local fallback: %w", err))
+		}
+	default:
+		for i, r := range local {
+			if errs[i] != nil {
+				continue
+			}
+			if ds[i], errs[i] = f.local.Apply(ctx, r); errs[i] != nil {
+				errs[i] = fmt.Errorf("floodgate: local fallback: %w", errs[i])
+			}
+		}
 	}
 	for i := range ds {
-		ds[i].Fallback = true
+		ds[i].Fallback = errs[i] == nil
 	}
-	return ds, nil
+	return ds, errs
 }
 
-// applyFallback is Limiter.apply under FailLocal: the store unless the
-// breaker is open, the local store if it is or the store fails. A local
-// decision is a real one, so it comes with no error (unlike FailOpen's and
-// FailClosed's, which are made up); the Observer sees the store's error.
-func (l *Limiter) applyFallback(ctx context.Context, r Request) (Decision, error) {
-	start := time.Now()
-	var storeErr error
-	if !l.fb.UseLocal() {
-		sctx, cancel := l.withTimeout(ctx)
-		d, err := l.store.Apply(sctx, r)
-		cancel()
-		if !l.fb.Report(err) {
-			if err != nil {
-				d = l.failed(err)
-			}
-			l.observe(r, d, err, time.Since(start))
-			return d, err
-		}
-		storeErr = err
+// fill sets every element of errs to err.
+func fill(errs []error, err error) {
+	for i := range errs {
+		errs[i] = err
 	}
-	d, err := l.fb.Apply(ctx, r)
-	if err != nil {
-		err = errors.Join(storeErr, err)
-		d = l.failed(err)
-	}
-	if err == nil {
-		// The Observer learns why the decision is local.
-		l.observe(r, d, storeErr, time.Since(start))
-	} else {
-		l.observe(r, d, err, time.Since(start))
-	}
-	return d, err
-}
-
-// applyEachFallback is AllowEach under FailLocal.
-func (l *Limiter) applyEachFallback(ctx context.Context, rs []Request) (Decision, []Decision, error) {
-	start := time.Now()
-	var storeErr error
-	if !l.fb.UseLocal() {
-		sctx, cancel := l.withTimeout(ctx)
-		ds, err := applyBatch(sctx, l.store, rs)
-		cancel()
-		if !l.fb.Report(err) {
-			return l.finishEach(rs, ds, err, nil, start)
-		}
-		storeErr = err
-	}
-	ds, err := l.fb.ApplyBatch(ctx, rs)
-	if err != nil {
-		err = errors.Join(storeErr, err)
-	}
-	return l.finishEach(rs, ds, err, storeErr, start)
 }
 
 // applyBatch applies rs in s all or nothing when it is a Batcher, else one

@@ -2,10 +2,8 @@ package floodgate_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,7 +54,10 @@ func TestFailLocalOptions(t *testing.T) {
 		{"no instances", floodgate.Options{FailurePolicy: floodgate.FailLocal, Local: local}, []string{"Instances: 0"}},
 		{"both missing", floodgate.Options{FailurePolicy: floodgate.FailLocal, Instances: -1}, []string{"Local:", "Instances: -1"}},
 		{"negative probe", floodgate.Options{FailurePolicy: floodgate.FailLocal, Local: local, Instances: 1, ProbeInterval: -time.Second}, []string{"ProbeInterval: negative"}},
-		{"local options without local", floodgate.Options{FailurePolicy: floodgate.FailOpen, Instances: 3}, []string{"for failure policy local, not fail_open"}},
+		{"local options without local store", floodgate.Options{FailurePolicy: floodgate.FailOpen, Instances: 3}, []string{"Local:"}},
+		// Local and Instances make FailLocal available to the items of
+		// Decide that ask for it, whatever the default policy.
+		{"local store under another default", floodgate.Options{FailurePolicy: floodgate.FailOpen, Local: local, Instances: 3}, nil},
 		{"unknown policy", floodgate.Options{FailurePolicy: "fail_local"}, []string{`"fail_local"`, "fail_open, fail_closed or local"}},
 	}
 	for _, tt := range tests {
@@ -77,9 +78,6 @@ func TestFailLocalOptions(t *testing.T) {
 				}
 			}
 		})
-	}
-	if _, err := floodgate.NewFallback(floodgate.FallbackOptions{}); err == nil || !strings.Contains(err.Error(), "Local:") || !strings.Contains(err.Error(), "Instances: 0") {
-		t.Errorf("NewFallback(zero options) = %v, want errors naming Local and Instances", err)
 	}
 }
 
@@ -421,44 +419,5 @@ func TestFailLocalAllowEach(t *testing.T) {
 	}
 	if got := last[1].Remaining; got != 1 {
 		t.Errorf("per-second remaining after a denial by the minute %d, want 1 (nothing taken)", got)
-	}
-}
-
-// TestFallbackOneProbePerInterval: past the probe interval, however many
-// goroutines race through UseLocal and Report a failure, exactly one of
-// them probes: the failed probe opens the breaker again before another
-// can claim the probe (the fake clock never moves, so the interval never
-// passes again).
-func TestFallbackOneProbePerInterval(t *testing.T) {
-	clock := floodgatetest.NewFakeClock(start)
-	local := memstore.New(&memstore.Options{SweepInterval: -1, Clock: clock})
-	defer local.Close()
-	for round := range 50 {
-		f, err := floodgate.NewFallback(floodgate.FallbackOptions{Local: local, Instances: 2, ProbeInterval: time.Minute, Clock: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		down := errors.New("dial tcp: connection refused")
-		f.Report(down) // open until start + 1 min
-		clock.Advance(time.Minute)
-		var probes atomic.Int64
-		gate := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				<-gate
-				for range 200 {
-					if !f.UseLocal() {
-						probes.Add(1)
-						f.Report(down)
-					}
-				}
-			})
-		}
-		close(gate)
-		wg.Wait()
-		if n := probes.Load(); n != 1 {
-			t.Fatalf("round %d: %d probes in one interval, want 1", round, n)
-		}
 	}
 }

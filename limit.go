@@ -66,7 +66,8 @@ const (
 //
 //	floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: 20}
 type Limit struct {
-	// Algorithm is the algorithm; empty means FixedWindow.
+	// Algorithm is the algorithm; empty means DefaultAlgorithm
+	// (FixedWindow).
 	Algorithm Algorithm
 	// Limit is how many units are admitted per Period (the refill rate for
 	// TokenBucket and GCRA, the units held at once for Concurrency).
@@ -116,9 +117,15 @@ func (l Limit) Capacity() int64 {
 	return l.Limit
 }
 
-func (l Limit) algorithm() Algorithm {
+// DefaultAlgorithm is the algorithm of a Limit whose Algorithm is empty,
+// in the library, config files and the HTTP API alike.
+const DefaultAlgorithm = FixedWindow
+
+// EffectiveAlgorithm is the algorithm the limit runs: Algorithm, or
+// DefaultAlgorithm when it is empty.
+func (l Limit) EffectiveAlgorithm() Algorithm {
 	if l.Algorithm == "" {
-		return FixedWindow
+		return DefaultAlgorithm
 	}
 	return l.Algorithm
 }
@@ -139,7 +146,7 @@ func (l Limit) invalid() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fieldErr(ErrInvalidLimit, field, format, args...))
 	}
-	alg := l.algorithm()
+	alg := l.EffectiveAlgorithm()
 	known := false
 	for _, a := range Algorithms {
 		known = known || a == alg
@@ -224,7 +231,7 @@ func (l *Limit) valid() bool {
 		return false
 	}
 	periodUS := int64(l.Period / time.Microsecond)
-	if l.LocalBudget != 0 && l.leaseProblem(l.algorithm()) != "" {
+	if l.LocalBudget != 0 && l.leaseProblem(l.EffectiveAlgorithm()) != "" {
 		return false
 	}
 	aligned := l.Window == "" || l.Window == Aligned
@@ -325,7 +332,7 @@ func (l Limit) String() string {
 	if l.Name != "" {
 		b.WriteString(strconv.Quote(l.Name) + " ")
 	}
-	fmt.Fprintf(&b, "%d/%v %s", l.Limit, l.Period, l.algorithm())
+	fmt.Fprintf(&b, "%d/%v %s", l.Limit, l.Period, l.EffectiveAlgorithm())
 	if l.Burst != 0 {
 		fmt.Fprintf(&b, " burst=%d", l.Burst)
 	}

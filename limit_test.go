@@ -193,7 +193,7 @@ func checkLimitError(t *testing.T, err error) {
 func checkParams(t *testing.T, l Limit) {
 	t.Helper()
 	p := l.Params()
-	alg := l.algorithm()
+	alg := l.EffectiveAlgorithm()
 	if got, want := p.Limit, l.Limit; got != want {
 		t.Errorf("Params().Limit = %d, want %d", got, want)
 	}

@@ -21,8 +21,13 @@ const (
 	FailOpen FailurePolicy = "fail_open"
 	// FailLocal decides in Options.Local, an in-process store, with this
 	// instance's share of each limit (see Share) while the store is
-	// failing, and returns to the store when it answers again (see
-	// Fallback). Options.Local and Options.Instances are required.
+	// failing, and returns to the store when it answers again: a circuit
+	// breaker opens on a failure, decides locally without waiting on the
+	// store, and lets one call per Options.ProbeInterval try the store
+	// again. Options.Local and Options.Instances are required. The
+	// breaker's doc in fallback.go states what a handover costs in
+	// accuracy: in any span of time the fleet admits at most twice what
+	// the limit allows, plus what a restart of the store forgot.
 	FailLocal FailurePolicy = "local"
 )
 
@@ -46,12 +51,13 @@ type Options struct {
 	// Observer, if set, sees every decision and failure (for metrics).
 	Observer Observer
 	// Local is the in-process store FailLocal decides in while the store
-	// is failing, usually memstore.New(nil); required for FailLocal. The
-	// Limiter does not close it.
+	// is failing, usually memstore.New(nil); required for FailLocal, as
+	// FailurePolicy or as the Policy of an Item of Decide. The Limiter
+	// does not close it.
 	Local Store
 	// Instances is the number of Limiter instances sharing the store
 	// (replicas of the service), which FailLocal divides each limit by;
-	// required (at least 1) for FailLocal.
+	// required (at least 1) with Local.
 	Instances int
 	// ProbeInterval is how long FailLocal decides locally after a store
 	// failure before one call tries the store again; default
@@ -69,14 +75,13 @@ type Observer interface {
 type Event struct {
 	// Request is the request as sent to the store (key with prefix).
 	Request Request
-	// Decision is what the caller got: the store's, or the failure policy's
-	// when Err is set.
-	Decision Decision
-	// Err is the store's error, if it failed. Under FailLocal a decision
-	// with Decision.Fallback set carries the error that sent it to the
-	// local store, or nil when the open breaker did not ask the store.
-	Err error
-	// Latency is the time the store call took.
+	// Outcome is what the caller got and who decided it: the store, the
+	// failure policy (Err set), or under FailLocal the local store
+	// (Decision.Fallback set; Err is the failure that sent it there, or
+	// nil when the open breaker did not ask the store).
+	Outcome
+	// Latency is the time the call took, local store included; the
+	// requests of one Decide or AllowEach share it.
 	Latency time.Duration
 }
 
@@ -90,7 +95,7 @@ type Limiter struct {
 	policy  FailurePolicy
 	timeout time.Duration
 	obs     Observer
-	fb      *Fallback // FailLocal's, else nil
+	fb      *fallback // FailLocal's, with Options.Local; else nil
 	// direct: no fallback, timeout or observer, so apply calls the store
 	// and nothing else.
 	direct bool
@@ -115,7 +120,7 @@ func New(store Store, opts *Options) (*Limiter, error) {
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("floodgate: New: negative timeout %v", o.Timeout)
 	}
-	fb, err := newLimiterFallback(&o)
+	fb, err := newFallback(&o)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +164,7 @@ func (l *Limiter) allow(ctx context.Context, key string, limit *Limit, n int64) 
 	}
 	d, err := l.store.Apply(ctx, r)
 	if err != nil {
-		return l.failed(err), err
+		return failed(l.policy), err
 	}
 	return d, nil
 }
@@ -202,30 +207,18 @@ func (l *Limiter) AllowEach(ctx context.Context, key string, n int64, limits ...
 			return Decision{RetryAfter: Never}, nil, err
 		}
 	}
-	if l.fb != nil {
-		return l.applyEachFallback(ctx, rs)
+	c := call{rs: rs, policies: make([]FailurePolicy, len(rs)), atomic: true, out: make([]Outcome, len(rs))}
+	for i := range c.policies {
+		c.policies[i] = l.policy
 	}
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	start := time.Now()
-	ds, err := applyBatch(ctx, l.store, rs)
-	return l.finishEach(rs, ds, err, nil, start)
-}
-
-// finishEach observes every request of an AllowEach that started at start
-// and returns its answer: the failure policy's decision for err, else
-// the combined decision. storeErr is the store's failure that a local
-// decision answered (FailLocal).
-func (l *Limiter) finishEach(rs []Request, ds []Decision, err, storeErr error, start time.Time) (Decision, []Decision, error) {
-	if err != nil {
-		d := l.failed(err)
-		for _, r := range rs {
-			l.observe(r, d, err, time.Since(start))
+	l.run(ctx, &c)
+	ds := make([]Decision, len(rs))
+	for i := range c.out {
+		d, err := c.out[i].result()
+		if err != nil {
+			return d, nil, err
 		}
-		return d, nil, err
-	}
-	for i, r := range rs {
-		l.observe(r, ds[i], storeErr, time.Since(start))
+		ds[i] = d
 	}
 	return Combine(ds), ds, nil
 }
@@ -242,8 +235,8 @@ func (l *Limiter) Acquire(ctx context.Context, key string, limit Limit) (*Lease,
 // On a store failure, FailOpen returns a lease that holds nothing (its
 // Release is a no-op) and the error.
 func (l *Limiter) AcquireN(ctx context.Context, key string, limit Limit, n int64) (*Lease, Decision, error) {
-	if limit.algorithm() != Concurrency {
-		return nil, Decision{RetryAfter: Never}, fieldErr(ErrInvalidLimit, "algorithm", "Acquire needs a concurrency limit, not %s", limit.algorithm())
+	if limit.EffectiveAlgorithm() != Concurrency {
+		return nil, Decision{RetryAfter: Never}, fieldErr(ErrInvalidLimit, "algorithm", "Acquire needs a concurrency limit, not %s", limit.EffectiveAlgorithm())
 	}
 	if n < 1 {
 		return nil, Decision{RetryAfter: Never}, fieldErr(ErrInvalidRequest, "cost", "Acquire takes at least 1 unit, not %d", n)
@@ -313,31 +306,17 @@ func (l *Limiter) apply(ctx context.Context, r *Request) (Decision, error) {
 	// store; see BENCHMARKS.md).
 	d, err := l.store.Apply(ctx, *r)
 	if err != nil {
-		d = l.failed(err)
+		d = failed(l.policy)
 	}
 	return d, err
 }
 
 // applyWrapped is apply for a prepared r with a fallback, a timeout or an
-// observer.
+// observer: the pipeline of Decide, for one request.
 func (l *Limiter) applyWrapped(ctx context.Context, r *Request) (Decision, error) {
-	if l.fb != nil {
-		return l.applyFallback(ctx, *r)
-	}
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	var start time.Time
-	if l.obs != nil {
-		start = time.Now()
-	}
-	d, err := l.store.Apply(ctx, *r)
-	if err != nil {
-		d = l.failed(err)
-	}
-	if l.obs != nil {
-		l.observe(*r, d, err, time.Since(start))
-	}
-	return d, err
+	c := call{rs: []Request{*r}, policies: []FailurePolicy{l.policy}, out: make([]Outcome, 1)}
+	l.run(ctx, &c)
+	return c.out[0].result()
 }
 
 // prepare adds the key prefix and the time, and validates r.
@@ -362,18 +341,4 @@ func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.Can
 		return context.WithTimeout(ctx, l.timeout)
 	}
 	return ctx, func() {}
-}
-
-// failed is the failure policy's decision.
-func (l *Limiter) failed(error) Decision {
-	if l.policy == FailOpen {
-		return Decision{Allowed: true}
-	}
-	return Decision{}
-}
-
-func (l *Limiter) observe(r Request, d Decision, err error, latency time.Duration) {
-	if l.obs != nil {
-		l.obs.Observe(Event{Request: r, Decision: d, Err: err, Latency: latency})
-	}
 }

@@ -188,9 +188,9 @@ func FuzzRequestValidate(f *testing.F) {
 		if err := r.Limit.Validate(); err != nil {
 			t.Errorf("accepted a request whose limit is invalid: %v", err)
 		}
-		isConc := r.Limit.algorithm() == Concurrency
+		isConc := r.Limit.EffectiveAlgorithm() == Concurrency
 		if !isConc && (lease != "" || release) {
-			t.Errorf("accepted a lease on %s", r.Limit.algorithm())
+			t.Errorf("accepted a lease on %s", r.Limit.EffectiveAlgorithm())
 		}
 		if isConc && lease == "" && (cost > 0 || release) {
 			t.Errorf("accepted a concurrency acquire or release without a lease")

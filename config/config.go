@@ -18,21 +18,6 @@ type Entry struct {
 	Value string
 }
 
-// FailureMode says how a rule is answered when the store fails or times out.
-type FailureMode string
-
-const (
-	// FailOpen admits the request (and the server counts the event).
-	FailOpen FailureMode = "fail_open"
-	// FailClosed denies the request.
-	FailClosed FailureMode = "fail_closed"
-	// FailLocal decides the request in the server's memory with the
-	// instance's share of the limit (the limit divided by the number of
-	// instances, `floodgate serve -instances`) until the store answers
-	// again: floodgate.FailLocal.
-	FailLocal FailureMode = "local"
-)
-
 // Level is one level of a rule's path in the config file: the key and value
 // of a descriptor entry and of each of its parents.
 type Level struct {
@@ -78,9 +63,9 @@ type Rule struct {
 	// DetailedMetric (detailed_metric) puts the request's value of every
 	// level into MetricKey.
 	DetailedMetric bool
-	// FailureMode (rate_limit.failure_mode) is how to answer when the store
+	// FailurePolicy (rate_limit.failure_mode) is how to answer when the store
 	// fails; empty means the server's default.
-	FailureMode FailureMode
+	FailurePolicy floodgate.FailurePolicy
 	// Replaces (rate_limit.replaces) names the rules this one replaces when
 	// both match one request; see Config.MatchAll.
 	Replaces []string

@@ -2,6 +2,8 @@ package config
 
 import (
 	"testing"
+
+	"github.com/floodgate-rl/floodgate"
 )
 
 func loadTestdata(t testing.TB) *Config {
@@ -151,14 +153,14 @@ func TestMatchRuleFields(t *testing.T) {
 	if got, want := r.Limit.String(), `"merchant_rps" 50/1s gcra burst=200`; got != want {
 		t.Errorf("merchant limit %s, want %s", got, want)
 	}
-	if r.FailureMode != FailOpen {
-		t.Errorf("merchant failure mode %q, want %q", r.FailureMode, FailOpen)
+	if r.FailurePolicy != floodgate.FailOpen {
+		t.Errorf("merchant failure mode %q, want %q", r.FailurePolicy, floodgate.FailOpen)
 	}
-	if r := c.Match("payments", e("refund", "r")); r.FailureMode != FailLocal {
-		t.Errorf("refund failure mode %q, want %q", r.FailureMode, FailLocal)
+	if r := c.Match("payments", e("refund", "r")); r.FailurePolicy != floodgate.FailLocal {
+		t.Errorf("refund failure mode %q, want %q", r.FailurePolicy, floodgate.FailLocal)
 	}
-	if r := c.Match("payments", e("export", "e")); r.FailureMode != "" {
-		t.Errorf("export failure mode %q, want the server's default", r.FailureMode)
+	if r := c.Match("payments", e("export", "e")); r.FailurePolicy != "" {
+		t.Errorf("export failure mode %q, want the server's default", r.FailurePolicy)
 	}
 }
 

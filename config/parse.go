@@ -34,20 +34,6 @@ const (
 	maxMsgLen     = 500     // longer messages (quoting long user text) are cut
 )
 
-// units are upstream's units with upstream's lengths (utils.UnitToDivider):
-// a month is 30 days and a year 365 days, whatever the calendar says.
-var units = map[string]time.Duration{
-	"second": time.Second,
-	"minute": time.Minute,
-	"hour":   time.Hour,
-	"day":    24 * time.Hour,
-	"week":   7 * 24 * time.Hour,
-	"month":  30 * 24 * time.Hour,
-	"year":   365 * 24 * time.Hour,
-}
-
-const unitList = "second, minute, hour, day, week, month or year"
-
 // The fields of each mapping, in the order of the docs.
 var (
 	rootFields       = []string{"domain", "descriptors"}
@@ -512,7 +498,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 		p.errorf(period.key, fpath("period"), "give unit or period, not both")
 	case unit != nil:
 		if s, ok := p.str(unit.val, fpath("unit")); ok {
-			if d, ok := units[strings.ToLower(s)]; ok {
+			if d, ok := UnitLength(s); ok {
 				lim.Period = d
 			} else {
 				p.errorf(unit.val, fpath("unit"), "unknown unit %q (want %s; or a period such as 90s)", s, unitList)
@@ -560,9 +546,9 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	}
 	if f := fs["failure_mode"]; f != nil {
 		if s, ok := p.str(f.val, fpath("failure_mode")); ok {
-			switch m := FailureMode(s); m {
-			case FailOpen, FailClosed, FailLocal:
-				r.FailureMode = m
+			switch m := floodgate.FailurePolicy(s); m {
+			case floodgate.FailOpen, floodgate.FailClosed, floodgate.FailLocal:
+				r.FailurePolicy = m
 			default:
 				p.errorf(f.val, fpath("failure_mode"), "unknown failure mode %q (want fail_open, fail_closed or local)", s)
 			}

@@ -58,8 +58,10 @@ func TestFailureModeLocal(t *testing.T) {
 	local := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
 	defer local.Close()
 	srv, err := server.New(server.Options{
-		Store: shared, Config: parseConfig(t, localYAML), Clock: clock, Timeout: timeout,
-		FailureMode: floodgate.FailClosed, Instances: 3, Local: local, ProbeInterval: probe,
+		Store: shared, Config: parseConfig(t, localYAML), Limiter: floodgate.Options{
+			Clock: clock, Timeout: timeout, FailurePolicy: floodgate.FailClosed,
+			Instances: 3, Local: local, ProbeInterval: probe,
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +95,7 @@ func TestFailureModeLocal(t *testing.T) {
 	for i := range 5 {
 		st, took := decide("local")
 		s := st[0]
-		if s.Err != nil || !s.Decision.Fallback || s.FailureMode != floodgate.FailLocal || s.Decision.Limit != 3 || s.Limit.Limit != 3 {
+		if s.Err != nil || !s.Decision.Fallback || s.FailurePolicy != floodgate.FailLocal || s.Decision.Limit != 3 || s.Limit.Limit != 3 {
 			t.Fatalf("call %d with Redis down: %+v, want a local decision with limit 3", i, s)
 		}
 		if i > 0 && took >= timeout {
@@ -115,7 +117,7 @@ func TestFailureModeLocal(t *testing.T) {
 	// One request with both rules: the fail_closed one still asks Redis
 	// and is denied with its error; the local one is decided locally.
 	st, _ := decide("closed", "local")
-	if st[0].Err == nil || st[0].Code != server.OverLimit || st[0].FailureMode != floodgate.FailClosed {
+	if st[0].Err == nil || st[0].Code != server.OverLimit || st[0].FailurePolicy != floodgate.FailClosed {
 		t.Errorf("fail_closed rule with Redis down: %+v", st[0])
 	}
 	if st[1].Err != nil || !st[1].Decision.Fallback {
@@ -149,9 +151,9 @@ func TestFailureModeLocalNeedsInstances(t *testing.T) {
 		opts server.Options
 		want string
 	}{
-		{"default local without instances", server.Options{Store: local, FailureMode: floodgate.FailLocal}, "Instances:"},
-		{"instances without a local store", server.Options{Store: local, Instances: 2}, "Local:"},
-		{"negative instances", server.Options{Store: local, Instances: -1}, "Instances: -1"},
+		{"default local without instances", server.Options{Store: local, Limiter: floodgate.Options{FailurePolicy: floodgate.FailLocal}}, "Instances:"},
+		{"instances without a local store", server.Options{Store: local, Limiter: floodgate.Options{Instances: 2}}, "Local:"},
+		{"negative instances", server.Options{Store: local, Limiter: floodgate.Options{Instances: -1}}, "Instances: -1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := server.New(tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -175,7 +177,7 @@ func TestFailureModeLocalNeedsInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := res.Statuses[0]; st.Code != server.OverLimit || st.FailureMode != floodgate.FailClosed {
+	if st := res.Statuses[0]; st.Code != server.OverLimit || st.FailurePolicy != floodgate.FailClosed {
 		t.Errorf("local rule without Instances, store down: %+v, want fail_closed", st)
 	}
 }
@@ -223,7 +225,7 @@ func TestReadyWhileStoreDown(t *testing.T) {
 			defer local.Close()
 			srv, err := server.New(server.Options{
 				Store: unreachable{shared}, Config: parseConfig(t, localYAML),
-				FailureMode: mode, Instances: 2, Local: local,
+				Limiter: floodgate.Options{FailurePolicy: mode, Instances: 2, Local: local},
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -157,11 +157,7 @@ func (l *LimitJSON) toLimit(prefix string) (floodgate.Limit, error) {
 
 func limitJSON(l floodgate.Limit) *LimitJSON {
 	n := l.Limit
-	alg := l.Algorithm
-	if alg == "" {
-		alg = floodgate.FixedWindow
-	}
-	return &LimitJSON{Algorithm: string(alg), Limit: &n, Period: l.Period.String(), Burst: l.Burst,
+	return &LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &n, Period: l.Period.String(), Burst: l.Burst,
 		Window: string(l.Window), CountRejected: l.CountRejected, Name: l.Name}
 }
 
@@ -449,7 +445,7 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	for _, d := range s.cfg.Load().Domains() {
 		for _, r := range d.Rules() {
 			rj := RuleJSON{ID: r.ID, Domain: r.Domain, Unlimited: r.Unlimited, ShadowMode: r.ShadowMode,
-				FailureMode: string(r.FailureMode), Replaces: r.Replaces, File: r.File, Line: r.Line}
+				FailureMode: string(r.FailurePolicy), Replaces: r.Replaces, File: r.File, Line: r.Line}
 			if !r.Unlimited {
 				rj.Limit = limitJSON(r.Limit)
 			}
@@ -533,13 +529,13 @@ type Problem struct {
 
 func writeProblem(w http.ResponseWriter, err error) {
 	p := Problem{Type: "about:blank", Status: http.StatusInternalServerError, Detail: err.Error()}
-	var fe *fieldError
+	var fe *floodgate.FieldError
 	var he *httpError
 	switch {
 	case errors.As(err, &he):
 		p.Status, p.Field, p.Detail = he.status, he.field, he.Error()
 	case errors.As(err, &fe):
-		p.Status, p.Field = http.StatusBadRequest, fe.Field
+		p.Status, p.Field, p.Detail = http.StatusBadRequest, fe.Field, fe.Field+": "+fe.Problem
 	case errors.Is(err, floodgate.ErrNotSupported):
 		p.Status = http.StatusNotImplemented
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -43,7 +44,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		}, []string{"domain", "rule"}),
 		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "floodgate_store_duration_seconds",
-			Help:    "Time of one store call (all descriptors of a request in one round trip).",
+			Help:    "Time of the store call that decided each descriptor (the descriptors of a request share one round trip, and each is counted); not observed for decisions of the failure mode local made without asking the store.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
 		}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
@@ -83,11 +84,30 @@ func (m *metrics) decision(domain string, r *config.Rule, entries []config.Entry
 			rule = r.MetricKey(entries)
 		}
 		if !r.Unlimited {
-			alg = string(r.Limit.Algorithm)
-			if alg == "" {
-				alg = "fixed_window"
-			}
+			alg = string(r.Limit.EffectiveAlgorithm())
 		}
 	}
 	m.decisions.WithLabelValues(domain, rule, alg, outcome).Inc()
+}
+
+// storeObserver records the store's side of every decision the server's
+// Limiter makes: its latency and its failures. It passes each event on to
+// next, the Observer of the server's options, if any.
+type storeObserver struct {
+	m    *metrics
+	next floodgate.Observer
+}
+
+func (o storeObserver) Observe(e floodgate.Event) {
+	// A local decision without an error was made while the breaker was
+	// open: the store was not asked.
+	if !e.Decision.Fallback || e.Err != nil {
+		o.m.storeLatency.Observe(e.Latency.Seconds())
+	}
+	if e.Err != nil {
+		o.m.storeErrors.Inc()
+	}
+	if o.next != nil {
+		o.next.Observe(e)
+	}
 }

@@ -94,7 +94,7 @@ func openAPIServer(t *testing.T, setup func(opts *server.Options, mem func() flo
 	if opts.Config, err = config.New(d); err != nil {
 		t.Fatal(err)
 	}
-	opts.Clock = clock
+	opts.Limiter.Clock = clock
 	srv, err := server.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -300,7 +300,8 @@ func TestOpenAPI(t *testing.T) {
 	for name, setup := range map[string]func(*server.Options, func() floodgate.Store){
 		"down": func(o *server.Options, _ func() floodgate.Store) { o.Store = brokenStore{} },
 		"local": func(o *server.Options, mem func() floodgate.Store) {
-			o.Store, o.FailureMode, o.Instances, o.Local = brokenStore{}, floodgate.FailLocal, 2, mem()
+			o.Store = brokenStore{}
+			o.Limiter = floodgate.Options{FailurePolicy: floodgate.FailLocal, Instances: 2, Local: mem()}
 		},
 		"no reset": func(o *server.Options, mem func() floodgate.Store) { o.Store = applyOnly{mem()} },
 	} {

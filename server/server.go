@@ -50,21 +50,11 @@ const (
 	DefaultTimeout = 10 * time.Millisecond
 )
 
-// ErrInvalid is wrapped by every error about a request the caller got wrong:
-// HTTP 400, gRPC InvalidArgument.
-var ErrInvalid = errors.New("invalid request")
-
-// fieldError names the field a caller got wrong.
-type fieldError struct {
-	Field string
-	Msg   string
-}
-
-func (e *fieldError) Error() string { return e.Field + ": " + e.Msg }
-func (e *fieldError) Unwrap() error { return ErrInvalid }
-
+// invalid is the error of a field of a request the caller got wrong: HTTP
+// 400, gRPC InvalidArgument. Field is named as the caller wrote it
+// ("descriptors[1].entries[0].key").
 func invalid(field, format string, args ...any) error {
-	return &fieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &floodgate.FieldError{Kind: floodgate.ErrInvalidRequest, Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
 // Options configure a Server. Store is required; the zero value of every
@@ -72,34 +62,23 @@ func invalid(field, format string, args ...any) error {
 type Options struct {
 	// Store decides requests: the memory store or a Redis store.
 	Store floodgate.Store
+	// Limiter configures the floodgate.Limiter through which the server
+	// decides every descriptor and inline limit: the deadline (Timeout;
+	// default DefaultTimeout, where the library's is none), Clock, and the
+	// failure policy. FailurePolicy answers store failures for rules
+	// without a failure_mode and for inline limits; default
+	// floodgate.FailOpen, as Envoy's own rate limit filter defaults to
+	// letting traffic through (the library's default is FailClosed).
+	// Local and Instances make the failure mode local available, to the
+	// default and to rules that name it (100 per minute over 4 instances:
+	// 25 per minute each while the store is failing; see floodgate.Share);
+	// without them a rule with failure_mode local is refused by
+	// CheckConfig. Observer, if set, sees every decision beside the
+	// server's metrics.
+	Limiter floodgate.Options
 	// Config is the initial config; nil means no rules (only inline limits
 	// answer). SetConfig swaps it.
 	Config *config.Config
-	// FailureMode answers a store failure for a rule without a
-	// failure_mode and for inline limits; default fail_open, as Envoy's own
-	// rate limit filter defaults to letting traffic through. FailLocal
-	// needs Instances and Local.
-	FailureMode floodgate.FailurePolicy
-	// Instances is the number of replicas of the service sharing the
-	// store, which the failure mode local divides every limit by (100 per
-	// minute over 4 instances: 25 per minute each while the store is
-	// failing; see floodgate.Share). 0 means not set: the failure mode
-	// local is then refused (by New for FailureMode, by CheckConfig for a
-	// rule).
-	Instances int
-	// Local is the in-process store of the failure mode local, usually
-	// memstore.New(nil); required with Instances. The Server does not
-	// close it.
-	Local floodgate.Store
-	// ProbeInterval is how long the failure mode local decides locally
-	// after a store failure before a request probes the store again;
-	// default floodgate.DefaultProbeInterval, timed by Clock if set.
-	ProbeInterval time.Duration
-	// Timeout bounds every store call; default DefaultTimeout.
-	Timeout time.Duration
-	// Clock, if set, stamps requests with its time instead of letting the
-	// store use its own clock (tests).
-	Clock floodgate.Clock
 	// Logger receives the server's logs; default discards them.
 	Logger *slog.Logger
 	// Registry receives the server's metrics; default a new registry.
@@ -113,18 +92,17 @@ type Options struct {
 
 // Server decides requests. It is safe for concurrent use.
 type Server struct {
-	store    floodgate.Store
+	lim      *floodgate.Limiter
+	failMode floodgate.FailurePolicy // the default policy
+	local    bool                    // the failure mode local is available
+	timeout  time.Duration
 	cfg      atomic.Pointer[config.Config]
 	loaded   atomic.Bool
-	failMode floodgate.FailurePolicy
-	timeout  time.Duration
-	clock    floodgate.Clock
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	m        *metrics
 	pprof    bool
 	near     float64
-	fb       *floodgate.Fallback // the failure mode local's; nil without Instances
 }
 
 // New returns a Server.
@@ -132,33 +110,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Store == nil {
 		return nil, errors.New("server: New: nil Store")
 	}
-	s := &Server{
-		store:    opts.Store,
-		failMode: opts.FailureMode,
-		timeout:  opts.Timeout,
-		clock:    opts.Clock,
-		log:      opts.Logger,
-		reg:      opts.Registry,
-		pprof:    opts.Pprof,
-		near:     opts.NearLimitRatio,
-	}
-	switch s.failMode {
-	case "":
-		s.failMode = floodgate.FailOpen
-	case floodgate.FailOpen, floodgate.FailClosed, floodgate.FailLocal:
-	default:
-		return nil, fmt.Errorf("server: New: unknown failure mode %q (want fail_open, fail_closed or local)", s.failMode)
-	}
-	var err error
-	if s.fb, err = newFallback(opts); err != nil {
-		return nil, err
-	}
-	if s.timeout == 0 {
-		s.timeout = DefaultTimeout
-	}
-	if s.timeout < 0 {
-		return nil, fmt.Errorf("server: New: negative timeout %v", s.timeout)
-	}
+	s := &Server{log: opts.Logger, reg: opts.Registry, pprof: opts.Pprof, near: opts.NearLimitRatio}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -168,15 +120,47 @@ func New(opts Options) (*Server, error) {
 	if s.near <= 0 || s.near > 1 {
 		s.near = 0.8
 	}
+	var err error
 	if s.m, err = newMetrics(s.reg); err != nil {
 		return nil, err
 	}
+	lo := opts.Limiter
+	if lo.FailurePolicy == "" {
+		lo.FailurePolicy = floodgate.FailOpen
+	}
+	if lo.Timeout == 0 {
+		lo.Timeout = DefaultTimeout
+	}
+	lo.Observer = storeObserver{m: s.m, next: lo.Observer}
+	if s.lim, err = floodgate.New(opts.Store, &lo); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.failMode, s.local, s.timeout = lo.FailurePolicy, lo.Local != nil, lo.Timeout
 	cfg := opts.Config
 	if cfg == nil {
 		cfg = &config.Config{}
 	}
 	s.SetConfig(cfg)
 	return s, nil
+}
+
+// CheckConfig reports the rules of c that the server cannot serve as
+// written: a failure_mode local when the server has no local store. The
+// Reloader rejects such a config; a config set by SetConfig anyway has
+// those rules answer store failures as fail_closed.
+func (s *Server) CheckConfig(c *config.Config) error {
+	if s.local {
+		return nil
+	}
+	var errs []error
+	for _, d := range c.Domains() {
+		for _, r := range d.Rules() {
+			if r.FailurePolicy == floodgate.FailLocal {
+				errs = append(errs, fmt.Errorf("%s:%d: rule %s: failure_mode local needs the number of instances (floodgate serve -instances)", r.File, r.Line, r.ID))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // SetConfig swaps in a new config atomically: requests already being
@@ -198,6 +182,9 @@ func countRules(c *config.Config) int {
 
 // Config returns the config in force.
 func (s *Server) Config() *config.Config { return s.cfg.Load() }
+
+// Limiter returns the Limiter the server decides through.
+func (s *Server) Limiter() *floodgate.Limiter { return s.lim }
 
 // Registry returns the registry holding the server's metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
@@ -261,9 +248,9 @@ type Status struct {
 	// Decision.Fallback is set and Decision is the local one, with this
 	// instance's share of the limit).
 	Err error
-	// FailureMode is the failure mode that answered Err, or FailLocal for a
-	// local decision.
-	FailureMode floodgate.FailurePolicy
+	// FailurePolicy is the failure policy that answered Err, or FailLocal
+	// for a local decision.
+	FailurePolicy floodgate.FailurePolicy
 }
 
 // Result is the outcome of a request: OverLimit if any descriptor is.
@@ -273,99 +260,29 @@ type Result struct {
 }
 
 // Decide decides the descriptors of one request of domain, each costing
-// hits (unless the descriptor sets its own). An error wraps ErrInvalid and
-// names the field when the request is malformed; a store failure is not an
-// error but a Status answered by its failure mode.
+// hits (unless the descriptor sets its own), in four steps: check the
+// request's shape, match each descriptor to a rule, decide the limited
+// ones together through the Limiter (one round trip, each answered by its
+// rule's failure mode), and turn each outcome into a Status. An error
+// wraps floodgate.ErrInvalidRequest or ErrInvalidLimit, and errors.As finds
+// a *floodgate.FieldError naming the field, when the request is malformed;
+// a store failure is not an error but a Status answered by its failure
+// mode.
 func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hits int64) (Result, error) {
-	if domain == "" {
-		return Result{}, invalid("domain", "empty")
+	if err := checkRequest(domain, ds); err != nil {
+		return Result{}, err
 	}
-	if len(ds) == 0 {
-		return Result{}, invalid("descriptors", "empty")
-	}
-	if len(ds) > MaxDescriptors {
-		return Result{}, invalid("descriptors", "%d descriptors, more than the %d allowed", len(ds), MaxDescriptors)
-	}
-	if hits < 0 || hits > floodgate.MaxLimit {
-		return Result{}, invalid("hits", "%d is not between 0 and %d", hits, floodgate.MaxLimit)
-	}
-	entries := make([][]config.Entry, len(ds))
-	for i, d := range ds {
-		if len(d.Entries) == 0 {
-			return Result{}, invalid(fmt.Sprintf("descriptors[%d].entries", i), "empty")
-		}
-		if len(d.Entries) > MaxEntries {
-			return Result{}, invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, more than the %d allowed", len(d.Entries), MaxEntries)
-		}
-		for j, e := range d.Entries {
-			if e.Key == "" {
-				return Result{}, invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "empty")
-			}
-		}
-		if d.Hits != nil && (*d.Hits < 0 || *d.Hits > floodgate.MaxLimit) {
-			return Result{}, invalid(fmt.Sprintf("descriptors[%d].hits", i), "%d is not between 0 and %d", *d.Hits, floodgate.MaxLimit)
-		}
-		if d.Limit != nil {
-			if err := d.Limit.Validate(); err != nil {
-				return Result{}, invalid(fmt.Sprintf("descriptors[%d].limit", i), "%v", err)
-			}
-			if d.Limit.Algorithm == floodgate.Concurrency {
-				return Result{}, invalid(fmt.Sprintf("descriptors[%d].limit.algorithm", i), "concurrency limits need a lease; they cannot be checked per request")
-			}
-		}
-		if d.Limit == nil {
-			// A descriptor with its own limit matches no rule, as in
-			// envoyproxy/ratelimit, where an override is a limit without
-			// a name or replaces: it neither replaces nor is replaced.
-			entries[i] = d.Entries
-		}
-	}
-
-	cfg := s.cfg.Load()
-	matches := cfg.MatchAll(domain, entries)
-	res := Result{Code: OK, Statuses: make([]Status, len(ds))}
-	reqs := make([]floodgate.Request, 0, len(ds))
-	which := make([]int, 0, len(ds))
-	local := make([]bool, 0, len(ds))
-	now := s.now()
-	for i, d := range ds {
-		st := &res.Statuses[i]
-		st.Code = OK
-		cost := hits
-		if d.Hits != nil {
-			cost = *d.Hits
-		}
-		var key string
-		switch m := matches[i]; {
-		case d.Limit != nil:
-			st.Limit = *d.Limit
-			key = "d|" + config.Key(domain, d.Entries)
-		case m.Rule == nil || m.ReplacedBy != nil || m.Rule.Unlimited:
-			st.Rule = m.Rule
-			s.m.decision(domain, m.Rule, d.Entries, outcomeUnlimited)
-			continue
-		case m.Rule.Limit.Algorithm == floodgate.Concurrency:
-			// A concurrency rule needs a lease held for the whole request,
-			// which this protocol cannot express: it is not enforced here.
-			st.Rule = m.Rule
-			s.m.decision(domain, m.Rule, d.Entries, outcomeUnlimited)
-			continue
-		default:
-			st.Rule, st.Limit = m.Rule, m.Rule.Limit
-			key = "d|" + m.Rule.Key(d.Entries)
-		}
-		st.Limited = true
-		reqs = append(reqs, floodgate.Request{Key: key, Limit: st.Limit, Cost: cost, Now: now})
-		which = append(which, i)
-		local = append(local, s.failureMode(st.Rule) == floodgate.FailLocal)
-	}
-	if len(reqs) == 0 {
+	res, p := s.plan(domain, ds, hits)
+	if len(p.items) == 0 {
 		return res, nil
 	}
-	decisions, errs, storeErrs := s.decide(ctx, reqs, local)
-	for j, i := range which {
+	outs, err := s.lim.Decide(ctx, p.items)
+	if err != nil {
+		return Result{}, p.fieldOf(err)
+	}
+	for j, i := range p.which {
 		st := &res.Statuses[i]
-		s.settle(domain, ds[i].Entries, st, decisions[j], errs[j], storeErrs[j])
+		s.settle(domain, ds[i].Entries, st, &outs[j])
 		if st.Code == OverLimit {
 			res.Code = OverLimit
 		}
@@ -373,120 +290,226 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 	return res, nil
 }
 
-// settle turns the store's answer for one descriptor into its Status, and
-// records it in metrics and logs. storeErr is the store's failure that a
-// local decision (d.Fallback) answered.
-func (s *Server) settle(domain string, entries []config.Entry, st *Status, d floodgate.Decision, err, storeErr error) {
-	if err == nil && d.Fallback {
-		s.settleLocal(domain, entries, st, d, storeErr)
-		return
+// checkRequest checks the shape of a request: what the Limiter does not
+// see (the domain, the descriptors and their entries). Costs and limits are
+// the Limiter's to check.
+func checkRequest(domain string, ds []Descriptor) error {
+	switch {
+	case domain == "":
+		return invalid("domain", "empty")
+	case len(ds) == 0:
+		return invalid("descriptors", "empty")
+	case len(ds) > MaxDescriptors:
+		return invalid("descriptors", "%d descriptors, more than the %d allowed", len(ds), MaxDescriptors)
 	}
-	shadow := st.Rule != nil && st.Rule.ShadowMode
-	if err != nil {
-		st.Err = err
-		st.FailureMode = s.failureMode(st.Rule)
-		if st.FailureMode == floodgate.FailLocal {
-			// Without Instances (CheckConfig), or the local store failed too.
-			st.FailureMode = floodgate.FailClosed
+	for i, d := range ds {
+		if len(d.Entries) == 0 {
+			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "empty")
 		}
-		s.m.storeErrors.Inc()
-		if st.FailureMode == floodgate.FailClosed && !shadow {
+		if len(d.Entries) > MaxEntries {
+			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, more than the %d allowed", len(d.Entries), MaxEntries)
+		}
+		for j, e := range d.Entries {
+			if e.Key == "" {
+				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "empty")
+			}
+		}
+		if d.Limit != nil && d.Limit.Algorithm == floodgate.Concurrency {
+			return invalid(fmt.Sprintf("descriptors[%d].limit.algorithm", i), "concurrency limits need a lease; they cannot be checked per request")
+		}
+	}
+	return nil
+}
+
+// plan is what Decide asks the Limiter: one item per limited descriptor,
+// and which descriptor each is, with where its cost came from.
+type plan struct {
+	items   []floodgate.Item
+	which   []int  // the descriptor of each item
+	ownHits []bool // whether the item's cost is the descriptor's own hits
+}
+
+// plan matches each descriptor of a checked request to its rule, fills in
+// the Status of those the store need not decide, and returns the items of
+// the others.
+func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan) {
+	entries := make([][]config.Entry, len(ds))
+	for i, d := range ds {
+		if d.Limit == nil {
+			// A descriptor with its own limit matches no rule, as in
+			// envoyproxy/ratelimit, where an override is a limit without
+			// a name or replaces: it neither replaces nor is replaced.
+			entries[i] = d.Entries
+		}
+	}
+	matches := s.cfg.Load().MatchAll(domain, entries)
+	res := Result{Code: OK, Statuses: make([]Status, len(ds))}
+	p := plan{items: make([]floodgate.Item, 0, len(ds)), which: make([]int, 0, len(ds)), ownHits: make([]bool, 0, len(ds))}
+	for i, d := range ds {
+		st := &res.Statuses[i]
+		st.Code = OK
+		it := floodgate.Item{Cost: hits}
+		if d.Hits != nil {
+			it.Cost = *d.Hits
+		}
+		switch m := matches[i]; {
+		case d.Limit != nil:
+			st.Limit = *d.Limit
+			it.Key = "d|" + config.Key(domain, d.Entries)
+		case m.Rule == nil || m.ReplacedBy != nil || m.Rule.Unlimited,
+			// A concurrency rule needs a lease held for the whole
+			// request, which this protocol cannot express: it is not
+			// enforced here.
+			m.Rule.Limit.Algorithm == floodgate.Concurrency:
+			st.Rule = m.Rule
+			s.m.decision(domain, m.Rule, d.Entries, outcomeUnlimited)
+			continue
+		default:
+			st.Rule, st.Limit = m.Rule, m.Rule.Limit
+			it.Key = "d|" + m.Rule.Key(d.Entries)
+			it.Policy = m.Rule.FailurePolicy
+		}
+		st.Limited = true
+		it.Limit = st.Limit
+		p.items = append(p.items, it)
+		p.which = append(p.which, i)
+		p.ownHits = append(p.ownHits, d.Hits != nil)
+	}
+	return res, p
+}
+
+// fieldOf names the field of the request that an invalid item of the
+// Limiter came from: its descriptor's hits (or the request's), or a field
+// of the descriptor's limit. A limit of a rule was checked when the config
+// was loaded, so only a descriptor's own limit can be at fault.
+func (p *plan) fieldOf(err error) error {
+	ie, ok := errors.AsType[*floodgate.ItemError](err)
+	fe, isField := errors.AsType[*floodgate.FieldError](err)
+	if !ok || !isField {
+		return err
+	}
+	i := p.which[ie.Index]
+	field := fmt.Sprintf("descriptors[%d].", i)
+	switch {
+	case fe.Field == "cost" && p.ownHits[ie.Index]:
+		field += "hits"
+	case fe.Field == "cost":
+		field = "hits"
+	case errors.Is(fe, floodgate.ErrInvalidLimit):
+		field += "limit." + fe.Field
+	default:
+		field += fe.Field
+	}
+	return &floodgate.FieldError{Kind: fe.Kind, Field: field, Problem: fe.Problem}
+}
+
+// settle turns the Limiter's outcome for one descriptor into its Status,
+// and records it in metrics and logs.
+func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *floodgate.Outcome) {
+	shadow := st.Rule != nil && st.Rule.ShadowMode
+	st.Limit, st.FailurePolicy = o.Limit, o.Policy
+	local := o.Policy == floodgate.FailLocal
+	if o.Err != nil && !local {
+		st.Err = o.Err
+		if st.FailurePolicy == floodgate.FailClosed && !shadow {
 			st.Code = OverLimit
 			s.m.decision(domain, st.Rule, entries, outcomeFailedClosed)
 		} else {
 			s.m.decision(domain, st.Rule, entries, outcomeFailedOpen)
 		}
-		s.log.Warn("store failed", "domain", domain, "rule", ruleID(st.Rule), "failure_mode", string(st.FailureMode), "error", err)
+		s.log.Warn("store failed", "domain", domain, "rule", ruleID(st.Rule), "failure_mode", string(st.FailurePolicy), "error", o.Err)
 		return
 	}
+	if o.Err != nil {
+		s.log.Warn("store failed, decided locally", "domain", domain, "rule", ruleID(st.Rule), "failure_mode", string(floodgate.FailLocal), "error", o.Err)
+	}
+	d := o.Decision
 	st.Decision = d
 	switch {
 	case d.Allowed:
-		s.m.decision(domain, st.Rule, entries, outcomeAllowed)
-		if d.Limit > 0 && float64(d.Limit-d.Remaining) >= s.near*float64(d.Limit) {
+		s.m.decision(domain, st.Rule, entries, pick(local, outcomeLocalAllowed, outcomeAllowed))
+		if !local && d.Limit > 0 && float64(d.Limit-d.Remaining) >= s.near*float64(d.Limit) {
 			s.m.nearLimit.WithLabelValues(domain, ruleID(st.Rule)).Inc()
 		}
 	case shadow:
 		st.Shadow = true
 		s.m.decision(domain, st.Rule, entries, outcomeShadowDenied)
-		s.log.Info("shadow mode denial", "domain", domain, "rule", ruleID(st.Rule), "limit", st.Limit.String(), "retry_after", d.RetryAfter)
+		if !local {
+			s.log.Info("shadow mode denial", "domain", domain, "rule", ruleID(st.Rule), "limit", st.Limit.String(), "retry_after", d.RetryAfter)
+		}
 	default:
 		st.Code = OverLimit
-		s.m.decision(domain, st.Rule, entries, outcomeDenied)
-		s.log.Debug("denied", "domain", domain, "rule", ruleID(st.Rule), "limit", st.Limit.String(),
+		s.m.decision(domain, st.Rule, entries, pick(local, outcomeLocalDenied, outcomeDenied))
+		s.log.Debug(pick(local, "denied locally", "denied"), "domain", domain, "rule", ruleID(st.Rule), "limit", st.Limit.String(),
 			"remaining", d.Remaining, "retry_after", d.RetryAfter, "reset_after", d.ResetAfter)
 	}
 }
 
+// pick is a if cond, else b.
+func pick(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
+}
+
 // DecideInline decides one key against a limit given by the caller (the HTTP
-// API's inline form). Keys of inline limits never meet keys of config rules.
+// API's inline form), answered by the default failure mode. Keys of inline
+// limits never meet keys of config rules.
 func (s *Server) DecideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
-	if key == "" {
-		return Status{}, invalid("key", "empty")
-	}
-	if len(key) > floodgate.MaxKeyLen {
-		return Status{}, invalid("key", "%d bytes, more than the %d allowed", len(key), floodgate.MaxKeyLen)
-	}
-	if cost < 0 || cost > floodgate.MaxLimit {
-		return Status{}, invalid("cost", "%d is not between 0 and %d", cost, floodgate.MaxLimit)
-	}
-	if err := limit.Validate(); err != nil {
-		return Status{}, invalid("limit", "%v", err)
+	if err := checkInlineKey(key); err != nil {
+		return Status{}, err
 	}
 	if limit.Algorithm == floodgate.Concurrency {
 		return Status{}, invalid("limit.algorithm", "concurrency limits need a lease; they cannot be checked per request")
 	}
-	st := Status{Code: OK, Limited: true, Limit: limit}
-	ds, errs, storeErrs := s.decide(ctx, []floodgate.Request{{Key: "i|" + key, Limit: limit, Cost: cost, Now: s.now()}},
-		[]bool{s.failMode == floodgate.FailLocal})
-	s.settle("", nil, &st, ds[0], errs[0], storeErrs[0])
+	outs, err := s.lim.Decide(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}})
+	if err != nil {
+		return Status{}, inlineField(err)
+	}
+	st := Status{Code: OK, Limited: true}
+	s.settle("", nil, &st, &outs[0])
 	return st, nil
 }
 
 // ResetInline forgets the state of an inline key under limit.
 func (s *Server) ResetInline(ctx context.Context, key string, limit floodgate.Limit) error {
+	if err := checkInlineKey(key); err != nil {
+		return err
+	}
+	if err := s.lim.Reset(ctx, inlineKey(key), limit); err != nil {
+		return inlineField(err)
+	}
+	return nil
+}
+
+// inlineKey is the store key of an inline key: "i|" keeps it apart from
+// the keys of config rules ("d|"), and an empty key stays empty, so that
+// the Limiter says so.
+func inlineKey(key string) string {
 	if key == "" {
-		return invalid("key", "empty")
+		return ""
 	}
-	if len(key) > floodgate.MaxKeyLen {
-		return invalid("key", "%d bytes, more than the %d allowed", len(key), floodgate.MaxKeyLen)
-	}
-	if err := limit.Validate(); err != nil {
-		return invalid("limit", "%v", err)
-	}
-	r, ok := s.store.(floodgate.Resetter)
-	if !ok {
-		return fmt.Errorf("server: reset: %w", floodgate.ErrNotSupported)
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	return r.Reset(ctx, "i|"+key, limit)
+	return "i|" + key
 }
 
-// apply asks the store, within the deadline, in one round trip when it can.
-func (s *Server) apply(ctx context.Context, reqs []floodgate.Request) ([]floodgate.Decision, []error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	start := time.Now()
-	var ds []floodgate.Decision
-	var errs []error
-	if p, ok := s.store.(floodgate.Pipeliner); ok && len(reqs) > 1 {
-		ds, errs = p.ApplyPipelined(ctx, reqs)
-	} else {
-		ds, errs = make([]floodgate.Decision, len(reqs)), make([]error, len(reqs))
-		for i, r := range reqs {
-			ds[i], errs[i] = s.store.Apply(ctx, r)
-		}
+// checkInlineKey checks the length of an inline key as the caller gave
+// it: the Limiter sees it with the "i|" the server adds.
+func checkInlineKey(key string) error {
+	if most := floodgate.MaxKeyLen - len("i|"); len(key) > most {
+		return invalid("key", "%d bytes, more than the %d allowed", len(key), most)
 	}
-	s.m.storeLatency.Observe(time.Since(start).Seconds())
-	return ds, errs
+	return nil
 }
 
-func (s *Server) now() time.Time {
-	if s.clock == nil {
-		return time.Time{}
+// inlineField names the field of the inline form that an invalid request
+// of the Limiter came from: a field of the limit is under "limit".
+func inlineField(err error) error {
+	fe, ok := errors.AsType[*floodgate.FieldError](err)
+	if !ok || !errors.Is(fe, floodgate.ErrInvalidLimit) {
+		return err
 	}
-	return s.clock.Now()
+	return &floodgate.FieldError{Kind: fe.Kind, Field: "limit." + fe.Field, Problem: fe.Problem}
 }
 
 // Ready reports whether the server can answer: a config is loaded and the
@@ -512,11 +535,11 @@ func (s *Server) readiness(ctx context.Context) (string, error) {
 	if !s.loaded.Load() {
 		return "", errors.New("no config loaded")
 	}
-	if p, ok := s.store.(floodgate.Pinger); ok {
+	if p, ok := s.lim.Store().(floodgate.Pinger); ok {
 		ctx, cancel := context.WithTimeout(ctx, max(s.timeout, 250*time.Millisecond))
 		defer cancel()
 		if err := p.Ping(ctx); err != nil {
-			if s.failMode == floodgate.FailLocal && s.fb != nil {
+			if s.failMode == floodgate.FailLocal {
 				return fmt.Sprintf("ok: failure mode local decides in memory, store unreachable: %v", err), nil
 			}
 			return "", fmt.Errorf("store unreachable: %w", err)

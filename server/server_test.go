@@ -79,7 +79,7 @@ func newServer(t testing.TB, store floodgate.Store, yaml string) (*server.Server
 			t.Fatal(err)
 		}
 	}
-	srv, err := server.New(server.Options{Store: store, Config: cfg, Clock: clock})
+	srv, err := server.New(server.Options{Store: store, Config: cfg, Limiter: floodgate.Options{Clock: clock}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func (slowStore) Apply(ctx context.Context, _ floodgate.Request) (floodgate.Deci
 }
 
 func TestStoreDeadline(t *testing.T) {
-	srv, err := server.New(server.Options{Store: slowStore{}, Timeout: 5 * time.Millisecond, FailureMode: floodgate.FailClosed})
+	srv, err := server.New(server.Options{Store: slowStore{}, Limiter: floodgate.Options{Timeout: 5 * time.Millisecond, FailurePolicy: floodgate.FailClosed}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
-	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
@@ -131,7 +130,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := floodgatetest.NewFakeClock(start)
+	clock := &simClock{now: start}
 	store := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
 	defer store.Close()
 	limiter, err := floodgate.New(store, &floodgate.Options{Clock: clock})
@@ -168,9 +167,16 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			retry = "never"
 		}
 		fmt.Fprintf(tw, "%d\t%v\t%v\t%d\t%v\t%s\t\n", i+1, clock.Now().Sub(start), d.Allowed, d.Remaining, d.ResetAfter, retry)
-		clock.Advance(*every)
+		clock.now = clock.now.Add(*every)
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "\n%d of %d allowed\n", allowed, *requests)
 	return 0
 }
+
+// simClock is the simulated time of `floodgate check`: it moves only when
+// the simulation moves it, between decisions, on one goroutine (the memory
+// store's sweeper is off).
+type simClock struct{ now time.Time }
+
+func (c *simClock) Now() time.Time { return c.now }

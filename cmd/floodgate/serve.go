@@ -143,134 +143,48 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 
 // serve runs the service until ctx ends (SIGINT/SIGTERM), then shuts down
 // gracefully: it stops accepting, finishes in-flight requests, and closes
-// the store.
+// the store. Each step is a function of its own: the logger, the store,
+// the server (its Limiter and metrics), the config and its reloads, the
+// listeners, and the shutdown.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, code, ok := parseServe(args, stderr)
 	if !ok {
 		return code
 	}
-	var handler slog.Handler
-	hopts := &slog.HandlerOptions{Level: c.logLevel}
-	if c.logFormat == "json" {
-		handler = slog.NewJSONHandler(stderr, hopts)
-	} else {
-		handler = slog.NewTextHandler(stderr, hopts)
-	}
+	handler := logHandler(c, stderr)
 	log := slog.New(handler)
 
-	tlsConf, err := c.redisTLS.config(log)
-	if err != nil {
-		log.Error("cannot read the Redis TLS files", "error", err)
-		return 1
-	}
-	ro := redisstore.Options{DenyCache: c.denyCache, Functions: c.functions, Coalesce: c.coalesce,
-		WaitReplicas: c.waitReplicas, WaitTimeout: c.waitTimeout, TLS: tlsConf}
-	if c.coalesce == 0 {
-		ro.Coalesce = -1
-	}
-	store, closeStore, err := openStore(ctx, c.redisURL, ro)
+	store, closeStore, err := c.openStore(ctx, log)
 	if err != nil {
 		log.Error("store unavailable", "error", err)
 		return 1
 	}
 	defer closeStore()
-	opts := server.Options{
-		Store: store, FailureMode: floodgate.FailurePolicy(c.failureMode), Timeout: c.timeout,
-		Logger: log, Pprof: c.pprof, Instances: c.instances, ProbeInterval: c.probeInterval,
-	}
-	if c.instances > 0 {
-		local := memstore.New(nil)
-		defer local.Close()
-		opts.Local = local
-	}
-	srv, err := server.New(opts)
+	srv, closeServer, err := c.newServer(store, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
 		return 1
 	}
-	if rs, ok := store.(*redisstore.Store); ok {
-		if err := registerLocalStats(srv.Registry(), rs); err != nil {
-			log.Error("cannot start", "error", err)
-			return 1
-		}
-	}
+	defer closeServer()
 	if c.configPath != "" {
-		reloader, err := server.NewReloader(srv, c.configPath)
-		if err != nil {
+		if err := watchConfig(ctx, srv, c.configPath, log); err != nil {
 			log.Error("config rejected", "error", err)
 			fmt.Fprintf(stderr, "%v\n", err)
 			return 1
 		}
-		watchErr := make(chan error, 1)
-		go func() { watchErr <- reloader.Watch(ctx) }()
-		// Serve only once the watch is in place, so that whoever sees the
-		// service up can rely on every later change being reloaded.
-		select {
-		case <-reloader.Watching():
-		case err := <-watchErr:
-			if err != nil {
-				log.Error("config watch failed; reload with SIGHUP", "error", err)
-			}
-		}
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-hup:
-					_ = reloader.Reload()
-				}
-			}
-		}()
 	}
-
-	rls := envoyService(srv, c.headers)
-	httpLn, err := net.Listen("tcp", c.httpAddr)
+	l, err := c.listen(srv, handler)
 	if err != nil {
-		log.Error("cannot listen", "addr", c.httpAddr, "error", err)
+		log.Error("cannot listen", "error", err)
 		return 1
 	}
-	httpSrv := &http.Server{
-		Handler:           srv.Handler(httpExtras(rls)),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
-	}
-	errc := make(chan error, 2)
-	go func() { errc <- httpSrv.Serve(httpLn) }()
-
-	var grpcSrv *grpc.Server
-	grpcAddr := "disabled"
-	if c.grpcAddr != "" {
-		grpcLn, err := net.Listen("tcp", c.grpcAddr)
-		if err != nil {
-			httpLn.Close()
-			log.Error("cannot listen", "addr", c.grpcAddr, "error", err)
-			return 1
-		}
-		// A pool of stream workers serves each call on a goroutine whose
-		// stack has already grown: with a goroutine per call (gRPC's
-		// default), growing and copying the stack of every new handler
-		// goroutine took 19-25% of the server's CPU under 64 concurrent
-		// callers (pprof, 2026-11-29). Calls beyond the pool's size still
-		// get a goroutine of their own, so the pool bounds nothing.
-		grpcSrv = grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers))
-		registerGRPC(grpcSrv, rls)
-		hs := health.NewServer()
-		healthpb.RegisterHealthServer(grpcSrv, hs)
-		go func() { errc <- grpcSrv.Serve(grpcLn) }()
-		grpcAddr = grpcLn.Addr().String()
-	}
+	errc := l.serve()
 	storeName := "memory"
 	if c.redisURL != "" {
 		storeName = redactURL(c.redisURL)
 	}
-	log.Info("serving", "http_addr", httpLn.Addr().String(), "grpc_addr", grpcAddr, "store", storeName)
-	fmt.Fprintf(stdout, "floodgate: serving HTTP on %s, gRPC on %s, store %s\n", httpLn.Addr(), grpcAddr, storeName)
+	log.Info("serving", "http_addr", l.httpAddr(), "grpc_addr", l.grpcAddr(), "store", storeName)
+	fmt.Fprintf(stdout, "floodgate: serving HTTP on %s, gRPC on %s, store %s\n", l.httpAddr(), l.grpcAddr(), storeName)
 
 	select {
 	case <-ctx.Done():
@@ -278,36 +192,184 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("server failed", "error", err)
 		return 1
 	}
-	log.Info("shutting down", "timeout", c.shutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	l.shutdown(c.shutdownTimeout, log)
+	return 0
+}
+
+// logHandler is the handler of serve's logs, in the format and at the
+// level of the flags.
+func logHandler(c serveConfig, stderr io.Writer) slog.Handler {
+	hopts := &slog.HandlerOptions{Level: c.logLevel}
+	if c.logFormat == "json" {
+		return slog.NewJSONHandler(stderr, hopts)
+	}
+	return slog.NewTextHandler(stderr, hopts)
+}
+
+// openStore opens the store of the flags: the memory store, or Redis for
+// -redis with its TLS files and options.
+func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate.Store, func(), error) {
+	if c.redisURL == "" {
+		s := memstore.New(nil)
+		return s, func() { s.Close() }, nil
+	}
+	tlsConf, err := c.redisTLS.config(log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot read the Redis TLS files: %w", err)
+	}
+	ro := redisstore.Options{DenyCache: c.denyCache, Functions: c.functions, Coalesce: c.coalesce,
+		WaitReplicas: c.waitReplicas, WaitTimeout: c.waitTimeout, TLS: tlsConf}
+	if c.coalesce == 0 {
+		ro.Coalesce = -1
+	}
+	return openRedis(ctx, c.redisURL, ro)
+}
+
+// newServer is the server of the flags over store: its Limiter's failure
+// policy, deadline and, with -instances, the local store of the failure
+// mode local; and the Redis store's own counters in its registry. The
+// returned func closes the local store.
+func (c serveConfig) newServer(store floodgate.Store, log *slog.Logger) (*server.Server, func(), error) {
+	lo := floodgate.Options{FailurePolicy: floodgate.FailurePolicy(c.failureMode), Timeout: c.timeout}
+	closeLocal := func() {}
+	if c.instances > 0 {
+		local := memstore.New(nil)
+		closeLocal = func() { local.Close() }
+		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
+	}
+	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, Pprof: c.pprof})
+	if err == nil {
+		if rs, ok := store.(*redisstore.Store); ok {
+			err = registerLocalStats(srv.Registry(), rs)
+		}
+	}
+	if err != nil {
+		closeLocal()
+		return nil, nil, err
+	}
+	return srv, closeLocal, nil
+}
+
+// watchConfig loads the config at path into srv and keeps it loaded: on
+// every change of its files (once the watch is in place, so that whoever
+// sees the service up can rely on every later change being reloaded) and
+// on SIGHUP, until ctx ends. A config that cannot be loaded at start is an
+// error.
+func watchConfig(ctx context.Context, srv *server.Server, path string, log *slog.Logger) error {
+	reloader, err := server.NewReloader(srv, path)
+	if err != nil {
+		return err
+	}
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- reloader.Watch(ctx) }()
+	select {
+	case <-reloader.Watching():
+	case err := <-watchErr:
+		if err != nil {
+			log.Error("config watch failed; reload with SIGHUP", "error", err)
+		}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = reloader.Reload()
+			}
+		}
+	}()
+	return nil
+}
+
+// listeners are serve's HTTP and gRPC servers and their listeners; grpc is
+// nil when -grpc is empty.
+type listeners struct {
+	httpLn, grpcLn net.Listener
+	http           *http.Server
+	grpc           *grpc.Server
+}
+
+// listen opens the HTTP and gRPC listeners of the flags, with the handlers
+// of srv.
+func (c serveConfig) listen(srv *server.Server, handler slog.Handler) (*listeners, error) {
+	rls := envoyService(srv, c.headers)
+	httpLn, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		return nil, fmt.Errorf("-http %s: %w", c.httpAddr, err)
+	}
+	l := &listeners{httpLn: httpLn, http: &http.Server{
+		Handler:           srv.Handler(httpExtras(rls)),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}}
+	if c.grpcAddr == "" {
+		return l, nil
+	}
+	if l.grpcLn, err = net.Listen("tcp", c.grpcAddr); err != nil {
+		httpLn.Close()
+		return nil, fmt.Errorf("-grpc %s: %w", c.grpcAddr, err)
+	}
+	// A pool of stream workers serves each call on a goroutine whose
+	// stack has already grown: with a goroutine per call (gRPC's
+	// default), growing and copying the stack of every new handler
+	// goroutine took 19-25% of the server's CPU under 64 concurrent
+	// callers (pprof, 2026-11-29). Calls beyond the pool's size still
+	// get a goroutine of their own, so the pool bounds nothing.
+	l.grpc = grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers))
+	registerGRPC(l.grpc, rls)
+	healthpb.RegisterHealthServer(l.grpc, health.NewServer())
+	return l, nil
+}
+
+// serve serves both listeners; the channel gets the error of the first to
+// fail.
+func (l *listeners) serve() <-chan error {
+	errc := make(chan error, 2)
+	go func() { errc <- l.http.Serve(l.httpLn) }()
+	if l.grpc != nil {
+		go func() { errc <- l.grpc.Serve(l.grpcLn) }()
+	}
+	return errc
+}
+
+func (l *listeners) httpAddr() string { return l.httpLn.Addr().String() }
+
+func (l *listeners) grpcAddr() string {
+	if l.grpcLn == nil {
+		return "disabled"
+	}
+	return l.grpcLn.Addr().String()
+}
+
+// shutdown stops accepting and finishes in-flight requests on both
+// listeners, for at most timeout; then it stops what is left.
+func (l *listeners) shutdown(timeout time.Duration, log *slog.Logger) {
+	log.Info("shutting down", "timeout", timeout)
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
-		if grpcSrv != nil {
-			grpcSrv.GracefulStop()
+		if l.grpc != nil {
+			l.grpc.GracefulStop()
 		}
 		close(done)
 	}()
-	if err := httpSrv.Shutdown(sctx); err != nil {
+	if err := l.http.Shutdown(sctx); err != nil {
 		log.Warn("HTTP shutdown incomplete", "error", err)
 	}
 	select {
 	case <-done:
 	case <-sctx.Done():
-		if grpcSrv != nil {
-			grpcSrv.Stop()
+		if l.grpc != nil {
+			l.grpc.Stop()
 		}
 	}
-	return 0
-}
-
-// openStore opens the memory store, or Redis for a URL.
-func openStore(ctx context.Context, url string, ro redisstore.Options) (floodgate.Store, func(), error) {
-	if url == "" {
-		s := memstore.New(nil)
-		return s, func() { s.Close() }, nil
-	}
-	return openRedis(ctx, url, ro)
 }
 
 // redactURL hides a password in a URL for logs.

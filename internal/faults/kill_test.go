@@ -22,7 +22,7 @@ var windowLimit = floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: 50, P
 func TestFaultKill(t *testing.T) {
 	r := redistest.Standalone(t)
 	insts := instances(t, "redis://"+r.Addr, 4)
-	srv, err := server.New(server.Options{Store: insts[0].store, Timeout: timeout, FailureMode: floodgate.FailClosed})
+	srv, err := server.New(server.Options{Store: insts[0].store, Limiter: floodgate.Options{Timeout: timeout, FailurePolicy: floodgate.FailClosed}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -343,33 +343,14 @@ func currentLimit(l floodgate.Limit) *rlsv3.RateLimitResponse_RateLimit {
 	}
 }
 
-// Unit lengths, as upstream's utils.UnitToDivider defines them.
-const (
-	day   = 24 * time.Hour
-	week  = 7 * day
-	month = 30 * day
-	year  = 365 * day
-)
-
-// unitOf is the unit whose length is exactly p, or UNKNOWN.
+// unitOf is the unit whose length is exactly p (config's table of units,
+// upstream's lengths), or UNKNOWN.
 func unitOf(p time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
-	switch p {
-	case time.Second:
-		return rlsv3.RateLimitResponse_RateLimit_SECOND
-	case time.Minute:
-		return rlsv3.RateLimitResponse_RateLimit_MINUTE
-	case time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_HOUR
-	case day:
-		return rlsv3.RateLimitResponse_RateLimit_DAY
-	case week:
-		return rlsv3.RateLimitResponse_RateLimit_WEEK
-	case month:
-		return rlsv3.RateLimitResponse_RateLimit_MONTH
-	case year:
-		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	name, ok := config.UnitOf(p)
+	if !ok {
+		return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
 	}
-	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+	return rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(name)])
 }
 
 // unitLength is the length of a unit, or 0 for UNKNOWN and numbers that are
@@ -377,23 +358,12 @@ func unitOf(p time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
 // the response's enum does, which also has WEEK (7): upstream converts one
 // to the other by number, and so does this.
 func unitLength(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
-	switch u {
-	case rlsv3.RateLimitResponse_RateLimit_SECOND:
-		return time.Second
-	case rlsv3.RateLimitResponse_RateLimit_MINUTE:
-		return time.Minute
-	case rlsv3.RateLimitResponse_RateLimit_HOUR:
-		return time.Hour
-	case rlsv3.RateLimitResponse_RateLimit_DAY:
-		return day
-	case rlsv3.RateLimitResponse_RateLimit_WEEK:
-		return week
-	case rlsv3.RateLimitResponse_RateLimit_MONTH:
-		return month
-	case rlsv3.RateLimitResponse_RateLimit_YEAR:
-		return year
+	name, ok := rlsv3.RateLimitResponse_RateLimit_Unit_name[int32(u)]
+	if !ok {
+		return 0
 	}
-	return 0
+	length, _ := config.UnitLength(name) // 0 for UNKNOWN
+	return length
 }
 
 // overrideLimit converts descriptors[i].limit.
@@ -426,47 +396,27 @@ func clampUint32(n int64) uint32 {
 	return uint32(min(max(n, 0), math.MaxUint32))
 }
 
-// fieldError names the field of a request the caller got wrong.
-type fieldError struct {
-	field, msg string
-}
-
-func (e *fieldError) Error() string { return e.field + ": " + e.msg }
-func (e *fieldError) Unwrap() error { return server.ErrInvalid }
-
+// invalid is the error of a field of a request the caller got wrong.
 func invalid(field, format string, args ...any) error {
-	return &fieldError{field: field, msg: fmt.Sprintf(format, args...)}
-}
-
-// fieldOf is the field an invalid-request error names: this package's
-// fieldError, or the server's, whose message is "field: msg".
-func fieldOf(err error) string {
-	if fe, ok := errors.AsType[*fieldError](err); ok {
-		return fe.field
-	}
-	if errors.Is(err, server.ErrInvalid) {
-		if f, _, ok := strings.Cut(err.Error(), ": "); ok {
-			return f
-		}
-	}
-	return ""
+	return &floodgate.FieldError{Kind: floodgate.ErrInvalidRequest, Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
 // grpcError maps an error of decide to a gRPC status: InvalidArgument, with
-// an errdetails.BadRequest naming the field, for the caller's mistakes.
+// an errdetails.BadRequest naming the field, for the caller's mistakes. Its
+// message is "field: problem".
 func grpcError(err error) error {
-	switch {
-	case errors.Is(err, server.ErrInvalid):
-		st := status.New(codes.InvalidArgument, err.Error())
-		if f := fieldOf(err); f != "" {
-			msg := strings.TrimPrefix(err.Error(), f+": ")
-			if d, derr := st.WithDetails(&errdetails.BadRequest{
-				FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: f, Description: msg}},
-			}); derr == nil {
-				st = d
-			}
+	if fe, ok := errors.AsType[*floodgate.FieldError](err); ok {
+		st := status.New(codes.InvalidArgument, fe.Field+": "+fe.Problem)
+		if d, derr := st.WithDetails(&errdetails.BadRequest{
+			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.Field, Description: fe.Problem}},
+		}); derr == nil {
+			st = d
 		}
 		return st.Err()
+	}
+	switch {
+	case errors.Is(err, floodgate.ErrInvalidRequest), errors.Is(err, floodgate.ErrInvalidLimit):
+		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	}

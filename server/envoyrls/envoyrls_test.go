@@ -123,7 +123,7 @@ func newServer(t testing.TB, store floodgate.Store) (*server.Server, *floodgatet
 		store = m
 	}
 	clock := floodgatetest.NewFakeClock(start)
-	srv, err := server.New(server.Options{Store: store, Config: parseConfig(t, edgeYAML), Clock: clock})
+	srv, err := server.New(server.Options{Store: store, Config: parseConfig(t, edgeYAML), Limiter: floodgate.Options{Clock: clock}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/server"
@@ -45,7 +46,9 @@ descriptors:
 	srv, err := server.New(server.Options{
 		Store:  memstore.New(nil),
 		Config: cfg,
-		Clock:  floodgatetest.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 15, 0, time.UTC)),
+		Limiter: floodgate.Options{
+			Clock: floodgatetest.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 15, 0, time.UTC)),
+		},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -84,9 +85,10 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, statuses, err := s.decide(r.Context(), &req)
 	if err != nil {
+		fe, invalid := errors.AsType[*floodgate.FieldError](err)
 		switch {
-		case errors.Is(err, server.ErrInvalid):
-			writeProblem(w, http.StatusBadRequest, fieldOf(err), err.Error())
+		case invalid:
+			writeProblem(w, http.StatusBadRequest, fe.Field, fe.Field+": "+fe.Problem)
 		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 			writeProblem(w, http.StatusServiceUnavailable, "", err.Error())
 		default:

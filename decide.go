@@ -1,0 +1,290 @@
+package floodgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Item is one request of Limiter.Decide: a key, a limit and a cost, and the
+// failure policy that answers it if the store fails.
+type Item struct {
+	// Key is the key, without the Limiter's KeyPrefix.
+	Key string
+	// Limit is the limit the key is checked against.
+	Limit Limit
+	// Cost is the number of units to take; 0 checks without taking.
+	Cost int64
+	// Policy answers a failure of the store for this item; empty means the
+	// Limiter's Options.FailurePolicy. FailLocal needs a Limiter made with
+	// Options.Local and Options.Instances; without them it answers as
+	// FailClosed.
+	Policy FailurePolicy
+}
+
+// Outcome is the answer to one request of a Limiter: what to act on, and
+// who decided it.
+type Outcome struct {
+	// Decision is what the caller should act on: the store's; under
+	// FailLocal the local store's (Decision.Fallback set); or, when Err is
+	// set and Policy is not FailLocal, the failure policy's (allowed for
+	// FailOpen, denied for FailClosed).
+	Decision Decision
+	// Limit is the limit applied: the request's, or for a decision of the
+	// local store, this instance's Share of it.
+	Limit Limit
+	// Err is the store's failure, if it failed (a timeout included). For a
+	// local decision it is the failure that sent the request to the local
+	// store, or nil when the open breaker did not ask the store.
+	Err error
+	// Policy says who answered when the store did not: FailOpen or
+	// FailClosed for a made-up decision, FailLocal for a decision of the
+	// local store. Empty when the store decided.
+	Policy FailurePolicy
+}
+
+// result is the outcome as the single-request methods return it: the
+// decision, and the error unless the local store decided instead.
+func (o *Outcome) result() (Decision, error) {
+	if o.Policy == FailLocal {
+		return o.Decision, nil
+	}
+	return o.Decision, o.Err
+}
+
+// An ItemError is the problem of one item of Limiter.Decide. When Decide
+// returns one, no item of the call reached the store.
+type ItemError struct {
+	// Index is the item's position in the call.
+	Index int
+	// Err wraps ErrInvalidRequest or ErrInvalidLimit, and errors.As finds a
+	// *FieldError naming the field.
+	Err error
+}
+
+// Error is "item <Index>: <Err>".
+func (e *ItemError) Error() string { return fmt.Sprintf("item %d: %v", e.Index, e.Err) }
+
+// Unwrap returns Err.
+func (e *ItemError) Unwrap() error { return e.Err }
+
+// Decide decides several independent requests, each atomically on its own,
+// in one round trip when the store is a Pipeliner (the Redis store is),
+// under one deadline, and answers each store failure by the item's own
+// failure policy. It is the path of a service that checks the descriptors
+// of a request against rules with policies of their own (package server).
+//
+// Every item is validated before any reaches the store: an invalid one
+// returns an *ItemError and nothing is applied. Otherwise there is one
+// Outcome per item, in order; a store failure is an Outcome, never an
+// error, and the Observer sees each item.
+func (l *Limiter) Decide(ctx context.Context, items []Item) ([]Outcome, error) {
+	c := call{rs: make([]Request, len(items)), policies: make([]FailurePolicy, len(items)), out: make([]Outcome, len(items))}
+	now := l.now()
+	for i, it := range items {
+		c.rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost}
+		if err := l.prepare(&c.rs[i], now); err != nil {
+			return nil, &ItemError{Index: i, Err: err}
+		}
+		c.policies[i] = l.policyOf(it.Policy)
+	}
+	l.run(ctx, &c)
+	return c.out, nil
+}
+
+// call is one pass through the pipeline: prepared requests, the policy of
+// each, and their outcomes. With atomic, the requests are all or nothing
+// (AllowEach): the store gets them as one batch, and so does the local
+// store.
+type call struct {
+	rs       []Request
+	policies []FailurePolicy
+	atomic   bool
+	out      []Outcome
+}
+
+// policyOf is the policy that answers an item that asked for p: the
+// limiter's when p is empty, FailClosed for FailLocal without a local
+// store.
+func (l *Limiter) policyOf(p FailurePolicy) FailurePolicy {
+	switch {
+	case p == "":
+		return l.policy
+	case p == FailLocal && l.fb == nil:
+		return FailClosed
+	}
+	return p
+}
+
+// run is the pipeline every decision of a Limiter but the plainest takes:
+// the breaker of FailLocal, the store call under the deadline, the failure
+// policies, and the Observer. The requests are prepared (validated, with
+// prefix and time).
+func (l *Limiter) run(ctx context.Context, c *call) {
+	start := time.Now()
+	local := l.localNow(c)
+	asked, errs := l.ask(ctx, c, local)
+	if l.fb != nil {
+		l.reportFirstLocal(c, asked, errs)
+	}
+	l.settle(ctx, c, asked, errs, local)
+	if l.obs != nil {
+		latency := time.Since(start)
+		for i := range c.rs {
+			l.obs.Observe(Event{Request: c.rs[i], Outcome: c.out[i], Latency: latency})
+		}
+	}
+}
+
+// localNow marks the requests the open breaker sends to the local store
+// without asking the shared one; nil when it sends none.
+func (l *Limiter) localNow(c *call) []bool {
+	if l.fb == nil {
+		return nil
+	}
+	var local []bool
+	for i, p := range c.policies {
+		if p != FailLocal {
+			continue
+		}
+		if local == nil {
+			// One question per call: the breaker lets at most one call
+			// per interval probe the store.
+			if !l.fb.useLocal() {
+				return nil
+			}
+			local = make([]bool, len(c.rs))
+		}
+		local[i] = true
+	}
+	return local
+}
+
+// ask decides in the store, under the deadline, every request that local
+// does not mark, writing their decisions to c.out. It returns which it
+// asked (nil: all) and the store's error for each.
+func (l *Limiter) ask(ctx context.Context, c *call, local []bool) (asked []bool, errs []error) {
+	rs := c.rs
+	var which []int
+	if local != nil {
+		asked = make([]bool, len(rs))
+		rs = nil
+		for i, r := range c.rs {
+			if !local[i] {
+				asked[i] = true
+				rs = append(rs, r)
+				which = append(which, i)
+			}
+		}
+	}
+	errs = make([]error, len(c.rs))
+	if len(rs) == 0 {
+		return asked, errs
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	ds, serrs := applyAll(ctx, l.store, rs, c.atomic)
+	for j := range rs {
+		i := j
+		if which != nil {
+			i = which[j]
+		}
+		c.out[i].Decision, errs[i] = ds[j], serrs[j]
+	}
+	return asked, errs
+}
+
+// applyAll decides rs in s: as one batch when atomic, else each on its
+// own, in one round trip when s is a Pipeliner. There is one decision and
+// one error per request.
+func applyAll(ctx context.Context, s Store, rs []Request, atomic bool) ([]Decision, []error) {
+	errs := make([]error, len(rs))
+	switch p, ok := s.(Pipeliner); {
+	case atomic:
+		ds, err := applyBatch(ctx, s, rs)
+		if err != nil {
+			fill(errs, err)
+			return make([]Decision, len(rs)), errs
+		}
+		return ds, errs
+	case ok && len(rs) > 1:
+		ds, perrs := p.ApplyPipelined(ctx, rs)
+		if len(ds) != len(rs) || len(perrs) != len(rs) {
+			fill(errs, fmt.Errorf("%w: %d decisions for %d requests", ErrUnexpectedReply, len(ds), len(rs)))
+			return make([]Decision, len(rs)), errs
+		}
+		return ds, perrs
+	}
+	ds := make([]Decision, len(rs))
+	for i, r := range rs {
+		ds[i], errs[i] = s.Apply(ctx, r)
+	}
+	return ds, errs
+}
+
+// reportFirstLocal tells the breaker how the store answered the first
+// FailLocal request it was asked in this call: that answer is the store's
+// answer to the call.
+func (l *Limiter) reportFirstLocal(c *call, asked []bool, errs []error) {
+	for i, p := range c.policies {
+		if p == FailLocal && (asked == nil || asked[i]) {
+			l.fb.report(errs[i])
+			return
+		}
+	}
+}
+
+// settle fills every outcome: the store's decision, the local store's for
+// FailLocal requests the breaker held back or the store failed, or the
+// failure policy's.
+func (l *Limiter) settle(ctx context.Context, c *call, asked []bool, errs []error, local []bool) {
+	var toLocal []int
+	for i, p := range c.policies {
+		o := &c.out[i]
+		o.Limit = c.rs[i].Limit
+		held := local != nil && local[i]
+		if p == FailLocal && (held || isStoreFailure(errs[i])) {
+			o.Err = errs[i]
+			toLocal = append(toLocal, i)
+			continue
+		}
+		if errs[i] != nil {
+			*o = Outcome{Decision: failed(p), Limit: o.Limit, Err: errs[i], Policy: answeredBy(p)}
+		}
+	}
+	if len(toLocal) == 0 {
+		return
+	}
+	rs := make([]Request, len(toLocal))
+	for j, i := range toLocal {
+		rs[j] = c.rs[i]
+	}
+	ds, lerrs := l.fb.apply(ctx, rs, c.atomic)
+	for j, i := range toLocal {
+		o := &c.out[i]
+		if lerrs[j] != nil {
+			err := errors.Join(o.Err, lerrs[j])
+			*o = Outcome{Decision: failed(FailClosed), Limit: o.Limit, Err: err, Policy: FailClosed}
+			continue
+		}
+		o.Decision, o.Limit, o.Policy = ds[j], Share(o.Limit, l.fb.instances), FailLocal
+	}
+}
+
+// failed is the decision of failure policy p.
+func failed(p FailurePolicy) Decision {
+	if p == FailOpen {
+		return Decision{Allowed: true}
+	}
+	return Decision{}
+}
+
+// answeredBy is the policy that answers a failure under p when the local
+// store does not decide: FailLocal's is FailClosed.
+func answeredBy(p FailurePolicy) FailurePolicy {
+	if p == FailLocal {
+		return FailClosed
+	}
+	return p
+}
