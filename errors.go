@@ -25,16 +25,20 @@ var (
 	ErrClosed = errors.New("floodgate: store closed")
 )
 
-// A FieldError is one problem that Limit.Validate or Request.Validate found:
-// the field it is in, named as in the Limit or Request (in lower snake
-// case: "limit", "period", "burst", "window", "count_rejected",
-// "local_budget", "algorithm", "key", "cost", "now", "lease"), and what is
-// wrong with it. It wraps Kind (ErrInvalidLimit or ErrInvalidRequest), so
-// errors.Is works as before; an edge that reports the field under its own
-// name (an HTTP body, a config file) takes it from Field with errors.As
-// instead of from the message. Limit.Validate joins one FieldError per
-// problem; errors.As finds the first. Kind should be set: a FieldError
-// without one (the zero value) reads as an invalid request.
+// A FieldError is one problem of an input: the field it is in and what is
+// wrong with it. It is the one field error of Floodgate: Limit.Validate and
+// Request.Validate return it, with the field named as in the Limit or
+// Request (in lower snake case: "limit", "period", "burst", "window",
+// "count_rejected", "local_budget", "algorithm", "key", "cost", "now",
+// "lease"); the HTTP API and the Envoy adapter report a request's problem
+// as one, with the field as the caller wrote it
+// ("descriptors[1].entries[0].key"), and every problem of a config file
+// (*config.Error) holds one. Kind is ErrInvalidLimit or ErrInvalidRequest,
+// or an edge's own sentinel (config.ErrInvalid), so errors.Is works; an
+// edge takes the field from Field with errors.As, never from the message.
+// Limit.Validate joins one FieldError per problem; errors.As finds the
+// first. A FieldError without a Kind (the zero value) reads as an invalid
+// request.
 type FieldError struct {
 	Kind    error
 	Field   string

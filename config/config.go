@@ -106,8 +106,8 @@ func New(domains ...*Domain) (*Config, error) {
 	var errs []error
 	for _, d := range domains {
 		if first, ok := c.domains[d.Name]; ok {
-			errs = append(errs, &Error{File: d.File, Line: d.Line, Column: d.col, Field: "domain",
-				Msg: fmt.Sprintf("domain %q is already defined in %s:%d; each domain must be in one file", d.Name, first.File, first.Line)})
+			errs = append(errs, newError(d.File, d.Line, d.col, "domain",
+				fmt.Sprintf("domain %q is already defined in %s:%d; each domain must be in one file", d.Name, first.File, first.Line)))
 			continue
 		}
 		c.domains[d.Name] = d
@@ -142,9 +142,11 @@ func (c *Config) Domains() []*Domain {
 // ErrInvalid is wrapped by every *Error.
 var ErrInvalid = errors.New("config: invalid")
 
-// Error is one problem of a config file. Parse, Load and Validate report
-// every problem at once, as an errors.Join of *Error; Errors takes them
-// apart.
+// Error is one problem of a config file: where it is, and a
+// floodgate.FieldError naming the field and the problem, the one field
+// error of every edge of Floodgate (the HTTP API and the Envoy protocols
+// report theirs the same way). Parse, Load and Validate report every
+// problem at once, as an errors.Join of *Error; Errors takes them apart.
 type Error struct {
 	// File is the file's path, as given to Parse or found by Load.
 	File string
@@ -152,15 +154,22 @@ type Error struct {
 	// whole file (it cannot be read, it is empty).
 	Line   int
 	Column int
-	// Field is the path of the field at fault:
-	// "descriptors[0].rate_limit.unit"; empty for the whole file.
-	Field string
-	// Msg says what is wrong and, where it can, what to write instead.
-	Msg string
+	// FieldError holds Field, the path of the field at fault
+	// ("descriptors[0].rate_limit.unit"; empty for the whole file), and
+	// Problem, what is wrong and, where it can, what to write instead.
+	// Its Kind is ErrInvalid.
+	floodgate.FieldError
 }
 
-// Error formats the problem as "file:line:column: field: msg", the form
-// editors and CI logs link to.
+// newError is the problem msg of field (empty for the whole file) at
+// file:line:column (0 for none).
+func newError(file string, line, column int, field, msg string) *Error {
+	return &Error{File: file, Line: line, Column: column,
+		FieldError: floodgate.FieldError{Kind: ErrInvalid, Field: field, Problem: msg}}
+}
+
+// Error formats the problem as "file:line:column: field: problem", the
+// form editors and CI logs link to.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
@@ -174,12 +183,19 @@ func (e *Error) Error() string {
 	if e.Field != "" {
 		b.WriteString(e.Field + ": ")
 	}
-	b.WriteString(e.Msg)
+	b.WriteString(e.Problem)
 	return b.String()
 }
 
-// Unwrap returns ErrInvalid.
-func (e *Error) Unwrap() error { return ErrInvalid }
+// Unwrap returns the FieldError, which wraps ErrInvalid, so that both
+// errors.Is(err, ErrInvalid) and errors.As(err, **floodgate.FieldError)
+// find it.
+func (e *Error) Unwrap() error {
+	if e.Kind == nil {
+		return ErrInvalid
+	}
+	return &e.FieldError
+}
 
 // Errors returns every *Error in err, however joined or wrapped, in order.
 func Errors(err error) []*Error {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/floodgate-rl/floodgate"
 )
 
 // want is one expected problem: its line, the text it points at (its
@@ -47,7 +49,7 @@ func checkErrors(t *testing.T, file, src string, err error, wants []want) {
 				}
 				col = strings.Index(lines[w.line-1], w.at) + 1
 			}
-			if g.File != file || g.Line != w.line || g.Column != col || g.Field != w.field || !strings.Contains(g.Msg, w.msg) {
+			if g.File != file || g.Line != w.line || g.Column != col || g.Field != w.field || !strings.Contains(g.Problem, w.msg) {
 				t.Errorf("problem %d:\n got %v\nwant %v", i, g, w)
 			}
 		}
@@ -454,7 +456,7 @@ func TestParseSyntaxErrors(t *testing.T) {
 	} {
 		_, err := Parse("s.yaml", []byte(tc.yaml))
 		errs := Errors(err)
-		if len(errs) != 1 || errs[0].Line != tc.line || errs[0].Column != 0 || errs[0].Msg != tc.msg {
+		if len(errs) != 1 || errs[0].Line != tc.line || errs[0].Column != 0 || errs[0].Problem != tc.msg {
 			t.Errorf("Parse(%q) = %v, want s.yaml:%d: %s", tc.yaml, err, tc.line, tc.msg)
 		}
 	}
@@ -517,7 +519,7 @@ func TestParseNestingLimit(t *testing.T) {
 	}
 	_, err := Parse("deep.yaml", []byte(b.String()))
 	errs := Errors(err)
-	if len(errs) != 1 || !strings.Contains(errs[0].Msg, "nested deeper than 64") {
+	if len(errs) != 1 || !strings.Contains(errs[0].Problem, "nested deeper than 64") {
 		t.Fatalf("want one error about nesting, got %v", err)
 	}
 }
@@ -539,7 +541,7 @@ func TestParseAliasBomb(t *testing.T) {
 	if len(errs) == 0 || len(errs) > maxErrors+1 {
 		t.Fatalf("%d problems, want 1 to %d", len(errs), maxErrors+1)
 	}
-	if last := errs[len(errs)-1]; !strings.Contains(last.Msg, "stopped here") {
+	if last := errs[len(errs)-1]; !strings.Contains(last.Problem, "stopped here") {
 		t.Errorf("last problem %v, want a note that Parse stopped", last)
 	}
 }
@@ -574,7 +576,7 @@ func TestParseWideAliasBomb(t *testing.T) {
 	t.Parallel()
 	_, err := Parse("wide.yaml", []byte(wideBomb()))
 	errs := Errors(err)
-	if len(errs) == 0 || !strings.Contains(errs[len(errs)-1].Msg, "too many YAML nodes") {
+	if len(errs) == 0 || !strings.Contains(errs[len(errs)-1].Problem, "too many YAML nodes") {
 		t.Fatalf("got %v, want the walk stopped by the node budget", err)
 	}
 }
@@ -598,15 +600,26 @@ func TestParseSelfAlias(t *testing.T) {
 	}
 }
 
+// TestErrorIsFieldError: a config problem is found by errors.As as the
+// floodgate.FieldError every edge reports, with the field's path.
+func TestErrorIsFieldError(t *testing.T) {
+	t.Parallel()
+	_, err := Parse("a.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"))
+	fe, ok := errors.AsType[*floodgate.FieldError](err)
+	if !ok || fe.Field != "descriptors[0].rate_limit.unit" || !strings.Contains(fe.Problem, "fortnight") || !errors.Is(err, ErrInvalid) {
+		t.Errorf("errors.As(%v) = %+v, %v; want the FieldError of descriptors[0].rate_limit.unit, wrapping ErrInvalid", err, fe, ok)
+	}
+}
+
 func TestErrorString(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		e    Error
 		want string
 	}{
-		{Error{File: "a.yaml", Line: 3, Column: 5, Field: "descriptors[0].key", Msg: "empty key"}, "a.yaml:3:5: descriptors[0].key: empty key"},
-		{Error{File: "a.yaml", Line: 3, Msg: "did not find expected key"}, "a.yaml:3: did not find expected key"},
-		{Error{File: "a.yaml", Msg: "empty file"}, "a.yaml: empty file"},
+		{*newError("a.yaml", 3, 5, "descriptors[0].key", "empty key"), "a.yaml:3:5: descriptors[0].key: empty key"},
+		{*newError("a.yaml", 3, 0, "", "did not find expected key"), "a.yaml:3: did not find expected key"},
+		{*newError("a.yaml", 0, 0, "", "empty file"), "a.yaml: empty file"},
 	} {
 		if got := tc.e.Error(); got != tc.want {
 			t.Errorf("Error() = %q, want %q", got, tc.want)
@@ -650,8 +663,8 @@ func TestParseLongText(t *testing.T) {
 		t.Fatalf("got %v, want 2 problems", err)
 	}
 	for _, e := range errs {
-		if len(e.Field) > maxFieldLen+len("…")+4 || len(e.Msg) > maxMsgLen+len("…")+4 || !utf8.ValidString(e.Field) || !utf8.ValidString(e.Msg) {
-			t.Errorf("field of %d bytes, message of %d bytes (valid UTF-8: %v, %v)", len(e.Field), len(e.Msg), utf8.ValidString(e.Field), utf8.ValidString(e.Msg))
+		if len(e.Field) > maxFieldLen+len("…")+4 || len(e.Problem) > maxMsgLen+len("…")+4 || !utf8.ValidString(e.Field) || !utf8.ValidString(e.Problem) {
+			t.Errorf("field of %d bytes, message of %d bytes (valid UTF-8: %v, %v)", len(e.Field), len(e.Problem), utf8.ValidString(e.Field), utf8.ValidString(e.Problem))
 		}
 	}
 }

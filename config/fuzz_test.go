@@ -37,7 +37,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("error without *Error: %v", err)
 			}
 			for _, e := range errs {
-				if e.File != "fuzz.yaml" || e.Line < 0 || e.Column < 0 || e.Msg == "" {
+				if e.File != "fuzz.yaml" || e.Line < 0 || e.Column < 0 || e.Problem == "" {
 					t.Fatalf("malformed problem %#v", e)
 				}
 			}

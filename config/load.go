@@ -32,7 +32,7 @@ func LoadDir(dir string) (*Config, error) {
 		return nil, fileError(dir, err)
 	}
 	if !fi.IsDir() {
-		return nil, &Error{File: dir, Msg: "not a directory"}
+		return nil, newError(dir, 0, 0, "", "not a directory")
 	}
 	return Load(dir)
 }
@@ -48,7 +48,7 @@ func Validate(paths ...string) error {
 	}
 	_, n, err := load(paths)
 	if err == nil && n == 0 {
-		err = &Error{File: strings.Join(paths, ", "), Msg: "no config files (*.yaml or *.yml) found"}
+		err = newError(strings.Join(paths, ", "), 0, 0, "", "no config files (*.yaml or *.yml) found")
 	}
 	return err
 }
@@ -133,7 +133,7 @@ func readFile(name string) ([]byte, error) {
 		return nil, fileError(name, err)
 	}
 	if len(data) > MaxFileSize {
-		return nil, &Error{File: name, Msg: fmt.Sprintf("larger than the maximum %d bytes", MaxFileSize)}
+		return nil, newError(name, 0, 0, "", fmt.Sprintf("larger than the maximum %d bytes", MaxFileSize))
 	}
 	return data, nil
 }
@@ -144,5 +144,5 @@ func fileError(name string, err error) error {
 	if errors.As(err, &pe) {
 		err = pe.Err
 	}
-	return &Error{File: name, Msg: err.Error()}
+	return newError(name, 0, 0, "", err.Error())
 }

@@ -180,15 +180,15 @@ func TestLoadErrors(t *testing.T) {
 	_, err := LoadDir(dir)
 	got := Errors(err)
 	wants := []Error{
-		{File: filepath.Join(dir, "dangling.yaml"), Msg: "no such file or directory"},
-		{File: filepath.Join(dir, "c.yaml"), Line: 4, Column: 24, Field: "descriptors[0].rate_limit.unit", Msg: `unknown unit "fortnight"`},
+		*newError(filepath.Join(dir, "dangling.yaml"), 0, 0, "", "no such file or directory"),
+		*newError(filepath.Join(dir, "c.yaml"), 4, 24, "descriptors[0].rate_limit.unit", `unknown unit "fortnight"`),
 	}
 	if len(got) != len(wants) {
 		t.Fatalf("got %d problems, want %d:\n%v", len(got), len(wants), err)
 	}
 	for i, w := range wants {
 		g := got[i]
-		if g.File != w.File || g.Line != w.Line || g.Column != w.Column || g.Field != w.Field || !strings.Contains(g.Msg, w.Msg) {
+		if g.File != w.File || g.Line != w.Line || g.Column != w.Column || g.Field != w.Field || !strings.Contains(g.Problem, w.Problem) {
 			t.Errorf("problem %d: %v, want %v", i, g, &w)
 		}
 	}
@@ -202,7 +202,7 @@ func TestLoadErrors(t *testing.T) {
 		t.Fatalf("got %v, want one problem", err)
 	}
 	if g := got[0]; g.File != filepath.Join(dir, "b.yaml") || g.Line != 2 || g.Column != 1 || g.Field != "domain" ||
-		!strings.Contains(g.Msg, `domain "shared" is already defined in `+filepath.Join(dir, "a.yaml")+":1") {
+		!strings.Contains(g.Problem, `domain "shared" is already defined in `+filepath.Join(dir, "a.yaml")+":1") {
 		t.Errorf("got %v", g)
 	}
 }

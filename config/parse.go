@@ -82,14 +82,14 @@ type field struct {
 
 func (p *parser) parse(data []byte) *Domain {
 	if len(data) > MaxFileSize {
-		p.errs = append(p.errs, &Error{File: p.file, Msg: fmt.Sprintf("%d bytes is above the maximum %d", len(data), MaxFileSize)})
+		p.errs = append(p.errs, newError(p.file, 0, 0, "", fmt.Sprintf("%d bytes is above the maximum %d", len(data), MaxFileSize)))
 		return nil
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := decode(dec, &doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			p.errs = append(p.errs, &Error{File: p.file, Msg: "empty file: want a domain and its descriptors"})
+			p.errs = append(p.errs, newError(p.file, 0, 0, "", "empty file: want a domain and its descriptors"))
 		} else {
 			p.yamlError(err)
 		}
@@ -113,7 +113,7 @@ func (p *parser) parse(data []byte) *Domain {
 	}
 	root := p.resolve(docContent(&doc))
 	if isNull(root) {
-		p.errs = append(p.errs, &Error{File: p.file, Msg: "empty file: want a domain and its descriptors"})
+		p.errs = append(p.errs, newError(p.file, 0, 0, "", "empty file: want a domain and its descriptors"))
 		return nil
 	}
 	if root.Kind != yaml.MappingNode {
@@ -188,15 +188,15 @@ func isNull(n *yaml.Node) bool {
 // one more than it says, the line where the construct that failed begins.
 func (p *parser) yamlError(err error) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	e := &Error{File: p.file, Msg: msg}
+	e := newError(p.file, 0, 0, "", msg)
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if num, after, ok := strings.Cut(rest, ": "); ok {
 			if line, err := strconv.Atoi(num); err == nil && line > 0 {
-				e.Line, e.Msg = line, after
+				e.Line, e.Problem = line, after
 			}
 		}
 	}
-	if isParserProblem(e.Msg) {
+	if isParserProblem(e.Problem) {
 		e.Line++
 	}
 	p.errs = append(p.errs, e)
@@ -216,7 +216,7 @@ func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
 		p.halt(n, fmt.Sprintf("more than %d problems; stopped here", maxErrors))
 		return
 	}
-	e := &Error{File: p.file, Field: cut(field, maxFieldLen), Msg: cut(fmt.Sprintf(format, args...), maxMsgLen)}
+	e := newError(p.file, 0, 0, cut(field, maxFieldLen), cut(fmt.Sprintf(format, args...), maxMsgLen))
 	if n != nil {
 		e.Line, e.Column = n.Line, n.Column
 	}
@@ -293,7 +293,7 @@ func (p *parser) visit(n *yaml.Node) bool {
 func (p *parser) halt(n *yaml.Node, msg string) {
 	if !p.stop {
 		p.stop = true
-		p.stopped = &Error{File: p.file, Line: line(n), Msg: msg}
+		p.stopped = newError(p.file, line(n), 0, "", msg)
 	}
 }
 
