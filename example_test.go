@@ -202,3 +202,25 @@ func ExampleFailurePolicy_local() {
 	// allowed=true limit=2 remaining=0 fallback=true err=<nil>
 	// allowed=false limit=2 remaining=0 fallback=true err=<nil>
 }
+
+// Decide checks several keys at once, each against its own limit and
+// answered by its own failure policy when the store fails: here a
+// per-user limit, and a per-tenant limit that should rather fail open.
+func ExampleLimiter_Decide() {
+	store := memstore.New(nil)
+	defer store.Close()
+	limiter, _ := floodgate.New(store, &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	outs, err := limiter.Decide(context.Background(), []floodgate.Item{
+		{Key: "user:42", Limit: floodgate.Limit{Limit: 1, Period: time.Minute}, Cost: 1},
+		{Key: "tenant:7", Limit: floodgate.Limit{Limit: 100, Period: time.Minute}, Cost: 1, Policy: floodgate.FailOpen},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, o := range outs {
+		fmt.Printf("allowed=%v remaining=%d policy=%q\n", o.Decision.Allowed, o.Decision.Remaining, o.Policy)
+	}
+	// Output:
+	// allowed=true remaining=0 policy=""
+	// allowed=true remaining=99 policy=""
+}

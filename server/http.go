@@ -236,87 +236,113 @@ func statusJSON(st Status) DecisionJSON {
 	return out
 }
 
+// handleAllow answers POST /v1/allow: it reads the body, decides it in
+// its inline or descriptor form, and writes the decisions with their
+// header fields.
 func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 	var req AllowRequest
 	if !decodeJSON(w, r, &req) {
 		return
 	}
-	inline := req.Key != "" || req.Limit != nil || req.Cost != nil
+	inline, err := req.form()
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	var statuses []Status
+	var overall Status
+	if inline {
+		overall, err = s.allowInline(r.Context(), &req)
+		statuses = []Status{overall}
+	} else {
+		var res Result
+		res, err = s.allowDescriptors(r.Context(), &req)
+		statuses, overall = res.Statuses, Binding(res)
+	}
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	writeAllow(w, allowResponse(inline, overall, statuses), overall, statuses)
+}
+
+// form reports whether the body is in the inline form (key and limit)
+// rather than the descriptor form (domain and descriptors), and an error
+// when it is both or neither.
+func (req *AllowRequest) form() (inline bool, err error) {
+	inline = req.Key != "" || req.Limit != nil || req.Cost != nil
 	byConfig := req.Domain != "" || req.Descriptors != nil || req.Hits != nil
 	switch {
 	case inline && byConfig:
-		writeProblem(w, invalid("body", "give either key and limit, or domain and descriptors, not both"))
-		return
+		return false, invalid("body", "give either key and limit, or domain and descriptors, not both")
 	case !inline && !byConfig:
-		writeProblem(w, invalid("body", "give either key and limit (an inline limit), or domain and descriptors (config rules)"))
-		return
+		return false, invalid("body", "give either key and limit (an inline limit), or domain and descriptors (config rules)")
 	}
-	var (
-		statuses []Status
-		overall  Status
-	)
-	if inline {
-		if req.Limit == nil {
-			writeProblem(w, invalid("limit", "required with key"))
-			return
-		}
-		lim, err := req.Limit.toLimit("limit")
-		if err != nil {
-			writeProblem(w, err)
-			return
-		}
-		cost := int64(1)
-		if req.Cost != nil {
-			cost = *req.Cost
-		}
-		st, err := s.DecideInline(r.Context(), req.Key, lim, cost)
-		if err != nil {
-			writeProblem(w, err)
-			return
-		}
-		overall, statuses = st, []Status{st}
-	} else {
-		if len(req.Descriptors) > MaxDescriptors {
-			writeProblem(w, invalid("descriptors", "%d descriptors, more than the %d allowed", len(req.Descriptors), MaxDescriptors))
-			return
-		}
-		ds := make([]Descriptor, len(req.Descriptors))
-		for i, d := range req.Descriptors {
-			ds[i].Hits = d.Hits
-			ds[i].Entries = make([]config.Entry, len(d.Entries))
-			for j, e := range d.Entries {
-				ds[i].Entries[j] = config.Entry{Key: e.Key, Value: e.Value}
-			}
-			if d.Limit != nil {
-				lim, err := d.Limit.toLimit(fmt.Sprintf("descriptors[%d].limit", i))
-				if err != nil {
-					writeProblem(w, err)
-					return
-				}
-				ds[i].Limit = &lim
-			}
-		}
-		hits := int64(1)
-		if req.Hits != nil {
-			hits = *req.Hits
-		}
-		res, err := s.Decide(r.Context(), req.Domain, ds, hits)
-		if err != nil {
-			writeProblem(w, err)
-			return
-		}
-		statuses = res.Statuses
-		overall = Binding(res)
+	return inline, nil
+}
+
+// allowInline decides the inline form.
+func (s *Server) allowInline(ctx context.Context, req *AllowRequest) (Status, error) {
+	if req.Limit == nil {
+		return Status{}, invalid("limit", "required with key")
 	}
+	lim, err := req.Limit.toLimit("limit")
+	if err != nil {
+		return Status{}, err
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	return s.DecideInline(ctx, req.Key, lim, cost)
+}
+
+// allowDescriptors decides the descriptor form.
+func (s *Server) allowDescriptors(ctx context.Context, req *AllowRequest) (Result, error) {
+	if len(req.Descriptors) > MaxDescriptors {
+		return Result{}, invalid("descriptors", "%d descriptors, more than the %d allowed", len(req.Descriptors), MaxDescriptors)
+	}
+	ds := make([]Descriptor, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		ds[i].Hits = d.Hits
+		ds[i].Entries = make([]config.Entry, len(d.Entries))
+		for j, e := range d.Entries {
+			ds[i].Entries[j] = config.Entry{Key: e.Key, Value: e.Value}
+		}
+		if d.Limit != nil {
+			lim, err := d.Limit.toLimit(fmt.Sprintf("descriptors[%d].limit", i))
+			if err != nil {
+				return Result{}, err
+			}
+			ds[i].Limit = &lim
+		}
+	}
+	hits := int64(1)
+	if req.Hits != nil {
+		hits = *req.Hits
+	}
+	return s.Decide(ctx, req.Domain, ds, hits)
+}
+
+// allowResponse is the body answering statuses: the overall decision
+// and, for the descriptor form, one per descriptor.
+func allowResponse(inline bool, overall Status, statuses []Status) AllowResponse {
 	resp := AllowResponse{DecisionJSON: statusJSON(overall)}
-	if byConfig {
-		resp.Rule, resp.Policy = "", nil
-		resp.Code = Combine(statuses).String()
-		resp.Allowed = resp.Code == "OK"
-		for _, st := range statuses {
-			resp.Descriptors = append(resp.Descriptors, statusJSON(st))
-		}
+	if inline {
+		return resp
 	}
+	resp.Rule, resp.Policy = "", nil
+	resp.Code = Combine(statuses).String()
+	resp.Allowed = resp.Code == "OK"
+	for _, st := range statuses {
+		resp.Descriptors = append(resp.Descriptors, statusJSON(st))
+	}
+	return resp
+}
+
+// writeAllow writes resp with the RateLimit fields of statuses: 200, or
+// 503 with Retry-After when a store failure was answered by fail_closed.
+func writeAllow(w http.ResponseWriter, resp AllowResponse, overall Status, statuses []Status) {
 	SetHeaders(w.Header(), statuses)
 	if failedClosed(statuses) {
 		retry := max(time.Second, overall.Decision.RetryAfter)

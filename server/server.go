@@ -9,18 +9,29 @@
 //
 // # Deciding a request
 //
-// Each descriptor of a request is matched to a rule of its domain
-// (config.Config.MatchAll, replaces applied). A descriptor without a rule, or
-// whose rule is unlimited or replaced, is OK without asking the store. The
-// others are decided by the store, each atomically on its own (as
-// envoyproxy/ratelimit does, each descriptor is its own budget), all in one
-// round trip when the store can pipeline (floodgate.Pipeliner, which the
-// Redis store implements). Unlike envoyproxy/ratelimit, a denied request
-// takes nothing (unless the rule sets count_rejected), and a store failure
-// is answered within the deadline by the rule's failure mode: fail_open
-// allows and counts the event, fail_closed denies, local decides in the
-// server's memory with the limit divided by the number of instances (see
-// Options.Instances and floodgate.Fallback).
+// A request takes one path from the edge to the store. The HTTP handler
+// (handleAllow) or the Envoy adapter (server/envoyrls: gRPC and POST /json)
+// translates its body into Descriptors (or an inline limit) and calls
+// Server.Decide (DecideInline), which checks the request's shape, matches
+// each descriptor to a rule of its domain (config.Config.MatchAll,
+// replaces applied), and asks the server's floodgate.Limiter to decide the
+// limited ones with Limiter.Decide: validation, the deadline, the store
+// call (all descriptors in one round trip when the store can pipeline, as
+// the Redis store does, down to its Lua script), each rule's failure mode,
+// and observation all happen there, once, as in the library. The server
+// then turns each Outcome into a Status, with metrics and logs, and the
+// edge into its answer.
+//
+// A descriptor without a rule, or whose rule is unlimited or replaced, is
+// OK without asking the store. The others are each decided atomically on
+// their own (as envoyproxy/ratelimit does, each descriptor is its own
+// budget). Unlike envoyproxy/ratelimit, a denied request takes nothing
+// from the denying descriptor's budget (unless the rule sets
+// count_rejected), and a store failure is answered within the deadline by
+// the rule's failure mode: fail_open allows and counts the event,
+// fail_closed denies, local decides in the server's memory with the limit
+// divided by the number of instances (see Options.Limiter and
+// floodgate.FailLocal).
 package server
 
 import (
