@@ -90,74 +90,95 @@ func configCmd(args []string, stdout, stderr io.Writer) int {
 // simulated clock so that it prints at once what a real client would see
 // over time.
 func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	sim, code, ok := parseCheck(args, stderr)
+	if !ok {
+		return code
+	}
+	if err := sim.run(ctx, stdout); err != nil {
+		fmt.Fprintf(stderr, "floodgate check: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// simulation is what `floodgate check` simulates: requests of cost units
+// for key under lim, one every every.
+type simulation struct {
+	lim      floodgate.Limit
+	key      string
+	requests int
+	every    time.Duration
+	cost     int64
+}
+
+// parseCheck reads and checks the flags; ok is false when the command
+// should exit with code.
+func parseCheck(args []string, stderr io.Writer) (sim simulation, code int, ok bool) {
 	fs := flag.NewFlagSet("floodgate check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var (
-		lim      floodgate.Limit
-		alg      = fs.String("algorithm", string(floodgate.FixedWindow), "algorithm: fixed_window, sliding_window_log, sliding_window, token_bucket, gcra, concurrency")
-		window   = fs.String("window", string(floodgate.Aligned), "fixed_window alignment: aligned or first_hit")
-		key      = fs.String("key", "demo", "the key being limited")
-		requests = fs.Int("requests", 10, "number of requests to simulate (1 to 100000)")
-		every    = fs.Duration("every", 100*time.Millisecond, "simulated time between requests")
-		cost     = fs.Int64("cost", 1, "units each request takes")
-	)
-	fs.Int64Var(&lim.Limit, "limit", 5, "units per period")
-	fs.DurationVar(&lim.Period, "period", time.Second, "period (window, refill period or lease TTL)")
-	fs.Int64Var(&lim.Burst, "burst", 0, "capacity of token_bucket and gcra (0: the limit)")
-	fs.BoolVar(&lim.CountRejected, "count-rejected", false, "denied requests still count (fixed_window, sliding_window)")
+	alg := fs.String("algorithm", string(floodgate.DefaultAlgorithm), "algorithm: fixed_window, sliding_window_log, sliding_window, token_bucket, gcra, concurrency")
+	window := fs.String("window", string(floodgate.Aligned), "fixed_window alignment: aligned or first_hit")
+	fs.StringVar(&sim.key, "key", "demo", "the key being limited")
+	fs.IntVar(&sim.requests, "requests", 10, "number of requests to simulate (1 to 100000)")
+	fs.DurationVar(&sim.every, "every", 100*time.Millisecond, "simulated time between requests")
+	fs.Int64Var(&sim.cost, "cost", 1, "units each request takes")
+	fs.Int64Var(&sim.lim.Limit, "limit", 5, "units per period")
+	fs.DurationVar(&sim.lim.Period, "period", time.Second, "period (window, refill period or lease TTL)")
+	fs.Int64Var(&sim.lim.Burst, "burst", 0, "capacity of token_bucket and gcra (0: the limit)")
+	fs.BoolVar(&sim.lim.CountRejected, "count-rejected", false, "denied requests still count (fixed_window, sliding_window)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return sim, 0, false
 		}
-		return 2
+		return sim, 2, false
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "floodgate check: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	sim.lim.Algorithm, sim.lim.Window = floodgate.Algorithm(*alg), floodgate.Window(*window)
+	var problem string
+	switch err := sim.lim.Validate(); {
+	case fs.NArg() > 0:
+		problem = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
+	case err != nil:
+		problem = err.Error()
+	case sim.requests < 1 || sim.requests > 100_000:
+		problem = fmt.Sprintf("-requests: %d is not between 1 and 100000", sim.requests)
+	case sim.every < 0:
+		problem = fmt.Sprintf("-every: %v is negative", sim.every)
 	}
-	lim.Algorithm, lim.Window = floodgate.Algorithm(*alg), floodgate.Window(*window)
-	if err := lim.Validate(); err != nil {
-		fmt.Fprintf(stderr, "floodgate check: %v\n", err)
-		return 2
+	if problem != "" {
+		fmt.Fprintf(stderr, "floodgate check: %s\n", problem)
+		return sim, 2, false
 	}
-	if *requests < 1 || *requests > 100_000 {
-		fmt.Fprintf(stderr, "floodgate check: -requests: %d is not between 1 and 100000\n", *requests)
-		return 2
-	}
-	if *every < 0 {
-		fmt.Fprintf(stderr, "floodgate check: -every: %v is negative\n", *every)
-		return 2
-	}
+	return sim, 0, true
+}
 
+// run simulates the requests on a memory store with a simulated clock and
+// prints a table of the decisions.
+func (sim simulation) run(ctx context.Context, stdout io.Writer) error {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := &simClock{now: start}
 	store := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
 	defer store.Close()
 	limiter, err := floodgate.New(store, &floodgate.Options{Clock: clock})
 	if err != nil {
-		fmt.Fprintf(stderr, "floodgate check: %v\n", err)
-		return 1
+		return err
 	}
-
-	fmt.Fprintf(stdout, "limit %v, key %q, %d requests of cost %d every %v\n\n", lim, *key, *requests, *cost, *every)
+	fmt.Fprintf(stdout, "limit %v, key %q, %d requests of cost %d every %v\n\n", sim.lim, sim.key, sim.requests, sim.cost, sim.every)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "#\tt\tallowed\tremaining\treset_after\tretry_after\t")
 	allowed := 0
-	for i := range *requests {
+	for i := range sim.requests {
 		if err := ctx.Err(); err != nil {
-			fmt.Fprintf(stderr, "floodgate check: %v\n", err)
-			return 1
+			return err
 		}
 		var d floodgate.Decision
-		if lim.Algorithm == floodgate.Concurrency {
+		if sim.lim.Algorithm == floodgate.Concurrency {
 			// Each simulated request holds its lease until it expires.
-			_, d, err = limiter.AcquireN(ctx, *key, lim, *cost)
+			_, d, err = limiter.AcquireN(ctx, sim.key, sim.lim, sim.cost)
 		} else {
-			d, err = limiter.AllowN(ctx, *key, lim, *cost)
+			d, err = limiter.AllowN(ctx, sim.key, sim.lim, sim.cost)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "floodgate check: %v\n", err)
-			return 1
+			return err
 		}
 		if d.Allowed {
 			allowed++
@@ -167,11 +188,11 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			retry = "never"
 		}
 		fmt.Fprintf(tw, "%d\t%v\t%v\t%d\t%v\t%s\t\n", i+1, clock.Now().Sub(start), d.Allowed, d.Remaining, d.ResetAfter, retry)
-		clock.now = clock.now.Add(*every)
+		clock.now = clock.now.Add(sim.every)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "\n%d of %d allowed\n", allowed, *requests)
-	return 0
+	fmt.Fprintf(stdout, "\n%d of %d allowed\n", allowed, sim.requests)
+	return nil
 }
 
 // simClock is the simulated time of `floodgate check`: it moves only when

@@ -96,49 +96,45 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 		fmt.Fprintf(stderr, "floodgate serve: unexpected argument %q\n", fs.Arg(0))
 		return c, 2, false
 	}
-	tlsProblem := c.redisTLS.check(c.redisURL)
-	switch {
-	case c.logFormat != "text" && c.logFormat != "json":
-		fmt.Fprintf(stderr, "floodgate serve: -log-format: %q is not text or json\n", c.logFormat)
-		return c, 2, false
-	case c.failureMode != string(floodgate.FailOpen) && c.failureMode != string(floodgate.FailClosed) && c.failureMode != string(floodgate.FailLocal):
-		fmt.Fprintf(stderr, "floodgate serve: -failure-mode: %q is not fail_open, fail_closed or local\n", c.failureMode)
-		return c, 2, false
-	case c.instances < 0:
-		fmt.Fprintf(stderr, "floodgate serve: -instances: %d is negative\n", c.instances)
-		return c, 2, false
-	case c.failureMode == string(floodgate.FailLocal) && c.instances == 0:
-		fmt.Fprintf(stderr, "floodgate serve: -instances: failure mode local needs the number of replicas sharing the Redis (at least 1)\n")
-		return c, 2, false
-	case c.denyCache < 0:
-		fmt.Fprintf(stderr, "floodgate serve: -deny-cache: %d is negative\n", c.denyCache)
-		return c, 2, false
-	case c.coalesce < 0:
-		fmt.Fprintf(stderr, "floodgate serve: -redis-coalesce: %d is negative\n", c.coalesce)
-		return c, 2, false
-	case c.waitReplicas < 0:
-		fmt.Fprintf(stderr, "floodgate serve: -redis-wait-replicas: %d is negative\n", c.waitReplicas)
-		return c, 2, false
-	case c.waitTimeout <= 0:
-		fmt.Fprintf(stderr, "floodgate serve: -redis-wait-timeout: %v must be above zero\n", c.waitTimeout)
-		return c, 2, false
-	case c.waitReplicas > 0 && c.redisURL == "":
-		fmt.Fprintf(stderr, "floodgate serve: -redis-wait-replicas: needs -redis (the embedded memory store has no replicas)\n")
-		return c, 2, false
-	case c.probeInterval <= 0:
-		fmt.Fprintf(stderr, "floodgate serve: -probe-interval: %v must be above zero\n", c.probeInterval)
-		return c, 2, false
-	case c.timeout <= 0:
-		fmt.Fprintf(stderr, "floodgate serve: -timeout: %v must be above zero\n", c.timeout)
-		return c, 2, false
-	case tlsProblem != "":
-		fmt.Fprintf(stderr, "floodgate serve: %s\n", tlsProblem)
-		return c, 2, false
-	case c.httpAddr == "":
-		fmt.Fprintf(stderr, "floodgate serve: -http: empty\n")
+	if problem := c.problem(); problem != "" {
+		fmt.Fprintf(stderr, "floodgate serve: %s\n", problem)
 		return c, 2, false
 	}
 	return c, 0, true
+}
+
+// problem is the first problem of the flags, naming the flag, or "".
+func (c serveConfig) problem() string {
+	tlsProblem := c.redisTLS.check(c.redisURL)
+	switch {
+	case c.logFormat != "text" && c.logFormat != "json":
+		return fmt.Sprintf("-log-format: %q is not text or json", c.logFormat)
+	case c.failureMode != string(floodgate.FailOpen) && c.failureMode != string(floodgate.FailClosed) && c.failureMode != string(floodgate.FailLocal):
+		return fmt.Sprintf("-failure-mode: %q is not fail_open, fail_closed or local", c.failureMode)
+	case c.instances < 0:
+		return fmt.Sprintf("-instances: %d is negative", c.instances)
+	case c.failureMode == string(floodgate.FailLocal) && c.instances == 0:
+		return "-instances: failure mode local needs the number of replicas sharing the Redis (at least 1)"
+	case c.denyCache < 0:
+		return fmt.Sprintf("-deny-cache: %d is negative", c.denyCache)
+	case c.coalesce < 0:
+		return fmt.Sprintf("-redis-coalesce: %d is negative", c.coalesce)
+	case c.waitReplicas < 0:
+		return fmt.Sprintf("-redis-wait-replicas: %d is negative", c.waitReplicas)
+	case c.waitTimeout <= 0:
+		return fmt.Sprintf("-redis-wait-timeout: %v must be above zero", c.waitTimeout)
+	case c.waitReplicas > 0 && c.redisURL == "":
+		return "-redis-wait-replicas: needs -redis (the embedded memory store has no replicas)"
+	case c.probeInterval <= 0:
+		return fmt.Sprintf("-probe-interval: %v must be above zero", c.probeInterval)
+	case c.timeout <= 0:
+		return fmt.Sprintf("-timeout: %v must be above zero", c.timeout)
+	case tlsProblem != "":
+		return tlsProblem
+	case c.httpAddr == "":
+		return "-http: empty"
+	}
+	return ""
 }
 
 // serve runs the service until ctx ends (SIGINT/SIGTERM), then shuts down

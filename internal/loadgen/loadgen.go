@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/floodgate-rl/floodgate"
 )
 
 // Outcome is what the target answered to one call.
@@ -111,25 +112,32 @@ type Config struct {
 func (c *Config) Validate() error {
 	switch {
 	case c.Callers < 1 || c.Callers > MaxCallers:
-		return fmt.Errorf("callers: %d is not between 1 and %d", c.Callers, MaxCallers)
+		return invalid("callers", "%d is not between 1 and %d", c.Callers, MaxCallers)
 	case c.Duration < 0:
-		return fmt.Errorf("duration: %v is negative", c.Duration)
+		return invalid("duration", "%v is negative", c.Duration)
 	case c.Requests < 0:
-		return fmt.Errorf("requests: %d is negative", c.Requests)
+		return invalid("requests", "%d is negative", c.Requests)
 	case c.Duration == 0 && c.Requests == 0:
 		return errors.New("neither a duration nor a number of requests bounds the run")
 	case c.Rate < 0:
-		return fmt.Errorf("rate: %v is negative", c.Rate)
+		return invalid("rate", "%v is negative", c.Rate)
 	case c.Keys < 1 || c.Keys > MaxKeys:
-		return fmt.Errorf("keys: %d is not between 1 and %d", c.Keys, MaxKeys)
+		return invalid("keys", "%d is not between 1 and %d", c.Keys, MaxKeys)
 	case !(c.Hot >= 0 && c.Hot <= 1):
-		return fmt.Errorf("hot: %v is not between 0 and 1", c.Hot)
+		return invalid("hot", "%v is not between 0 and 1", c.Hot)
 	case c.Warmup < 0:
-		return fmt.Errorf("warmup: %v is negative", c.Warmup)
+		return invalid("warmup", "%v is negative", c.Warmup)
 	case c.ProgressEvery < 0:
-		return fmt.Errorf("progress interval: %v is negative", c.ProgressEvery)
+		return invalid("progress_every", "%v is negative", c.ProgressEvery)
 	}
 	return nil
+}
+
+// invalid is the error of a field of a Config, found by errors.As as a
+// *floodgate.FieldError, so that a caller names it as its users know it
+// (a flag).
+func invalid(field, format string, args ...any) error {
+	return &floodgate.FieldError{Kind: floodgate.ErrInvalidRequest, Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
 // Snapshot is the state of a run so far.
