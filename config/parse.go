@@ -492,29 +492,60 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 		r.Limit = floodgate.Limit{Name: lim.Name}
 		return r
 	}
-	unit, period := fs["unit"], fs["period"]
+	lim.Period = p.period(n, fs, fpath)
+	lim.Limit = p.requestsPerUnit(n, fs, fpath)
+	p.extensions(fs, fpath, &lim, r)
+	// The fields found bad so far; Validate's findings about them would only
+	// repeat those problems.
+	bad := make(map[string]bool)
+	for _, e := range p.errs[before:] {
+		name := strings.TrimPrefix(e.Field, path+".")
+		name, _, _ = strings.Cut(name, ".")
+		name, _, _ = strings.Cut(name, "[")
+		bad[name] = true
+	}
+	if err := lim.Validate(); err != nil {
+		p.limitErrors(err, n, path, fs, bad)
+	}
+	if len(p.errs) > before {
+		return nil
+	}
+	r.Limit = lim
+	return r
+}
+
+// period reads unit (one of upstream's) or period (a Go duration, the
+// extension) of a rate_limit mapping n; 0 after reporting a problem.
+func (p *parser) period(n *yaml.Node, fs map[string]*field, fpath func(string) string) (length time.Duration) {
+	unit, per := fs["unit"], fs["period"]
 	switch {
-	case unit != nil && period != nil:
-		p.errorf(period.key, fpath("period"), "give unit or period, not both")
+	case unit != nil && per != nil:
+		p.errorf(per.key, fpath("period"), "give unit or period, not both")
 	case unit != nil:
 		if s, ok := p.str(unit.val, fpath("unit")); ok {
 			if d, ok := UnitLength(s); ok {
-				lim.Period = d
+				length = d
 			} else {
 				p.errorf(unit.val, fpath("unit"), "unknown unit %q (want %s; or a period such as 90s)", s, unitList)
 			}
 		}
-	case period != nil:
-		if s, ok := p.str(period.val, fpath("period")); ok {
+	case per != nil:
+		if s, ok := p.str(per.val, fpath("period")); ok {
 			if d, err := time.ParseDuration(s); err == nil {
-				lim.Period = d
+				length = d
 			} else {
-				p.errorf(period.val, fpath("period"), "%q is not a duration such as 90s, 1m30s or 36h", s)
+				p.errorf(per.val, fpath("period"), "%q is not a duration such as 90s, 1m30s or 36h", s)
 			}
 		}
 	default:
 		p.errorf(n, fpath("unit"), "missing unit (want %s; or a period such as 90s)", unitList)
 	}
+	return length
+}
+
+// requestsPerUnit reads requests_per_unit of a rate_limit mapping n; 0
+// after reporting a problem.
+func (p *parser) requestsPerUnit(n *yaml.Node, fs map[string]*field, fpath func(string) string) int64 {
 	if f := fs["requests_per_unit"]; f == nil {
 		p.errorf(n, fpath("requests_per_unit"), "missing requests_per_unit (0 denies every request)")
 	} else if v, ok := p.integer(f.val, fpath("requests_per_unit")); ok {
@@ -524,9 +555,16 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 		case v > math.MaxUint32:
 			p.errorf(f.val, fpath("requests_per_unit"), "%d is above %d, the most Envoy's rate limit protocol can carry", v, uint32(math.MaxUint32))
 		default:
-			lim.Limit = v
+			return v
 		}
 	}
+	return 0
+}
+
+// extensions reads Floodgate's fields of a rate_limit mapping into lim and
+// r: algorithm, burst, window, count_rejected, local_budget and
+// failure_mode.
+func (p *parser) extensions(fs map[string]*field, fpath func(string) string, lim *floodgate.Limit, r *Rule) {
 	if f := fs["algorithm"]; f != nil {
 		s, _ := p.str(f.val, fpath("algorithm"))
 		lim.Algorithm = floodgate.Algorithm(s)
@@ -554,23 +592,6 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 			}
 		}
 	}
-	// The fields found bad so far; Validate's findings about them would only
-	// repeat those problems.
-	bad := make(map[string]bool)
-	for _, e := range p.errs[before:] {
-		name := strings.TrimPrefix(e.Field, path+".")
-		name, _, _ = strings.Cut(name, ".")
-		name, _, _ = strings.Cut(name, "[")
-		bad[name] = true
-	}
-	if err := lim.Validate(); err != nil {
-		p.limitErrors(err, n, path, fs, bad)
-	}
-	if len(p.errs) > before {
-		return nil
-	}
-	r.Limit = lim
-	return r
 }
 
 // limitErrors reports the problems found by floodgate.Limit.Validate, each
