@@ -96,13 +96,19 @@ func (l *Limiter) Decide(ctx context.Context, items []Item) ([]Outcome, error) {
 // call is one pass through the pipeline: prepared requests, the policy of
 // each, and their outcomes. With atomic, the requests are all or nothing
 // (AllowEach): the store gets them as one batch, and so does the local
-// store.
+// store. op, if set, is the store's step for an atomic call in place of
+// a batch of Apply (a reservation): it is given the store, or the local
+// store with this instance's shares.
 type call struct {
 	rs       []Request
 	policies []FailurePolicy
 	atomic   bool
+	op       storeOp
 	out      []Outcome
 }
+
+// storeOp decides rs in s all or nothing, with one decision per request.
+type storeOp func(ctx context.Context, s Store, rs []Request) ([]Decision, error)
 
 // policyOf is the policy that answers an item that asked for p: the
 // limiter's when p is empty, FailClosed for FailLocal without a local
@@ -184,7 +190,7 @@ func (l *Limiter) ask(ctx context.Context, c *call, local []bool) (asked []bool,
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
-	ds, serrs := applyAll(ctx, l.store, rs, c.atomic)
+	ds, serrs := applyAll(ctx, l.store, rs, c.atomic, c.op)
 	for j := range rs {
 		i := j
 		if which != nil {
@@ -195,14 +201,14 @@ func (l *Limiter) ask(ctx context.Context, c *call, local []bool) (asked []bool,
 	return asked, errs
 }
 
-// applyAll decides rs in s: as one batch when atomic, else each on its
-// own, in one round trip when s is a Pipeliner. There is one decision and
+// applyAll decides rs in s: as one batch when atomic (by op when set),
+// else each on its own, in one round trip when s is a Pipeliner. There is one decision and
 // one error per request.
-func applyAll(ctx context.Context, s Store, rs []Request, atomic bool) ([]Decision, []error) {
+func applyAll(ctx context.Context, s Store, rs []Request, atomic bool, op storeOp) ([]Decision, []error) {
 	errs := make([]error, len(rs))
 	switch p, ok := s.(Pipeliner); {
 	case atomic:
-		ds, err := applyBatch(ctx, s, rs)
+		ds, err := applyBatch(ctx, s, rs, op)
 		if err != nil {
 			fill(errs, err)
 			return make([]Decision, len(rs)), errs
@@ -260,7 +266,7 @@ func (l *Limiter) settle(ctx context.Context, c *call, asked []bool, errs []erro
 	for j, i := range toLocal {
 		rs[j] = c.rs[i]
 	}
-	ds, lerrs := l.fb.apply(ctx, rs, c.atomic)
+	ds, lerrs := l.fb.apply(ctx, rs, c.atomic, c.op)
 	for j, i := range toLocal {
 		o := &c.out[i]
 		if lerrs[j] != nil {

@@ -23,6 +23,20 @@ var (
 	ErrNotSupported = errors.New("floodgate: not supported by this store")
 	// ErrClosed is returned by a store used after Close.
 	ErrClosed = errors.New("floodgate: store closed")
+	// ErrConflict is wrapped when a reservation ID (an idempotency key) is
+	// used again for another request: a reserve of other keys, limits or
+	// units, a commit of another cost, a commit after a cancel or the
+	// other way round. Nothing changed. HTTP 422 (Unprocessable Content),
+	// as the IETF idempotency-key draft answers a reused key.
+	ErrConflict = errors.New("floodgate: reservation ID already used for another request")
+	// ErrExpired is wrapped when a commit or cancel comes after the
+	// reservation expired: its units stayed charged, or were given back if
+	// it was made with ReleaseOnExpiry. HTTP 410 (Gone).
+	ErrExpired = errors.New("floodgate: reservation expired")
+	// ErrUnknownReservation is wrapped when a store holds no reservation
+	// of that ID for the key: never made, made on another key or limit, or
+	// forgotten after its retention. HTTP 404.
+	ErrUnknownReservation = errors.New("floodgate: no such reservation")
 )
 
 // A FieldError is one problem of an input: the field it is in and what is

@@ -224,3 +224,33 @@ func ExampleLimiter_Decide() {
 	// allowed=true remaining=0 policy=""
 	// allowed=true remaining=99 policy=""
 }
+
+// An LLM token budget per tenant: reserve max_tokens before the call, then
+// commit the tokens the call actually used, and the rest goes back to the
+// tenant's budget. A retry of the commit (after a timeout, say) gets the
+// first answer and gives nothing back twice.
+func ExampleLimiter_Reserve() {
+	store := memstore.New(nil)
+	defer store.Close()
+	limiter, _ := floodgate.New(store, &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	budget := floodgate.Limit{Limit: 10_000, Period: time.Hour} // tokens per tenant per hour
+
+	const maxTokens = 4_000
+	res, d, err := limiter.Reserve(context.Background(), "tenant:acme", budget, maxTokens, &floodgate.ReserveOptions{TTL: 2 * time.Minute})
+	if err != nil || !d.Allowed {
+		fmt.Println("over budget, retry after", d.RetryAfter)
+		return
+	}
+	fmt.Println("reserved, remaining", d.Remaining)
+
+	used := int64(1_250) // from the model's answer
+	st, _ := res.Commit(context.Background(), used)
+	fmt.Println("given back", st[0].Refunded, "remaining", st[0].Decision.Remaining)
+
+	st, _ = res.Commit(context.Background(), used) // a retry
+	fmt.Println("replayed", st[0].Replayed, "remaining", st[0].Decision.Remaining)
+	// Output:
+	// reserved, remaining 6000
+	// given back 2750 remaining 8750
+	// replayed true remaining 8750
+}

@@ -185,7 +185,7 @@ func (f *fallback) share(r Request) (Request, error) {
 // limit, all or nothing when atomic and the local store is a Batcher
 // (memstore is), else each on its own, and marks the decisions Fallback.
 // ctx should be the caller's, not one whose store deadline has passed.
-func (f *fallback) apply(ctx context.Context, rs []Request, atomic bool) ([]Decision, []error) {
+func (f *fallback) apply(ctx context.Context, rs []Request, atomic bool, op storeOp) ([]Decision, []error) {
 	local := make([]Request, len(rs))
 	ds, errs := make([]Decision, len(rs)), make([]error, len(rs))
 	var bad error
@@ -199,7 +199,7 @@ func (f *fallback) apply(ctx context.Context, rs []Request, atomic bool) ([]Deci
 		fill(errs, bad)
 	case atomic:
 		var err error
-		if ds, err = applyBatch(ctx, f.local, local); err != nil {
+		if ds, err = applyBatch(ctx, f.local, local, op); err != nil {
 			ds = make([]Decision, len(rs))
 			fill(errs, fmt.Errorf("floodgate: local fallback: %w", err))
 		}
@@ -226,12 +226,14 @@ func fill(errs []error, err error) {
 	}
 }
 
-// applyBatch applies rs in s all or nothing when it is a Batcher, else one
-// by one, and checks the count of decisions.
-func applyBatch(ctx context.Context, s Store, rs []Request) ([]Decision, error) {
+// applyBatch applies rs in s by op if set, else all or nothing when s is a
+// Batcher, else one by one, and checks the count of decisions.
+func applyBatch(ctx context.Context, s Store, rs []Request, op storeOp) ([]Decision, error) {
 	var ds []Decision
 	var err error
-	if b, ok := s.(Batcher); ok {
+	if op != nil {
+		ds, err = op(ctx, s, rs)
+	} else if b, ok := s.(Batcher); ok {
 		ds, err = b.ApplyBatch(ctx, rs)
 	} else {
 		ds = make([]Decision, 0, len(rs))

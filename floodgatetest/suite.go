@@ -50,6 +50,12 @@ type Options struct {
 //     UTF-8, MaxKeyLen bytes) never share state;
 //   - reset, if the store is a floodgate.Resetter;
 //   - batch, if the store is a floodgate.Batcher: all or nothing;
+//   - reserve, if the store is a floodgate.Reserver: reserve, commit and
+//     cancel with their idempotency (a retry gets the first answer, another
+//     step with the same ID is a conflict), excess charged or short, all
+//     or nothing across keys, ten clients reserving the last five units
+//     get five holds, ten concurrent retries of one refund give back once,
+//     expiry charging or releasing the units, and bad input;
 //   - race: ten goroutines racing for the last five allowances of a limit
 //     get exactly five, for every algorithm, many times;
 //   - differential: random operation sequences give, at every step, the
@@ -84,6 +90,7 @@ func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store, opts ...Opti
 	t.Run("keys", s.testKeys)
 	t.Run("reset", s.testReset)
 	t.Run("batch", s.testBatch)
+	t.Run("reserve", s.testReserve)
 	t.Run("race", s.testRace)
 	t.Run("differential", s.testDifferential)
 	t.Run("many_keys", s.testManyKeys)

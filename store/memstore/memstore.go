@@ -48,9 +48,13 @@ type Options struct {
 	// power of two; default 64 per CPU.
 	Shards int
 	// SweepInterval is how often the background sweeper visits every shard
-	// to drop expired keys; default 10s. Negative disables it (keys then
-	// expire only when touched, or by Sweep).
+	// to drop expired keys and expire reservations; default 10s. Negative
+	// disables it (keys then expire only when touched, or by Sweep).
 	SweepInterval time.Duration
+	// HoldRetention is how long a reservation is remembered after its
+	// expiry, so that a retried reserve, commit or cancel gets the first
+	// answer; default floodgate.DefaultHoldRetention.
+	HoldRetention time.Duration
 }
 
 // Store is the in-memory floodgate.Store. It is safe for concurrent use.
@@ -64,6 +68,8 @@ type Store struct {
 	stop   chan struct{}
 	done   chan struct{}
 	once   sync.Once
+	// retain is Options.HoldRetention in µs.
+	retain int64
 }
 
 var (
@@ -71,6 +77,7 @@ var (
 	_ floodgate.Resetter = (*Store)(nil)
 	_ floodgate.Batcher  = (*Store)(nil)
 	_ floodgate.Closer   = (*Store)(nil)
+	_ floodgate.Reserver = (*Store)(nil)
 )
 
 // kind indexes the state maps of a shard.
@@ -132,6 +139,9 @@ type shard struct {
 	small [kLog]table[slot]
 	logs  table[*logSlot]
 	conc  table[*concSlot]
+	// holds are the reservations of this shard's keys (reserve.go); nil
+	// until the first.
+	holds map[holdKey]*holdEntry
 	_     [64]byte // keep shards' mutexes on separate cache lines
 }
 
@@ -153,7 +163,11 @@ func New(opts *Options) *Store {
 		size <<= 1
 	}
 	_, system := o.Clock.(floodgate.SystemClock)
-	s := &Store{clock: o.Clock, system: system, seed: maphash.MakeSeed(), mask: uint64(size - 1), shards: make([]shard, size)}
+	if o.HoldRetention <= 0 {
+		o.HoldRetention = floodgate.DefaultHoldRetention
+	}
+	s := &Store{clock: o.Clock, system: system, seed: maphash.MakeSeed(), mask: uint64(size - 1), shards: make([]shard, size),
+		retain: o.HoldRetention.Microseconds()}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		for k := range sh.small {
@@ -322,63 +336,105 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	idx := make([]uint64, len(rs))
-	refs := make([]ref, len(rs))
-	params := make([]algorithm.Params, len(rs))
+	b := s.lockBatch(rs)
+	defer b.unlock()
+	ds, _ := b.apply()
+	return b.decisions(ds), nil
+}
+
+// batch is the requests of an all-or-nothing call with their shards
+// locked: where each state is, and the time each is decided at.
+type batch struct {
+	s      *Store
+	rs     []floodgate.Request
+	idx    []uint64 // the shard of each request
+	refs   []ref
+	params []algorithm.Params
+	locked []uint64 // the shards locked, in index order
+	// One reading of the clock for the whole batch: one decision, one
+	// time. nows are the requests' times, skews what turns them into the
+	// store's clock (see Store.times).
+	clockNow    int64
+	nows, skews []int64
+}
+
+// lockBatch locates rs and locks their shards, in index order, so that
+// batches never deadlock.
+func (s *Store) lockBatch(rs []floodgate.Request) *batch {
+	b := &batch{s: s, rs: rs, idx: make([]uint64, len(rs)), refs: make([]ref, len(rs)), params: make([]algorithm.Params, len(rs)),
+		nows: make([]int64, len(rs)), skews: make([]int64, len(rs))}
 	for i := range rs {
-		params[i] = rs[i].Limit.Params()
-		idx[i], refs[i] = s.locate(rs[i].Key, params[i].Period)
+		b.params[i] = rs[i].Limit.Params()
+		b.idx[i], b.refs[i] = s.locate(rs[i].Key, b.params[i].Period)
 	}
-	locked := append([]uint64(nil), idx...)
-	sortUnique(&locked)
-	for _, i := range locked {
+	b.locked = append([]uint64(nil), b.idx...)
+	sortUnique(&b.locked)
+	for _, i := range b.locked {
 		s.shards[i].mu.Lock()
 	}
-	defer func() {
-		for _, i := range locked {
-			s.shards[i].mu.Unlock()
+	b.clockNow = s.clockNow()
+	for i := range rs {
+		b.nows[i] = b.clockNow
+		if !rs[i].Now.IsZero() {
+			b.nows[i] = rs[i].Now.UnixMicro()
+			b.skews[i] = b.clockNow - b.nows[i]
 		}
-	}()
-	// One reading of the clock for the whole batch: one decision, one time.
-	clockNow := s.clockNow()
-	nows := make([]int64, len(rs))
-	skews := make([]int64, len(rs))
+	}
+	return b
+}
+
+func (b *batch) unlock() {
+	for _, i := range b.locked {
+		b.s.shards[i].mu.Unlock()
+	}
+}
+
+func (b *batch) shard(i int) *shard { return &b.s.shards[b.idx[i]] }
+
+// apply decides the requests all or nothing and reports whether all were
+// admitted: see floodgate.Batcher.
+func (b *batch) apply() ([]algorithm.Decision, bool) {
+	rs := b.rs
 	ds := make([]algorithm.Decision, len(rs))
 	undo := make([]snapshot, len(rs))
 	admitted := true
 	for i := range rs {
-		nows[i] = clockNow
-		if !rs[i].Now.IsZero() {
-			nows[i] = rs[i].Now.UnixMicro()
-			skews[i] = clockNow - nows[i]
-		}
-		sh := &s.shards[idx[i]]
-		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), refs[i])
-		ds[i] = sh.step(&rs[i], params[i], refs[i], nows[i], skews[i], true)
+		sh := b.shard(i)
+		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), b.refs[i])
+		ds[i] = sh.step(&rs[i], b.params[i], b.refs[i], b.nows[i], b.skews[i], true)
 		admitted = admitted && ds[i].Allowed
 	}
-	if !admitted {
-		for i := len(rs) - 1; i >= 0; i-- {
-			s.shards[idx[i]].restore(undo[i])
-		}
-		for i := range rs {
-			sh := &s.shards[idx[i]]
-			switch {
-			case ds[i].Allowed:
-				peek := rs[i]
-				peek.Cost, peek.Lease, peek.Release = 0, "", false
-				ds[i] = sh.step(&peek, params[i], refs[i], nows[i], skews[i], false)
-				ds[i].Allowed, ds[i].RetryAfter = false, 0
-			case rs[i].Limit.CountRejected:
-				sh.step(&rs[i], params[i], refs[i], nows[i], skews[i], true)
-			}
-		}
+	if admitted {
+		return ds, true
 	}
-	out := make([]floodgate.Decision, len(rs))
+	for i := len(rs) - 1; i >= 0; i-- {
+		b.shard(i).restore(undo[i])
+	}
 	for i := range rs {
-		out[i] = floodgate.FromAlgorithm(ds[i], nows[i])
+		switch {
+		case ds[i].Allowed:
+			ds[i] = b.peek(i)
+			ds[i].Allowed, ds[i].RetryAfter = false, 0
+		case rs[i].Limit.CountRejected:
+			b.shard(i).step(&rs[i], b.params[i], b.refs[i], b.nows[i], b.skews[i], true)
+		}
 	}
-	return out, nil
+	return ds, false
+}
+
+// peek is request i's state, without a cost.
+func (b *batch) peek(i int) algorithm.Decision {
+	peek := b.rs[i]
+	peek.Cost, peek.Lease, peek.Release = 0, "", false
+	return b.shard(i).step(&peek, b.params[i], b.refs[i], b.nows[i], b.skews[i], false)
+}
+
+func (b *batch) decisions(ds []algorithm.Decision) []floodgate.Decision {
+	out := make([]floodgate.Decision, len(ds))
+	for i := range ds {
+		out[i] = floodgate.FromAlgorithm(ds[i], b.nows[i])
+	}
+	return out
 }
 
 // snapshot is the state of one key before a batch changed it.
@@ -487,6 +543,7 @@ func (sh *shard) sweep(now int64) int {
 	}
 	n += sh.logs.sweep(func(v *logSlot) bool { return v.exp <= now })
 	n += sh.conc.sweep(func(v *concSlot) bool { return v.exp <= now })
+	sh.sweepHolds(now)
 	return n
 }
 

@@ -1,0 +1,381 @@
+package floodgate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// DefaultHoldTTL is how long a reservation holds its units when
+// ReserveOptions.TTL is 0: long enough for a slow upstream call (an LLM
+// answer), short enough that a caller that crashed frees nothing for long
+// (see ReleaseOnExpiry).
+const DefaultHoldTTL = time.Minute
+
+// MaxHoldTTL is the longest a reservation may hold its units.
+const MaxHoldTTL = 24 * time.Hour
+
+// DefaultHoldRetention is how long a store remembers a reservation after
+// it was settled or expired, so that a retried reserve, commit or cancel
+// gets the first answer instead of doing the step again; stores take an
+// option to change it.
+const DefaultHoldRetention = time.Hour
+
+// Reserver is a Store that holds units for a caller that knows only the
+// upper bound of a request's cost: Reserve takes the bound now, Settle
+// commits the actual cost (giving back the rest) or cancels, each step one
+// atomic and idempotent step of the store, keyed by the reservation's ID.
+// The algorithm package doc has the exact rules (a table per step and per
+// algorithm). Every algorithm but Concurrency supports it.
+type Reserver interface {
+	// Reserve takes every request's Cost for its key under its limit, all
+	// or nothing, and holds them under r.ID until r.TTL has passed. A
+	// reserve whose ID the store knows returns the first answer (Replayed)
+	// if it asks the same, and ErrConflict if not.
+	Reserve(ctx context.Context, r HoldRequest) (HoldResult, error)
+	// Settle commits r.Actual units of the hold r.ID on every request's
+	// key, or cancels it; see SettleRequest. It returns one Settlement
+	// per request.
+	Settle(ctx context.Context, r SettleRequest) ([]Settlement, error)
+}
+
+// HoldRequest asks a Reserver to hold units.
+type HoldRequest struct {
+	// Requests are the keys, limits and costs (the upper bounds) to hold,
+	// all or nothing. Now, if set, is the time of each.
+	Requests []Request
+	// ID is the reservation's ID, its idempotency key: 1 to MaxLeaseLen
+	// bytes of [A-Za-z0-9_-]. Limiter.Reserve makes a random one.
+	ID string
+	// TTL is how long the units are held before the reservation expires:
+	// above zero, at most MaxHoldTTL.
+	TTL time.Duration
+	// Release gives the units back when the reservation expires unsettled;
+	// by default they stay charged, as a caller that crashed between
+	// reserve and commit may have done the work.
+	Release bool
+}
+
+// HoldResult is a Reserver's answer to a HoldRequest.
+type HoldResult struct {
+	// Decisions has one Decision per request: all allowed, or all denied
+	// (a request that had room reports its unchanged state with
+	// RetryAfter 0), as a Batcher answers.
+	Decisions []Decision
+	// Expires is when the hold ends unless settled before.
+	Expires time.Time
+	// Replayed reports a retry of a reserve the store had answered: the
+	// hold is the first one (Allowed as first answered), and Decisions
+	// report the state now.
+	Replayed bool
+}
+
+// SettleRequest asks a Reserver to settle a hold.
+type SettleRequest struct {
+	// Requests name the keys and limits of the hold, as reserved: Key and
+	// Limit's algorithm and Period find each (a settle uses the limit the
+	// hold was made under, which the store kept); Cost is not used. Now,
+	// if set, is the time of each.
+	Requests []Request
+	// ID is the reservation's ID.
+	ID string
+	// Actual is the cost used, 0 to MaxLimit: below the hold the rest goes
+	// back, above it the excess is taken if the limit admits it.
+	Actual int64
+	// Cancel gives every held unit back instead (Actual must be 0).
+	Cancel bool
+}
+
+// Settlement is what settling a reservation did to one key's budget.
+type Settlement struct {
+	// Refunded is the units given back: the hold above the actual cost
+	// (all of it for a cancel), at most what the algorithm still counts
+	// (a fixed window that has ended gives nothing back).
+	Refunded int64
+	// Charged is the cost above the hold that was taken.
+	Charged int64
+	// Short is the cost above the hold that the limit did not admit, and
+	// that was not taken.
+	Short int64
+	// Replayed reports a retry of the step that settled the hold: this is
+	// the first answer, and nothing changed now.
+	Replayed bool
+	// Decision is the key's state after the step (a peek).
+	Decision Decision
+}
+
+// ReserveOptions configure a reservation. A nil *ReserveOptions, or the
+// zero value, means a random ID, DefaultHoldTTL, and units charged at
+// expiry.
+type ReserveOptions struct {
+	// ID is the reservation's ID and idempotency key: a retry of Reserve
+	// with the same ID and request gets the first answer. Empty: a random
+	// one.
+	ID string
+	// TTL is how long the units are held; 0 means DefaultHoldTTL.
+	TTL time.Duration
+	// ReleaseOnExpiry gives the units back when the reservation expires
+	// unsettled, at the store's next sweep; by default they stay charged.
+	ReleaseOnExpiry bool
+}
+
+// Reservation is units held by Limiter.Reserve until Commit, Cancel or
+// expiry. It is a small value: a service that gives the ID to a client
+// can settle it later from the ID and the items alone (Limiter.Settle).
+type Reservation struct {
+	// ID is the reservation's ID.
+	ID string
+	// Items are the keys, limits and costs held.
+	Items []Item
+	// Expires is when the hold ends unless settled before.
+	Expires time.Time
+	// Held reports that the store holds the units. It is false when the
+	// reservation was denied, and when a store failure was answered by
+	// FailOpen (allowed, holding nothing): Commit and Cancel then do
+	// nothing.
+	Held bool
+	// Local reports a reservation held by FailLocal's local store, where
+	// Commit and Cancel settle it.
+	Local bool
+	// Replayed reports a retry of a reserve the store had answered.
+	Replayed bool
+
+	l *Limiter
+}
+
+// Reserve holds n units of key under limit: the upper bound of a request
+// whose cost is known only afterwards. Commit the actual cost when it is
+// known (the rest goes back), or Cancel. The Decision is the reserve's,
+// as AllowN's; a denied reservation holds nothing. See ReserveEach.
+func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, n int64, o *ReserveOptions) (*Reservation, Decision, error) {
+	res, d, _, err := l.ReserveEach(ctx, []Item{{Key: key, Limit: limit, Cost: n}}, o)
+	return res, d, err
+}
+
+// ReserveEach holds the cost of every item, all or nothing: a denial by
+// any leaves the others untouched, and the combined Decision (Combine) is
+// denied. A store failure is answered by the Limiter's failure policy
+// (the items' own Policy is not used): FailClosed denies, FailOpen allows
+// a reservation that holds nothing, FailLocal holds the units in the
+// local store. An invalid item, an algorithm without reservations
+// (Concurrency) or a store that is not a Reserver is an error.
+func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptions) (*Reservation, Decision, []Decision, error) {
+	var opts ReserveOptions
+	if o != nil {
+		opts = *o
+	}
+	if err := l.checkReserve(items, &opts); err != nil {
+		return nil, Decision{RetryAfter: Never}, nil, err
+	}
+	c := call{rs: make([]Request, len(items)), policies: make([]FailurePolicy, len(items)), atomic: true, out: make([]Outcome, len(items))}
+	now := l.now()
+	for i, it := range items {
+		c.rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost}
+		if err := l.prepare(&c.rs[i], now); err != nil {
+			return nil, Decision{RetryAfter: Never}, nil, &ItemError{Index: i, Err: err}
+		}
+		c.policies[i] = l.policy
+	}
+	var held HoldResult
+	c.op = func(ctx context.Context, s Store, rs []Request) ([]Decision, error) {
+		rv, ok := s.(Reserver)
+		if !ok {
+			return nil, fmt.Errorf("floodgate: Reserve: %w", ErrNotSupported)
+		}
+		var err error
+		held, err = rv.Reserve(ctx, HoldRequest{Requests: rs, ID: opts.ID, TTL: opts.TTL, Release: opts.ReleaseOnExpiry})
+		return held.Decisions, err
+	}
+	l.run(ctx, &c)
+	res := &Reservation{ID: opts.ID, Items: items, Expires: held.Expires, Replayed: held.Replayed, l: l}
+	ds := make([]Decision, len(items))
+	for i := range c.out {
+		d, err := c.out[i].result()
+		if err != nil {
+			// The failure policy's answer: FailOpen allows a reservation
+			// that holds nothing.
+			return res, d, nil, err
+		}
+		ds[i] = d
+	}
+	d := Combine(ds)
+	res.Local = c.out[0].Policy == FailLocal
+	res.Held = d.Allowed
+	return res, d, ds, nil
+}
+
+// checkReserve fills in the defaults of o and checks what a reservation
+// needs beyond a valid request: a store that can hold, an algorithm with
+// reservations, a valid TTL and ID.
+func (l *Limiter) checkReserve(items []Item, o *ReserveOptions) error {
+	if _, ok := l.store.(Reserver); !ok {
+		return fmt.Errorf("floodgate: Reserve: %w", ErrNotSupported)
+	}
+	if len(items) == 0 {
+		return fieldErr(ErrInvalidRequest, "items", "none to reserve")
+	}
+	for i, it := range items {
+		if it.Limit.Algorithm == Concurrency {
+			return &ItemError{Index: i, Err: fieldErr(ErrInvalidLimit, "algorithm", "concurrency limits hold units with leases (Acquire), not reservations")}
+		}
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultHoldTTL
+	}
+	if err := checkHold(o.ID, o.TTL); err != nil && o.ID != "" {
+		return err
+	}
+	if o.ID == "" {
+		var id [16]byte
+		_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24+).
+		o.ID = hex.EncodeToString(id[:])
+	}
+	return checkHold(o.ID, o.TTL)
+}
+
+// checkHold checks a reservation's ID and TTL, as stores do.
+func checkHold(id string, ttl time.Duration) error {
+	switch {
+	case ttl <= 0 || ttl > MaxHoldTTL:
+		return fieldErr(ErrInvalidRequest, "ttl", "%v is not above 0 and at most %v", ttl, MaxHoldTTL)
+	case ttl%time.Microsecond != 0:
+		return fieldErr(ErrInvalidRequest, "ttl", "%v is not a whole number of microseconds", ttl)
+	}
+	return checkID("id", id)
+}
+
+// checkID checks an ID: 1 to MaxLeaseLen bytes of [A-Za-z0-9_-].
+func checkID(field, id string) error {
+	if id == "" || len(id) > MaxLeaseLen {
+		return fieldErr(ErrInvalidRequest, field, "%d bytes, want 1 to %d", len(id), MaxLeaseLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return fieldErr(ErrInvalidRequest, field, "byte %q at %d is not one of [A-Za-z0-9_-]", c, i)
+		}
+	}
+	return nil
+}
+
+// Commit settles the reservation with the cost actually used: below the
+// hold the rest goes back, above it the excess is taken if the limits
+// admit it (Settlement.Charged, else Short). A retry gets the first
+// answer (Settlement.Replayed); a commit of another cost, or after Cancel,
+// is ErrConflict; after the expiry, ErrExpired. A reservation that holds
+// nothing (denied, or allowed by FailOpen) commits nothing.
+func (r *Reservation) Commit(ctx context.Context, actual int64) ([]Settlement, error) {
+	return r.settle(ctx, actual, false)
+}
+
+// Cancel gives every held unit back, as a commit of 0 would, but a later
+// commit of 0 is a conflict. See Commit.
+func (r *Reservation) Cancel(ctx context.Context) ([]Settlement, error) {
+	return r.settle(ctx, 0, true)
+}
+
+func (r *Reservation) settle(ctx context.Context, actual int64, cancel bool) ([]Settlement, error) {
+	if !r.Held {
+		return make([]Settlement, len(r.Items)), nil
+	}
+	return r.l.settleHold(ctx, r.ID, r.Items, actual, cancel, r.Local)
+}
+
+// Settle commits actual units of the reservation id on items (as
+// reserved), or cancels it: Reservation.Commit and Cancel for a caller
+// that kept only the ID and the items, such as a service that gave the ID
+// to its client. It settles in the shared store; a reservation that
+// FailLocal held in the local store is settled by its Reservation.
+func (l *Limiter) Settle(ctx context.Context, id string, items []Item, actual int64, cancel bool) ([]Settlement, error) {
+	return l.settleHold(ctx, id, items, actual, cancel, false)
+}
+
+func (l *Limiter) settleHold(ctx context.Context, id string, items []Item, actual int64, cancel bool, local bool) ([]Settlement, error) {
+	if err := checkID("id", id); err != nil {
+		return nil, err
+	}
+	switch {
+	case actual < 0 || actual > MaxLimit:
+		return nil, fieldErr(ErrInvalidRequest, "cost", "%d is not between 0 and %d", actual, MaxLimit)
+	case cancel && actual != 0:
+		return nil, fieldErr(ErrInvalidRequest, "cost", "a cancel uses nothing, not %d", actual)
+	case len(items) == 0:
+		return nil, fieldErr(ErrInvalidRequest, "items", "none to settle")
+	}
+	rs := make([]Request, len(items))
+	now := l.now()
+	for i, it := range items {
+		rs[i] = Request{Key: it.Key, Limit: it.Limit}
+		if err := l.prepare(&rs[i], now); err != nil {
+			return nil, &ItemError{Index: i, Err: err}
+		}
+	}
+	store := l.store
+	if local {
+		if l.fb == nil {
+			return nil, fmt.Errorf("floodgate: Settle: a local reservation on a Limiter without a local store: %w", ErrUnknownReservation)
+		}
+		store = l.fb.local
+		for i := range rs {
+			var err error
+			if rs[i], err = l.fb.share(rs[i]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rv, ok := store.(Reserver)
+	if !ok {
+		return nil, fmt.Errorf("floodgate: Settle: %w", ErrNotSupported)
+	}
+	ctx, cancelCtx := l.withTimeout(ctx)
+	defer cancelCtx()
+	return rv.Settle(ctx, SettleRequest{Requests: rs, ID: id, Actual: actual, Cancel: cancel})
+}
+
+// Validate reports the first problem of r, as Request.Validate does, for
+// stores to call: every request, the ID, the TTL, and an algorithm with
+// reservations.
+func (r *HoldRequest) Validate() error {
+	if err := checkHoldRequests(r.Requests); err != nil {
+		return err
+	}
+	return checkHold(r.ID, r.TTL)
+}
+
+// Validate reports the first problem of r, as Request.Validate does, for
+// stores to call. Cost is not used, and not checked.
+func (r *SettleRequest) Validate() error {
+	rs := make([]Request, len(r.Requests))
+	for i, q := range r.Requests {
+		rs[i] = q
+		rs[i].Cost = 0
+	}
+	if err := checkHoldRequests(rs); err != nil {
+		return err
+	}
+	switch {
+	case r.Actual < 0 || r.Actual > MaxLimit:
+		return fieldErr(ErrInvalidRequest, "cost", "%d is not between 0 and %d", r.Actual, MaxLimit)
+	case r.Cancel && r.Actual != 0:
+		return fieldErr(ErrInvalidRequest, "cost", "a cancel uses nothing, not %d", r.Actual)
+	}
+	return checkID("id", r.ID)
+}
+
+// checkHoldRequests checks the requests of a reservation.
+func checkHoldRequests(rs []Request) error {
+	if len(rs) == 0 {
+		return fieldErr(ErrInvalidRequest, "requests", "none")
+	}
+	for i := range rs {
+		if rs[i].Limit.Algorithm == Concurrency {
+			return &ItemError{Index: i, Err: fieldErr(ErrInvalidLimit, "algorithm", "concurrency limits hold units with leases (Acquire), not reservations")}
+		}
+		if err := rs[i].Validate(); err != nil {
+			return &ItemError{Index: i, Err: err}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,271 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
+)
+
+// holdKey names a reservation: its ID on the state of one key, algorithm
+// and period. It is kept in the shard of the key, so that a reserve or a
+// settle changes the hold and the state under one lock.
+type holdKey struct {
+	key    string
+	period int64
+	kind   kind
+	id     string
+}
+
+// holdEntry is a reservation: the hold, the limit it was made under (a
+// settle uses it, whatever the limit is by then), and until when the
+// store keeps it, on the store's clock.
+type holdEntry struct {
+	h    algorithm.Hold
+	p    algorithm.Params
+	kind kind
+	ref  ref // of the state
+	skew int64
+	keep int64
+}
+
+// Reserve holds the cost of every request of r, all or nothing, under r.ID:
+// see floodgate.Reserver.
+func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate.HoldResult, error) {
+	if err := r.Validate(); err != nil {
+		return floodgate.HoldResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return floodgate.HoldResult{}, err
+	}
+	b := s.lockBatch(r.Requests)
+	defer b.unlock()
+	ttl := r.TTL.Microseconds()
+	switch found, err := b.findHolds(r.ID); {
+	case err != nil:
+		return floodgate.HoldResult{}, err
+	case found != nil:
+		return b.replayReserve(found, ttl, r.Release)
+	}
+	ds, admitted := b.apply()
+	state := algorithm.Denied
+	if admitted {
+		state = algorithm.Held
+	}
+	for i := range b.rs {
+		sh := b.shard(i)
+		if sh.holds == nil {
+			sh.holds = make(map[holdKey]*holdEntry)
+		}
+		h := algorithm.Hold{State: state, Units: b.rs[i].Cost, At: b.nows[i], Expires: b.nows[i] + ttl, Release: r.Release}
+		sh.holds[b.holdKey(i, r.ID)] = &holdEntry{h: h, p: b.params[i], kind: kindOf(b.rs[i].Limit.Algorithm), ref: b.refs[i],
+			skew: b.skews[i], keep: h.Expires + b.skews[i] + s.retain}
+	}
+	return floodgate.HoldResult{Decisions: b.decisions(ds), Expires: time.UnixMicro(b.nows[0] + ttl)}, nil
+}
+
+func (b *batch) holdKey(i int, id string) holdKey {
+	return holdKey{key: b.rs[i].Key, period: b.params[i].Period, kind: kindOf(b.rs[i].Limit.Algorithm), id: id}
+}
+
+// findHolds returns the holds of id on every request, nil if there is
+// none; some but not all is a conflict: the ID held other keys.
+func (b *batch) findHolds(id string) ([]*holdEntry, error) {
+	found := make([]*holdEntry, len(b.rs))
+	n := 0
+	for i := range b.rs {
+		if e := b.shard(i).holds[b.holdKey(i, id)]; e != nil {
+			found[i] = e
+			n++
+		}
+	}
+	switch n {
+	case 0:
+		return nil, nil
+	case len(b.rs):
+		return found, nil
+	}
+	return nil, fmt.Errorf("memstore: reservation %s: %w: it holds other keys", id, floodgate.ErrConflict)
+}
+
+// replayReserve answers a reserve whose holds exist: the first answer if
+// they are what it asks for, else a conflict.
+func (b *batch) replayReserve(found []*holdEntry, ttl int64, release bool) (floodgate.HoldResult, error) {
+	ds := make([]algorithm.Decision, len(found))
+	for i, e := range found {
+		if e.h.Units != b.rs[i].Cost || e.p != b.params[i] || e.h.Expires-e.h.At != ttl || e.h.Release != release {
+			return floodgate.HoldResult{}, fmt.Errorf("memstore: reservation of %d units: %w: it held %d units under another limit or TTL", b.rs[i].Cost, floodgate.ErrConflict, e.h.Units)
+		}
+		if e.h.State == algorithm.Denied {
+			d := b.peekCost(i)
+			d.Allowed = false
+			ds[i] = d
+			continue
+		}
+		ds[i] = b.peek(i)
+		ds[i].Allowed, ds[i].RetryAfter = true, 0
+	}
+	return floodgate.HoldResult{Decisions: b.decisions(ds), Expires: time.UnixMicro(found[0].h.Expires), Replayed: true}, nil
+}
+
+// peekCost is what request i would get now, without taking it.
+func (b *batch) peekCost(i int) algorithm.Decision {
+	return b.shard(i).step(&b.rs[i], b.params[i], b.refs[i], b.nows[i], b.skews[i], false)
+}
+
+// Settle commits or cancels the hold r.ID on every request of r: see
+// floodgate.Reserver. Every hold is checked before any changes: an unknown
+// one, or a step that conflicts with how one was settled, changes nothing.
+func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	rs := make([]floodgate.Request, len(r.Requests))
+	for i, q := range r.Requests {
+		rs[i] = q
+		rs[i].Cost = 0
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b := s.lockBatch(rs)
+	defer b.unlock()
+	found, err := b.findHolds(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, fmt.Errorf("memstore: reservation %s: %w", r.ID, floodgate.ErrUnknownReservation)
+	}
+	for i, e := range found {
+		if settleCode(e.h, b.nows[i], r.Actual, r.Cancel) == algorithm.Conflict {
+			return nil, fmt.Errorf("memstore: reservation %s: %w: it was settled otherwise (%s)", r.ID, floodgate.ErrConflict, settledAs(e.h))
+		}
+	}
+	out := make([]floodgate.Settlement, len(found))
+	late := false
+	for i, e := range found {
+		st, code, d := b.shard(i).settleHold(e, b.nows[i], r.Actual, r.Cancel, false)
+		out[i] = floodgate.Settlement{Refunded: st.Refunded, Charged: st.Charged, Short: st.Short, Replayed: code == algorithm.Replayed,
+			Decision: floodgate.FromAlgorithm(d, b.nows[i])}
+		late = late || code == algorithm.TooLate
+	}
+	if late {
+		return out, fmt.Errorf("memstore: reservation %s: %w", r.ID, floodgate.ErrExpired)
+	}
+	return out, nil
+}
+
+// settleCode is the code algorithm.Settle will answer for h at now,
+// without settling it.
+func settleCode(h algorithm.Hold, now, actual int64, cancel bool) algorithm.SettleCode {
+	target := algorithm.Committed
+	if cancel {
+		target = algorithm.Cancelled
+	}
+	switch {
+	case h.State == algorithm.Held && now >= h.Expires, h.State == algorithm.Expired:
+		return algorithm.TooLate
+	case h.State == algorithm.Held:
+		return algorithm.Settled
+	case h.State == target && h.Actual == actual:
+		return algorithm.Replayed
+	}
+	return algorithm.Conflict
+}
+
+// settledAs says how h was settled, for a conflict's message.
+func settledAs(h algorithm.Hold) string {
+	switch h.State {
+	case algorithm.Denied:
+		return "it was denied and holds nothing"
+	case algorithm.Committed:
+		return fmt.Sprintf("committed with cost %d", h.Actual)
+	case algorithm.Cancelled:
+		return "cancelled"
+	}
+	return "expired"
+}
+
+// settleHold settles e on its state at mk (the lock held), or with
+// expireOnly only expires it if its time has come, and stores the state.
+func (sh *shard) settleHold(e *holdEntry, now, actual int64, cancel, expireOnly bool) (algorithm.Settlement, algorithm.SettleCode, algorithm.Decision) {
+	var st algorithm.Settlement
+	var code algorithm.SettleCode
+	var d algorithm.Decision
+	p, mk := e.p, e.ref
+	switch k := e.kind; k {
+	case kLog:
+		ls, _ := sh.logs.get(mk)
+		var s algorithm.SlidingWindowLog
+		if ls != nil {
+			s.Log = ls.log
+		}
+		s, e.h, st, code, d = settleOrExpire(s, e.h, p, now, actual, cancel, expireOnly)
+		if exp := s.Expires(p); exp > 0 {
+			if ls == nil {
+				ls = &logSlot{}
+				sh.logs.put(mk, ls)
+			}
+			ls.log, ls.exp = s.Log, exp+e.skew
+		} else if ls != nil {
+			sh.logs.del(mk)
+		}
+	default:
+		m := &sh.small[k]
+		old, w := m.find(mk)
+		var next slot
+		switch k {
+		case kFixed:
+			var s algorithm.FixedWindow
+			s, e.h, st, code, d = settleOrExpire(algorithm.FixedWindow{Start: old.a, Count: old.b}, e.h, p, now, actual, cancel, expireOnly)
+			next = slot{a: s.Start, b: s.Count, exp: s.Expires(p)}
+		case kSliding:
+			var s algorithm.SlidingWindow
+			s, e.h, st, code, d = settleOrExpire(algorithm.SlidingWindow{Start: old.a, Prev: old.b, Curr: old.c}, e.h, p, now, actual, cancel, expireOnly)
+			next = slot{a: s.Start, b: s.Prev, c: s.Curr, exp: s.Expires(p)}
+		case kToken:
+			var s algorithm.TokenBucket
+			s, e.h, st, code, d = settleOrExpire(algorithm.TokenBucket{Taken: old.a, Last: old.b, LastFrac: old.c}, e.h, p, now, actual, cancel, expireOnly)
+			next = slot{a: s.Taken, b: s.Last, c: s.LastFrac, exp: s.Expires(p)}
+		case kGCRA:
+			var s algorithm.GCRA
+			s, e.h, st, code, d = settleOrExpire(algorithm.GCRA{TAT: old.a, TATFrac: old.b}, e.h, p, now, actual, cancel, expireOnly)
+			next = slot{a: s.TAT, b: s.TATFrac, exp: s.Expires(p)}
+		}
+		switch {
+		case next.a == old.a && next.b == old.b && next.c == old.c:
+		case next.exp > 0:
+			next.exp += e.skew
+			m.set(mk, next, w)
+		case w != absent:
+			m.del(mk)
+		}
+	}
+	return st, code, d
+}
+
+// settleOrExpire is algorithm.Settle, or with expireOnly algorithm.Expire.
+func settleOrExpire[S algorithm.Reserver[S]](s S, h algorithm.Hold, p algorithm.Params, now, actual int64, cancel, expireOnly bool) (S, algorithm.Hold, algorithm.Settlement, algorithm.SettleCode, algorithm.Decision) {
+	if expireOnly {
+		s, h = algorithm.Expire(s, h, p, now)
+		return s, h, h.Settlement, 0, algorithm.Decision{}
+	}
+	return algorithm.Settle(s, h, p, now, actual, cancel)
+}
+
+// sweepHolds expires the holds whose time has come, giving back the units
+// of those made with Release, and forgets the holds past their retention;
+// now is the store's clock. The shard's lock is held.
+func (sh *shard) sweepHolds(now int64) {
+	for hk, e := range sh.holds {
+		switch {
+		case e.keep <= now:
+			delete(sh.holds, hk)
+		case e.h.State == algorithm.Held && e.h.Expires+e.skew <= now:
+			sh.settleHold(e, now-e.skew, 0, false, true)
+		}
+	}
+}
