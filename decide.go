@@ -80,7 +80,25 @@ func (e *ItemError) Unwrap() error { return e.Err }
 // Outcome per item, in order; a store failure is an Outcome, never an
 // error, and the Observer sees each item.
 func (l *Limiter) Decide(ctx context.Context, items []Item) ([]Outcome, error) {
-	c := call{rs: make([]Request, len(items)), policies: make([]FailurePolicy, len(items)), out: make([]Outcome, len(items))}
+	return l.decide(ctx, items, false)
+}
+
+// DecideAll is Decide, all or nothing: if any item is denied, no item's
+// cost is taken (an item whose limit has CountRejected still counts), and
+// every Outcome's decision is denied, an item that had room reporting its
+// unchanged state with RetryAfter 0, as a Batcher answers. It is what a
+// service wants for the limits of one request (a tenant's and a user's): a
+// request denied by one spends nothing of the others. The store must be a
+// Batcher for that (both stores are); on another, the items are applied
+// one by one and a later denial cannot give back what an earlier item
+// took. While FailLocal's breaker is open, its items are decided in the
+// local store, all or nothing among themselves, apart from the others.
+func (l *Limiter) DecideAll(ctx context.Context, items []Item) ([]Outcome, error) {
+	return l.decide(ctx, items, true)
+}
+
+func (l *Limiter) decide(ctx context.Context, items []Item, atomic bool) ([]Outcome, error) {
+	c := call{rs: make([]Request, len(items)), policies: make([]FailurePolicy, len(items)), atomic: atomic, out: make([]Outcome, len(items))}
 	now := l.now()
 	for i, it := range items {
 		c.rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost}

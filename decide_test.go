@@ -163,3 +163,43 @@ func TestDecideInvalid(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideAll: the descriptors of one request, all or nothing: after a
+// user's limit of 1 per minute denied three requests, the tenant's limit
+// of 5 per minute still admits four other users (the service check of the
+// reservations issue, on the library).
+func TestDecideAll(t *testing.T) {
+	clock := floodgatetest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
+	defer store.Close()
+	l, err := floodgate.New(store, &floodgate.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := floodgate.Limit{Limit: 5, Period: time.Minute}
+	user := floodgate.Limit{Limit: 1, Period: time.Minute}
+	request := func(u string) []floodgate.Outcome {
+		t.Helper()
+		outs, err := l.DecideAll(t.Context(), []floodgate.Item{{Key: "tenant:1", Limit: tenant, Cost: 1}, {Key: "user:" + u, Limit: user, Cost: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outs
+	}
+	admitted := 0
+	for range 4 {
+		if outs := request("a"); outs[0].Decision.Allowed && outs[1].Decision.Allowed {
+			admitted++
+		} else if outs[0].Decision.Allowed || outs[1].Decision.Allowed {
+			t.Fatalf("half admitted: %+v", outs)
+		}
+	}
+	for _, u := range []string{"b", "c", "d", "e", "f"} {
+		if outs := request(u); outs[0].Decision.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("%d requests admitted, want 5: user a once, and 4 of the 5 other users", admitted)
+	}
+}

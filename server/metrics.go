@@ -16,6 +16,9 @@ const (
 	outcomeUnlimited    = "unlimited"
 	outcomeFailedOpen   = "failed_open"
 	outcomeFailedClosed = "failed_closed"
+	// A descriptor with room in a request that another descriptor denied:
+	// all or nothing, so nothing was taken.
+	outcomeOtherDenied = "other_denied"
 	// A decision of the failure mode local's memory store, made while the
 	// store was failing.
 	outcomeLocalAllowed = "local_allowed"
@@ -36,7 +39,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",
-			Help: "Descriptors decided, by domain, rule (its ID, or its metric key with detailed_metric; empty for no rule or an inline limit), algorithm and outcome (allowed, denied, shadow_denied, unlimited, failed_open, failed_closed, and local_allowed and local_denied for decisions of the failure mode local while the store fails).",
+			Help: "Descriptors decided, by domain, rule (its ID, or its metric key with detailed_metric; empty for no rule or an inline limit), algorithm and outcome (allowed, denied, shadow_denied, unlimited, failed_open, failed_closed, and local_allowed and local_denied for decisions of the failure mode local while the store fails, and other_denied for a descriptor with room in a request another descriptor denied, from which nothing was taken).",
 		}, []string{"domain", "rule", "algorithm", "outcome"}),
 		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_near_limit_total",

@@ -23,12 +23,14 @@
 // edge into its answer.
 //
 // A descriptor without a rule, or whose rule is unlimited or replaced, is
-// OK without asking the store. The others are each decided atomically on
-// their own (as envoyproxy/ratelimit does, each descriptor is its own
-// budget). Unlike envoyproxy/ratelimit, a denied request takes nothing
-// from the denying descriptor's budget (unless the rule sets
-// count_rejected), and a store failure is answered within the deadline by
-// the rule's failure mode: fail_open allows and counts the event,
+// OK without asking the store. The others are decided all or nothing: a
+// request that one descriptor denies takes nothing from any (unless a rule
+// sets count_rejected), where envoyproxy/ratelimit counts every
+// descriptor of a denied request, even the denied one;
+// Options.IndependentDescriptors decides each on its own, as upstream
+// does (but a denied descriptor still takes nothing from its own budget).
+// A store failure is answered within the deadline by the rule's failure
+// mode: fail_open allows and counts the event,
 // fail_closed denies, local decides in the server's memory with the limit
 // divided by the number of instances (see Options.Limiter and
 // floodgate.FailLocal).
@@ -99,6 +101,12 @@ type Options struct {
 	// NearLimitRatio is the share of a limit above which an admitted request
 	// counts as near the limit in metrics; default 0.8, as upstream.
 	NearLimitRatio float64
+	// IndependentDescriptors decides each descriptor of a request on its
+	// own, as envoyproxy/ratelimit does: a request denied by one descriptor
+	// still spends the others' budget. By default the limited descriptors
+	// of a request are decided all or nothing (floodgate.Limiter.DecideAll):
+	// a request one descriptor denies takes nothing from the others.
+	IndependentDescriptors bool
 }
 
 // Server decides requests. It is safe for concurrent use.
@@ -114,6 +122,8 @@ type Server struct {
 	m        *metrics
 	pprof    bool
 	near     float64
+	// independent: Options.IndependentDescriptors.
+	independent bool
 }
 
 // New returns a Server.
@@ -121,7 +131,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Store == nil {
 		return nil, errors.New("server: New: nil Store")
 	}
-	s := &Server{log: opts.Logger, reg: opts.Registry, pprof: opts.Pprof, near: opts.NearLimitRatio}
+	s := &Server{log: opts.Logger, reg: opts.Registry, pprof: opts.Pprof, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -287,7 +297,7 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 	if len(p.items) == 0 {
 		return res, nil
 	}
-	outs, err := s.lim.Decide(ctx, p.items)
+	outs, err := s.decidePlan(ctx, &p)
 	if err != nil {
 		return Result{}, p.fieldOf(err)
 	}
@@ -299,6 +309,51 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 		}
 	}
 	return res, nil
+}
+
+// decidePlan asks the Limiter for the outcome of every item of p: all or
+// nothing unless Options.IndependentDescriptors. Items of rules in shadow
+// mode are decided apart, each on its own, since their denials must not
+// deny the request.
+func (s *Server) decidePlan(ctx context.Context, p *plan) ([]floodgate.Outcome, error) {
+	if s.independent {
+		return s.lim.Decide(ctx, p.items)
+	}
+	var together, apart []int
+	for j := range p.items {
+		if p.shadow[j] {
+			apart = append(apart, j)
+		} else {
+			together = append(together, j)
+		}
+	}
+	if len(apart) == 0 {
+		return s.lim.DecideAll(ctx, p.items)
+	}
+	outs := make([]floodgate.Outcome, len(p.items))
+	for _, g := range []struct {
+		js     []int
+		decide func(context.Context, []floodgate.Item) ([]floodgate.Outcome, error)
+	}{{together, s.lim.DecideAll}, {apart, s.lim.Decide}} {
+		if len(g.js) == 0 {
+			continue
+		}
+		items := make([]floodgate.Item, len(g.js))
+		for k, j := range g.js {
+			items[k] = p.items[j]
+		}
+		got, err := g.decide(ctx, items)
+		if err != nil {
+			if ie, ok := errors.AsType[*floodgate.ItemError](err); ok {
+				return nil, &floodgate.ItemError{Index: g.js[ie.Index], Err: ie.Err}
+			}
+			return nil, err
+		}
+		for k, j := range g.js {
+			outs[j] = got[k]
+		}
+	}
+	return outs, nil
 }
 
 // checkRequest checks the shape of a request: what the Limiter does not
@@ -338,6 +393,7 @@ type plan struct {
 	items   []floodgate.Item
 	which   []int  // the descriptor of each item
 	ownHits []bool // whether the item's cost is the descriptor's own hits
+	shadow  []bool // whether the item's rule is in shadow mode
 }
 
 // plan matches each descriptor of a checked request to its rule, fills in
@@ -385,6 +441,7 @@ func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan)
 		p.items = append(p.items, it)
 		p.which = append(p.which, i)
 		p.ownHits = append(p.ownHits, d.Hits != nil)
+		p.shadow = append(p.shadow, st.Rule != nil && st.Rule.ShadowMode)
 	}
 	return res, p
 }
@@ -437,6 +494,10 @@ func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *fl
 	d := o.Decision
 	st.Decision = d
 	switch {
+	case !d.Allowed && d.RetryAfter == 0 && !local:
+		// All or nothing: the descriptor had room, but another denied the
+		// request, so nothing was taken.
+		s.m.decision(domain, st.Rule, entries, outcomeOtherDenied)
 	case d.Allowed:
 		s.m.decision(domain, st.Rule, entries, pick(local, outcomeLocalAllowed, outcomeAllowed))
 		if !local && d.Limit > 0 && float64(d.Limit-d.Remaining) >= s.near*float64(d.Limit) {

@@ -57,6 +57,7 @@ type serveConfig struct {
 	probeInterval      time.Duration
 	shutdownTimeout    time.Duration
 	pprof              bool
+	independent        bool
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -85,6 +86,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address (env FLOODGATE_PPROF)")
+	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, 0, false
@@ -233,7 +235,7 @@ func (c serveConfig) newServer(store floodgate.Store, log *slog.Logger) (*server
 		closeLocal = func() { local.Close() }
 		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
 	}
-	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, Pprof: c.pprof})
+	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, Pprof: c.pprof, IndependentDescriptors: c.independent})
 	if err == nil {
 		if rs, ok := store.(*redisstore.Store); ok {
 			err = registerLocalStats(srv.Registry(), rs)

@@ -235,9 +235,11 @@ func TestDescriptorMatching(t *testing.T) {
 		{req: req(ip1), overall: "OVER_LIMIT", statuses: []string{"OVER_LIMIT 3/MINUTE per_ip r=0 t=35s"}},
 		// Each value of a key-only descriptor has a counter of its own.
 		{req: req(ip2), overall: "OK", statuses: []string{"OK 3/MINUTE per_ip r=2 t=35s"}},
-		// Statuses come in descriptor order; one over limit is enough.
+		// Statuses come in descriptor order; one over limit is enough, and
+		// the request takes nothing from the others (all or nothing:
+		// ip2 keeps its 2).
 		{req: req(ip2, ip1, desc("nothing", "here")), overall: "OVER_LIMIT", statuses: []string{
-			"OK 3/MINUTE per_ip r=1 t=35s", "OVER_LIMIT 3/MINUTE per_ip r=0 t=35s", "OK"}},
+			"OK 3/MINUTE per_ip r=2 t=35s", "OVER_LIMIT 3/MINUTE per_ip r=0 t=35s", "OK"}},
 		// The next aligned minute starts afresh.
 		{advance: 35 * time.Second, req: req(ip1), overall: "OK", statuses: []string{"OK 3/MINUTE per_ip r=2 t=1m0s"}},
 	})
@@ -478,7 +480,8 @@ func TestResponseHeaders(t *testing.T) {
 	login := desc("path", "/login", "remote_address", "10.0.0.1")
 	for i, want := range []string{
 		"Ratelimit-Policy: \"per_ip\";q=3;w=60, \"1-per-1s\";q=1;w=1\nRatelimit: \"per_ip\";r=2;t=45, \"1-per-1s\";r=0;t=1",
-		"Ratelimit-Policy: \"per_ip\";q=3;w=60, \"1-per-1s\";q=1;w=1\nRatelimit: \"per_ip\";r=1;t=45, \"1-per-1s\";r=0;t=1\nRetry-After: 1",
+		// Denied by the login limit, the request takes nothing of per_ip.
+		"Ratelimit-Policy: \"per_ip\";q=3;w=60, \"1-per-1s\";q=1;w=1\nRatelimit: \"per_ip\";r=2;t=45, \"1-per-1s\";r=0;t=1\nRetry-After: 1",
 	} {
 		if got := headers(call(t, f, req(ip, desc("internal", "x"), login))); got != want {
 			t.Errorf("call %d: response_headers_to_add\n%s\nwant\n%s", i, got, want)
