@@ -167,9 +167,11 @@ func (f *fallback) report(err error) bool {
 
 // isStoreFailure reports whether err, returned by a store, means the store
 // failed (is unreachable, timed out, answered wrongly) rather than that the
-// request was invalid or its caller gave up.
+// request was invalid, conflicts with a reservation, or its caller gave
+// up.
 func isStoreFailure(err error) bool {
-	return err != nil && !errors.Is(err, ErrInvalidRequest) && !errors.Is(err, ErrInvalidLimit) && !errors.Is(err, context.Canceled)
+	return err != nil && !errors.Is(err, ErrInvalidRequest) && !errors.Is(err, ErrInvalidLimit) && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, ErrConflict) && !errors.Is(err, ErrExpired) && !errors.Is(err, ErrUnknownReservation)
 }
 
 // share is r's limit as this instance holds it.

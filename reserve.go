@@ -156,12 +156,13 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, n int64,
 
 // ReserveEach holds the cost of every item, all or nothing: a denial by
 // any leaves the others untouched, and the combined Decision (Combine) is
-// denied. A store failure is answered by the Limiter's failure policy
-// (the items' own Policy is not used): FailClosed denies, FailOpen allows
-// a reservation that holds nothing, FailLocal holds the units in the
-// local store. An invalid item, an algorithm without reservations
-// (Concurrency) or a store that is not a Reserver is an error.
-func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptions) (*Reservation, Decision, []Decision, error) {
+// denied. There is one Outcome per item, as Decide returns. A store
+// failure is answered by each item's failure policy (Item.Policy, or the
+// Limiter's): FailClosed denies, FailOpen allows a reservation that holds
+// nothing, FailLocal holds the units in the local store. An invalid item,
+// an algorithm without reservations (Concurrency) or a store that is not a
+// Reserver is an error.
+func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptions) (*Reservation, Decision, []Outcome, error) {
 	var opts ReserveOptions
 	if o != nil {
 		opts = *o
@@ -176,7 +177,7 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 		if err := l.prepare(&c.rs[i], now); err != nil {
 			return nil, Decision{RetryAfter: Never}, nil, &ItemError{Index: i, Err: err}
 		}
-		c.policies[i] = l.policy
+		c.policies[i] = l.policyOf(it.Policy)
 	}
 	var held HoldResult
 	c.op = func(ctx context.Context, s Store, rs []Request) ([]Decision, error) {
@@ -189,6 +190,13 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 		return held.Decisions, err
 	}
 	l.run(ctx, &c)
+	for _, o := range c.out {
+		if o.Err != nil && !isStoreFailure(o.Err) {
+			// A conflict with an earlier reserve of the same ID: no failure
+			// policy answers it.
+			return nil, Decision{}, nil, o.Err
+		}
+	}
 	res := &Reservation{ID: opts.ID, Items: items, Expires: held.Expires, Replayed: held.Replayed, l: l}
 	ds := make([]Decision, len(items))
 	for i := range c.out {
@@ -196,14 +204,20 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 		if err != nil {
 			// The failure policy's answer: FailOpen allows a reservation
 			// that holds nothing.
-			return res, d, nil, err
+			return res, d, c.out, err
 		}
 		ds[i] = d
 	}
 	d := Combine(ds)
-	res.Local = c.out[0].Policy == FailLocal
-	res.Held = d.Allowed
-	return res, d, ds, nil
+	res.Local = true
+	for _, o := range c.out {
+		res.Local = res.Local && o.Policy == FailLocal
+	}
+	// Held in one store: the shared one, or the local one for every item
+	// (a reservation that an outage split between the two holds nothing
+	// that one Commit could settle; its local units expire charged).
+	res.Held = d.Allowed && (res.Local || c.out[0].Policy != FailLocal)
+	return res, d, c.out, nil
 }
 
 // checkReserve fills in the defaults of o and checks what a reservation
@@ -283,13 +297,13 @@ func (r *Reservation) settle(ctx context.Context, actual int64, cancel bool) ([]
 	return r.l.settleHold(ctx, r.ID, r.Items, actual, cancel, r.Local)
 }
 
-// Settle commits actual units of the reservation id on items (as
-// reserved), or cancels it: Reservation.Commit and Cancel for a caller
-// that kept only the ID and the items, such as a service that gave the ID
-// to its client. It settles in the shared store; a reservation that
-// FailLocal held in the local store is settled by its Reservation.
-func (l *Limiter) Settle(ctx context.Context, id string, items []Item, actual int64, cancel bool) ([]Settlement, error) {
-	return l.settleHold(ctx, id, items, actual, cancel, false)
+// Reservation is the reservation id on items, as reserved, for a caller
+// that kept only the ID and the items (a service that gave the ID to its
+// client): its Commit and Cancel settle it. local says it was held by
+// FailLocal's local store (Reservation.Local), which only this Limiter's
+// process has.
+func (l *Limiter) Reservation(id string, items []Item, local bool) *Reservation {
+	return &Reservation{ID: id, Items: items, Held: true, Local: local, l: l}
 }
 
 func (l *Limiter) settleHold(ctx context.Context, id string, items []Item, actual int64, cancel bool, local bool) ([]Settlement, error) {

@@ -42,9 +42,9 @@ func TestReserve(t *testing.T) {
 	if err != nil || st[0].Refunded != 450 || st[0].Decision.Remaining != 650 {
 		t.Fatalf("Commit 350: %+v %v", st, err)
 	}
-	st, err = l.Settle(t.Context(), res.ID, res.Items, 350, false)
+	st, err = l.Reservation(res.ID, res.Items, false).Commit(t.Context(), 350)
 	if err != nil || !st[0].Replayed || st[0].Refunded != 450 {
-		t.Errorf("Settle by ID, again: %+v %v; want the first answer, replayed", st, err)
+		t.Errorf("Commit by ID, again: %+v %v; want the first answer, replayed", st, err)
 	}
 	if _, err := res.Cancel(t.Context()); !errors.Is(err, floodgate.ErrConflict) {
 		t.Errorf("Cancel after Commit: %v, want ErrConflict", err)
@@ -57,7 +57,7 @@ func TestReserve(t *testing.T) {
 		{Key: "tenant:7", Limit: tokens, Cost: 300},
 		{Key: "user:1", Limit: user, Cost: 300},
 	}, &floodgate.ReserveOptions{ID: "req-1"})
-	if err != nil || d.Allowed || res.Held || ds[0].Allowed || ds[0].Remaining != 650 || ds[1].RetryAfter != floodgate.Never {
+	if err != nil || d.Allowed || res.Held || ds[0].Decision.Allowed || ds[0].Decision.Remaining != 650 || ds[1].Decision.RetryAfter != floodgate.Never {
 		t.Errorf("ReserveEach over the user's limit: %+v %+v %+v %v", res, d, ds, err)
 	}
 	if st, err := res.Commit(t.Context(), 1); err != nil || st[0] != (floodgate.Settlement{}) {

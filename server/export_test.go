@@ -1,6 +1,10 @@
 package server
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/floodgate-rl/floodgate"
+)
 
 // Patterns returns the patterns Handler(extra) registers, in order, for the
 // OpenAPI test's check that the document names every route the handler
@@ -11,4 +15,23 @@ func (s *Server) Patterns(extra map[string]http.Handler) []string {
 		ps = append(ps, r.pattern)
 	}
 	return ps
+}
+
+// ReservationToken is the id POST /v1/reservations answers for an inline
+// reservation of key under limit made with Idempotency-Key idem.
+func ReservationToken(idem, key string, limit floodgate.Limit) string {
+	r, err := http.NewRequest("POST", "/", nil)
+	if err != nil {
+		panic(err)
+	}
+	r.Header.Set("Idempotency-Key", idem)
+	o, err := reserveOptions(r, &ReserveRequest{})
+	if err != nil {
+		panic(err)
+	}
+	tok, err := encodeToken(&floodgate.Reservation{ID: o.ID, Items: []floodgate.Item{{Key: inlineKey(key), Limit: limit}}})
+	if err != nil {
+		panic(err)
+	}
+	return tok
 }

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -26,6 +25,9 @@ import (
 //
 //	POST /v1/allow      decide an inline limit or a domain's descriptors
 //	POST /v1/reset      forget an inline key's state
+//	POST /v1/reservations              hold a request's upper bound
+//	POST /v1/reservations/{id}/commit  settle its actual cost
+//	POST /v1/reservations/{id}/cancel  give the hold back
 //	GET  /v1/config     the rules in force
 //	GET  /metrics       Prometheus metrics
 //	GET  /healthz       the process is alive
@@ -60,6 +62,9 @@ func (s *Server) routes(extra map[string]http.Handler) []route {
 	rs := []route{
 		{"POST /v1/allow", http.HandlerFunc(s.handleAllow)},
 		{"POST /v1/reset", http.HandlerFunc(s.handleReset)},
+		{"POST /v1/reservations", http.HandlerFunc(s.handleReserve)},
+		{"POST /v1/reservations/{id}/commit", s.handleSettle(false)},
+		{"POST /v1/reservations/{id}/cancel", s.handleSettle(true)},
 		{"GET /v1/config", http.HandlerFunc(s.handleConfig)},
 		{"GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})},
 		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -299,23 +304,9 @@ func (s *Server) allowInline(ctx context.Context, req *AllowRequest) (Status, er
 
 // allowDescriptors decides the descriptor form.
 func (s *Server) allowDescriptors(ctx context.Context, req *AllowRequest) (Result, error) {
-	if len(req.Descriptors) > MaxDescriptors {
-		return Result{}, invalid("descriptors", "%d descriptors, more than the %d allowed", len(req.Descriptors), MaxDescriptors)
-	}
-	ds := make([]Descriptor, len(req.Descriptors))
-	for i, d := range req.Descriptors {
-		ds[i].Hits = d.Hits
-		ds[i].Entries = make([]config.Entry, len(d.Entries))
-		for j, e := range d.Entries {
-			ds[i].Entries[j] = config.Entry{Key: e.Key, Value: e.Value}
-		}
-		if d.Limit != nil {
-			lim, err := d.Limit.toLimit(fmt.Sprintf("descriptors[%d].limit", i))
-			if err != nil {
-				return Result{}, err
-			}
-			ds[i].Limit = &lim
-		}
+	ds, err := req.descriptors()
+	if err != nil {
+		return Result{}, err
 	}
 	hits := int64(1)
 	if req.Hits != nil {
@@ -342,7 +333,7 @@ func allowResponse(inline bool, overall Status, statuses []Status) AllowResponse
 
 // writeAllow writes resp with the RateLimit fields of statuses: 200, or
 // 503 with Retry-After when a store failure was answered by fail_closed.
-func writeAllow(w http.ResponseWriter, resp AllowResponse, overall Status, statuses []Status) {
+func writeAllow(w http.ResponseWriter, resp any, overall Status, statuses []Status) {
 	SetHeaders(w.Header(), statuses)
 	if failedClosed(statuses) {
 		retry := max(time.Second, overall.Decision.RetryAfter)
@@ -564,6 +555,10 @@ func writeProblem(w http.ResponseWriter, err error) {
 		p.Status, p.Field, p.Detail = http.StatusBadRequest, fe.Field, fe.Field+": "+fe.Problem
 	case errors.Is(err, floodgate.ErrNotSupported):
 		p.Status = http.StatusNotImplemented
+	case errors.Is(err, floodgate.ErrConflict):
+		p.Status, p.Field = http.StatusUnprocessableEntity, "id"
+	case errors.Is(err, floodgate.ErrUnknownReservation):
+		p.Status, p.Field = http.StatusNotFound, "id"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		p.Status = http.StatusServiceUnavailable
 	default:

@@ -11,7 +11,9 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -60,6 +62,26 @@ func (brokenStore) Apply(context.Context, floodgate.Request) (floodgate.Decision
 }
 func (brokenStore) Reset(context.Context, string, floodgate.Limit) error { return errRefused }
 func (brokenStore) Ping(context.Context) error                           { return errRefused }
+func (brokenStore) Reserve(context.Context, floodgate.HoldRequest) (floodgate.HoldResult, error) {
+	return floodgate.HoldResult{}, errRefused
+}
+func (brokenStore) Settle(context.Context, floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+	return nil, errRefused
+}
+
+// hourly is a clock that moves an hour on from each reading to the next,
+// so that every reservation has expired by its next step.
+type hourly struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *hourly) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(time.Hour)
+	return c.now
+}
 
 // applyOnly hides every ability of a store but Apply, such as Reset.
 type applyOnly struct{ s floodgate.Store }
@@ -94,7 +116,9 @@ func openAPIServer(t *testing.T, setup func(opts *server.Options, mem func() flo
 	if opts.Config, err = config.New(d); err != nil {
 		t.Fatal(err)
 	}
-	opts.Limiter.Clock = clock
+	if opts.Limiter.Clock == nil {
+		opts.Limiter.Clock = clock
+	}
 	srv, err := server.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +136,8 @@ type exchange struct {
 	method, path string
 	accept       string
 	body         string
+	// reqHeader are the request's own header fields (Idempotency-Key).
+	reqHeader map[string]string
 	// invalid says that the document rejects the request, as the server
 	// does; the others must pass the document's request validation.
 	invalid bool
@@ -122,6 +148,17 @@ type exchange struct {
 	want   []string
 	header map[string]string
 }
+
+// reserveBody reserves 40 of 100 per hour; with idemKey its id is
+// reservationID.
+const reserveBody = `{"key": "llm:acme", "limit": {"limit": 100, "period": "1h"}, "cost": 40, "ttl_ms": 60000}`
+
+var (
+	idemKey        = map[string]string{"Idempotency-Key": "4a2f1c9e-7b3d-4e8a-9c61-2d5f0b7e8a13"}
+	reservationID  = server.ReservationToken(idemKey["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour})
+	idemKey2       = map[string]string{"Idempotency-Key": "0b9d2e41-5c7a-4f3e-8d12-6a4e9c0f1b27"}
+	reservationID2 = server.ReservationToken(idemKey2["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour})
+)
 
 const (
 	inlineLimit = `{"key": "user:42", "limit": {"limit": 2, "period": "1m", "name": "per_user"}}`
@@ -215,6 +252,42 @@ var exchanges = []exchange{
 	{name: "allow too large", method: "POST", path: "/v1/allow", body: big(`{"key": "`, `", "limit": {"limit": 1, "period": "1s"}}`), status: 413,
 		want: []string{`"status":413`, `"field":"body"`}, header: map[string]string{"Cache-Control": "no-store"}},
 
+	// POST /v1/reservations and the steps after it.
+	{name: "reserve", method: "POST", path: "/v1/reservations", body: reserveBody, reqHeader: idemKey, status: 200,
+		want: []string{`"allowed":true`, `"remaining":60`, `"id":"` + reservationID + `"`, `"expires_at":`}},
+	{name: "reserve retried", method: "POST", path: "/v1/reservations", body: reserveBody, reqHeader: idemKey, status: 200,
+		want: []string{`"allowed":true`, `"remaining":60`, `"replayed":true`}},
+	{name: "reserve key reused", method: "POST", path: "/v1/reservations", body: strings.Replace(reserveBody, `"cost": 40`, `"cost": 41`, 1), reqHeader: idemKey, status: 422,
+		want: []string{`"status":422`}},
+	{name: "reserve denied", method: "POST", path: "/v1/reservations", body: strings.Replace(reserveBody, `"cost": 40`, `"cost": 200`, 1), status: 200,
+		want: []string{`"allowed":false`, `"retry_after_ms":-1`}, header: map[string]string{"Retry-After": ""}},
+	{name: "reserve descriptors", method: "POST", path: "/v1/reservations", body: descriptors(user("r"), `{"entries": [{"key": "tenant", "value": "t"}]}`), status: 200,
+		want: []string{`"allowed":true`, `"id":"r1.`, `"rule":"api|tenant"`}},
+	{name: "reserve bad ttl", method: "POST", path: "/v1/reservations", body: `{"key": "k", "limit": {"limit": 1, "period": "1s"}, "ttl_ms": 0}`, invalid: true, status: 400,
+		want: []string{`"field":"ttl_ms"`}},
+	{name: "reserve too large", method: "POST", path: "/v1/reservations", body: big(`{"key": "`, `", "limit": {"limit": 1, "period": "1s"}}`), status: 413,
+		want: []string{`"field":"body"`}},
+	{name: "commit", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{"cost": 25}`, status: 200,
+		want: []string{`"refunded":15`, `"remaining":75`}},
+	{name: "commit retried", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{"cost": 25}`, status: 200,
+		want: []string{`"replayed":true`, `"refunded":15`, `"remaining":75`}},
+	{name: "commit other cost", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{"cost": 26}`, status: 422,
+		want: []string{"cost 25"}},
+	{name: "cancel after commit", method: "POST", path: "/v1/reservations/" + reservationID + "/cancel", status: 422,
+		want: []string{"committed"}},
+	{name: "commit without cost", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{}`, invalid: true, status: 400,
+		want: []string{`"field":"cost"`}},
+	{name: "commit too large", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: big(`{"cost": 1, "x": "`, `"}`), invalid: true, status: 413,
+		want: []string{`"field":"body"`}},
+	{name: "reserve to cancel", method: "POST", path: "/v1/reservations", body: reserveBody, reqHeader: idemKey2, status: 200,
+		want: []string{`"id":"` + reservationID2 + `"`, `"remaining":35`}},
+	{name: "cancel", method: "POST", path: "/v1/reservations/" + reservationID2 + "/cancel", status: 200,
+		want: []string{`"refunded":40`, `"remaining":75`}},
+	{name: "commit unknown", method: "POST", path: "/v1/reservations/r1.bm90aGluZw/commit", body: `{"cost": 1}`, status: 404,
+		want: []string{`"field":"id"`}},
+	{name: "cancel unknown", method: "POST", path: "/v1/reservations/nothing/cancel", status: 404,
+		want: []string{`"field":"id"`}},
+
 	// POST /v1/reset, bad input.
 	{name: "reset without limit", method: "POST", path: "/v1/reset", body: `{"key": "k"}`, invalid: true, status: 400,
 		want: []string{`"field":"limit"`}},
@@ -281,6 +354,22 @@ var exchanges = []exchange{
 		header: map[string]string{"RateLimit-Policy": `"per_user";q=1;w=60`}},
 	{name: "readyz local", fixture: "local", method: "GET", path: "/readyz", status: 200,
 		want: []string{"ok: failure mode local decides in memory, store unreachable"}},
+	{name: "reserve not supported", fixture: "no reset", method: "POST", path: "/v1/reservations", body: reserveBody, status: 501,
+		want: []string{`"status":501`}},
+	{name: "reserve store down", fixture: "down", method: "POST", path: "/v1/reservations", body: reserveBody, status: 200,
+		want: []string{`"allowed":true`, `"store_error":true`}},
+	{name: "reserve fail_closed", fixture: "down", method: "POST", path: "/v1/reservations", body: descriptors(`{"entries": [{"key": "payment", "value": "card"}]}`), status: 503,
+		want: []string{`"allowed":false`, `"store_error":true`}},
+	{name: "commit store down", fixture: "down", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{"cost": 1}`, status: 503,
+		want: []string{"store failed"}},
+	{name: "cancel store down", fixture: "down", method: "POST", path: "/v1/reservations/" + reservationID + "/cancel", status: 503,
+		want: []string{"store failed"}},
+	{name: "reserve to expire", fixture: "hourly", method: "POST", path: "/v1/reservations", body: reserveBody, reqHeader: idemKey, status: 200,
+		want: []string{`"id":"` + reservationID + `"`}},
+	{name: "commit expired", fixture: "hourly", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{"cost": 1}`, status: 410,
+		want: []string{"stayed charged"}},
+	{name: "cancel expired", fixture: "hourly", method: "POST", path: "/v1/reservations/" + reservationID + "/cancel", status: 410,
+		want: []string{"stayed charged"}},
 	{name: "reset not supported", fixture: "no reset", method: "POST", path: "/v1/reset", body: inlineLimit, status: 501,
 		want: []string{`"status":501`, "not supported"}},
 }
@@ -304,6 +393,7 @@ func TestOpenAPI(t *testing.T) {
 			o.Limiter = floodgate.Options{FailurePolicy: floodgate.FailLocal, Instances: 2, Local: mem()}
 		},
 		"no reset": func(o *server.Options, mem func() floodgate.Store) { o.Store = applyOnly{mem()} },
+		"hourly":   func(o *server.Options, _ func() floodgate.Store) { o.Limiter.Clock = &hourly{now: start} },
 	} {
 		s, x := openAPIServer(t, setup)
 		handlers[name] = s.Handler(x)
@@ -333,8 +423,8 @@ func TestOpenAPI(t *testing.T) {
 	ops := operations(doc)
 	for _, p := range patterns {
 		method, path, ok := strings.Cut(p, " ")
-		if !ok || strings.ContainsAny(path, "{}") {
-			t.Errorf("route %q: the test knows only METHOD /literal/path patterns", p)
+		if !ok {
+			t.Errorf("route %q: the test knows only METHOD /path patterns", p)
 			continue
 		}
 		if !slices.Contains(ops, method+" "+path) {
@@ -391,14 +481,18 @@ func checkExchange(t *testing.T, doc *openapi3.T, h http.Handler, ex exchange) (
 		if ex.accept != "" {
 			r.Header.Set("Accept", ex.accept)
 		}
+		for k, v := range ex.reqHeader {
+			r.Header.Set(k, v)
+		}
 		return r
 	}
-	item := doc.Paths.Value(ex.path)
+	template, params := pathTemplate(ex.path)
+	item := doc.Paths.Value(template)
 	if item == nil || item.GetOperation(ex.method) == nil {
-		t.Fatalf("openapi.yaml has no operation %s %s", ex.method, ex.path)
+		t.Fatalf("openapi.yaml has no operation %s %s", ex.method, template)
 	}
-	route := &routers.Route{Spec: doc, Path: ex.path, PathItem: item, Method: ex.method, Operation: item.GetOperation(ex.method)}
-	in := &openapi3filter.RequestValidationInput{Request: newRequest(), Route: route, Options: &openapi3filter.Options{MultiError: true}}
+	route := &routers.Route{Spec: doc, Path: template, PathItem: item, Method: ex.method, Operation: item.GetOperation(ex.method)}
+	in := &openapi3filter.RequestValidationInput{Request: newRequest(), PathParams: params, Route: route, Options: &openapi3filter.Options{MultiError: true}}
 	switch err := openapi3filter.ValidateRequest(t.Context(), in); {
 	case ex.invalid && err == nil:
 		t.Errorf("openapi.yaml accepts the request, which the server rejects")
@@ -460,7 +554,18 @@ func checkExchange(t *testing.T, doc *openapi3.T, h http.Handler, ex exchange) (
 	} else {
 		mediaType = mt
 	}
-	return fmt.Sprintf("%s %s %d %s", ex.method, ex.path, resp.StatusCode, mediaType), ok
+	return fmt.Sprintf("%s %s %d %s", ex.method, template, resp.StatusCode, mediaType), ok
+}
+
+// pathTemplate is the document's path of a request path, and its
+// parameters: /v1/reservations/ID/commit is /v1/reservations/{id}/commit.
+func pathTemplate(path string) (string, map[string]string) {
+	rest, ok := strings.CutPrefix(path, "/v1/reservations/")
+	if !ok {
+		return path, nil
+	}
+	id, op, _ := strings.Cut(rest, "/")
+	return "/v1/reservations/{id}/" + op, map[string]string{"id": id}
 }
 
 // operations lists the document's operations as "METHOD /path".

@@ -1,0 +1,366 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+// Reservations over HTTP: POST /v1/reservations holds the upper bound of a
+// request's cost (an inline key and limit, or a domain's descriptors, all
+// or nothing), and answers an id; POST /v1/reservations/{id}/commit
+// settles the actual cost, /cancel gives the hold back. Every step is
+// idempotent: the store keeps each hold's answer (see floodgate.Reserver),
+// so a retry gets the first answer and another step is a conflict (422).
+//
+// The id is a token that names what it holds: the store's reservation ID
+// and, for each key, the key and limit it was reserved under, so that any
+// replica of the service settles it without a shared table, and a reload
+// that changes a rule's limit changes nothing of a reservation made
+// before. It is opaque to clients. Guessing another client's token gives
+// nothing: the store's ID in it is 128 random bits, or with an
+// Idempotency-Key header a hash of that key, which a client should make
+// unguessable (a UUID).
+
+// maxTokenLen bounds a reservation token, and so the keys a reservation
+// holds (a path segment of a URL).
+const maxTokenLen = 4096
+
+// token is what a reservation's id carries.
+type token struct {
+	ID    string      `json:"i"`
+	Items []tokenItem `json:"k"`
+	Local bool        `json:"l,omitempty"`
+}
+
+type tokenItem struct {
+	Key   string    `json:"k"`
+	Limit LimitJSON `json:"l"`
+}
+
+func encodeToken(res *floodgate.Reservation) (string, error) {
+	t := token{ID: res.ID, Local: res.Local}
+	for _, it := range res.Items {
+		t.Items = append(t.Items, tokenItem{Key: it.Key, Limit: *limitJSON(it.Limit)})
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return "", err
+	}
+	s := "r1." + base64.RawURLEncoding.EncodeToString(b)
+	if len(s) > maxTokenLen {
+		return "", invalid("key", "the keys of the reservation make an id of %d bytes, more than the %d allowed", len(s), maxTokenLen)
+	}
+	return s, nil
+}
+
+func decodeToken(s string) (token, []floodgate.Item, error) {
+	bad := func(why string) error {
+		return &httpError{status: http.StatusNotFound, field: "id", msg: "not a reservation id: " + why}
+	}
+	rest, ok := strings.CutPrefix(s, "r1.")
+	if !ok || len(s) > maxTokenLen {
+		return token{}, nil, bad("unknown form")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil {
+		return token{}, nil, bad("not base64url")
+	}
+	var t token
+	if err := json.Unmarshal(b, &t); err != nil || t.ID == "" || len(t.Items) == 0 {
+		return token{}, nil, bad("malformed")
+	}
+	items := make([]floodgate.Item, len(t.Items))
+	for i, ti := range t.Items {
+		lim, err := ti.Limit.toLimit("limit")
+		if err != nil || ti.Key == "" {
+			return token{}, nil, bad("malformed item")
+		}
+		items[i] = floodgate.Item{Key: ti.Key, Limit: lim}
+	}
+	return t, items, nil
+}
+
+// ReserveRequest is the body of POST /v1/reservations: an AllowRequest
+// (inline, or domain and descriptors) whose cost or hits is the upper
+// bound to hold, and for how long.
+type ReserveRequest struct {
+	AllowRequest
+	// TTLMS is how long the units are held, in milliseconds; default
+	// floodgate.DefaultHoldTTL.
+	TTLMS *int64 `json:"ttl_ms,omitempty"`
+	// ReleaseOnExpiry gives the units back if the reservation expires
+	// unsettled; by default they stay charged.
+	ReleaseOnExpiry bool `json:"release_on_expiry,omitempty"`
+}
+
+// ReserveResponse answers POST /v1/reservations.
+type ReserveResponse struct {
+	AllowResponse
+	// ID settles the reservation; empty when it holds nothing (denied, or
+	// allowed by fail_open while the store failed).
+	ID string `json:"id,omitempty"`
+	// ExpiresAt is when an unsettled reservation expires.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Replayed reports a retry (the same Idempotency-Key) answered from
+	// the first reserve.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+// SettleBody is the body of POST /v1/reservations/{id}/commit.
+type SettleBody struct {
+	// Cost is the cost actually used.
+	Cost *int64 `json:"cost"`
+}
+
+// SettlementJSON is what settling did to one key.
+type SettlementJSON struct {
+	Refunded  int64 `json:"refunded"`
+	Charged   int64 `json:"charged"`
+	Short     int64 `json:"short"`
+	Remaining int64 `json:"remaining"`
+	Limit     int64 `json:"limit"`
+}
+
+// SettleResponse answers commit and cancel: one settlement per key held,
+// in the order reserved.
+type SettleResponse struct {
+	Replayed    bool             `json:"replayed,omitempty"`
+	Settlements []SettlementJSON `json:"settlements"`
+}
+
+// Reserve holds the cost of the limited descriptors of one request of
+// domain, all or nothing, as Decide decides them (rules in shadow mode,
+// unlimited and unmatched descriptors hold nothing).
+func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hits int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
+	if err := checkRequest(domain, ds); err != nil {
+		return nil, Result{}, err
+	}
+	res, p := s.plan(domain, ds, hits)
+	var items []floodgate.Item
+	var which []int
+	for j, it := range p.items {
+		if p.shadow[j] {
+			// Shadow mode decides and never denies: it holds nothing.
+			res.Statuses[p.which[j]].Limited = false
+			continue
+		}
+		items, which = append(items, it), append(which, p.which[j])
+	}
+	if len(items) == 0 {
+		return nil, res, nil
+	}
+	r, _, outs, err := s.lim.ReserveEach(ctx, items, o)
+	if outs == nil && err != nil {
+		p.which = which
+		return nil, Result{}, p.fieldOf(err)
+	}
+	for j, i := range which {
+		st := &res.Statuses[i]
+		s.settle(domain, ds[i].Entries, st, &outs[j])
+		if st.Code == OverLimit {
+			res.Code = OverLimit
+		}
+	}
+	return r, res, nil
+}
+
+// ReserveInline holds cost of an inline key under limit.
+func (s *Server) ReserveInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
+	if err := checkInlineKey(key); err != nil {
+		return nil, Status{}, err
+	}
+	r, _, outs, err := s.lim.ReserveEach(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}}, o)
+	if outs == nil && err != nil {
+		return nil, Status{}, inlineField(err)
+	}
+	st := Status{Code: OK, Limited: true}
+	s.settle("", nil, &st, &outs[0])
+	return r, st, nil
+}
+
+func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
+	var req ReserveRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	o, err := reserveOptions(r, &req)
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	inline, err := req.form()
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	var res *floodgate.Reservation
+	var statuses []Status
+	var overall Status
+	if inline {
+		res, overall, err = s.reserveInline(r.Context(), &req.AllowRequest, o)
+		statuses = []Status{overall}
+	} else {
+		var result Result
+		res, result, err = s.reserveDescriptors(r.Context(), &req.AllowRequest, o)
+		statuses, overall = result.Statuses, Binding(result)
+	}
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	resp := ReserveResponse{AllowResponse: allowResponse(inline, overall, statuses)}
+	if res != nil && res.Held {
+		if resp.ID, err = encodeToken(res); err != nil {
+			// Nothing should hold what no one can settle.
+			_, _ = res.Cancel(r.Context())
+			writeProblem(w, err)
+			return
+		}
+		resp.ExpiresAt, resp.Replayed = &res.Expires, res.Replayed
+	}
+	writeAllow(w, resp, overall, statuses)
+}
+
+// reserveOptions reads the TTL and the Idempotency-Key header, whose hash
+// is the store's reservation ID.
+func reserveOptions(r *http.Request, req *ReserveRequest) (*floodgate.ReserveOptions, error) {
+	o := &floodgate.ReserveOptions{ReleaseOnExpiry: req.ReleaseOnExpiry}
+	if req.TTLMS != nil {
+		ms := *req.TTLMS
+		if ms <= 0 || ms > floodgate.MaxHoldTTL.Milliseconds() {
+			return nil, invalid("ttl_ms", "%d is not between 1 and %d", ms, floodgate.MaxHoldTTL.Milliseconds())
+		}
+		o.TTL = time.Duration(ms) * time.Millisecond
+	}
+	if key := r.Header.Get("Idempotency-Key"); key != "" {
+		if len(key) > 256 {
+			return nil, invalid("Idempotency-Key", "%d bytes, more than the 256 allowed", len(key))
+		}
+		sum := sha256.Sum256([]byte(key))
+		o.ID = hex.EncodeToString(sum[:16])
+	}
+	return o, nil
+}
+
+func (s *Server) reserveInline(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
+	if req.Limit == nil {
+		return nil, Status{}, invalid("limit", "required with key")
+	}
+	lim, err := req.Limit.toLimit("limit")
+	if err != nil {
+		return nil, Status{}, err
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	return s.ReserveInline(ctx, req.Key, lim, cost, o)
+}
+
+func (s *Server) reserveDescriptors(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
+	ds, err := req.descriptors()
+	if err != nil {
+		return nil, Result{}, err
+	}
+	hits := int64(1)
+	if req.Hits != nil {
+		hits = *req.Hits
+	}
+	return s.Reserve(ctx, req.Domain, ds, hits, o)
+}
+
+// handleSettle answers commit (cancel false) and cancel.
+func (s *Server) handleSettle(cancel bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t, items, err := decodeToken(r.PathValue("id"))
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+		var cost int64
+		if !cancel {
+			var body SettleBody
+			if !decodeJSON(w, r, &body) {
+				return
+			}
+			if body.Cost == nil {
+				writeProblem(w, invalid("cost", "required: the cost actually used"))
+				return
+			}
+			cost = *body.Cost
+		}
+		sts, err := s.settleReservation(r.Context(), t, items, cost, cancel)
+		switch {
+		case errors.Is(err, floodgate.ErrExpired):
+			writeProblem(w, &httpError{status: http.StatusGone, field: "id", msg: expiredDetail(sts)})
+			return
+		case err != nil:
+			writeProblem(w, err)
+			return
+		}
+		resp := SettleResponse{Settlements: make([]SettlementJSON, len(sts))}
+		for i, st := range sts {
+			resp.Replayed = resp.Replayed || st.Replayed
+			resp.Settlements[i] = SettlementJSON{Refunded: st.Refunded, Charged: st.Charged, Short: st.Short,
+				Remaining: st.Decision.Remaining, Limit: st.Decision.Limit}
+		}
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+// settleReservation settles the reservation of token t. One that the
+// failure mode local held is in this instance's memory: another instance
+// answers 404.
+func (s *Server) settleReservation(ctx context.Context, t token, items []floodgate.Item, cost int64, cancel bool) ([]floodgate.Settlement, error) {
+	res := s.lim.Reservation(t.ID, items, t.Local)
+	if cancel {
+		return res.Cancel(ctx)
+	}
+	return res.Commit(ctx, cost)
+}
+
+// expiredDetail says what the expiry of a reservation did.
+func expiredDetail(sts []floodgate.Settlement) string {
+	var back int64
+	for _, st := range sts {
+		back += st.Refunded
+	}
+	if back == 0 {
+		return "the reservation expired before this step; its units stayed charged"
+	}
+	return fmt.Sprintf("the reservation expired before this step; %d units were given back", back)
+}
+
+// descriptors converts the descriptor form of the body.
+func (req *AllowRequest) descriptors() ([]Descriptor, error) {
+	if len(req.Descriptors) > MaxDescriptors {
+		return nil, invalid("descriptors", "%d descriptors, more than the %d allowed", len(req.Descriptors), MaxDescriptors)
+	}
+	ds := make([]Descriptor, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		ds[i].Hits = d.Hits
+		ds[i].Entries = make([]config.Entry, len(d.Entries))
+		for j, e := range d.Entries {
+			ds[i].Entries[j] = config.Entry{Key: e.Key, Value: e.Value}
+		}
+		if d.Limit != nil {
+			lim, err := d.Limit.toLimit(fmt.Sprintf("descriptors[%d].limit", i))
+			if err != nil {
+				return nil, err
+			}
+			ds[i].Limit = &lim
+		}
+	}
+	return ds, nil
+}
