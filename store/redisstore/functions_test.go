@@ -192,9 +192,9 @@ func isConnError(err error) bool {
 	return !isReply
 }
 
-// TestFunctionsLocal runs leased budgets and the deny cache over
+// TestFunctionsLocal runs local budgets and the deny cache over
 // functions: three instances, ten goroutines each, one day-long window of
-// 100 with a LocalBudget; exactly 100 are admitted, and the leases claimed
+// 100 with a LocalBudget; exactly 100 are admitted, and the budgets claimed
 // and returned through FCALL.
 func TestFunctionsLocal(t *testing.T) {
 	addr := standaloneAddr(t)

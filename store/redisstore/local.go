@@ -11,9 +11,9 @@ import (
 )
 
 // local is what a Store decides in process, with no round trip: denials it
-// remembers (denycache.go) and leased budgets (lease.go). It is nil when
-// neither is used: Options.DenyCache is 0, and leases are made only for
-// limits whose Lease is above zero.
+// remembers (denycache.go) and local budgets (budget.go). The deny cache
+// is off when Options.DenyCache is 0, and budgets are made only for limits
+// whose LocalBudget is above zero.
 //
 // Times are the store's local clock: Options.Clock with ClientTime, else
 // the monotonic clock. An entry's end is always the local time taken
@@ -23,37 +23,38 @@ import (
 type local struct {
 	clock   floodgate.Clock // nil: time.Now
 	denyCap int             // the most remembered denials per shard; 0 off
-	idle    time.Duration   // Options.LeaseIdle
+	idle    time.Duration   // Options.BudgetIdle
 	shards  [localShards]localShard
 	seed    maphash.Seed
 
-	// The sweeper returns idle leases; started with the first lease.
+	// The sweeper gives back idle budgets; started with the first budget.
 	sweepOnce sync.Once
 	sweeping  bool // set by sweepOnce when it started the sweeper
 	stop      chan struct{}
 	done      chan struct{}
 
 	// Decisions made in process (Store.LocalStats).
-	denyHits, leaseHits atomic.Int64
+	denyHits, budgetHits atomic.Int64
 }
 
 // localShards is the number of independently locked parts of the maps.
 const localShards = 32
 
-// maxLeasesPerShard bounds the leases held at once: 32 × 2048 = 65,536
-// keys. A request over a full shard is decided in Redis, unleased.
-const maxLeasesPerShard = 2048
+// maxBudgetsPerShard bounds the local budgets held at once: 32 × 2048 =
+// 65,536 keys. A request over a full shard is decided in Redis, without a
+// local budget.
+const maxBudgetsPerShard = 2048
 
 type localShard struct {
-	mu     sync.Mutex
-	deny   map[string]*denial
-	leases map[string]*lease
+	mu      sync.Mutex
+	deny    map[string]*denial
+	budgets map[string]*budget
 }
 
 func newLocal(o *Options, clock floodgate.Clock) *local {
-	idle := o.LeaseIdle
+	idle := o.BudgetIdle
 	if idle <= 0 {
-		idle = DefaultLeaseIdle
+		idle = DefaultBudgetIdle
 	}
 	l := &local{clock: clock, idle: idle, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
 	if o.DenyCache > 0 {
@@ -61,7 +62,7 @@ func newLocal(o *Options, clock floodgate.Clock) *local {
 	}
 	for i := range l.shards {
 		l.shards[i].deny = make(map[string]*denial)
-		l.shards[i].leases = make(map[string]*lease)
+		l.shards[i].budgets = make(map[string]*budget)
 	}
 	return l
 }
@@ -90,7 +91,7 @@ func clockMargin(d time.Duration) time.Duration {
 // requests of cost 0, which change nothing.
 func (l *local) apply(ctx context.Context, s *Store, r floodgate.Request, alg floodgate.Algorithm, key string) (floodgate.Decision, error) {
 	if r.Cost > 0 && r.Limit.LocalBudget > 0 {
-		return l.applyLeased(ctx, s, r, alg, key)
+		return l.applyBudget(ctx, s, r, alg, key)
 	}
 	if l.denyCap == 0 || !denialCacheable(r.Limit, alg) || r.Cost <= 0 {
 		return s.applyRemote(ctx, r, alg, key)
@@ -118,13 +119,13 @@ func (l *local) apply(ctx context.Context, s *Store, r floodgate.Request, alg fl
 }
 
 // forget drops what the store remembers of key (a Reset through this
-// store), under every limit. Leased units are not returned: the state they
-// were counted in is gone.
+// store), under every limit. Claimed units are not given back: the state
+// they were counted in is gone.
 func (l *local) forget(key string) {
 	sh := l.shard(key)
 	sh.mu.Lock()
 	delete(sh.deny, key)
-	delete(sh.leases, key)
+	delete(sh.budgets, key)
 	sh.mu.Unlock()
 }
 
@@ -135,13 +136,13 @@ type LocalStats struct {
 	// (Options.DenyCache), including those a key with a local budget
 	// denied from its last denial.
 	DenyCache int64
-	// LocalBudget is the requests admitted from units leased to this
-	// instance (floodgate.Limit.LocalBudget).
+	// LocalBudget is the requests admitted from units this instance
+	// claimed from Redis (floodgate.Limit.LocalBudget).
 	LocalBudget int64
 }
 
 // LocalStats returns how many decisions s made without Redis, for metrics:
 // `floodgate serve` exports them as floodgate_local_decisions_total.
 func (s *Store) LocalStats() LocalStats {
-	return LocalStats{DenyCache: s.local.denyHits.Load(), LocalBudget: s.local.leaseHits.Load()}
+	return LocalStats{DenyCache: s.local.denyHits.Load(), LocalBudget: s.local.budgetHits.Load()}
 }

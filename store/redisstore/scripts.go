@@ -62,9 +62,10 @@ type scriptSet struct {
 	// multi decides independent requests in one run (multi.lua), for
 	// coalescing concurrent calls.
 	multi *script
-	// lease claims and returns leased budget (lease.lua), for the
-	// algorithms that take a floodgate.Limit.LocalBudget.
-	lease map[floodgate.Algorithm]*script
+	// budget claims units of a local budget and gives them back
+	// (budget.lua), for the algorithms that take a
+	// floodgate.Limit.LocalBudget.
+	budget map[floodgate.Algorithm]*script
 	// lib is every script above as one Redis function library.
 	lib library
 }
@@ -77,7 +78,7 @@ type scriptSet struct {
 // redis.register_function and redis.log (reading math or redis.call at
 // load is an error), so the library defines one local function, init,
 // whose body is the helpers and the algorithms' functions in the order of
-// the batch script, then lease.lua, then a table of every main part as a
+// the batch script, then budget.lua, then a table of every main part as a
 // function(KEYS, ARGV). Each registered function's callback runs init on
 // its first call (on that server, per load) and keeps the table in an
 // upvalue: the helpers are built once per load, not once per call. The
@@ -93,10 +94,10 @@ type library struct {
 	src  string
 }
 
-// leased lists the algorithms that lease budget, each with its state's
-// fields variable and the field that counts the units of the current
-// window, which a return takes units off.
-var leased = []struct {
+// budgeted lists the algorithms that take a local budget, each with its
+// state's fields variable and the field that counts the units of the
+// current window, which a return takes units off.
+var budgeted = []struct {
 	alg             floodgate.Algorithm
 	fields, counted string
 }{
@@ -158,7 +159,7 @@ func buildScripts() (scriptSet, error) {
 		}
 		return f, m, nil
 	}
-	set := scriptSet{single: make(map[floodgate.Algorithm]*script), lease: make(map[floodgate.Algorithm]*script)}
+	set := scriptSet{single: make(map[floodgate.Algorithm]*script), budget: make(map[floodgate.Algorithm]*script)}
 	// mains are the main parts of the library's functions, by script name.
 	type mainPart struct{ name, src string }
 	var mains []mainPart
@@ -207,21 +208,21 @@ func buildScripts() (scriptSet, error) {
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain})
 	shared.WriteString(batchFuncs + "\n" + multiFuncs)
-	leaseSrc, err := read("lease.lua")
+	budgetSrc, err := read("budget.lua")
 	if err != nil {
 		return scriptSet{}, err
 	}
-	for _, lf := range leased {
-		name := "lease_" + string(lf.alg)
-		main := fmt.Sprintf("return lease_main('%s', %s_step, %s, %s_expires, '%s', KEYS, ARGV)\n", lf.alg, lf.alg, lf.fields, lf.alg, lf.counted)
-		src := files["common.lua"] + "\n" + files["state.lua"] + "\n" + funcs[slices.Index(floodgate.Algorithms, lf.alg)] + "\n" + leaseSrc + "\n" + main
-		set.lease[lf.alg] = newScript(name, src)
+	for _, bf := range budgeted {
+		name := "budget_" + string(bf.alg)
+		main := fmt.Sprintf("return budget_main('%s', %s_step, %s, %s_expires, '%s', KEYS, ARGV)\n", bf.alg, bf.alg, bf.fields, bf.alg, bf.counted)
+		src := files["common.lua"] + "\n" + files["state.lua"] + "\n" + funcs[slices.Index(floodgate.Algorithms, bf.alg)] + "\n" + budgetSrc + "\n" + main
+		set.budget[bf.alg] = newScript(name, src)
 		mains = append(mains, mainPart{name, main})
 	}
 
 	var body strings.Builder
 	body.WriteString("local main\n\n-- init defines every helper and returns the main parts, by script name.\nlocal function init()\n")
-	body.WriteString(shared.String() + "\n" + leaseSrc + "\n")
+	body.WriteString(shared.String() + "\n" + budgetSrc + "\n")
 	body.WriteString("return {\n")
 	for _, m := range mains {
 		fmt.Fprintf(&body, "%s = function(KEYS, ARGV)\n%s\nend,\n", m.name, m.src)
@@ -240,7 +241,7 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range set.single {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
-	for _, sc := range set.lease {
+	for _, sc := range set.budget {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
 	set.batch.fn = set.lib.name + "_batch"

@@ -42,10 +42,10 @@ type Options struct {
 	// its RetryAfter: see "Local decisions" in the package doc for when
 	// this is exact. Default 0: off.
 	DenyCache int
-	// LeaseIdle is how long a budget leased for a limit with a LocalBudget may go
-	// unused before the store gives its unused units back; 0 means
-	// DefaultLeaseIdle.
-	LeaseIdle time.Duration
+	// BudgetIdle is how long the local budget of a key (a limit with a
+	// LocalBudget) may go unused before the store gives its unused units
+	// back to Redis; 0 means DefaultBudgetIdle.
+	BudgetIdle time.Duration
 	// Functions runs the scripts as Redis functions (FCALL) instead of
 	// EVALSHA: the store loads its library with FUNCTION LOAD REPLACE on
 	// every master when a call finds its function missing (the first
@@ -119,8 +119,8 @@ const DefaultWaitTimeout = 50 * time.Millisecond
 // a failover now may lose the count.
 var ErrNotReplicated = errors.New("redisstore: writes not acknowledged by enough replicas")
 
-// DefaultLeaseIdle is the default Options.LeaseIdle.
-const DefaultLeaseIdle = 100 * time.Millisecond
+// DefaultBudgetIdle is the default Options.BudgetIdle.
+const DefaultBudgetIdle = 100 * time.Millisecond
 
 // Store is the Redis floodgate.Store: each decision is one Lua script run
 // atomically next to the state. Make one with Open, New or NewGoRedis; the
@@ -133,7 +133,7 @@ type Store struct {
 	clock  floodgate.Clock // nil: the server's TIME
 	owned  bool            // Close closes c
 	closed atomic.Bool
-	local  *local // denials remembered, leased budgets
+	local  *local // denials remembered, local budgets
 	// lib, when Options.Functions, loads the library; nil: EVALSHA.
 	lib *libLoader
 	// co coalesces concurrent calls (Options.Coalesce); nil: off.
@@ -236,8 +236,8 @@ func validOptions(opts *Options) error {
 	if opts != nil && opts.DenyCache < 0 {
 		return fmt.Errorf("redisstore: Options.DenyCache %d is negative", opts.DenyCache)
 	}
-	if opts != nil && opts.LeaseIdle < 0 {
-		return fmt.Errorf("redisstore: Options.LeaseIdle %v is negative", opts.LeaseIdle)
+	if opts != nil && opts.BudgetIdle < 0 {
+		return fmt.Errorf("redisstore: Options.BudgetIdle %v is negative", opts.BudgetIdle)
 	}
 	if opts != nil && opts.WaitReplicas < 0 {
 		return fmt.Errorf("redisstore: Options.WaitReplicas %d is negative", opts.WaitReplicas)
@@ -293,7 +293,7 @@ func (s *Store) Key(key string, limit floodgate.Limit) string {
 }
 
 // Apply decides r in one script run: see floodgate.Store. A request whose
-// limit has a Lease, or that Options.DenyCache remembers as denied, may be
+// limit has a LocalBudget, or that Options.DenyCache remembers as denied, may be
 // decided in process (see the package doc). An error from Redis
 // (connection, timeout, ctx done) is returned wrapped with the algorithm
 // and key; the request may then have been counted or not.
@@ -415,7 +415,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	}
 	k := s.Key(key, limit)
 	err := s.c.del(ctx, k)
-	// After the DEL, so that a lease claimed before it is forgotten too.
+	// After the DEL, so that a budget claimed before it is forgotten too.
 	s.local.forget(k)
 	if err != nil {
 		return fmt.Errorf("redisstore: reset %s: %w", k, err)
@@ -424,7 +424,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 }
 
 // Close makes the store refuse further calls with floodgate.ErrClosed,
-// gives back the unused units of its leased budgets (waiting at most two
+// gives back the unused units of its local budgets (waiting at most two
 // seconds for Redis), and closes the client if Open made it; a client
 // handed to New or NewGoRedis stays open. Close is idempotent.
 func (s *Store) Close() error {
