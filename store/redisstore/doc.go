@@ -13,10 +13,13 @@
 //	limiter, err := floodgate.New(store, nil)
 //
 // An application that already has a client hands it in: New takes a
-// rueidis.Client, NewGoRedis a go-redis client. The store is safe for
-// concurrent use; make one per client and share it. It needs Redis 6.0 or
-// later (its scripts write with SET KEEPTTL), or Valkey; Options.Functions
-// needs 7.0. The tests run on Debian's redis-server 7.0.
+// rueidis.Client, and goredisstore.New a go-redis client (package
+// store/redisstore/goredisstore, so that a program on rueidis never
+// compiles go-redis); NewWithConn takes the adapter of any other client
+// library (see Conn). The store is safe for concurrent use; make one per
+// client and share it. It needs Redis 6.0 or later (its scripts write with
+// SET KEEPTTL), or Valkey; Options.Functions needs 7.0. The tests run on
+// Debian's redis-server 7.0.
 //
 // # Client
 //
@@ -34,10 +37,10 @@
 // rueidis never resends a script, and an EVALSHA that may have run is an
 // error, not a repeat.
 //
-// BenchmarkClient measured it (local redis-server, a 2-vCPU virtual
-// machine shared with other work; BENCHMARKS.md has the figures and the
-// command). With 256 concurrent callers running a script that does
-// nothing, rueidis made 100k calls per second on 2 connections, a plain
+// BenchmarkClient in package goredisstore measured it (local
+// redis-server, a 2-vCPU virtual machine shared with other work;
+// BENCHMARKS.md has the figures and the command). With 256 concurrent
+// callers running a script that does nothing, rueidis made 100k calls per second on 2 connections, a plain
 // go-redis client 33k on 20, go-redis's AutoPipeliner 101k on 1. Through
 // the store (gcra, 100k keys), where Redis spends about 45 µs of CPU per
 // decision and shares the two CPUs with the callers, the gap narrows to
@@ -448,10 +451,10 @@
 // (NOSCRIPT, or no function) waits twice, once after the attempt that
 // found it missing.
 //
-// Clients. WAIT needs the script's own connection, so a go-redis client
-// must be a *redis.Client (or failover client) or *redis.ClusterClient,
-// with a ReadTimeout above WaitTimeout (go-redis sends a pipeline again
-// when its read times out). On a Cluster the script and its WAIT go to the
+// Clients. WAIT needs the script's own connection (see Wait), so a
+// go-redis client must be a *redis.Client (or failover client) or
+// *redis.ClusterClient, with a ReadTimeout above WaitTimeout (package
+// goredisstore says why). On a Cluster the script and its WAIT go to the
 // node the client believes holds the key, and do not follow a MOVED or ASK
 // redirect, which would leave the WAIT behind: a call that meets a
 // failover or a resharding fails, the client reloads its slot map, and

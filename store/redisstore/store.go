@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -14,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
@@ -91,7 +89,7 @@ type Options struct {
 	// never more than half of what is left of the call's deadline; 0 means
 	// DefaultWaitTimeout. It is rounded down to a whole millisecond,
 	// WAIT's unit, and is at least 1 ms. With a go-redis client it must be
-	// below the client's ReadTimeout.
+	// below the client's ReadTimeout (see package goredisstore).
 	WaitTimeout time.Duration
 	// TLS is the TLS configuration of Open's connections for a rediss://,
 	// rediss-sentinel:// or rediss-cluster:// URL, in place of the default
@@ -105,42 +103,39 @@ type Options struct {
 	// certificate must hold that one name. With rediss-sentinel:// the
 	// sentinels are reached with it too. Default nil: the default above.
 	// Setting it with a URL without TLS (redis://…) is an error, not
-	// ignored, and so is handing it to New or NewGoRedis, whose client has
-	// its own TLS configuration.
+	// ignored, and so is handing it to New or NewWithConn (goredisstore.New),
+	// whose client has its own TLS configuration.
 	TLS *tls.Config
 }
 
 // DefaultWaitTimeout is the default Options.WaitTimeout.
 const DefaultWaitTimeout = 50 * time.Millisecond
 
-// ErrNotReplicated is wrapped by the error of a call whose script run fewer
-// replicas than Options.WaitReplicas acknowledged in time. The run's
-// writes were made on the master: the request may have been counted, and
-// a failover now may lose the count.
-var ErrNotReplicated = errors.New("redisstore: writes not acknowledged by enough replicas")
-
 // DefaultBudgetIdle is the default Options.BudgetIdle.
 const DefaultBudgetIdle = 100 * time.Millisecond
 
 // Store is the Redis floodgate.Store: each decision is one Lua script run
-// atomically next to the state. Make one with Open, New or NewGoRedis; the
-// zero value is not usable. It is safe for concurrent use; share one per
+// atomically next to the state. Make one with Open, New, or NewWithConn
+// (as goredisstore.New does for a go-redis client); the zero value is not
+// usable. It is safe for concurrent use; share one per
 // client. Apply is the method most callers want, through a
 // floodgate.Limiter.
 type Store struct {
-	c      conn
+	c      Conn
 	prefix string
 	clock  floodgate.Clock // nil: the server's TIME
-	owned  bool            // Close closes c
-	closed atomic.Bool
-	local  *local // denials remembered, local budgets
+	// closeClient closes the client that Open made; nil for a client
+	// handed to New or NewWithConn, which stays the caller's.
+	closeClient func()
+	closed      atomic.Bool
+	local       *local // denials remembered, local budgets
 	// lib, when Options.Functions, loads the library; nil: EVALSHA.
 	lib *libLoader
 	// co coalesces concurrent calls (Options.Coalesce); nil: off.
 	co *coalescer
 	// wait is the WAIT after each script run (Options.WaitReplicas and
-	// WaitTimeout); replicas 0: none.
-	wait wait
+	// WaitTimeout); Replicas 0: none.
+	wait Wait
 }
 
 var (
@@ -161,29 +156,6 @@ func New(client rueidis.Client, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: New: Options.TLS is for Open; configure TLS on the client")
 	}
 	return newStore(rueidisConn{client}, opts)
-}
-
-// NewGoRedis returns a Store over a go-redis client (*redis.Client,
-// *redis.ClusterClient, a failover client, or an AutoPipeliner): for
-// applications that already have one. The client stays the caller's: Close
-// does not close it. opts may be nil.
-//
-// go-redis retries a command after a network error (Options.MaxRetries,
-// default 3), so a script whose reply was lost may run twice and count a
-// request twice; set MaxRetries to -1 for exact counts, and
-// ContextTimeoutEnabled so that the callers' deadlines reach the socket.
-// An AutoPipeliner ignores a call's context once it is queued and resends
-// a failed batch whatever MaxRetries says. Plain go-redis clients send one
-// command per connection at a time, so under concurrency the rueidis client
-// of New is faster (see the package doc).
-func NewGoRedis(client redis.UniversalClient, opts *Options) (*Store, error) {
-	if client == nil {
-		return nil, fmt.Errorf("redisstore: NewGoRedis: nil client")
-	}
-	if opts != nil && opts.TLS != nil {
-		return nil, fmt.Errorf("redisstore: NewGoRedis: Options.TLS is for Open; configure TLS on the client")
-	}
-	return newStore(goRedisConn{client}, opts)
 }
 
 // Open connects to the Redis named by rawURL (see the package doc for the
@@ -225,7 +197,7 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		client.Close()
 		return nil, err
 	}
-	s.owned = true
+	s.closeClient = client.Close
 	return s, nil
 }
 
@@ -248,7 +220,7 @@ func validOptions(opts *Options) error {
 	return nil
 }
 
-func newStore(c conn, opts *Options) (*Store, error) {
+func newStore(c Conn, opts *Options) (*Store, error) {
 	if err := validOptions(opts); err != nil {
 		return nil, err
 	}
@@ -268,16 +240,16 @@ func newStore(c conn, opts *Options) (*Store, error) {
 		s.lib = &libLoader{sem: make(chan struct{}, 1)}
 	}
 	if o.WaitReplicas > 0 {
-		s.wait = wait{replicas: int64(o.WaitReplicas), timeout: cmp.Or(o.WaitTimeout, DefaultWaitTimeout)}
-		if err := c.canWait(s.wait.timeout); err != nil {
+		s.wait = Wait{Replicas: int64(o.WaitReplicas), Timeout: cmp.Or(o.WaitTimeout, DefaultWaitTimeout)}
+		if err := c.CanWait(s.wait.Timeout); err != nil {
 			return nil, fmt.Errorf("redisstore: Options.WaitReplicas: %w", err)
 		}
 	}
 	switch {
 	case o.Coalesce == 0:
-		s.co = newCoalescer(s, DefaultCoalesce, c.cluster())
+		s.co = newCoalescer(s, DefaultCoalesce, c.Cluster())
 	case o.Coalesce > 0:
-		s.co = newCoalescer(s, o.Coalesce, c.cluster())
+		s.co = newCoalescer(s, o.Coalesce, c.Cluster())
 	}
 	return s, nil
 }
@@ -414,7 +386,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 		return floodgate.ErrClosed
 	}
 	k := s.Key(key, limit)
-	err := s.c.del(ctx, k)
+	err := s.c.Del(ctx, k)
 	// After the DEL, so that a budget claimed before it is forgotten too.
 	s.local.forget(k)
 	if err != nil {
@@ -426,14 +398,14 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 // Close makes the store refuse further calls with floodgate.ErrClosed,
 // gives back the unused units of its local budgets (waiting at most two
 // seconds for Redis), and closes the client if Open made it; a client
-// handed to New or NewGoRedis stays open. Close is idempotent.
+// handed to New or NewWithConn stays open. Close is idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	s.local.close(s)
-	if s.owned {
-		s.c.close()
+	if s.closeClient != nil {
+		s.closeClient()
 	}
 	return nil
 }
@@ -446,11 +418,11 @@ func (s *Store) run(ctx context.Context, sc *script, keys, args []string) ([]int
 	if s.lib != nil {
 		return s.fcall(ctx, sc, keys, args)
 	}
-	vals, err := s.c.evalSHA(ctx, sc.sha, keys, args, s.wait.within(ctx))
-	if err != nil && s.c.isNoScript(err) {
+	vals, err := s.c.EvalSHA(ctx, sc.sha, keys, args, s.wait.within(ctx))
+	if err != nil && s.c.IsNoScript(err) {
 		// The WAIT sent after the EVALSHA that found no script ran all the
 		// same; this one gets what is left of the deadline.
-		vals, err = s.c.eval(ctx, sc.src, keys, args, s.wait.within(ctx))
+		vals, err = s.c.Eval(ctx, sc.src, keys, args, s.wait.within(ctx))
 	}
 	if err != nil {
 		return nil, classify(err)
@@ -467,14 +439,14 @@ func (s *Store) run(ctx context.Context, sc *script, keys, args []string) ([]int
 func (s *Store) fcall(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
 	for loads := 0; ; loads++ {
 		gen := s.lib.gen.Load()
-		vals, err := s.c.fcall(ctx, sc.fn, keys, args, s.wait.within(ctx))
+		vals, err := s.c.FCall(ctx, sc.fn, keys, args, s.wait.within(ctx))
 		if err == nil {
 			return vals, nil
 		}
 		if isUnknownCommand(err) {
 			return nil, fmt.Errorf("Options.Functions needs Redis 7.0 or later: %w", err)
 		}
-		if !s.c.isNoFunction(err) || loads == maxLoads {
+		if !s.c.IsNoFunction(err) || loads == maxLoads {
 			return nil, classify(err)
 		}
 		if err := s.lib.load(ctx, s.c, gen); err != nil {
@@ -503,7 +475,7 @@ type libLoader struct {
 
 // load loads the library unless a load finished since gen (the loads done
 // when the caller's failed call began).
-func (l *libLoader) load(ctx context.Context, c conn, gen uint64) error {
+func (l *libLoader) load(ctx context.Context, c Conn, gen uint64) error {
 	select {
 	case l.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -513,7 +485,7 @@ func (l *libLoader) load(ctx context.Context, c conn, gen uint64) error {
 	if l.gen.Load() != gen {
 		return nil
 	}
-	if err := c.loadLibrary(ctx, scripts.lib.src); err != nil {
+	if err := c.LoadLibrary(ctx, scripts.lib.src); err != nil {
 		return err
 	}
 	l.gen.Add(1)
