@@ -120,7 +120,7 @@ func TestBudgetZeroOverrun(t *testing.T) {
 				clock.Advance(l.Period / 4)
 				if step%3 == 1 {
 					for _, s := range stores {
-						s.local.sweep(t.Context(), s, clock.Now(), false)
+						s.budgets.sweep(t.Context(), clock.Now(), false)
 					}
 				}
 			}
@@ -194,7 +194,7 @@ func TestBudgetGiveBack(t *testing.T) {
 		t.Fatalf("after 40 admitted the count is %d: %d held, want 1 to %d", held+40, held, l.LocalBudget)
 	}
 	clock.Advance(time.Second)
-	if n := s.local.sweep(t.Context(), s, clock.Now(), false); n != held {
+	if n := s.budgets.sweep(t.Context(), clock.Now(), false); n != held {
 		t.Errorf("idle sweep gave back %d, want %d", n, held)
 	}
 	if got := redisCount(t, c, key); got != 40 {
@@ -215,7 +215,7 @@ func TestBudgetGiveBack(t *testing.T) {
 
 // noSweeper keeps s from starting its sweeper, so that a test sweeps when
 // it chooses.
-func noSweeper(s *Store) { s.local.sweepOnce.Do(func() {}) }
+func noSweeper(s *Store) { s.budgets.sweepOnce.Do(func() {}) }
 
 // TestBudgetReset checks that a Reset through the store forgets its local
 // budget and denials: the key gets its whole budget back at once.
@@ -287,7 +287,7 @@ func TestDenyCacheMatchesRedis(t *testing.T) {
 					r.Lease = fmt.Sprint("l", rng.IntN(4))
 					r.Release = rng.IntN(3) == 0
 				}
-				before := cached.local.denyHits.Load()
+				before := cached.deny.hits.Load()
 				dc, err := cached.Apply(t.Context(), r)
 				if err != nil {
 					t.Fatal(err)
@@ -299,7 +299,7 @@ func TestDenyCacheMatchesRedis(t *testing.T) {
 				if dc.Allowed != dp.Allowed {
 					t.Fatalf("request %d (cost %d at %v): cached Allowed %v, Redis alone %v (%+v)", i, r.Cost, clock.Now().Sub(t0), dc.Allowed, dp.Allowed, dp)
 				}
-				if cached.local.denyHits.Load() != before {
+				if cached.deny.hits.Load() != before {
 					hits++
 					if dc.RetryAfter <= 0 || dc.RetryAfter > dp.RetryAfter {
 						t.Errorf("request %d: cached RetryAfter %v, want in (0, %v]", i, dc.RetryAfter, dp.RetryAfter)
@@ -316,10 +316,10 @@ func TestDenyCacheMatchesRedis(t *testing.T) {
 
 // cachedEntry reports whether s remembers a denial of key.
 func cachedEntry(s *Store, key string) bool {
-	sh := s.local.shard(key)
+	sh := s.deny.shards.of(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.deny[key] != nil
+	return sh.m[key] != nil
 }
 
 // TestDenyCacheAbusiveKey hammers one key far over its limit: after the
@@ -378,8 +378,8 @@ func TestDenyCacheBounded(t *testing.T) {
 		}
 	}
 	n := 0
-	for i := range s.local.shards {
-		n += len(s.local.shards[i].deny)
+	for i := range s.deny.shards.parts {
+		n += len(s.deny.shards.parts[i].m)
 	}
 	if max := 64 + localShards; n == 0 || n > max {
 		t.Errorf("%d denials remembered after 500 keys, want 1 to %d", n, max)

@@ -50,9 +50,9 @@ func (r hotKeyResult) utilisation(limit int64) (mean, lowest float64) {
 func heldUnits(stores []*Store, key string) int64 {
 	var n int64
 	for _, s := range stores {
-		sh := s.local.shard(key)
+		sh := s.budgets.shards.of(key)
 		sh.mu.Lock()
-		if e := sh.budgets[key]; e != nil && s.local.now().Before(e.end) {
+		if e := sh.m[key]; e != nil && s.budgets.clock.now().Before(e.end) {
 			n += e.left
 		}
 		sh.mu.Unlock()

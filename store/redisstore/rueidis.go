@@ -139,19 +139,3 @@ func rueidisInts(res rueidis.RedisResult) ([]int64, error) {
 	}
 	return out, nil
 }
-
-// classify wraps the error replies of the scripts in floodgate's sentinels:
-// a rejected argument is an invalid request (Apply checks every request
-// first, so it means the Go and Lua checks disagree), a key holding
-// something else than Floodgate state is an unexpected reply.
-func classify(err error) error {
-	// rueidis drops the "ERR " of an error reply, go-redis keeps it.
-	msg := strings.TrimPrefix(err.Error(), "ERR ")
-	switch {
-	case strings.HasPrefix(msg, "floodgate: state:"), strings.HasPrefix(msg, "WRONGTYPE"):
-		return fmt.Errorf("%w: %w", floodgate.ErrUnexpectedReply, err)
-	case strings.HasPrefix(msg, "floodgate: "):
-		return fmt.Errorf("%w: %w", floodgate.ErrInvalidRequest, err)
-	}
-	return err
-}

@@ -29,17 +29,6 @@ var scriptFiles embed.FS
 // mainMarker separates an algorithm file's functions from its main part.
 const mainMarker = "\n-- main\n"
 
-// argsPerRequest is ARGS_PER_REQUEST in common.lua: the ARGV strings of one
-// request.
-const argsPerRequest = 7
-
-// Flags of a request, as common.lua reads them.
-const (
-	flagFirstHit      = 1
-	flagCountRejected = 2
-	flagRelease       = 4
-)
-
 // script is a Lua script and its SHA-1 digest, which EVALSHA names it by,
 // and the name of the same code as a function of the library, which FCALL
 // names it by.
@@ -160,8 +149,6 @@ func buildScripts() (scriptSet, error) {
 		return f, m, nil
 	}
 	set := scriptSet{single: make(map[floodgate.Algorithm]*script), budget: make(map[floodgate.Algorithm]*script)}
-	// mains are the main parts of the library's functions, by script name.
-	type mainPart struct{ name, src string }
 	var mains []mainPart
 	var funcs []string
 	for _, alg := range floodgate.Algorithms {
@@ -219,25 +206,7 @@ func buildScripts() (scriptSet, error) {
 		set.budget[bf.alg] = newScript(name, src)
 		mains = append(mains, mainPart{name, main})
 	}
-
-	var body strings.Builder
-	body.WriteString("local main\n\n-- init defines every helper and returns the main parts, by script name.\nlocal function init()\n")
-	body.WriteString(shared.String() + "\n" + budgetSrc + "\n")
-	body.WriteString("return {\n")
-	for _, m := range mains {
-		fmt.Fprintf(&body, "%s = function(KEYS, ARGV)\n%s\nend,\n", m.name, m.src)
-	}
-	body.WriteString("}\nend\n")
-	sum := sha1.Sum([]byte(body.String()))
-	set.lib.name = "floodgate_" + hex.EncodeToString(sum[:])[:12]
-	var lib strings.Builder
-	fmt.Fprintf(&lib, "#!lua name=%s\n-- Floodgate's scripts as functions: see library in store/redisstore/scripts.go.\n", set.lib.name)
-	lib.WriteString(body.String())
-	for _, m := range mains {
-		fn := set.lib.name + "_" + m.name
-		fmt.Fprintf(&lib, "\nredis.register_function{function_name = '%s', callback = function(keys, args)\n  main = main or init()\n  return main.%s(keys, args)\nend}\n", fn, m.name)
-	}
-	set.lib.src = lib.String()
+	set.lib = buildLibrary(shared.String()+"\n"+budgetSrc+"\n", mains)
 	for _, sc := range set.single {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
@@ -247,4 +216,32 @@ func buildScripts() (scriptSet, error) {
 	set.batch.fn = set.lib.name + "_batch"
 	set.multi.fn = set.lib.name + "_multi"
 	return set, nil
+}
+
+// mainPart is the main part of a script, by the script's name: the body of
+// its function in the library.
+type mainPart struct{ name, src string }
+
+// buildLibrary builds the library (see library) whose init defines helpers
+// and returns mains as functions, and registers one Redis function per
+// main part.
+func buildLibrary(helpers string, mains []mainPart) library {
+	var body strings.Builder
+	body.WriteString("local main\n\n-- init defines every helper and returns the main parts, by script name.\nlocal function init()\n")
+	body.WriteString(helpers)
+	body.WriteString("return {\n")
+	for _, m := range mains {
+		fmt.Fprintf(&body, "%s = function(KEYS, ARGV)\n%s\nend,\n", m.name, m.src)
+	}
+	body.WriteString("}\nend\n")
+	sum := sha1.Sum([]byte(body.String()))
+	name := "floodgate_" + hex.EncodeToString(sum[:])[:12]
+	var lib strings.Builder
+	fmt.Fprintf(&lib, "#!lua name=%s\n-- Floodgate's scripts as functions: see library in store/redisstore/scripts.go.\n", name)
+	lib.WriteString(body.String())
+	for _, m := range mains {
+		fn := name + "_" + m.name
+		fmt.Fprintf(&lib, "\nredis.register_function{function_name = '%s', callback = function(keys, args)\n  main = main or init()\n  return main.%s(keys, args)\nend}\n", fn, m.name)
+	}
+	return library{name: name, src: lib.String()}
 }

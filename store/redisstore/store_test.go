@@ -352,7 +352,7 @@ func TestScriptArguments(t *testing.T) {
 		}
 		args[tc.i] = tc.value
 		key := s.prefix + ":args"
-		_, err := s.run(t.Context(), scripts.single[tc.alg], []string{key}, args)
+		_, err := s.runner.run(t.Context(), scripts.single[tc.alg], []string{key}, args)
 		if err == nil || !strings.Contains(err.Error(), "floodgate: "+tc.field+":") {
 			t.Errorf("%s with %s = %q: error %v, want floodgate: %s: ...", tc.alg, tc.field, tc.value, err, tc.field)
 		}
@@ -365,13 +365,13 @@ func TestScriptArguments(t *testing.T) {
 	}
 	// Wrong numbers of keys and arguments, and a batch of an unknown
 	// algorithm.
-	if _, err := s.run(t.Context(), scripts.single[floodgate.GCRA], []string{"a", "b"}, good); err == nil {
+	if _, err := s.runner.run(t.Context(), scripts.single[floodgate.GCRA], []string{"a", "b"}, good); err == nil {
 		t.Error("two keys accepted")
 	}
-	if _, err := s.run(t.Context(), scripts.single[floodgate.GCRA], []string{"a"}, good[:6]); err == nil {
+	if _, err := s.runner.run(t.Context(), scripts.single[floodgate.GCRA], []string{"a"}, good[:6]); err == nil {
 		t.Error("six arguments accepted")
 	}
-	if _, err := s.run(t.Context(), scripts.batch, []string{"a", "a"}, append(append([]string{"gcra"}, good...), append([]string{"leaky"}, good...)...)); err == nil || !strings.Contains(err.Error(), "algorithm") {
+	if _, err := s.runner.run(t.Context(), scripts.batch, []string{"a", "a"}, append(append([]string{"gcra"}, good...), append([]string{"leaky"}, good...)...)); err == nil || !strings.Contains(err.Error(), "algorithm") {
 		t.Errorf("batch with an unknown algorithm: %v", err)
 	}
 }
