@@ -21,6 +21,37 @@
 // SET KEEPTTL), or Valkey; Options.Functions needs 7.0. The tests run on
 // Debian's redis-server 7.0.
 //
+// # Layers
+//
+// A decision goes down a stack of parts, each of which holds the one below
+// it and calls only that one; none calls back up. newStore (store.go)
+// wires them, from the bottom up:
+//
+//	Store.Apply     store.go      validates the request, finds its Redis key (Store.Key)
+//	deny cache      denycache.go  Options.DenyCache: denies a key Redis denied, until its RetryAfter
+//	local budgets   budget.go     Limit.LocalBudget: admits from units claimed before; claims
+//	                              and gives back units through the runner
+//	coalescer       coalesce.go   Options.Coalesce: sends concurrent calls together, in one
+//	                              run of multi.lua
+//	script runner   runner.go     stamps the time (Options.ClientTime), encodes the request
+//	                              (request.go), runs the script by EVALSHA, or FCALL
+//	                              (library.go), reloading it when Redis lacks it, then WAIT
+//	                              (Options.WaitReplicas), and decodes the reply
+//	Conn            conn.go       the client: rueidis.go, or package goredisstore's go-redis
+//	scripts/*.lua   scripts.go    the Lua script, run atomically next to the state
+//
+// A layer that is off (DenyCache 0, Coalesce -1) is not in the stack, and a
+// request a layer does not decide passes through it: the in-process layers
+// pass on requests with their own Now and of cost 0, the deny cache those
+// of a limit with a LocalBudget (the local budgets remember their own
+// denials), the local budgets those of a limit without one. ApplyBatch
+// goes to the runner directly (batch.lua). So a request of a fixed window,
+// with the default options, goes: Store.Apply, the local budgets (no
+// LocalBudget: passed on), the coalescer (a run free: sent alone),
+// runner.one, Conn.EvalSHA of the fixed_window script (common.lua,
+// state.lua and fixed_window.lua), whose fixed_window_step mirrors
+// algorithm.FixedWindow.Step.
+//
 // # Client
 //
 // The store runs on github.com/redis/rueidis because it pipelines
