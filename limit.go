@@ -90,7 +90,7 @@ type Limit struct {
 	// stays denied. Default false: a denial changes nothing.
 	CountRejected bool
 	// LocalBudget, above zero, lets a store shared by several processes
-	// lease budget: an instance claims up to LocalBudget units of the key's
+	// keep a local budget: an instance claims up to LocalBudget units of the key's
 	// remaining budget from the shared state in one atomic step and admits
 	// them locally, with no round trip, until the window ends. Unused units go
 	// back when the instance goes idle or closes. The total admitted never
@@ -213,7 +213,7 @@ func (l Limit) invalid() error {
 	if l.CountRejected && alg != FixedWindow && alg != SlidingWindow {
 		bad("count_rejected", "%s does not count rejected requests (only fixed_window and sliding_window do)", name)
 	}
-	if msg := l.leaseProblem(alg); msg != "" {
+	if msg := l.budgetProblem(alg); msg != "" {
 		bad("local_budget", "%s", msg)
 	}
 	if len(errs) == 0 {
@@ -231,7 +231,7 @@ func (l *Limit) valid() bool {
 		return false
 	}
 	periodUS := int64(l.Period / time.Microsecond)
-	if l.LocalBudget != 0 && l.leaseProblem(l.EffectiveAlgorithm()) != "" {
+	if l.LocalBudget != 0 && l.budgetProblem(l.EffectiveAlgorithm()) != "" {
 		return false
 	}
 	aligned := l.Window == "" || l.Window == Aligned
@@ -262,8 +262,8 @@ func (l *Limit) valid() bool {
 	return false
 }
 
-// leaseProblem says what is wrong with l.LocalBudget under alg, or "".
-func (l Limit) leaseProblem(alg Algorithm) string {
+// budgetProblem says what is wrong with l.LocalBudget under alg, or "".
+func (l Limit) budgetProblem(alg Algorithm) string {
 	switch {
 	case l.LocalBudget == 0:
 		return ""
@@ -272,9 +272,9 @@ func (l Limit) leaseProblem(alg Algorithm) string {
 	case l.LocalBudget > MaxLimit:
 		return fmt.Sprintf("%d is above the maximum %d", l.LocalBudget, MaxLimit)
 	case alg == TokenBucket || alg == GCRA || alg == SlidingWindowLog:
-		return fmt.Sprintf("%s takes no local_budget: units claimed at one instant and spent later could exceed the limit over some interval (a full bucket or log claimed, then spent while the refill is claimed elsewhere); only fixed_window and sliding_window lease budget", alg)
+		return fmt.Sprintf("%s takes no local_budget: units claimed at one instant and spent later could exceed the limit over some interval (a full bucket or log claimed, then spent while the refill is claimed elsewhere); only fixed_window and sliding_window take one", alg)
 	case alg == Concurrency:
-		return "concurrency takes no local_budget (only fixed_window and sliding_window lease budget)"
+		return "concurrency takes no local_budget (only fixed_window and sliding_window take one)"
 	}
 	return ""
 }

@@ -42,9 +42,9 @@ var validLimits = []struct {
 	{"concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: 30 * time.Second}},
 	{"concurrency largest limit", Limit{Algorithm: Concurrency, Limit: MaxLogLimit, Period: time.Minute}},
 	{"named", Limit{Limit: 1, Period: time.Second, Name: "api"}},
-	{"fixed window lease", Limit{Limit: 1000, Period: time.Second, LocalBudget: 100}},
-	{"first hit lease above limit", Limit{Limit: 10, Period: time.Second, Window: FirstHit, LocalBudget: 50}},
-	{"sliding window lease", Limit{Algorithm: SlidingWindow, Limit: 1000, Period: time.Second, LocalBudget: MaxLimit}},
+	{"fixed window local budget", Limit{Limit: 1000, Period: time.Second, LocalBudget: 100}},
+	{"first hit local budget above limit", Limit{Limit: 10, Period: time.Second, Window: FirstHit, LocalBudget: 50}},
+	{"sliding window local budget", Limit{Algorithm: SlidingWindow, Limit: 1000, Period: time.Second, LocalBudget: MaxLimit}},
 }
 
 func TestLimitValidateAccepts(t *testing.T) {
@@ -105,12 +105,12 @@ func TestLimitValidateRejects(t *testing.T) {
 		{"count rejected on gcra", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, CountRejected: true}, []string{"count_rejected"}},
 		{"count rejected on sliding window log", Limit{Algorithm: SlidingWindowLog, Limit: 10, Period: time.Second, CountRejected: true}, []string{"count_rejected"}},
 		{"count rejected on concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: time.Second, CountRejected: true}, []string{"count_rejected"}},
-		{"negative lease", Limit{Limit: 10, Period: time.Second, LocalBudget: -1}, []string{"local_budget"}},
-		{"lease above MaxLimit", Limit{Limit: 10, Period: time.Second, LocalBudget: MaxLimit + 1}, []string{"local_budget"}},
-		{"lease on token bucket", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
-		{"lease on gcra", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
-		{"lease on sliding window log", Limit{Algorithm: SlidingWindowLog, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
-		{"lease on concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
+		{"negative local budget", Limit{Limit: 10, Period: time.Second, LocalBudget: -1}, []string{"local_budget"}},
+		{"local budget above MaxLimit", Limit{Limit: 10, Period: time.Second, LocalBudget: MaxLimit + 1}, []string{"local_budget"}},
+		{"local budget on token bucket", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
+		{"local budget on gcra", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
+		{"local budget on sliding window log", Limit{Algorithm: SlidingWindowLog, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
+		{"local budget on concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
 		{"sliding window (limit+1)*period above 2^52", Limit{Algorithm: SlidingWindow, Limit: 52_124, Period: 24 * time.Hour}, []string{"limit"}},
 		// Regression: Start + 2*Period (the key's expiry) must stay within
 		// MaxExact for every valid now.

@@ -66,7 +66,7 @@ var FloodgateVariants = []Variant{
 	{Name: "token_bucket", Limit: floodgate.Limit{Algorithm: floodgate.TokenBucket}},
 	{Name: "gcra", Limit: floodgate.Limit{Algorithm: floodgate.GCRA}},
 	{Name: "concurrency", Limit: floodgate.Limit{Algorithm: floodgate.Concurrency}},
-	// Leased local budgets: each instance claims up to 1000 units at once
+	// Local budgets: each instance claims up to 1000 units at once
 	// and admits them in process (floodgate.Limit.LocalBudget).
 	{Name: "fixed_window+local_budget", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow, LocalBudget: 1000}},
 	{Name: "sliding_window+local_budget", Limit: floodgate.Limit{Algorithm: floodgate.SlidingWindow, LocalBudget: 1000}},

@@ -386,7 +386,7 @@ func redactURL(u string) string {
 
 // registerLocalStats exports the decisions the Redis store made in process
 // as floodgate_local_decisions_total{kind}: the deny cache's denials and the
-// admissions from leased local budgets, neither of which reached Redis; and
+// admissions from local budgets, neither of which reached Redis; and
 // how many script runs it shared between concurrent descriptors, and how
 // many descriptors those carried.
 func registerLocalStats(reg *prometheus.Registry, rs *redisstore.Store) error {
@@ -399,7 +399,7 @@ func registerLocalStats(reg *prometheus.Registry, rs *redisstore.Store) error {
 	} {
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "floodgate_local_decisions_total",
-			Help:        "Descriptors the Redis store decided in process, without a round trip, by kind: deny_cache (a denial remembered until its retry time) or local_budget (units leased from Redis).",
+			Help:        "Descriptors the Redis store decided in process, without a round trip, by kind: deny_cache (a denial remembered until its retry time) or local_budget (units claimed from Redis beforehand).",
 			ConstLabels: prometheus.Labels{"kind": k.kind},
 		}, func() float64 { return float64(k.get(rs.LocalStats())) })
 		if err := reg.Register(c); err != nil {

@@ -411,19 +411,19 @@ func TestApplyBatchOverlapping(t *testing.T) {
 	}
 }
 
-// TestLeaseIgnored checks that memstore accepts a Limit with a Lease and
-// decides it as the same limit without one: in process, budget is local
-// already.
-func TestLeaseIgnored(t *testing.T) {
+// TestLocalBudgetIgnored checks that memstore accepts a Limit with a
+// LocalBudget and decides it as the same limit without one: in process,
+// budget is local already.
+func TestLocalBudgetIgnored(t *testing.T) {
 	s := memstore.New(nil)
 	defer s.Close()
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
-		leased := floodgate.Limit{Algorithm: alg, Limit: 3, Period: time.Minute, LocalBudget: 2}
-		plain := leased
+		budgeted := floodgate.Limit{Algorithm: alg, Limit: 3, Period: time.Minute, LocalBudget: 2}
+		plain := budgeted
 		plain.LocalBudget = 0
 		for i := range 5 {
-			dl, err := s.Apply(t.Context(), floodgate.Request{Key: "leased", Limit: leased, Cost: 1, Now: now})
+			dl, err := s.Apply(t.Context(), floodgate.Request{Key: "budgeted", Limit: budgeted, Cost: 1, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -432,7 +432,7 @@ func TestLeaseIgnored(t *testing.T) {
 				t.Fatal(err)
 			}
 			if dl != dp {
-				t.Errorf("%s request %d: with a lease %+v, without %+v", alg, i, dl, dp)
+				t.Errorf("%s request %d: with a local budget %+v, without %+v", alg, i, dl, dp)
 			}
 		}
 	}

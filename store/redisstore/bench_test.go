@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
@@ -68,81 +67,6 @@ func BenchmarkAllow(b *testing.B) {
 			})
 		}
 	})
-}
-
-// BenchmarkClient compares the client libraries: rueidis, which pipelines
-// concurrent calls over a few connections; go-redis, one command per pooled
-// connection at a time; and go-redis's opt-in, experimental AutoPipeliner.
-// work=gcra decides through the store (gcra, 100k keys); work=noop runs a
-// script that only returns a reply, to show what the client itself costs
-// when Redis has little to do. conns is the number of connections the
-// client opened.
-func BenchmarkClient(b *testing.B) {
-	srv := redistest.Standalone(b)
-	c := newRueidis(b, srv.Addr)
-	l := benchLimit(floodgate.GCRA)
-	keys := benchKeys(100_000)
-	noop := newScript("noop", "return {1, 0, 0, 0, 0, 1}")
-	base := connectedClients(b, c) // the measuring client's own
-	for _, name := range []string{"rueidis", "goredis", "goredis-autopipeline"} {
-		b.Run("client="+name, func(b *testing.B) {
-			var cn conn
-			switch name {
-			case "rueidis":
-				cn = rueidisConn{newRueidis(b, srv.Addr)}
-			case "goredis", "goredis-autopipeline":
-				gr := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-				b.Cleanup(func() { gr.Close() })
-				cn = goRedisConn{gr}
-				if name == "goredis-autopipeline" {
-					ap, err := gr.AutoPipeline()
-					if err != nil {
-						b.Fatal(err)
-					}
-					cn = goRedisConn{ap}
-				}
-			}
-			s, err := newStore(cn, &Options{Prefix: "bench"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			warm(b, s, l, keys)
-			if _, err := s.run(context.Background(), noop, []string{"k"}, nil); err != nil {
-				b.Fatal(err)
-			}
-			for _, work := range []string{"gcra", "noop"} {
-				for _, callers := range []int{1, 16, 64, 256} {
-					b.Run(fmt.Sprintf("work=%s/callers=%d", work, callers), func(b *testing.B) {
-						runCallers(b, c, callers, func(i int, _ string) {
-							if work == "noop" {
-								if _, err := cn.evalSHA(context.Background(), noop.sha, []string{keys[i%len(keys)]}, nil, wait{}); err != nil {
-									panic(err)
-								}
-								return
-							}
-							benchOp(s, l, keys[i%len(keys)], "", i)
-						})
-						b.ReportMetric(float64(connectedClients(b, c)-base), "conns")
-					})
-				}
-			}
-		})
-	}
-}
-
-// connectedClients is the number of connections to the server.
-func connectedClients(b *testing.B, c rueidis.Client) int {
-	info, err := c.Do(context.Background(), c.B().Info().Section("clients").Build()).ToString()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
-			n, _ := strconv.Atoi(v)
-			return n
-		}
-	}
-	return 0
 }
 
 // runCallers runs op b.N times in all from the given number of goroutines,

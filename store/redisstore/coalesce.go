@@ -2,7 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,13 +30,17 @@ const DefaultCoalesce = 2
 // to well under a millisecond.
 const maxCoalesced = 128
 
-// coalescer coalesces a Store's concurrent remote decisions.
+// coalescer is the layer of a Store that coalesces concurrent calls
+// (Options.Coalesce), between the local budgets above and the runner
+// below. It decides nothing itself: every call it takes goes to Redis,
+// alone or in a shared run.
 type coalescer struct {
-	s     *Store
-	limit int  // runs in flight per group before calls wait
-	byTag bool // a group per hash tag (Cluster); else one group
+	runner scriptRunner
+	limit  int  // runs in flight per group before calls wait
+	byTag  bool // a group per hash tag (Cluster); else one group
 
-	runs, decisions atomic.Int64 // shared runs sent and the calls in them (CoalesceStats)
+	// The shared runs sent and the calls in them (CoalesceStats).
+	sharedRuns, sharedDecisions atomic.Int64
 
 	mu     sync.Mutex
 	all    group             // the group when !byTag
@@ -53,20 +57,28 @@ type group struct {
 // waiter is a call waiting to go out in a run.
 type waiter struct {
 	ctx  context.Context
-	r    floodgate.Request
-	alg  floodgate.Algorithm
-	key  string
-	now  int64 // as passed to the script; see Store.nowMicros
+	c    call // stamped when it came
 	done chan result
 }
 
-type result struct {
-	d   floodgate.Decision
-	err error
+// scriptRunner is the layer below a coalescer, the runner: the time a call
+// is decided at, and script runs of one call or of several.
+type scriptRunner interface {
+	stamp(r *floodgate.Request) int64
+	one(ctx context.Context, c *call) (floodgate.Decision, error)
+	multi(ctx context.Context, cs []*call) ([]result, error)
 }
 
-func newCoalescer(s *Store, limit int, byTag bool) *coalescer {
-	return &coalescer{s: s, limit: limit, byTag: byTag, groups: make(map[string]*group)}
+var (
+	_ decider      = (*coalescer)(nil)
+	_ scriptRunner = (*runner)(nil)
+)
+
+// newCoalescer returns a coalescer that keeps up to limit runs of runner
+// in flight per group: per hash tag if byTag (a Cluster), else for all
+// keys.
+func newCoalescer(runner scriptRunner, limit int, byTag bool) *coalescer {
+	return &coalescer{runner: runner, limit: limit, byTag: byTag, groups: make(map[string]*group)}
 }
 
 // tagOf is the hash tag of a key of the store, from its '{': the prefix
@@ -92,18 +104,19 @@ func (c *coalescer) groupOf(key string) (*group, string) {
 	return g, tag
 }
 
-// apply decides r at now, on its own if its group has a run free, else in
-// the next run of its group.
-func (c *coalescer) apply(ctx context.Context, r floodgate.Request, alg floodgate.Algorithm, key string, now int64) (floodgate.Decision, error) {
+// decide stamps cl with its time and decides it, on its own if its group
+// has a run free, else in the next run of its group.
+func (c *coalescer) decide(ctx context.Context, cl call) (floodgate.Decision, error) {
+	cl.now = c.runner.stamp(&cl.r)
 	c.mu.Lock()
-	g, tag := c.groupOf(key)
+	g, tag := c.groupOf(cl.key)
 	if g.inflight < c.limit && len(g.queue) == 0 {
 		g.inflight++
 		c.mu.Unlock()
 		defer c.finish(g, tag)
-		return c.s.applyOne(ctx, r, alg, key, now)
+		return c.runner.one(ctx, &cl)
 	}
-	w := &waiter{ctx: ctx, r: r, alg: alg, key: key, now: now, done: make(chan result, 1)}
+	w := &waiter{ctx: ctx, c: cl, done: make(chan result, 1)}
 	g.queue = append(g.queue, w)
 	c.mu.Unlock()
 	select {
@@ -111,7 +124,7 @@ func (c *coalescer) apply(ctx context.Context, r floodgate.Request, alg floodgat
 		return res.d, res.err
 	case <-ctx.Done():
 		// Sent or not: if not, the run that takes it drops it.
-		return floodgate.Decision{}, fmt.Errorf("redisstore: %s %s: %w", alg, key, ctx.Err())
+		return floodgate.Decision{}, cl.wrap(ctx.Err())
 	}
 }
 
@@ -154,41 +167,31 @@ func (c *coalescer) send(g *group, tag string, run []*waiter) {
 		return
 	case 1:
 		w := live[0]
-		d, err := c.s.applyOne(ctx, w.r, w.alg, w.key, w.now)
+		d, err := c.runner.one(ctx, &w.c)
 		c.finish(g, tag)
 		w.done <- result{d, err}
 		return
 	}
-	keys := make([]string, len(live))
-	args := make([]string, 0, len(live)*(1+argsPerRequest))
+	cs := make([]*call, len(live))
 	for i, w := range live {
-		keys[i] = w.key
-		args = append(args, string(w.alg))
-		args = appendRequest(args, &w.r, w.alg, w.now)
+		cs[i] = &w.c
 	}
-	c.runs.Add(1)
-	c.decisions.Add(int64(len(live)))
-	vals, err := c.s.run(ctx, scripts.multi, keys, args)
+	c.sharedRuns.Add(1)
+	c.sharedDecisions.Add(int64(len(live)))
+	res, err := c.runner.multi(ctx, cs)
 	c.finish(g, tag)
-	if err == nil && len(vals) != replyLen*len(live) {
-		err = fmt.Errorf("%w: %d integers for %d requests, want %d", floodgate.ErrUnexpectedReply, len(vals), len(live), replyLen*len(live))
-	}
 	var again []*waiter
 	for i, w := range live {
-		if err != nil {
-			w.done <- result{err: fmt.Errorf("redisstore: %s %s: %w", w.alg, w.key, err)}
-			continue
-		}
-		v := vals[i*replyLen : (i+1)*replyLen]
-		if v[0] == multiFailed {
+		switch {
+		case err != nil:
+			w.done <- result{err: w.c.wrap(err)}
+		case errors.Is(res[i].err, errAlone):
 			again = append(again, w)
-			continue
+		case res[i].err != nil:
+			w.done <- result{err: w.c.wrap(res[i].err)}
+		default:
+			w.done <- res[i]
 		}
-		d, err := decode(v, w.now)
-		if err != nil {
-			err = fmt.Errorf("redisstore: %s %s: %w", w.alg, w.key, err)
-		}
-		w.done <- result{d, err}
 	}
 	// A request that failed in the run failed before its first write, so
 	// it changed nothing: alone, it fails again with its own error (or,
@@ -196,15 +199,11 @@ func (c *coalescer) send(g *group, tag string, run []*waiter) {
 	// once, as its call would have without coalescing.
 	for _, w := range again {
 		go func() {
-			d, err := c.s.applyOne(w.ctx, w.r, w.alg, w.key, w.now)
+			d, err := c.runner.one(w.ctx, &w.c)
 			w.done <- result{d, err}
 		}()
 	}
 }
-
-// multiFailed is MULTI_FAILED in multi.lua: the allowed field of a request
-// that failed.
-const multiFailed = 2
 
 // runContext is the context of a run: it ends at the latest deadline of
 // the calls, or never if one of them has no deadline. It carries none of
@@ -225,25 +224,4 @@ func runContext(run []*waiter) (context.Context, context.CancelFunc) {
 		return context.Background(), func() {}
 	}
 	return context.WithDeadline(context.Background(), latest)
-}
-
-// CoalesceStats counts the script runs a Store shared between concurrent
-// calls (see "Coalescing" in the package doc) since it was opened.
-type CoalesceStats struct {
-	// Runs is the script runs that decided several calls at once.
-	Runs int64
-	// Decisions is the calls sent in those runs; Decisions/Runs is the
-	// mean number of calls a shared run decided.
-	Decisions int64
-}
-
-// CoalesceStats returns how many script runs s shared and how many calls
-// they carried, for metrics: `floodgate serve` exports them as
-// floodgate_coalesced_runs_total and floodgate_coalesced_decisions_total.
-// Both are 0 with coalescing off.
-func (s *Store) CoalesceStats() CoalesceStats {
-	if s.co == nil {
-		return CoalesceStats{}
-	}
-	return CoalesceStats{Runs: s.co.runs.Load(), Decisions: s.co.decisions.Load()}
 }

@@ -17,7 +17,8 @@ import (
 )
 
 // TestCoalesce hammers one key from 64 goroutines through stores on a
-// standalone Redis (rueidis and go-redis, EVALSHA and functions) and a
+// standalone Redis (EVALSHA and functions; package goredisstore runs it
+// through go-redis) and a
 // Cluster: every algorithm admits exactly its limit, and far fewer scripts
 // run than decisions are made, because concurrent calls share runs. The
 // same load without coalescing runs one script per decision.
@@ -30,13 +31,6 @@ func TestCoalesce(t *testing.T) {
 	targets := []target{
 		{"rueidis", func(t *testing.T) (*Store, rueidis.Client) { return testStore(t, addr, nil) }},
 		{"functions", func(t *testing.T) (*Store, rueidis.Client) { return testStore(t, addr, &Options{Functions: true}) }},
-		{"go-redis", func(t *testing.T) (*Store, rueidis.Client) {
-			s, err := NewGoRedis(newGoRedis(t, addr), &Options{Prefix: testPrefix(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s, newRueidis(t, addr)
-		}},
 		{"off", func(t *testing.T) (*Store, rueidis.Client) { return testStore(t, addr, &Options{Coalesce: -1}) }},
 	}
 	if !testing.Short() {

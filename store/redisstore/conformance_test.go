@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
@@ -13,13 +12,15 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
-// The conformance suite, floodgatetest.Run, on every topology and through
-// both client libraries: with the callers' time (every request carries its
-// Now, so the suite checks exact decisions) and with the Redis server's
-// TIME (the suite checks what does not depend on the time). After each run,
-// every key the suite left has a TTL.
+// The conformance suite, floodgatetest.Run, on every topology: with the
+// callers' time (every request carries its Now, so the suite checks exact
+// decisions) and with the Redis server's TIME (the suite checks what does
+// not depend on the time). After each run, every key the suite left has a
+// TTL. Package goredisstore runs the same suite through go-redis.
 
-func runConformance(t *testing.T, check func(t *testing.T), newStore func(t *testing.T) *Store) {
+// runConformance runs the suite in both modes on stores that open makes
+// with opts, each closed when its test ends, then check.
+func runConformance(t *testing.T, check func(t *testing.T), opts *Options, open func(t *testing.T, opts *Options) (*Store, error)) {
 	for _, mode := range []struct {
 		name string
 		opts floodgatetest.Options
@@ -28,37 +29,17 @@ func runConformance(t *testing.T, check func(t *testing.T), newStore func(t *tes
 		{"server_time", floodgatetest.Options{ServerTime: true}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			floodgatetest.Run(t, func(t *testing.T) floodgate.Store { return newStore(t) }, mode.opts)
+			floodgatetest.Run(t, func(t *testing.T) floodgate.Store {
+				s, err := open(t, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				return s
+			}, mode.opts)
 		})
 	}
 	check(t)
-}
-
-// runConformanceBoth runs the suite through rueidis (a store viaRueidis
-// makes with opts) and through go-redis (NewGoRedis with opts over the
-// client viaGoRedis makes). Each store is closed when its test ends.
-func runConformanceBoth(t *testing.T, check func(t *testing.T), opts *Options,
-	viaRueidis func(t *testing.T, opts *Options) (*Store, error), viaGoRedis func(t *testing.T) redis.UniversalClient) {
-	t.Run("rueidis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			s, err := viaRueidis(t, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		})
-	})
-	t.Run("goredis", func(t *testing.T) {
-		runConformance(t, check, func(t *testing.T) *Store {
-			s, err := NewGoRedis(viaGoRedis(t), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		})
-	})
 }
 
 // conformanceStandalone runs the suite on a standalone Redis with opts and
@@ -66,9 +47,8 @@ func runConformanceBoth(t *testing.T, check func(t *testing.T), opts *Options,
 func conformanceStandalone(t *testing.T, opts *Options) rueidis.Client {
 	addr := standaloneAddr(t)
 	c := newRueidis(t, addr)
-	runConformanceBoth(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
-		func(t *testing.T, opts *Options) (*Store, error) { return New(newRueidis(t, addr), opts) },
-		func(t *testing.T) redis.UniversalClient { return newGoRedis(t, addr) })
+	runConformance(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
+		func(t *testing.T, opts *Options) (*Store, error) { return New(newRueidis(t, addr), opts) })
 	return c
 }
 
@@ -77,14 +57,9 @@ func conformanceStandalone(t *testing.T, opts *Options) rueidis.Client {
 func conformanceCluster(t *testing.T, cl *redistest.Cluster, opts *Options) rueidis.Client {
 	addrs := cl.Addrs()
 	c := newRueidisCluster(t, addrs)
-	runConformanceBoth(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
+	runConformance(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
 		func(t *testing.T, opts *Options) (*Store, error) {
 			return Open(t.Context(), "redis-cluster://"+strings.Join(addrs, ",")+"?dial_timeout="+testDialTimeout.String(), opts)
-		},
-		func(t *testing.T) redis.UniversalClient {
-			gr := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: testDialTimeout})
-			t.Cleanup(func() { gr.Close() })
-			return gr
 		})
 	return c
 }
@@ -96,14 +71,9 @@ func conformanceCluster(t *testing.T, cl *redistest.Cluster, opts *Options) ruei
 func conformanceSentinel(t *testing.T, opts *Options) rueidis.Client {
 	d := redistest.StartSentinel(t, redistest.WithDownAfter(time.Minute))
 	c := newRueidis(t, d.Master.Addr)
-	runConformanceBoth(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
+	runConformance(t, func(t *testing.T) { checkTTLs(t, c, "") }, opts,
 		func(t *testing.T, opts *Options) (*Store, error) {
 			return Open(t.Context(), "redis-sentinel://"+strings.Join(d.SentinelAddrs(), ",")+"/"+d.MasterName+"?dial_timeout="+testDialTimeout.String(), opts)
-		},
-		func(t *testing.T) redis.UniversalClient {
-			gr := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: d.MasterName, SentinelAddrs: d.SentinelAddrs(), MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: testDialTimeout})
-			t.Cleanup(func() { gr.Close() })
-			return gr
 		})
 	return c
 }

@@ -1,14 +1,69 @@
 package redisstore
 
 import (
+	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
 
+// denyCache is the layer of Options.DenyCache, the first below Apply: it
+// remembers keys that Redis denied, and denies their requests itself, with
+// no round trip, until the denial's RetryAfter; every other request goes
+// to next, the local budgets. Requests with their own Now (their time is
+// not the store's), of cost 0 (they change nothing), of a limit with a
+// LocalBudget (the local budgets remember their denials themselves,
+// whatever DenyCache says), or of an algorithm whose denials do not hold
+// (denialCacheable) pass through.
+type denyCache struct {
+	next   decider
+	clock  localClock
+	cap    int // the most remembered denials per shard
+	shards *shards[*denial]
+	hits   atomic.Int64 // requests denied in process (LocalStats)
+}
+
+var _ decider = (*denyCache)(nil)
+
+// newDenyCache returns a deny cache of about size keys above next.
+func newDenyCache(size int, clock localClock, next decider) *denyCache {
+	return &denyCache{next: next, clock: clock, cap: max(1, (size+localShards-1)/localShards), shards: newShards[*denial]()}
+}
+
+func (dc *denyCache) decide(ctx context.Context, c call) (floodgate.Decision, error) {
+	r := &c.r
+	if !r.Now.IsZero() || r.Cost <= 0 || r.Limit.LocalBudget > 0 || !denialCacheable(r.Limit, c.alg) {
+		return dc.next.decide(ctx, c)
+	}
+	sh := dc.shards.of(c.key)
+	sent := dc.clock.now()
+	sh.mu.Lock()
+	if e := sh.m[c.key]; e != nil {
+		if d, ok := e.serve(r.Limit, r.Cost, sent); ok {
+			sh.mu.Unlock()
+			dc.hits.Add(1)
+			return d, nil
+		}
+	}
+	sh.mu.Unlock()
+	d, err := dc.next.decide(ctx, c)
+	if err == nil && !d.Allowed {
+		if e, ok := newDenial(r.Limit, r.Cost, d, sent); ok {
+			sh.mu.Lock()
+			dc.put(sh, c.key, e, sent)
+			sh.mu.Unlock()
+		}
+	}
+	return d, err
+}
+
+// forget drops the denial of key, if any (a Reset through this store).
+func (dc *denyCache) forget(key string) { dc.shards.forget(key) }
+
 // A denial is a key known to be over its limit: Redis denied a request of
 // cost at least cost under limit, and said it could not admit it again
-// before until (local time, see local).
+// before until (local time, see local.go).
 type denial struct {
 	limit   floodgate.Limit
 	cost    int64
@@ -66,19 +121,19 @@ func (e *denial) serve(limit floodgate.Limit, cost int64, now time.Time) (floodg
 	}, true
 }
 
-// putDenial stores e for key in sh, whose lock the caller holds, at local
-// time now. A full shard first drops the expired denials among a few it
-// samples (Go's map iteration starts at a random place), or, if none has
-// expired, the one of them that ends first.
-func (l *local) putDenial(sh *localShard, key string, e *denial, now time.Time) {
-	if _, ok := sh.deny[key]; !ok && len(sh.deny) >= l.denyCap {
+// put stores e for key in sh, whose lock the caller holds, at local time
+// now. A full shard first drops the expired denials among a few it samples
+// (Go's map iteration starts at a random place), or, if none has expired,
+// the one of them that ends first.
+func (dc *denyCache) put(sh *shard[*denial], key string, e *denial, now time.Time) {
+	if _, ok := sh.m[key]; !ok && len(sh.m) >= dc.cap {
 		const sample = 8
 		var first string
 		var firstUntil time.Time
 		n := 0
-		for k, old := range sh.deny {
+		for k, old := range sh.m {
 			if !now.Before(old.until) {
-				delete(sh.deny, k)
+				delete(sh.m, k)
 			} else if first == "" || old.until.Before(firstUntil) {
 				first, firstUntil = k, old.until
 			}
@@ -86,9 +141,9 @@ func (l *local) putDenial(sh *localShard, key string, e *denial, now time.Time) 
 				break
 			}
 		}
-		if len(sh.deny) >= l.denyCap {
-			delete(sh.deny, first)
+		if len(sh.m) >= dc.cap {
+			delete(sh.m, first)
 		}
 	}
-	sh.deny[key] = e
+	sh.m[key] = e
 }

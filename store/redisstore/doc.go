@@ -13,10 +13,44 @@
 //	limiter, err := floodgate.New(store, nil)
 //
 // An application that already has a client hands it in: New takes a
-// rueidis.Client, NewGoRedis a go-redis client. The store is safe for
-// concurrent use; make one per client and share it. It needs Redis 6.0 or
-// later (its scripts write with SET KEEPTTL), or Valkey; Options.Functions
-// needs 7.0. The tests run on Debian's redis-server 7.0.
+// rueidis.Client, and goredisstore.New a go-redis client (package
+// store/redisstore/goredisstore, so that a program on rueidis never
+// compiles go-redis); NewWithConn takes the adapter of any other client
+// library (see Conn). The store is safe for concurrent use; make one per
+// client and share it. It needs Redis 6.0 or later (its scripts write with
+// SET KEEPTTL), or Valkey; Options.Functions needs 7.0. The tests run on
+// Debian's redis-server 7.0.
+//
+// # Layers
+//
+// A decision goes down a stack of parts, each of which holds the one below
+// it and calls only that one; none calls back up. newStore (store.go)
+// wires them, from the bottom up:
+//
+//	Store.Apply     store.go      validates the request, finds its Redis key (Store.Key)
+//	deny cache      denycache.go  Options.DenyCache: denies a key Redis denied, until its RetryAfter
+//	local budgets   budget.go     Limit.LocalBudget: admits from units claimed before; claims
+//	                              and gives back units through the runner
+//	coalescer       coalesce.go   Options.Coalesce: sends concurrent calls together, in one
+//	                              run of multi.lua
+//	script runner   runner.go     stamps the time (Options.ClientTime), encodes the request
+//	                              (request.go), runs the script by EVALSHA, or FCALL
+//	                              (library.go), reloading it when Redis lacks it, then WAIT
+//	                              (Options.WaitReplicas), and decodes the reply
+//	Conn            conn.go       the client: rueidis.go, or package goredisstore's go-redis
+//	scripts/*.lua   scripts.go    the Lua script, run atomically next to the state
+//
+// A layer that is off (DenyCache 0, Coalesce -1) is not in the stack, and a
+// request a layer does not decide passes through it: the in-process layers
+// pass on requests with their own Now and of cost 0, the deny cache those
+// of a limit with a LocalBudget (the local budgets remember their own
+// denials), the local budgets those of a limit without one. ApplyBatch
+// goes to the runner directly (batch.lua). So a request of a fixed window,
+// with the default options, goes: Store.Apply, the local budgets (no
+// LocalBudget: passed on), the coalescer (a run free: sent alone),
+// runner.one, Conn.EvalSHA of the fixed_window script (common.lua,
+// state.lua and fixed_window.lua), whose fixed_window_step mirrors
+// algorithm.FixedWindow.Step.
 //
 // # Client
 //
@@ -34,10 +68,10 @@
 // rueidis never resends a script, and an EVALSHA that may have run is an
 // error, not a repeat.
 //
-// BenchmarkClient measured it (local redis-server, a 2-vCPU virtual
-// machine shared with other work; BENCHMARKS.md has the figures and the
-// command). With 256 concurrent callers running a script that does
-// nothing, rueidis made 100k calls per second on 2 connections, a plain
+// BenchmarkClient in package goredisstore measured it (local
+// redis-server, a 2-vCPU virtual machine shared with other work;
+// BENCHMARKS.md has the figures and the command). With 256 concurrent
+// callers running a script that does nothing, rueidis made 100k calls per second on 2 connections, a plain
 // go-redis client 33k on 20, go-redis's AutoPipeliner 101k on 1. Through
 // the store (gcra, 100k keys), where Redis spends about 45 µs of CPU per
 // decision and shares the two CPUs with the callers, the gap narrows to
@@ -280,36 +314,38 @@
 // DenyCache keys (32 shards; a full shard drops expired entries among 8 it
 // samples, else the one that ends first).
 //
-// A Limit with a LocalBudget leases budget: see floodgate.Limit.LocalBudget.
-// A request that its instance's lease cannot cover runs scripts/lease.lua,
-// which decides the request exactly as the algorithm's own script does
-// and, if it is admitted, counts up to want more units for the instance, at
-// most half of what remains after it, so that others still find budget
-// near the limit. want is 0 for a key's first claim, which then runs the
-// algorithm's own script, so a key asked for once per window costs Redis
-// one script as without a lease, with nothing to give back (bench/run-all.sh
-// shows 1.0 scripts per decision for the local-budget variants on 100k
-// keys, though their client-side bookkeeping still costs decisions/s); a
-// second request in the
-// same window sets it to 1; it doubles each time a lease runs out before
-// its window ends, up to Limit.LocalBudget, and halves when an idle lease
-// is given back. The instance admits leased units itself until the window they
-// were counted in ends (Allowed true, Limit and ResetAfter as of the last
-// claim, Remaining the lease's units plus what Redis reported remaining at
-// the last claim: an estimate, at least what this instance can still
-// admit, blind to what others spent since; Now the local clock). While
-// one claim of a key is in flight, the instance's other callers wait for
-// it rather than each claiming. A denied claim is remembered like a
-// DenyCache entry, whatever DenyCache says. Unused units go back to the
-// window's count (lease.lua's return) when the lease has gone unused for
-// Options.LeaseIdle (a sweeper goroutine, started with the first lease and
-// stopped by Close, looks every LeaseIdle/2) and on Close; units of a
+// A Limit with a LocalBudget gives each instance a local budget of the
+// key: see floodgate.Limit.LocalBudget. A request that its instance's
+// local budget cannot cover runs scripts/budget.lua, which decides the
+// request exactly as the algorithm's own script does and, if it is
+// admitted, claims up to want more units for the instance, counted in
+// Redis like admitted ones, at most half of what remains after it, so that
+// others still find budget near the limit. want is 0 for a key's first claim, which then runs
+// the algorithm's own script, so a key asked for once per window costs
+// Redis one script as without a local budget, with nothing to give back
+// (bench/run-all.sh shows 1.0 scripts per decision for the local-budget
+// variants on 100k keys, though their client-side bookkeeping still costs
+// decisions/s); a second request in the same window sets it to 1; it
+// doubles each time a budget runs out before its window ends, up to
+// Limit.LocalBudget, and halves when an idle budget is given back. The
+// instance admits claimed units itself until the window they were counted
+// in ends (Allowed true, Limit and ResetAfter as of the last claim,
+// Remaining the budget's units plus what Redis reported remaining at the
+// last claim: an estimate, at least what this instance can still admit,
+// blind to what others spent since; Now the local clock). While one claim
+// of a key is in flight, the instance's other callers wait for it rather
+// than each claiming. A denied claim is remembered like a DenyCache entry,
+// whatever DenyCache says. Unused units are given back to the window's
+// count (budget.lua's return) when the budget has gone unused for
+// Options.BudgetIdle (a sweeper goroutine, started with the first budget
+// and stopped by Close, looks every BudgetIdle/2) and on Close; units of a
 // window that ended are dropped, as nothing can spend them. At most 65,536
-// leases are held at once; requests over that go to Redis unleased.
+// local budgets are held at once; requests over that go to Redis without
+// one.
 //
 // Which algorithm allows what, and why:
 //
-//	algorithm           deny cache                          lease
+//	algorithm           deny cache                          local budget
 //	fixed_window        exact (with count_rejected too)     exact
 //	sliding_window      exact; bypassed with count_rejected exact
 //	sliding_window_log  exact                               refused by Limit.Validate
@@ -328,7 +364,7 @@
 // window the uncounted denials would lower the next window's estimate, so
 // those limits bypass the cache.
 //
-// A leased unit was counted in Redis, like an admitted one, when it was
+// A claimed unit was counted in Redis, like an admitted one, when it was
 // claimed, and is admitted locally only before the window it was counted
 // in ends. On a fixed window (aligned or first-hit) the count of a window
 // bounds what it admits, whenever in the window a unit is spent. On a
@@ -336,50 +372,53 @@
 // as time passes within the current one, so a unit that fit when it was
 // claimed still fits when it is spent later in the same window; replayed
 // at their spending times, the admitted units are a sequence the algorithm
-// admits (TestLeaseZeroOverrun checks exactly that, three instances and
+// admits (TestBudgetZeroOverrun checks exactly that, three instances and
 // thirty goroutines through several windows). Giving back takes units off
 // the count of the same window only, so the count stays at least what was
 // spent. Token bucket, GCRA and the sliding log admit by the time of the
 // spend: a full bucket claimed at t and spent at t+L, while another
 // instance claims the refill, admits Burst + rate·L at one instant, which
-// is why Limit.Validate refuses a Lease there.
+// is why Limit.Validate refuses a LocalBudget there.
 //
 // What survives where: a Reset through this store forgets its cached
-// denials and leases of the key; a Reset through another instance leaves
-// this store's cached denial for at most its RetryAfter, and its lease
-// until the window ends, so up to Lease units may be admitted on top of
-// the fresh budget, and giving them back may take as many off the fresh
-// count of an aligned window. A fixed window that counted a rejection
-// (CountRejected) takes nothing back: it stays denied until its end. A return by another instance frees budget before a
+// denials and local budgets of the key; a Reset through another instance
+// leaves this store's cached denial for at most its RetryAfter, and its
+// local budget until the window ends, so up to LocalBudget units may be
+// admitted on top of the fresh budget, and giving them back may take as
+// many off the fresh count of an aligned window. A fixed window that
+// counted a rejection (CountRejected) takes nothing back: it stays denied
+// until its end. A return by another instance frees budget before a
 // cached denial of the same window ends: that denial may refuse up to the
 // returned units, for at most the rest of the window.
 //
-// The trade-off of leases is utilisation, not overrun: an instance holding
-// unused units (at most Lease, and at most half of what remained when it
-// claimed) can make another deny while that budget sits idle, until it
-// spends them, goes idle for LeaseIdle and gives them back, or the window
-// ends; and units still held in the last millisecond of a window (the
-// margin above) go unspent. A request of a cost above its instance's lease
-// goes to Redis, where the instance's own held units count as spent.
-// BenchmarkLeaseHotKey measures it (BENCHMARKS.md has the figures):
-// three instances (three clients), thirty goroutines on one key, at the
-// server's clock, Lease 20, on a loaded 2-core machine. On a fixed window
-// far over its limit (400 per 200 ms) the plain store runs one script per
-// decision, the deny cache 0.007, leases 0.0012 to 0.0017, with 0.95 to
-// 1.00 of the limit admitted per whole window (the plain store's 0.88: the
-// machine stalls its callers too) and 0.002% of decisions denied while
-// another instance held unused units. On a key under its limit, leases run
-// 0.094 scripts per decision, 10.6 times fewer, on either algorithm. A
-// sliding window at its limit frees budget a unit at a time, so leases
-// and the cache save little there (0.68 to 0.95 scripts per decision):
-// they pay off on hot keys under their limit and on fixed windows.
+// The trade-off of local budgets is utilisation, not overrun: an instance
+// holding unused units (at most LocalBudget, and at most half of what
+// remained when it claimed) can make another deny while that budget sits
+// idle, until it spends them, goes idle for BudgetIdle and gives them
+// back, or the window ends; and units still held in the last millisecond
+// of a window (the margin above) go unspent. A request of a cost above its
+// instance's local budget goes to Redis, where the instance's own held
+// units count as spent. BenchmarkBudgetHotKey measures it (BENCHMARKS.md
+// has the figures): three instances (three clients), thirty goroutines on
+// one key, at the server's clock, LocalBudget 20, on a loaded 2-core
+// machine. On a fixed window far over its limit (400 per 200 ms) the plain
+// store runs one script per decision, the deny cache 0.007, local budgets
+// 0.0012 to 0.0017, with 0.95 to 1.00 of the limit admitted per whole
+// window (the plain store's 0.88: the machine stalls its callers too) and
+// 0.002% of decisions denied while another instance held unused units. On
+// a key under its limit, local budgets run 0.094 scripts per decision,
+// 10.6 times fewer, on either algorithm. A sliding window at its limit
+// frees budget a unit at a time, so local budgets and the cache save
+// little there (0.68 to 0.95 scripts per decision): they pay off on hot
+// keys under their limit and on fixed windows.
 //
 // Requests with Request.Now set (their time is not the store's), requests
 // of cost 0, and ApplyBatch of two or more requests are decided in Redis,
-// where leased units count as spent. ApplyPipelined decides each request
+// where claimed units count as spent. ApplyPipelined decides each request
 // through Apply, so with both. Two limits of one key and period that differ
-// otherwise (another Limit or Lease) do not share a lease: the first one
-// leased holds it, and the other is decided in Redis while it does.
+// otherwise (another Limit or LocalBudget) do not share a local budget: the
+// first one to claim holds it, and the other is decided in Redis while it
+// does.
 //
 // # Guarantees
 //
@@ -424,8 +463,9 @@
 // of one, or two out of two, none, and about 11 s without decisions; with
 // one out of two, none in that run, and 1.1 s without decisions. A WAIT
 // that timed out does not undo the write on the master, so a failed call
-// may have been counted, as any failed call may; a lease claim (a limit
-// with a LocalBudget) that fails so has also taken the units it claimed,
+// may have been counted, as any failed call may; a claim of a local
+// budget (a limit with a LocalBudget) that fails so has also taken the
+// units it claimed,
 // which the window then lacks. The cost in the healthy case is a round
 // trip from the master to a replica per script run (coalesced runs share
 // it) and, with rueidis, a connection of the client's blocking pool for
@@ -442,10 +482,10 @@
 // (NOSCRIPT, or no function) waits twice, once after the attempt that
 // found it missing.
 //
-// Clients. WAIT needs the script's own connection, so a go-redis client
-// must be a *redis.Client (or failover client) or *redis.ClusterClient,
-// with a ReadTimeout above WaitTimeout (go-redis sends a pipeline again
-// when its read times out). On a Cluster the script and its WAIT go to the
+// Clients. WAIT needs the script's own connection (see Wait), so a
+// go-redis client must be a *redis.Client (or failover client) or
+// *redis.ClusterClient, with a ReadTimeout above WaitTimeout (package
+// goredisstore says why). On a Cluster the script and its WAIT go to the
 // node the client believes holds the key, and do not follow a MOVED or ASK
 // redirect, which would leave the WAIT behind: a call that meets a
 // failover or a resharding fails, the client reloads its slot map, and

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/store/redisstore"
+	"github.com/floodgate-rl/floodgate/store/redisstore/goredisstore"
 )
 
 // The examples that talk to Redis expect one on localhost:6379; they have
@@ -97,20 +98,6 @@ func ExampleNew() {
 	_, _ = limiter.Allow(context.Background(), "user:42", floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second})
 }
 
-func ExampleNewGoRedis() {
-	// MaxRetries -1: go-redis would otherwise resend a script whose reply
-	// was lost, counting the request twice. ContextTimeoutEnabled lets the
-	// callers' deadlines reach the socket.
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", MaxRetries: -1, ContextTimeoutEnabled: true})
-	defer client.Close()
-	store, err := redisstore.NewGoRedis(client, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	limiter, _ := floodgate.New(store, nil)
-	_, _ = limiter.Allow(context.Background(), "user:42", floodgate.Limit{Limit: 100, Period: time.Minute})
-}
-
 func ExampleStore_ApplyBatch() {
 	ctx := context.Background()
 	store, err := redisstore.Open(ctx, "redis://localhost:6379", nil)
@@ -133,10 +120,10 @@ func ExampleStore_ApplyBatch() {
 
 func ExampleStore_Key() {
 	// A go-redis client connects on first use, so this example needs no
-	// server.
+	// server (a rueidis client, as Open makes, connects when it is made).
 	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer client.Close()
-	store, _ := redisstore.NewGoRedis(client, &redisstore.Options{Prefix: "myapp"})
+	store, _ := goredisstore.New(client, &redisstore.Options{Prefix: "myapp"})
 	gcra := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second}
 	fmt.Println(store.Key("user:42", gcra))
 	fmt.Println(store.Key("{evil}", gcra))

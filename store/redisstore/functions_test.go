@@ -192,9 +192,9 @@ func isConnError(err error) bool {
 	return !isReply
 }
 
-// TestFunctionsLocal runs leased budgets and the deny cache over
+// TestFunctionsLocal runs local budgets and the deny cache over
 // functions: three instances, ten goroutines each, one day-long window of
-// 100 with a LocalBudget; exactly 100 are admitted, and the leases claimed
+// 100 with a LocalBudget; exactly 100 are admitted, and the budgets claimed
 // and returned through FCALL.
 func TestFunctionsLocal(t *testing.T) {
 	addr := standaloneAddr(t)
@@ -203,7 +203,7 @@ func TestFunctionsLocal(t *testing.T) {
 		{Limit: 100, Period: 24 * time.Hour, Window: floodgate.FirstHit, LocalBudget: 8},
 		{Algorithm: floodgate.SlidingWindow, Limit: 100, Period: 100 * 24 * time.Hour, LocalBudget: 8},
 	} {
-		t.Run(string(algorithmOf(l)), func(t *testing.T) {
+		t.Run(string(l.EffectiveAlgorithm()), func(t *testing.T) {
 			stores := newInstances(t, addr, 3, Options{Prefix: testPrefix(t), Functions: true, DenyCache: 100})
 			if got := seedScenario(t, stores, l); got != l.Limit {
 				t.Errorf("%d admitted, want exactly %d", got, l.Limit)

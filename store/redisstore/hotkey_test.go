@@ -20,7 +20,7 @@ import (
 type hotKeyResult struct {
 	decisions, admitted, denied int64
 	calls                       int64 // scripts Redis ran
-	heldDenials                 int64 // denials while some instance held unused leased units
+	heldDenials                 int64 // denials while some instance held unused claimed units
 	perWindow                   map[int64]int64
 	windows                     []int64 // the window ids, in order
 }
@@ -46,13 +46,13 @@ func (r hotKeyResult) utilisation(limit int64) (mean, lowest float64) {
 	return mean / float64(len(full)), lowest
 }
 
-// heldUnits is the unused leased units of key under l across stores.
+// heldUnits is the unused claimed units of key under l across stores.
 func heldUnits(stores []*Store, key string) int64 {
 	var n int64
 	for _, s := range stores {
-		sh := s.local.shard(key)
+		sh := s.budgets.shards.of(key)
 		sh.mu.Lock()
-		if e := sh.leases[key]; e != nil && s.local.now().Before(e.end) {
+		if e := sh.m[key]; e != nil && s.budgets.clock.now().Before(e.end) {
 			n += e.left
 		}
 		sh.mu.Unlock()
@@ -66,7 +66,7 @@ func heldUnits(stores []*Store, key string) int64 {
 // (Now+ResetAfter) in periods, rounded up: the end of the window Redis
 // counted it in (for a fixed window; a period later for a sliding one), a
 // multiple of the period. A decision made in Redis says it exactly; one
-// made from a lease says it early by the latency of the claim (its
+// made from a local budget says it early by the latency of the claim (its
 // ResetAfter counts from the local time before the claim was sent), which
 // rounding up absorbs up to a whole period.
 func hotKey(tb testing.TB, c rueidis.Client, stores []*Store, l floodgate.Limit, key string, callers int, probe bool, stop func(i int64) bool) hotKeyResult {
@@ -122,13 +122,13 @@ func hotKey(tb testing.TB, c rueidis.Client, stores []*Store, l floodgate.Limit,
 // hotKeyModes are the store configurations compared.
 var hotKeyModes = []struct {
 	name      string
-	lease     int64
+	budget    int64 // Limit.LocalBudget
 	denyCache int
 }{
 	{"plain", 0, 0},
 	{"denycache", 0, 1000},
-	{"lease", 20, 0},
-	{"lease+denycache", 20, 1000},
+	{"budget", 20, 0},
+	{"budget+denycache", 20, 1000},
 }
 
 // hotKeyLoads are the limits of the hot key: "over", 400 per 200 ms
@@ -138,25 +138,25 @@ var hotKeyModes = []struct {
 var hotKeyLoads = []string{"over", "under"}
 
 // hotKeyLimit is the limit of the hot key under load, with the mode's
-// Lease.
-func hotKeyLimit(alg floodgate.Algorithm, load string, lease int64) floodgate.Limit {
-	l := floodgate.Limit{Algorithm: alg, Limit: 400, Period: 200 * time.Millisecond, LocalBudget: lease}
+// LocalBudget.
+func hotKeyLimit(alg floodgate.Algorithm, load string, budget int64) floodgate.Limit {
+	l := floodgate.Limit{Algorithm: alg, Limit: 400, Period: 200 * time.Millisecond, LocalBudget: budget}
 	if load == "under" {
 		l.Limit = 10_000_000
 	}
 	return l
 }
 
-// TestLeaseHotKey is issue 7's measure of leases: three instances (three
+// TestBudgetHotKey is issue 7's measure of local budgets: three instances (three
 // clients), thirty goroutines hammering one key (hotKeyLimit: far over its
 // limit, or under it; aligned windows, the server's clock) for a second
 // per mode.
 // It asserts that no window ever admits more than the limit, whatever the
 // mode, and logs Redis script runs per decision, the utilisation
 // (admitted/limit per whole window) and the denials made while another
-// instance held unused leased units. FLOODGATE_HOTKEY_SECONDS sets the
+// instance held unused claimed units. FLOODGATE_HOTKEY_SECONDS sets the
 // duration of each run; -short skips it.
-func TestLeaseHotKey(t *testing.T) {
+func TestBudgetHotKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a second per load, mode and algorithm; run without -short")
 	}
@@ -174,7 +174,7 @@ func TestLeaseHotKey(t *testing.T) {
 		for _, load := range hotKeyLoads {
 			for _, m := range hotKeyModes {
 				t.Run(string(alg)+"/"+load+"/"+m.name, func(t *testing.T) {
-					l := hotKeyLimit(alg, load, m.lease)
+					l := hotKeyLimit(alg, load, m.budget)
 					stores := newInstances(t, addr, 3, Options{Prefix: testPrefix(t), DenyCache: m.denyCache})
 					// Load the scripts first.
 					for _, s := range stores {
@@ -183,7 +183,7 @@ func TestLeaseHotKey(t *testing.T) {
 						}
 					}
 					deadline := time.Now().Add(dur)
-					res := hotKey(t, c, stores, l, "hot", 30, m.lease > 0, func(i int64) bool {
+					res := hotKey(t, c, stores, l, "hot", 30, m.budget > 0, func(i int64) bool {
 						return i%64 == 0 && time.Now().After(deadline) || i > 50_000_000
 					})
 					for w, n := range res.perWindow {
@@ -206,18 +206,18 @@ func TestLeaseHotKey(t *testing.T) {
 	}
 }
 
-// BenchmarkLeaseHotKey decides one unit per operation of one hot key
+// BenchmarkBudgetHotKey decides one unit per operation of one hot key
 // (hotKeyLimit, over and under its limit) from three instances, each a
 // store over its own client, 30 goroutines in all, with and without
-// leases. It reports decisions/s, redis-calls/op (scripts Redis ran per
+// local budgets. It reports decisions/s, redis-calls/op (scripts Redis ran per
 // decision), the utilisation (admitted/limit per whole window) and
-// held-denials/op (denials while some instance held unused leased units).
-func BenchmarkLeaseHotKey(b *testing.B) {
-	benchHotKey(b, []string{"plain", "lease", "lease+denycache"})
+// held-denials/op (denials while some instance held unused claimed units).
+func BenchmarkBudgetHotKey(b *testing.B) {
+	benchHotKey(b, []string{"plain", "budget", "budget+denycache"})
 }
 
-// BenchmarkDenyCacheHotKey is BenchmarkLeaseHotKey with and without the
-// deny cache, no leases.
+// BenchmarkDenyCacheHotKey is BenchmarkBudgetHotKey with and without the
+// deny cache, no local budgets.
 func BenchmarkDenyCacheHotKey(b *testing.B) {
 	benchHotKey(b, []string{"plain", "denycache"})
 }
@@ -232,7 +232,7 @@ func benchHotKey(b *testing.B, modes []string) {
 					continue
 				}
 				b.Run("alg="+string(alg)+"/load="+load+"/mode="+m.name, func(b *testing.B) {
-					l := hotKeyLimit(alg, load, m.lease)
+					l := hotKeyLimit(alg, load, m.budget)
 					stores := newInstances(b, srv, 3, Options{Prefix: testPrefix(b), DenyCache: m.denyCache})
 					for _, s := range stores {
 						if _, err := s.Apply(context.Background(), floodgate.Request{Key: "warm", Limit: l, Cost: 1}); err != nil {
@@ -241,7 +241,7 @@ func benchHotKey(b *testing.B, modes []string) {
 					}
 					b.ResetTimer()
 					start := time.Now()
-					res := hotKey(b, c, stores, l, "hot", 30, m.lease > 0, func(i int64) bool { return i > int64(b.N) })
+					res := hotKey(b, c, stores, l, "hot", 30, m.budget > 0, func(i int64) bool { return i > int64(b.N) })
 					elapsed := time.Since(start)
 					b.StopTimer()
 					for w, n := range res.perWindow {

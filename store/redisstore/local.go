@@ -1,80 +1,33 @@
 package redisstore
 
 import (
-	"context"
 	"hash/maphash"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
 
-// local is what a Store decides in process, with no round trip: denials it
-// remembers (denycache.go) and leased budgets (lease.go). It is nil when
-// neither is used: Options.DenyCache is 0, and leases are made only for
-// limits whose Lease is above zero.
+// What the layers that decide in process, the deny cache (denycache.go)
+// and the local budgets (budget.go), share: their clock, their sharded
+// maps, and the margin that keeps their entries within Redis's time.
 //
 // Times are the store's local clock: Options.Clock with ClientTime, else
 // the monotonic clock. An entry's end is always the local time taken
 // before the call that made it was sent, plus what Redis replied, shrunk
 // by clockMargin: it ends no later than Redis's own time would, whatever
 // the offset between the clocks.
-type local struct {
-	clock   floodgate.Clock // nil: time.Now
-	denyCap int             // the most remembered denials per shard; 0 off
-	idle    time.Duration   // Options.LeaseIdle
-	shards  [localShards]localShard
-	seed    maphash.Seed
 
-	// The sweeper returns idle leases; started with the first lease.
-	sweepOnce sync.Once
-	sweeping  bool // set by sweepOnce when it started the sweeper
-	stop      chan struct{}
-	done      chan struct{}
-
-	// Decisions made in process (Store.LocalStats).
-	denyHits, leaseHits atomic.Int64
+// localClock is the clock of the in-process layers.
+type localClock struct {
+	c floodgate.Clock // nil: time.Now
 }
 
-// localShards is the number of independently locked parts of the maps.
-const localShards = 32
-
-// maxLeasesPerShard bounds the leases held at once: 32 × 2048 = 65,536
-// keys. A request over a full shard is decided in Redis, unleased.
-const maxLeasesPerShard = 2048
-
-type localShard struct {
-	mu     sync.Mutex
-	deny   map[string]*denial
-	leases map[string]*lease
-}
-
-func newLocal(o *Options, clock floodgate.Clock) *local {
-	idle := o.LeaseIdle
-	if idle <= 0 {
-		idle = DefaultLeaseIdle
-	}
-	l := &local{clock: clock, idle: idle, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
-	if o.DenyCache > 0 {
-		l.denyCap = max(1, (o.DenyCache+localShards-1)/localShards)
-	}
-	for i := range l.shards {
-		l.shards[i].deny = make(map[string]*denial)
-		l.shards[i].leases = make(map[string]*lease)
-	}
-	return l
-}
-
-func (l *local) now() time.Time {
-	if l.clock != nil {
-		return l.clock.Now()
+func (lc localClock) now() time.Time {
+	if lc.c != nil {
+		return lc.c.Now()
 	}
 	return time.Now()
-}
-
-func (l *local) shard(key string) *localShard {
-	return &l.shards[maphash.String(l.seed, key)%localShards]
 }
 
 // clockMargin shrinks a span Redis reported, so that a local entry ends
@@ -85,63 +38,39 @@ func clockMargin(d time.Duration) time.Duration {
 	return max(0, d-d/1000-time.Millisecond)
 }
 
-// apply decides r of the Redis key key, in process when it can. Requests
-// with their own Now bypass it (their time is not the store's), as do
-// requests of cost 0, which change nothing.
-func (l *local) apply(ctx context.Context, s *Store, r floodgate.Request, alg floodgate.Algorithm, key string) (floodgate.Decision, error) {
-	if r.Cost > 0 && r.Limit.LocalBudget > 0 {
-		return l.applyLeased(ctx, s, r, alg, key)
+// localShards is the number of independently locked parts of a shards.
+const localShards = 32
+
+// shards is a map from Redis keys to V, in localShards independently
+// locked parts.
+type shards[V any] struct {
+	seed  maphash.Seed
+	parts [localShards]shard[V]
+}
+
+// A shard is a part of a shards: m is read and written with mu held.
+type shard[V any] struct {
+	mu sync.Mutex
+	m  map[string]V
+}
+
+func newShards[V any]() *shards[V] {
+	s := &shards[V]{seed: maphash.MakeSeed()}
+	for i := range s.parts {
+		s.parts[i].m = make(map[string]V)
 	}
-	if l.denyCap == 0 || !denialCacheable(r.Limit, alg) || r.Cost <= 0 {
-		return s.applyRemote(ctx, r, alg, key)
-	}
-	sh := l.shard(key)
-	sent := l.now()
+	return s
+}
+
+// of returns the shard of key.
+func (s *shards[V]) of(key string) *shard[V] {
+	return &s.parts[maphash.String(s.seed, key)%localShards]
+}
+
+// forget deletes key.
+func (s *shards[V]) forget(key string) {
+	sh := s.of(key)
 	sh.mu.Lock()
-	if e := sh.deny[key]; e != nil {
-		if d, ok := e.serve(r.Limit, r.Cost, sent); ok {
-			sh.mu.Unlock()
-			l.denyHits.Add(1)
-			return d, nil
-		}
-	}
+	delete(sh.m, key)
 	sh.mu.Unlock()
-	d, err := s.applyRemote(ctx, r, alg, key)
-	if err == nil && !d.Allowed {
-		if e, ok := newDenial(r.Limit, r.Cost, d, sent); ok {
-			sh.mu.Lock()
-			l.putDenial(sh, key, e, sent)
-			sh.mu.Unlock()
-		}
-	}
-	return d, err
-}
-
-// forget drops what the store remembers of key (a Reset through this
-// store), under every limit. Leased units are not returned: the state they
-// were counted in is gone.
-func (l *local) forget(key string) {
-	sh := l.shard(key)
-	sh.mu.Lock()
-	delete(sh.deny, key)
-	delete(sh.leases, key)
-	sh.mu.Unlock()
-}
-
-// LocalStats counts the decisions a Store made in process, without a round
-// trip to Redis, since it was opened.
-type LocalStats struct {
-	// DenyCache is the requests denied from the deny cache
-	// (Options.DenyCache), including those a key with a local budget
-	// denied from its last denial.
-	DenyCache int64
-	// LocalBudget is the requests admitted from units leased to this
-	// instance (floodgate.Limit.LocalBudget).
-	LocalBudget int64
-}
-
-// LocalStats returns how many decisions s made without Redis, for metrics:
-// `floodgate serve` exports them as floodgate_local_decisions_total.
-func (s *Store) LocalStats() LocalStats {
-	return LocalStats{DenyCache: s.local.denyHits.Load(), LocalBudget: s.local.leaseHits.Load()}
 }

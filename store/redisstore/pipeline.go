@@ -43,7 +43,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return floodgate.ErrClosed
 	}
-	if err := s.c.ping(ctx); err != nil {
+	if err := s.conn.Ping(ctx); err != nil {
 		return fmt.Errorf("redisstore: ping: %w", err)
 	}
 	return nil

@@ -25,7 +25,9 @@ func TestSeedScenario(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			// The three instances reach Redis through the three ways to
-			// make a Store: New (rueidis), NewGoRedis and Open.
+			// make a Store: New (rueidis), NewWithConn (here with the
+			// rueidis adapter; package goredisstore runs this race through
+			// go-redis) and Open.
 			var limiters []*floodgate.Limiter
 			for i := range 3 {
 				var s *Store
@@ -34,7 +36,7 @@ func TestSeedScenario(t *testing.T) {
 				case 0:
 					s, err = New(newRueidis(t, addr), &Options{Prefix: prefix})
 				case 1:
-					s, err = NewGoRedis(newGoRedis(t, addr), &Options{Prefix: prefix})
+					s, err = NewWithConn(rueidisConn{newRueidis(t, addr)}, &Options{Prefix: prefix})
 				case 2:
 					s, err = Open(t.Context(), "redis://"+addr+"?dial_timeout="+testDialTimeout.String(), &Options{Prefix: prefix})
 					if err == nil {

@@ -29,17 +29,6 @@ var scriptFiles embed.FS
 // mainMarker separates an algorithm file's functions from its main part.
 const mainMarker = "\n-- main\n"
 
-// argsPerRequest is ARGS_PER_REQUEST in common.lua: the ARGV strings of one
-// request.
-const argsPerRequest = 7
-
-// Flags of a request, as common.lua reads them.
-const (
-	flagFirstHit      = 1
-	flagCountRejected = 2
-	flagRelease       = 4
-)
-
 // script is a Lua script and its SHA-1 digest, which EVALSHA names it by,
 // and the name of the same code as a function of the library, which FCALL
 // names it by.
@@ -62,9 +51,10 @@ type scriptSet struct {
 	// multi decides independent requests in one run (multi.lua), for
 	// coalescing concurrent calls.
 	multi *script
-	// lease claims and returns leased budget (lease.lua), for the
-	// algorithms that take a floodgate.Limit.LocalBudget.
-	lease map[floodgate.Algorithm]*script
+	// budget claims units of a local budget and gives them back
+	// (budget.lua), for the algorithms that take a
+	// floodgate.Limit.LocalBudget.
+	budget map[floodgate.Algorithm]*script
 	// lib is every script above as one Redis function library.
 	lib library
 }
@@ -77,7 +67,7 @@ type scriptSet struct {
 // redis.register_function and redis.log (reading math or redis.call at
 // load is an error), so the library defines one local function, init,
 // whose body is the helpers and the algorithms' functions in the order of
-// the batch script, then lease.lua, then a table of every main part as a
+// the batch script, then budget.lua, then a table of every main part as a
 // function(KEYS, ARGV). Each registered function's callback runs init on
 // its first call (on that server, per load) and keeps the table in an
 // upvalue: the helpers are built once per load, not once per call. The
@@ -93,10 +83,10 @@ type library struct {
 	src  string
 }
 
-// leased lists the algorithms that lease budget, each with its state's
-// fields variable and the field that counts the units of the current
-// window, which a return takes units off.
-var leased = []struct {
+// budgeted lists the algorithms that take a local budget, each with its
+// state's fields variable and the field that counts the units of the
+// current window, which a return takes units off.
+var budgeted = []struct {
 	alg             floodgate.Algorithm
 	fields, counted string
 }{
@@ -158,9 +148,7 @@ func buildScripts() (scriptSet, error) {
 		}
 		return f, m, nil
 	}
-	set := scriptSet{single: make(map[floodgate.Algorithm]*script), lease: make(map[floodgate.Algorithm]*script)}
-	// mains are the main parts of the library's functions, by script name.
-	type mainPart struct{ name, src string }
+	set := scriptSet{single: make(map[floodgate.Algorithm]*script), budget: make(map[floodgate.Algorithm]*script)}
 	var mains []mainPart
 	var funcs []string
 	for _, alg := range floodgate.Algorithms {
@@ -207,43 +195,53 @@ func buildScripts() (scriptSet, error) {
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain})
 	shared.WriteString(batchFuncs + "\n" + multiFuncs)
-	leaseSrc, err := read("lease.lua")
+	budgetSrc, err := read("budget.lua")
 	if err != nil {
 		return scriptSet{}, err
 	}
-	for _, lf := range leased {
-		name := "lease_" + string(lf.alg)
-		main := fmt.Sprintf("return lease_main('%s', %s_step, %s, %s_expires, '%s', KEYS, ARGV)\n", lf.alg, lf.alg, lf.fields, lf.alg, lf.counted)
-		src := files["common.lua"] + "\n" + files["state.lua"] + "\n" + funcs[slices.Index(floodgate.Algorithms, lf.alg)] + "\n" + leaseSrc + "\n" + main
-		set.lease[lf.alg] = newScript(name, src)
+	for _, bf := range budgeted {
+		name := "budget_" + string(bf.alg)
+		main := fmt.Sprintf("return budget_main('%s', %s_step, %s, %s_expires, '%s', KEYS, ARGV)\n", bf.alg, bf.alg, bf.fields, bf.alg, bf.counted)
+		src := files["common.lua"] + "\n" + files["state.lua"] + "\n" + funcs[slices.Index(floodgate.Algorithms, bf.alg)] + "\n" + budgetSrc + "\n" + main
+		set.budget[bf.alg] = newScript(name, src)
 		mains = append(mains, mainPart{name, main})
 	}
+	set.lib = buildLibrary(shared.String()+"\n"+budgetSrc+"\n", mains)
+	for _, sc := range set.single {
+		sc.fn = set.lib.name + "_" + sc.name
+	}
+	for _, sc := range set.budget {
+		sc.fn = set.lib.name + "_" + sc.name
+	}
+	set.batch.fn = set.lib.name + "_batch"
+	set.multi.fn = set.lib.name + "_multi"
+	return set, nil
+}
 
+// mainPart is the main part of a script, by the script's name: the body of
+// its function in the library.
+type mainPart struct{ name, src string }
+
+// buildLibrary builds the library (see library) whose init defines helpers
+// and returns mains as functions, and registers one Redis function per
+// main part.
+func buildLibrary(helpers string, mains []mainPart) library {
 	var body strings.Builder
 	body.WriteString("local main\n\n-- init defines every helper and returns the main parts, by script name.\nlocal function init()\n")
-	body.WriteString(shared.String() + "\n" + leaseSrc + "\n")
+	body.WriteString(helpers)
 	body.WriteString("return {\n")
 	for _, m := range mains {
 		fmt.Fprintf(&body, "%s = function(KEYS, ARGV)\n%s\nend,\n", m.name, m.src)
 	}
 	body.WriteString("}\nend\n")
 	sum := sha1.Sum([]byte(body.String()))
-	set.lib.name = "floodgate_" + hex.EncodeToString(sum[:])[:12]
+	name := "floodgate_" + hex.EncodeToString(sum[:])[:12]
 	var lib strings.Builder
-	fmt.Fprintf(&lib, "#!lua name=%s\n-- Floodgate's scripts as functions: see library in store/redisstore/scripts.go.\n", set.lib.name)
+	fmt.Fprintf(&lib, "#!lua name=%s\n-- Floodgate's scripts as functions: see library in store/redisstore/scripts.go.\n", name)
 	lib.WriteString(body.String())
 	for _, m := range mains {
-		fn := set.lib.name + "_" + m.name
+		fn := name + "_" + m.name
 		fmt.Fprintf(&lib, "\nredis.register_function{function_name = '%s', callback = function(keys, args)\n  main = main or init()\n  return main.%s(keys, args)\nend}\n", fn, m.name)
 	}
-	set.lib.src = lib.String()
-	for _, sc := range set.single {
-		sc.fn = set.lib.name + "_" + sc.name
-	}
-	for _, sc := range set.lease {
-		sc.fn = set.lib.name + "_" + sc.name
-	}
-	set.batch.fn = set.lib.name + "_batch"
-	set.multi.fn = set.lib.name + "_multi"
-	return set, nil
+	return library{name: name, src: lib.String()}
 }

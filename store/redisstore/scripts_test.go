@@ -56,7 +56,7 @@ func TestScripts(t *testing.T) {
 	for _, sc := range set.single {
 		all = append(all, sc)
 	}
-	for _, sc := range set.lease {
+	for _, sc := range set.budget {
 		all = append(all, sc)
 	}
 	for _, sc := range all {

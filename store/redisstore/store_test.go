@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
@@ -200,8 +200,11 @@ func TestOptions(t *testing.T) {
 	if _, err := New(nil, nil); err == nil {
 		t.Error("New accepted a nil client")
 	}
-	if _, err := NewGoRedis(nil, nil); err == nil {
-		t.Error("NewGoRedis accepted a nil client")
+	if _, err := NewWithConn(nil, nil); err == nil {
+		t.Error("NewWithConn accepted a nil Conn")
+	}
+	if _, err := NewWithConn(rueidisConn{c}, &Options{TLS: &tls.Config{}}); err == nil || !strings.Contains(err.Error(), "Options.TLS") {
+		t.Errorf("NewWithConn with Options.TLS: %v, want an error naming Options.TLS", err)
 	}
 	s, err := New(c, nil)
 	if err != nil {
@@ -349,7 +352,7 @@ func TestScriptArguments(t *testing.T) {
 		}
 		args[tc.i] = tc.value
 		key := s.prefix + ":args"
-		_, err := s.run(t.Context(), scripts.single[tc.alg], []string{key}, args)
+		_, err := s.runner.run(t.Context(), scripts.single[tc.alg], []string{key}, args)
 		if err == nil || !strings.Contains(err.Error(), "floodgate: "+tc.field+":") {
 			t.Errorf("%s with %s = %q: error %v, want floodgate: %s: ...", tc.alg, tc.field, tc.value, err, tc.field)
 		}
@@ -362,25 +365,24 @@ func TestScriptArguments(t *testing.T) {
 	}
 	// Wrong numbers of keys and arguments, and a batch of an unknown
 	// algorithm.
-	if _, err := s.run(t.Context(), scripts.single[floodgate.GCRA], []string{"a", "b"}, good); err == nil {
+	if _, err := s.runner.run(t.Context(), scripts.single[floodgate.GCRA], []string{"a", "b"}, good); err == nil {
 		t.Error("two keys accepted")
 	}
-	if _, err := s.run(t.Context(), scripts.single[floodgate.GCRA], []string{"a"}, good[:6]); err == nil {
+	if _, err := s.runner.run(t.Context(), scripts.single[floodgate.GCRA], []string{"a"}, good[:6]); err == nil {
 		t.Error("six arguments accepted")
 	}
-	if _, err := s.run(t.Context(), scripts.batch, []string{"a", "a"}, append(append([]string{"gcra"}, good...), append([]string{"leaky"}, good...)...)); err == nil || !strings.Contains(err.Error(), "algorithm") {
+	if _, err := s.runner.run(t.Context(), scripts.batch, []string{"a", "a"}, append(append([]string{"gcra"}, good...), append([]string{"leaky"}, good...)...)); err == nil || !strings.Contains(err.Error(), "algorithm") {
 		t.Errorf("batch with an unknown algorithm: %v", err)
 	}
 }
 
-// TestUnexpectedReply decodes replies of the wrong shape, through both
-// client libraries: each is an error wrapping ErrUnexpectedReply, never a
-// panic.
+// TestUnexpectedReply decodes replies of the wrong shape, through the
+// rueidis adapter (package goredisstore checks its own): each is an error
+// wrapping ErrUnexpectedReply, never a panic.
 func TestUnexpectedReply(t *testing.T) {
 	addr := standaloneAddr(t)
-	conns := map[string]conn{
+	conns := map[string]Conn{
 		"rueidis": rueidisConn{newRueidis(t, addr)},
-		"goredis": goRedisConn{newGoRedis(t, addr)},
 	}
 	for name, c := range conns {
 		for _, src := range []string{
@@ -391,7 +393,7 @@ func TestUnexpectedReply(t *testing.T) {
 			"return {1, 2.5}",
 			"return redis.status_reply('OK')",
 		} {
-			_, err := c.eval(t.Context(), src, []string{"k"}, nil, wait{})
+			_, err := c.Eval(t.Context(), src, []string{"k"}, nil, Wait{})
 			if src == "return {1, 2.5}" && err == nil {
 				continue // Redis truncates Lua numbers to integers.
 			}
@@ -421,13 +423,6 @@ func TestUnexpectedReply(t *testing.T) {
 	if d, err := decode([]int64{0, 5, 0, 10, -1, 7}, 7); err != nil || d.RetryAfter != floodgate.Never || d.ResetAfter != 10*time.Microsecond {
 		t.Errorf("decode of a valid denial: %+v, %v", d, err)
 	}
-}
-
-func newGoRedis(t testing.TB, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: testDialTimeout})
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // TestLongKey decides a 1 MiB key, which the store hashes.

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
@@ -78,7 +77,8 @@ func TestTLS(t *testing.T) {
 		t.Errorf("the states are not on the TLS server: KEYS = %q", out)
 	}
 
-	// A rueidis and a go-redis client built by the application.
+	// A rueidis client built by the application (package goredisstore
+	// checks a go-redis one).
 	rc, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress: []string{srv.Addr}, ForceSingleClient: true, DisableCache: true,
 		Dialer: net.Dialer{Timeout: testDialTimeout}, TLSConfig: certs.ClientConfig(),
@@ -92,19 +92,9 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAdmits(t, "rueidis", rs, 3)
-	gc := redis.NewClient(&redis.Options{Addr: srv.Addr, TLSConfig: certs.ClientConfig(), MaxRetries: -1})
-	t.Cleanup(func() { gc.Close() })
-	gs, err := NewGoRedis(gc, &Options{Prefix: testPrefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkAdmits(t, "go-redis", gs, 3)
-	// Options.TLS would do nothing there: the clients have their own.
+	// Options.TLS would do nothing there: the client has its own.
 	if _, err := New(rc, &Options{TLS: certs.ClientConfig()}); err == nil || !strings.Contains(err.Error(), "Options.TLS") {
 		t.Errorf("New with Options.TLS: %v, want an error naming Options.TLS", err)
-	}
-	if _, err := NewGoRedis(gc, &Options{TLS: certs.ClientConfig()}); err == nil || !strings.Contains(err.Error(), "Options.TLS") {
-		t.Errorf("NewGoRedis with Options.TLS: %v, want an error naming Options.TLS", err)
 	}
 
 	named := certs.ClientConfig()

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
@@ -62,7 +60,8 @@ func TestOpen(t *testing.T) {
 // TestCluster runs the store on a 3-master Redis Cluster: the keys of many
 // subjects spread over every master, each key is in the slot of its encoded
 // subject (as CLUSTER KEYSLOT computes it), and a batch of several limits
-// of one subject works, through rueidis and through go-redis.
+// of one subject works (package goredisstore checks a batch through
+// go-redis).
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	addrs := cl.Addrs()
@@ -70,12 +69,6 @@ func TestCluster(t *testing.T) {
 	prefix := testPrefix(t)
 	checkTTLsAtEnd(t, c, prefix)
 	rs, err := New(c, &Options{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gr := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1})
-	t.Cleanup(func() { gr.Close() })
-	gs, err := NewGoRedis(gr, &Options{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +100,7 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
-	for name, s := range map[string]*Store{"rueidis": rs, "goredis": gs} {
+	for name, s := range map[string]*Store{"rueidis": rs} {
 		subject := "{evil}/" + name
 		limits := []floodgate.Limit{
 			limitOf(floodgate.SlidingWindow, 3, time.Second),

@@ -475,9 +475,9 @@ func ratios(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []r
 	}
 	fmt.Fprintln(out)
 
-	// Variants of a base algorithm ("fixed_window+lease" beside
+	// Variants of a base algorithm ("fixed_window+local_budget" beside
 	// "fixed_window"): what the variant changes.
-	fmt.Fprintf(out, "Variants beside their base algorithm (a FloodgateVariants entry named base+feature; leased budgets: target at least 5x fewer Redis calls per decision on the hot key):\n\n")
+	fmt.Fprintf(out, "Variants beside their base algorithm (a FloodgateVariants entry named base+feature; local budgets: target at least 5x fewer Redis calls per decision on the hot key):\n\n")
 	fmt.Fprintln(out, "| variant | keys | callers | scripts/decision: base ÷ variant | commands/decision: base ÷ variant | decisions/s: variant ÷ base | p99: variant ÷ base |")
 	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|")
 	anyVariant := false

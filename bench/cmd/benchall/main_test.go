@@ -45,10 +45,10 @@ func TestVariantRatios(t *testing.T) {
 		return row{lib: lib, keys: 1, callers: 64, scripts: scripts, calls: 4 * scripts,
 			sum: loadgen.Summary{DecisionsPerSec: perSec, LatencyMS: loadgen.LatencyMS{P99: 2}}}
 	}
-	rows := []row{mk("floodgate fixed_window", 1000, 1), mk("floodgate fixed_window+lease", 5000, 0.1)}
+	rows := []row{mk("floodgate fixed_window", 1000, 1), mk("floodgate fixed_window+local_budget", 5000, 0.1)}
 	var out bytes.Buffer
 	ratios(&out, ceilingResult{1, 1}, rows, nil, nil)
-	if want := "| fixed_window+lease | 1 (hot) | 64 | 10.0 | 10.0 | 5.00 | 1.00 |"; !strings.Contains(out.String(), want) {
+	if want := "| fixed_window+local_budget | 1 (hot) | 64 | 10.0 | 10.0 | 5.00 | 1.00 |"; !strings.Contains(out.String(), want) {
 		t.Errorf("ratios lack %q:\n%s", want, &out)
 	}
 	out.Reset()

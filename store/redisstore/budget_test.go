@@ -46,8 +46,8 @@ type admission struct {
 // replayAdmitted checks that every admitted request, replayed in time order
 // into memstore (the algorithm decided in process), is admitted there too:
 // no sequence of admissions that the limit itself would refuse. Units
-// leased and never spent are not replayed, which is what makes leases
-// exact: they were counted, but not admitted.
+// claimed and never spent are not replayed, which is what makes local
+// budgets exact: they were counted, but not admitted.
 func replayAdmitted(t *testing.T, l floodgate.Limit, got []admission) {
 	t.Helper()
 	sort.SliceStable(got, func(i, j int) bool { return got[i].now.Before(got[j].now) })
@@ -65,13 +65,13 @@ func replayAdmitted(t *testing.T, l floodgate.Limit, got []admission) {
 	}
 }
 
-// TestLeaseZeroOverrun races three instances, ten goroutines each, for one
-// key of a leased limit, on a shared fake clock that steps through several
-// windows (a quarter of a period at a time, giving back idle leases on some
-// steps): every unit admitted, replayed into memstore at its time, is
+// TestBudgetZeroOverrun races three instances, ten goroutines each, for
+// one key of a limit with a local budget, on a shared fake clock that steps
+// through several windows (a quarter of a period at a time, giving back
+// idle budgets on some steps): every unit admitted, replayed into memstore at its time, is
 // admitted there too; and with every goroutine trying until it is denied,
 // each step admits all that the limit allows.
-func TestLeaseZeroOverrun(t *testing.T) {
+func TestBudgetZeroOverrun(t *testing.T) {
 	addr := standaloneAddr(t)
 	limits := map[string]floodgate.Limit{
 		"fixed_window":   {Limit: 100, Period: time.Second, LocalBudget: 10},
@@ -120,7 +120,7 @@ func TestLeaseZeroOverrun(t *testing.T) {
 				clock.Advance(l.Period / 4)
 				if step%3 == 1 {
 					for _, s := range stores {
-						s.local.sweep(t.Context(), s, clock.Now(), false)
+						s.budgets.sweep(t.Context(), clock.Now(), false)
 					}
 				}
 			}
@@ -129,18 +129,18 @@ func TestLeaseZeroOverrun(t *testing.T) {
 	}
 }
 
-// TestLeaseSeedScenario is TestSeedScenario with leases, at the server's
-// clock: three instances, ten goroutines each, one day-long window of 100;
-// every goroutine takes one unit until it is denied. Exactly 100 are
-// admitted: never more, and no unit stays leased and unspent, because an
-// instance's goroutines spend its lease before they see a denial.
-func TestLeaseSeedScenario(t *testing.T) {
+// TestBudgetSeedScenario is TestSeedScenario with local budgets, at the
+// server's clock: three instances, ten goroutines each, one day-long window
+// of 100; every goroutine takes one unit until it is denied. Exactly 100
+// are admitted: never more, and no unit stays claimed and unspent, because
+// an instance's goroutines spend its budget before they see a denial.
+func TestBudgetSeedScenario(t *testing.T) {
 	addr := standaloneAddr(t)
 	for _, l := range []floodgate.Limit{
 		{Limit: 100, Period: 24 * time.Hour, Window: floodgate.FirstHit, LocalBudget: 8},
 		{Algorithm: floodgate.SlidingWindow, Limit: 100, Period: 100 * 24 * time.Hour, LocalBudget: 8},
 	} {
-		t.Run(string(algorithmOf(l)), func(t *testing.T) {
+		t.Run(string(l.EffectiveAlgorithm()), func(t *testing.T) {
 			stores := newInstances(t, addr, 3, Options{Prefix: testPrefix(t)})
 			if got := seedScenario(t, stores, l); got != l.Limit {
 				t.Errorf("%d admitted, want exactly %d", got, l.Limit)
@@ -167,14 +167,14 @@ func redisCount(t *testing.T, c rueidis.Client, key string) int64 {
 	return n
 }
 
-// TestLeaseReturn checks that unused leased units go back to Redis, on an
-// idle sweep and on Close: the count drops by exactly what was unused.
-func TestLeaseReturn(t *testing.T) {
+// TestBudgetGiveBack checks that unused claimed units go back to Redis, on
+// an idle sweep and on Close: the count drops by exactly what was unused.
+func TestBudgetGiveBack(t *testing.T) {
 	addr := standaloneAddr(t)
 	c := newRueidis(t, addr)
 	clock := floodgatetest.NewFakeClock(t0)
 	l := floodgate.Limit{Limit: 1000, Period: time.Minute, LocalBudget: 50}
-	s, err := New(newRueidis(t, addr), &Options{Prefix: testPrefix(t), Clock: clock, LeaseIdle: time.Second})
+	s, err := New(newRueidis(t, addr), &Options{Prefix: testPrefix(t), Clock: clock, BudgetIdle: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestLeaseReturn(t *testing.T) {
 		t.Fatalf("after 40 admitted the count is %d: %d held, want 1 to %d", held+40, held, l.LocalBudget)
 	}
 	clock.Advance(time.Second)
-	if n := s.local.sweep(t.Context(), s, clock.Now(), false); n != held {
+	if n := s.budgets.sweep(t.Context(), clock.Now(), false); n != held {
 		t.Errorf("idle sweep gave back %d, want %d", n, held)
 	}
 	if got := redisCount(t, c, key); got != 40 {
@@ -203,7 +203,7 @@ func TestLeaseReturn(t *testing.T) {
 	spend(25)
 	held = redisCount(t, c, key) - 65
 	if held <= 0 {
-		t.Fatalf("after 65 admitted the count is %d, want more (a lease)", held+65)
+		t.Fatalf("after 65 admitted the count is %d, want more (a local budget)", held+65)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -215,11 +215,11 @@ func TestLeaseReturn(t *testing.T) {
 
 // noSweeper keeps s from starting its sweeper, so that a test sweeps when
 // it chooses.
-func noSweeper(s *Store) { s.local.sweepOnce.Do(func() {}) }
+func noSweeper(s *Store) { s.budgets.sweepOnce.Do(func() {}) }
 
-// TestLeaseReset checks that a Reset through the store forgets its lease
-// and denials: the key gets its whole budget back at once.
-func TestLeaseReset(t *testing.T) {
+// TestBudgetReset checks that a Reset through the store forgets its local
+// budget and denials: the key gets its whole budget back at once.
+func TestBudgetReset(t *testing.T) {
 	addr := standaloneAddr(t)
 	clock := floodgatetest.NewFakeClock(t0)
 	s := newInstances(t, addr, 1, Options{Prefix: testPrefix(t), Clock: clock, DenyCache: 10})[0]
@@ -287,7 +287,7 @@ func TestDenyCacheMatchesRedis(t *testing.T) {
 					r.Lease = fmt.Sprint("l", rng.IntN(4))
 					r.Release = rng.IntN(3) == 0
 				}
-				before := cached.local.denyHits.Load()
+				before := cached.deny.hits.Load()
 				dc, err := cached.Apply(t.Context(), r)
 				if err != nil {
 					t.Fatal(err)
@@ -299,7 +299,7 @@ func TestDenyCacheMatchesRedis(t *testing.T) {
 				if dc.Allowed != dp.Allowed {
 					t.Fatalf("request %d (cost %d at %v): cached Allowed %v, Redis alone %v (%+v)", i, r.Cost, clock.Now().Sub(t0), dc.Allowed, dp.Allowed, dp)
 				}
-				if cached.local.denyHits.Load() != before {
+				if cached.deny.hits.Load() != before {
 					hits++
 					if dc.RetryAfter <= 0 || dc.RetryAfter > dp.RetryAfter {
 						t.Errorf("request %d: cached RetryAfter %v, want in (0, %v]", i, dc.RetryAfter, dp.RetryAfter)
@@ -307,7 +307,7 @@ func TestDenyCacheMatchesRedis(t *testing.T) {
 				}
 			}
 			t.Logf("%d of 2000 decisions were cached denials", hits)
-			if !denialCacheable(l, algorithmOf(l)) && cachedEntry(cached, cached.Key("k", l)) {
+			if !denialCacheable(l, l.EffectiveAlgorithm()) && cachedEntry(cached, cached.Key("k", l)) {
 				t.Errorf("%v: a denial was cached", l)
 			}
 		})
@@ -316,10 +316,10 @@ func TestDenyCacheMatchesRedis(t *testing.T) {
 
 // cachedEntry reports whether s remembers a denial of key.
 func cachedEntry(s *Store, key string) bool {
-	sh := s.local.shard(key)
+	sh := s.deny.shards.of(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.deny[key] != nil
+	return sh.m[key] != nil
 }
 
 // TestDenyCacheAbusiveKey hammers one key far over its limit: after the
@@ -378,8 +378,8 @@ func TestDenyCacheBounded(t *testing.T) {
 		}
 	}
 	n := 0
-	for i := range s.local.shards {
-		n += len(s.local.shards[i].deny)
+	for i := range s.deny.shards.parts {
+		n += len(s.deny.shards.parts[i].m)
 	}
 	if max := 64 + localShards; n == 0 || n > max {
 		t.Errorf("%d denials remembered after 500 keys, want 1 to %d", n, max)
@@ -397,11 +397,11 @@ func scriptCalls(t testing.TB, c rueidis.Client) int64 {
 	return calls
 }
 
-// TestLeaseOptionsErrors checks the errors of bad options and limits.
-func TestLeaseOptionsErrors(t *testing.T) {
+// TestBudgetOptionsErrors checks the errors of bad options and limits.
+func TestBudgetOptionsErrors(t *testing.T) {
 	addr := standaloneAddr(t)
 	c := newRueidis(t, addr)
-	for _, o := range []Options{{DenyCache: -1}, {LeaseIdle: -time.Second}} {
+	for _, o := range []Options{{DenyCache: -1}, {BudgetIdle: -time.Second}} {
 		if _, err := New(c, &o); err == nil {
 			t.Errorf("New(%+v) = nil error, want one", o)
 		}
@@ -410,23 +410,23 @@ func TestLeaseOptionsErrors(t *testing.T) {
 	for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA, floodgate.SlidingWindowLog, floodgate.Concurrency} {
 		l := floodgate.Limit{Algorithm: alg, Limit: 10, Period: time.Second, LocalBudget: 5}
 		_, err := s.Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 1, Lease: "x"})
-		if !errors.Is(err, floodgate.ErrInvalidLimit) || !strings.Contains(err.Error(), "lease") {
-			t.Errorf("%s with a lease: %v, want an invalid limit naming the lease", alg, err)
+		if !errors.Is(err, floodgate.ErrInvalidLimit) || !strings.Contains(err.Error(), "local_budget") {
+			t.Errorf("%s with a local budget: %v, want an invalid limit naming local_budget", alg, err)
 		}
 	}
 }
 
-// TestLeaseReturnCountRejected checks that a fixed window filled by a
+// TestBudgetGiveBackCountRejected checks that a fixed window filled by a
 // counted rejection takes no units back: it stays denied until its end.
-func TestLeaseReturnCountRejected(t *testing.T) {
+func TestBudgetGiveBackCountRejected(t *testing.T) {
 	addr := standaloneAddr(t)
 	c := newRueidis(t, addr)
 	clock := floodgatetest.NewFakeClock(t0)
 	l := floodgate.Limit{Limit: 10, Period: time.Minute, CountRejected: true, LocalBudget: 8}
 	stores := newInstances(t, addr, 2, Options{Prefix: testPrefix(t), Clock: clock})
 	noSweeper(stores[0])
-	// The first claim leases nothing, the second 1 unit, which the third
-	// spends; the fourth leases 2.
+	// The first claim takes nothing extra, the second 1 unit, which the
+	// third spends; the fourth claims 2.
 	for range 4 {
 		if d, err := stores[0].Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 1}); err != nil || !d.Allowed {
 			t.Fatalf("Apply = %+v, %v", d, err)
@@ -434,7 +434,7 @@ func TestLeaseReturnCountRejected(t *testing.T) {
 	}
 	key := stores[0].Key("k", l)
 	if n := redisCount(t, c, key); n <= 4 {
-		t.Fatalf("count %d after 4 admitted, want a lease on top", n)
+		t.Fatalf("count %d after 4 admitted, want claimed units on top", n)
 	}
 	if d, err := stores[1].Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 10}); err != nil || d.Allowed {
 		t.Fatalf("Apply(cost 10) = %+v, %v; want denied", d, err)

@@ -1,25 +1,26 @@
--- lease.lua claims and returns leased budget of fixed_window and
--- sliding_window (floodgate.Limit.LocalBudget). The Go side (scripts.go) builds
--- one script per algorithm: common.lua, state.lua, the algorithm's functions (its file
--- up to "-- main"), this file, then a main line
---   return lease_main('<alg>', <alg>_step, <ALG>_FIELDS, <alg>_expires, '<counted field>', KEYS, ARGV)
+-- budget.lua claims units of a local budget of fixed_window and
+-- sliding_window (floodgate.Limit.LocalBudget) and gives unused units
+-- back. The Go side (scripts.go) builds one script per algorithm:
+-- common.lua, state.lua, the algorithm's functions (its file up to
+-- "-- main"), this file, then a main line
+--   return budget_main('<alg>', <alg>_step, <ALG>_FIELDS, <alg>_expires, '<counted field>', KEYS, ARGV)
 -- It mirrors no Go function: memstore decides in process and needs no
--- lease. Each claim is <alg>_step (algorithm.FixedWindow.Step,
+-- local budget. Each claim is <alg>_step (algorithm.FixedWindow.Step,
 -- algorithm.SlidingWindow.Step) run twice in one script, so a claimed unit
 -- is counted in the state exactly like an admitted one.
 --
 -- KEYS[1]  the state, as the algorithm's own script keeps it.
 -- ARGV     one request, as parse_request in common.lua reads it, then
 --          op       'claim' or 'return'
---          n        claim: the most extra units to lease after the
+--          n        claim: the most extra units to claim after the
 --                   request (0 to 2^40); return: the window start the
---                   leased units were claimed in
+--                   units given back were claimed in
 --          For 'return', the request's cost is the number of unused units
 --          given back.
 -- Reply    claim: {allowed 0/1, limit, remaining, reset_after_us,
 --          retry_after_us (-1 never), now_us, granted, window_start_us}:
 --          the request's own decision (remaining after the grant), the
---          units leased on top of it, and the start of the window (the
+--          units claimed on top of it, and the start of the window (the
 --          state's start) they were counted in, which ends at
 --          window_start + period.
 --          return: {returned, now_us}.
@@ -36,7 +37,7 @@
 -- start equals the claim's window start) leaves at least every unit spent.
 -- A return after a Reset of the key can find a new state of the same
 -- start (an aligned window): it then takes off units the new state never
--- counted, at most the lease, which the package doc says.
+-- counted, at most the local budget, which the package doc says.
 
 -- int parses the decimal integer argument s of field in [lo, hi] (as
 -- parse_request's slow path does).
@@ -51,7 +52,7 @@ local function int(field, s, lo, hi)
   return n
 end
 
-local function lease_main(alg, step, fields, expires, counted, keys, argv)
+local function budget_main(alg, step, fields, expires, counted, keys, argv)
   if #keys ~= 1 or #argv ~= ARGS_PER_REQUEST + 2 then
     fail('args', 'want 1 key and ' .. (ARGS_PER_REQUEST + 2) .. ' arguments')
   end

@@ -1,0 +1,125 @@
+package redisstore
+
+import (
+	"crypto/tls"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Options configure a Store. A nil *Options, or the zero value, means every
+// default.
+type Options struct {
+	// Prefix starts every key; default DefaultPrefix ("floodgate"). It must
+	// not contain '{' or '}', which would change the keys' Cluster slot.
+	// Give each application its own prefix when several share a Redis.
+	Prefix string
+	// ClientTime decides requests whose Now is zero at this process's clock
+	// (Clock), passed to the script, instead of the Redis server's TIME.
+	// Use it on managed Redis offerings that forbid TIME in scripts. Every
+	// process sharing the limits should then have a synchronised clock.
+	// Default false: the server's clock, which every instance shares.
+	ClientTime bool
+	// Clock is the clock of ClientTime; nil means the system clock. Setting
+	// it implies ClientTime.
+	Clock floodgate.Clock
+	// DenyCache is the most keys the store remembers as over their limit,
+	// so that a client hammering a denied key costs no round trip until
+	// its RetryAfter: see "Local decisions" in the package doc for when
+	// this is exact. Default 0: off.
+	DenyCache int
+	// BudgetIdle is how long the local budget of a key (a limit with a
+	// LocalBudget) may go unused before the store gives its unused units
+	// back to Redis; 0 means DefaultBudgetIdle.
+	BudgetIdle time.Duration
+	// Functions runs the scripts as Redis functions (FCALL) instead of
+	// EVALSHA: the store loads its library with FUNCTION LOAD REPLACE on
+	// every master when a call finds its function missing (the first
+	// call, after a restart without persistence, after FUNCTION FLUSH),
+	// then calls again (at most three loads per call): a call that failed
+	// with "Function not found" did not run. A function runs only its own code per call, where
+	// EVALSHA runs the whole script, defining every helper again: it
+	// costs Redis less CPU per decision (see "Functions" in the package
+	// doc).
+	//
+	// Trade-offs: it needs Redis 7.0 or later (or Valkey); on an older
+	// server every call fails with an error saying so, which wraps Redis's
+	// unknown command error. There is no fallback to EVALSHA. Functions
+	// are part of the dataset: persisted in RDB and AOF and replicated, so
+	// they survive a failover, but also visible to FUNCTION LIST and
+	// removed by FUNCTION FLUSH (after which the store loads them again).
+	// A managed Redis may refuse FUNCTION LOAD (an ACL that denies it):
+	// every call that finds no library then fails with an error naming
+	// FUNCTION LOAD and Redis's reason. Default false: EVALSHA.
+	Functions bool
+	// Coalesce is how many script runs the store keeps in flight per
+	// group of keys (the whole store, or one subject on a Redis Cluster)
+	// before a concurrent call waits for one to come back; the calls that
+	// waited then go together in one script run that decides each on its
+	// own. Under load this costs Redis far less CPU per decision, so one
+	// Redis decides more per second; with fewer calls at once every call
+	// goes out on its own at once. Decisions are the same either way: see
+	// "Coalescing" in the package doc. 0 means DefaultCoalesce; a negative
+	// value turns coalescing off, so that every call runs its own script.
+	Coalesce int
+	// WaitReplicas, above 0, follows every script run with Redis's WAIT on
+	// the same connection: a decision is returned only once that many
+	// replicas have acknowledged the run's writes. A run they do not
+	// acknowledge within WaitTimeout returns an error wrapping
+	// ErrNotReplicated, which the Limiter answers by its failure policy;
+	// the run did count on the master. This shrinks what a failover loses
+	// (see "Replication and WAIT" in the package doc) at the price of a
+	// round trip to a replica per run and a dedicated connection while it
+	// waits. Default 0: no WAIT, the Redis default of asynchronous
+	// replication.
+	WaitReplicas int
+	// WaitTimeout is how long a WAIT waits for the replicas, at most, and
+	// never more than half of what is left of the call's deadline; 0 means
+	// DefaultWaitTimeout. It is rounded down to a whole millisecond,
+	// WAIT's unit, and is at least 1 ms. With a go-redis client it must be
+	// below the client's ReadTimeout (see package goredisstore).
+	WaitTimeout time.Duration
+	// TLS is the TLS configuration of Open's connections for a rediss://,
+	// rediss-sentinel:// or rediss-cluster:// URL, in place of the default
+	// (TLS 1.2 or later, the server verified against the system roots):
+	// for a private CA (RootCAs), a client certificate for mutual TLS
+	// (Certificates, or GetClientCertificate to read a renewed one at
+	// each new connection), or a server name other than the URL's host
+	// (ServerName). Open uses a clone, with MinVersion TLS 1.2 if it is 0.
+	// Leave ServerName empty for a Cluster, so that each node is verified
+	// by the name or IP address it is reached at; set, every node's
+	// certificate must hold that one name. With rediss-sentinel:// the
+	// sentinels are reached with it too. Default nil: the default above.
+	// Setting it with a URL without TLS (redis://…) is an error, not
+	// ignored, and so is handing it to New or NewWithConn (goredisstore.New),
+	// whose client has its own TLS configuration.
+	TLS *tls.Config
+}
+
+// DefaultWaitTimeout is the default Options.WaitTimeout.
+const DefaultWaitTimeout = 50 * time.Millisecond
+
+// DefaultBudgetIdle is the default Options.BudgetIdle.
+const DefaultBudgetIdle = 100 * time.Millisecond
+
+// validOptions checks what a Store cannot work with; a nil opts is valid.
+func validOptions(opts *Options) error {
+	if opts != nil && strings.ContainsAny(opts.Prefix, "{}") {
+		return fmt.Errorf("redisstore: Options.Prefix %q contains a brace, which would change the keys' Cluster slot", opts.Prefix)
+	}
+	if opts != nil && opts.DenyCache < 0 {
+		return fmt.Errorf("redisstore: Options.DenyCache %d is negative", opts.DenyCache)
+	}
+	if opts != nil && opts.BudgetIdle < 0 {
+		return fmt.Errorf("redisstore: Options.BudgetIdle %v is negative", opts.BudgetIdle)
+	}
+	if opts != nil && opts.WaitReplicas < 0 {
+		return fmt.Errorf("redisstore: Options.WaitReplicas %d is negative", opts.WaitReplicas)
+	}
+	if opts != nil && opts.WaitTimeout < 0 {
+		return fmt.Errorf("redisstore: Options.WaitTimeout %v is negative", opts.WaitTimeout)
+	}
+	return nil
+}

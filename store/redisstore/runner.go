@@ -1,0 +1,266 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
+)
+
+// runner is the lowest layer of a Store, the only one that talks to
+// Redis: it stamps each call with the time passed to its script, encodes
+// the call as the script's arguments, runs the script through the Conn by
+// EVALSHA (sending the source again after NOSCRIPT) or, with
+// Options.Functions, by FCALL (loading the library when it is missing),
+// each followed by the WAIT of Options.WaitReplicas, and checks and
+// decodes the reply. Its methods are one per script: a single decision
+// (one), a coalesced run (multi), a batch, and a local budget's claim and
+// give-back. It is safe for concurrent use.
+type runner struct {
+	c     Conn
+	clock floodgate.Clock // nil: the server's TIME
+	wait  Wait            // Replicas 0: no WAIT
+	lib   *libLoader      // nil: EVALSHA
+}
+
+var _ decider = (*runner)(nil)
+
+// stamp is the time passed to r's script, in µs: Request.Now, the Clock
+// with ClientTime, or -1 for the server's TIME.
+func (rn *runner) stamp(r *floodgate.Request) int64 {
+	switch {
+	case !r.Now.IsZero():
+		return r.Now.UnixMicro()
+	case rn.clock != nil:
+		return rn.clock.Now().UnixMicro()
+	}
+	return -1
+}
+
+// decide decides c in a script run of its own: the runner as the layer
+// below the local budgets when coalescing is off.
+func (rn *runner) decide(ctx context.Context, c call) (floodgate.Decision, error) {
+	c.now = rn.stamp(&c.r)
+	return rn.one(ctx, &c)
+}
+
+// one decides c, already stamped, in one run of its algorithm's script.
+func (rn *runner) one(ctx context.Context, c *call) (floodgate.Decision, error) {
+	// One allocation for the key and the arguments.
+	kv := make([]string, 1, 1+argsPerRequest)
+	kv[0] = c.key
+	args := appendRequest(kv[1:1], &c.r, c.alg, c.now)
+	vals, err := rn.run(ctx, scripts.single[c.alg], kv[:1], args)
+	if err != nil {
+		return floodgate.Decision{}, c.wrap(err)
+	}
+	if len(vals) != replyLen {
+		return floodgate.Decision{}, c.wrap(fmt.Errorf("%w: %d integers, want %d", floodgate.ErrUnexpectedReply, len(vals), replyLen))
+	}
+	d, err := decode(vals, c.now)
+	if err != nil {
+		return floodgate.Decision{}, c.wrap(err)
+	}
+	return d, nil
+}
+
+// A result is the outcome of one call.
+type result struct {
+	d   floodgate.Decision
+	err error
+}
+
+// errAlone is the error of a call that failed inside a run of multi.lua:
+// it failed before its first write, so it changed nothing, and it should
+// run again alone to report its own error.
+var errAlone = errors.New("redisstore: failed in a shared run")
+
+// multiFailed is MULTI_FAILED in multi.lua: the allowed field of a request
+// that failed.
+const multiFailed = 2
+
+// multi decides cs, already stamped, in one run of multi.lua, each on its
+// own. The error is the run's; without one, each result is its call's
+// decision, its call's error, or errAlone.
+func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
+	keys := make([]string, len(cs))
+	args := make([]string, 0, len(cs)*(1+argsPerRequest))
+	for i, c := range cs {
+		keys[i] = c.key
+		args = append(args, string(c.alg))
+		args = appendRequest(args, &c.r, c.alg, c.now)
+	}
+	vals, err := rn.run(ctx, scripts.multi, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != replyLen*len(cs) {
+		return nil, fmt.Errorf("%w: %d integers for %d requests, want %d", floodgate.ErrUnexpectedReply, len(vals), len(cs), replyLen*len(cs))
+	}
+	out := make([]result, len(cs))
+	for i, c := range cs {
+		v := vals[i*replyLen : (i+1)*replyLen]
+		if v[0] == multiFailed {
+			out[i].err = errAlone
+			continue
+		}
+		out[i].d, out[i].err = decode(v, c.now)
+	}
+	return out, nil
+}
+
+// batch decides cs, requests of one subject, in one run of the batch
+// script, all or nothing (Store.ApplyBatch).
+func (rn *runner) batch(ctx context.Context, cs []call) ([]floodgate.Decision, error) {
+	keys := make([]string, len(cs))
+	args := make([]string, 0, len(cs)*(1+argsPerRequest))
+	for i := range cs {
+		c := &cs[i]
+		c.now = rn.stamp(&c.r)
+		keys[i] = c.key
+		args = append(args, string(c.alg))
+		args = appendRequest(args, &c.r, c.alg, c.now)
+	}
+	vals, err := rn.run(ctx, scripts.batch, keys, args)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: batch %s: %w", keys[0], err)
+	}
+	if len(vals) != replyLen*len(cs) {
+		return nil, fmt.Errorf("redisstore: batch %s: %w: %d integers, want %d", keys[0], floodgate.ErrUnexpectedReply, len(vals), replyLen*len(cs))
+	}
+	out := make([]floodgate.Decision, len(cs))
+	allowed := 0
+	for i := range cs {
+		if out[i], err = decode(vals[i*replyLen:(i+1)*replyLen], cs[i].now); err != nil {
+			return nil, fmt.Errorf("redisstore: batch %s: request %d: %w", keys[i], i, err)
+		}
+		if out[i].Allowed {
+			allowed++
+		}
+	}
+	if allowed != 0 && allowed != len(cs) {
+		return nil, fmt.Errorf("redisstore: batch %s: %w: %d of %d allowed, want all or none", keys[0], floodgate.ErrUnexpectedReply, allowed, len(cs))
+	}
+	return out, nil
+}
+
+// claim runs the budget script for c: it decides c and claims up to extra
+// more units. It returns c's decision, the units granted and the start of
+// the window they were counted in (Redis µs).
+func (rn *runner) claim(ctx context.Context, c call, extra int64) (d floodgate.Decision, granted, start int64, err error) {
+	c.now = rn.stamp(&c.r)
+	args := appendRequest(make([]string, 0, argsPerRequest+2), &c.r, c.alg, c.now)
+	args = append(args, "claim", strconv.FormatInt(extra, 10))
+	vals, err := rn.run(ctx, scripts.budget[c.alg], []string{c.key}, args)
+	if err != nil {
+		return floodgate.Decision{}, 0, 0, c.wrap(err)
+	}
+	if len(vals) != replyLen+2 {
+		return floodgate.Decision{}, 0, 0, c.wrap(fmt.Errorf("%w: %d integers, want %d", floodgate.ErrUnexpectedReply, len(vals), replyLen+2))
+	}
+	if d, err = decode(vals[:replyLen], c.now); err != nil {
+		return floodgate.Decision{}, 0, 0, c.wrap(err)
+	}
+	granted, start = vals[replyLen], vals[replyLen+1]
+	switch {
+	case granted < 0 || granted > extra || (granted > 0 && !d.Allowed):
+		err = fmt.Errorf("%w: granted %d out of range", floodgate.ErrUnexpectedReply, granted)
+	case start < 0 || start > algorithm.MaxExact:
+		err = fmt.Errorf("%w: window_start_us %d out of range", floodgate.ErrUnexpectedReply, start)
+	}
+	if err != nil {
+		return floodgate.Decision{}, 0, 0, c.wrap(err)
+	}
+	return d, granted, start, nil
+}
+
+// giveBack runs the budget script to give back n unused units of key under
+// limit, claimed in the window that starts at start, and reports how many
+// Redis took back (fewer, or none, if the state changed since: another
+// window, a Reset).
+func (rn *runner) giveBack(ctx context.Context, key string, limit floodgate.Limit, n, start int64) (int64, error) {
+	c := call{r: floodgate.Request{Limit: limit, Cost: n}, alg: limit.EffectiveAlgorithm(), key: key}
+	c.now = rn.stamp(&c.r)
+	args := appendRequest(make([]string, 0, argsPerRequest+2), &c.r, c.alg, c.now)
+	args = append(args, "return", strconv.FormatInt(start, 10))
+	vals, err := rn.run(ctx, scripts.budget[c.alg], []string{key}, args)
+	if err != nil {
+		return 0, c.wrap(fmt.Errorf("give back: %w", err))
+	}
+	if len(vals) != 2 || vals[0] < 0 || vals[0] > n {
+		return 0, c.wrap(fmt.Errorf("give back: %w: %v", floodgate.ErrUnexpectedReply, vals))
+	}
+	return vals[0], nil
+}
+
+// run runs sc by digest and, if the server does not have it (NOSCRIPT:
+// after a restart, a failover or SCRIPT FLUSH), by source, which also
+// caches it again; with Options.Functions, as a function (see fcall). The
+// caller never sees NOSCRIPT. A script that failed with NOSCRIPT did not
+// run, so running it again cannot count twice.
+func (rn *runner) run(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	if rn.lib != nil {
+		return rn.fcall(ctx, sc, keys, args)
+	}
+	vals, err := rn.c.EvalSHA(ctx, sc.sha, keys, args, rn.wait.within(ctx))
+	if err != nil && rn.c.IsNoScript(err) {
+		// The WAIT sent after the EVALSHA that found no script ran all the
+		// same; this one gets what is left of the deadline.
+		vals, err = rn.c.Eval(ctx, sc.src, keys, args, rn.wait.within(ctx))
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	return vals, nil
+}
+
+// fcall runs sc's function and, if the server does not have it (after the
+// store's first call, a restart without persistence, a failover to a
+// server without the library, FUNCTION FLUSH), loads the library and calls
+// again, at most maxLoads times: an FCALL that failed with "Function not
+// found" did not run, so calling again cannot count twice. After any other
+// error, a timeout among them, the call may have run: it is not repeated.
+func (rn *runner) fcall(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	for loads := 0; ; loads++ {
+		gen := rn.lib.gen.Load()
+		vals, err := rn.c.FCall(ctx, sc.fn, keys, args, rn.wait.within(ctx))
+		if err == nil {
+			return vals, nil
+		}
+		if isUnknownCommand(err) {
+			return nil, fmt.Errorf("Options.Functions needs Redis 7.0 or later: %w", err)
+		}
+		if !rn.c.IsNoFunction(err) || loads == maxLoads {
+			return nil, classify(err)
+		}
+		if err := rn.lib.load(ctx, rn.c, gen); err != nil {
+			return nil, fmt.Errorf("FUNCTION LOAD %s: %w", scripts.lib.name, err)
+		}
+	}
+}
+
+// isUnknownCommand reports whether err is Redis's answer to a command it
+// does not have (FCALL before Redis 7.0).
+func isUnknownCommand(err error) bool {
+	return strings.HasPrefix(strings.TrimPrefix(err.Error(), "ERR "), "unknown command")
+}
+
+// classify wraps the error replies of the scripts in floodgate's sentinels:
+// a rejected argument is an invalid request (Apply checks every request
+// first, so it means the Go and Lua checks disagree), a key holding
+// something else than Floodgate state is an unexpected reply.
+func classify(err error) error {
+	// rueidis drops the "ERR " of an error reply, go-redis keeps it.
+	msg := strings.TrimPrefix(err.Error(), "ERR ")
+	switch {
+	case strings.HasPrefix(msg, "floodgate: state:"), strings.HasPrefix(msg, "WRONGTYPE"):
+		return fmt.Errorf("%w: %w", floodgate.ErrUnexpectedReply, err)
+	case strings.HasPrefix(msg, "floodgate: "):
+		return fmt.Errorf("%w: %w", floodgate.ErrInvalidRequest, err)
+	}
+	return err
+}
