@@ -85,15 +85,7 @@ func (s TokenBucket) Refund(p Params, now, _, units int64) (TokenBucket, int64) 
 	if p.Limit <= 0 || units <= 0 {
 		return s, 0
 	}
-	t := newRate(p.Limit, p.Period)
-	taken := min(max(0, s.Taken), p.Burst)
-	last := t.norm(instant{s.Last, s.LastFrac})
-	nowI := instant{us: now}
-	if taken > 0 && last.less(nowI) {
-		n := t.count(t.sub(nowI, last), taken)
-		taken -= n
-		last = t.add(last, t.times(n))
-	}
+	taken, last := s.credit(p, newRate(p.Limit, p.Period), now)
 	back := min(units, taken)
 	taken -= back
 	if taken == 0 {

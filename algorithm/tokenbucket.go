@@ -25,17 +25,8 @@ func (s TokenBucket) Step(p Params, now, cost int64) (TokenBucket, Decision) {
 		return TokenBucket{}, denyAll(cost)
 	}
 	t := newRate(p.Limit, p.Period)
-	// A state kept under a larger Burst (a store shares it when a limit
-	// changes) is read under this one: the bucket is at most empty, which
-	// also keeps taken*T within the bounds Validate checks for p.
-	taken := min(max(0, s.Taken), p.Burst)
-	last := t.norm(instant{s.Last, s.LastFrac})
+	taken, last := s.credit(p, t, now)
 	nowI := instant{us: now}
-	if taken > 0 && last.less(nowI) {
-		n := t.count(t.sub(nowI, last), taken)
-		taken -= n
-		last = t.add(last, t.times(n))
-	}
 	if taken == 0 {
 		last = nowI
 	}
@@ -58,6 +49,23 @@ func (s TokenBucket) Step(p Params, now, cost int64) (TokenBucket, Decision) {
 		return TokenBucket{}, d
 	}
 	return TokenBucket{Taken: taken, Last: last.us, LastFrac: last.frac}, d
+}
+
+// credit is the bucket at now: the tokens missing once the whole tokens
+// earned since Last are credited (at most Taken of them), and the instant
+// the last of them was credited. A state kept under a larger Burst (a
+// store shares it when a limit changes) is read under this one: the
+// bucket is at most empty, which also keeps taken*T within the bounds
+// Validate checks for p.
+func (s TokenBucket) credit(p Params, t rate, now int64) (taken int64, last instant) {
+	taken = min(max(0, s.Taken), p.Burst)
+	last = t.norm(instant{s.Last, s.LastFrac})
+	if nowI := (instant{us: now}); taken > 0 && last.less(nowI) {
+		n := t.count(t.sub(nowI, last), taken)
+		taken -= n
+		last = t.add(last, t.times(n))
+	}
+	return taken, last
 }
 
 // Expires is when the bucket is full again; 0 if it is full.

@@ -288,31 +288,36 @@ func (req *AllowRequest) form() (inline bool, err error) {
 
 // allowInline decides the inline form.
 func (s *Server) allowInline(ctx context.Context, req *AllowRequest) (Status, error) {
-	if req.Limit == nil {
-		return Status{}, invalid("limit", "required with key")
-	}
-	lim, err := req.Limit.toLimit("limit")
+	lim, cost, err := req.inlineLimit()
 	if err != nil {
 		return Status{}, err
-	}
-	cost := int64(1)
-	if req.Cost != nil {
-		cost = *req.Cost
 	}
 	return s.DecideInline(ctx, req.Key, lim, cost)
 }
 
 // allowDescriptors decides the descriptor form.
 func (s *Server) allowDescriptors(ctx context.Context, req *AllowRequest) (Result, error) {
-	ds, err := req.descriptors()
+	ds, hits, err := req.descriptors()
 	if err != nil {
 		return Result{}, err
 	}
-	hits := int64(1)
-	if req.Hits != nil {
-		hits = *req.Hits
-	}
 	return s.Decide(ctx, req.Domain, ds, hits)
+}
+
+// inlineLimit is the limit and the cost of the inline form.
+func (req *AllowRequest) inlineLimit() (floodgate.Limit, int64, error) {
+	if req.Limit == nil {
+		return floodgate.Limit{}, 0, invalid("limit", "required with key")
+	}
+	lim, err := req.Limit.toLimit("limit")
+	if err != nil {
+		return floodgate.Limit{}, 0, err
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	return lim, cost, nil
 }
 
 // allowResponse is the body answering statuses: the overall decision

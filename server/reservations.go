@@ -254,28 +254,17 @@ func reserveOptions(r *http.Request, req *ReserveRequest) (*floodgate.ReserveOpt
 }
 
 func (s *Server) reserveInline(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
-	if req.Limit == nil {
-		return nil, Status{}, invalid("limit", "required with key")
-	}
-	lim, err := req.Limit.toLimit("limit")
+	lim, cost, err := req.inlineLimit()
 	if err != nil {
 		return nil, Status{}, err
-	}
-	cost := int64(1)
-	if req.Cost != nil {
-		cost = *req.Cost
 	}
 	return s.ReserveInline(ctx, req.Key, lim, cost, o)
 }
 
 func (s *Server) reserveDescriptors(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
-	ds, err := req.descriptors()
+	ds, hits, err := req.descriptors()
 	if err != nil {
 		return nil, Result{}, err
-	}
-	hits := int64(1)
-	if req.Hits != nil {
-		hits = *req.Hits
 	}
 	return s.Reserve(ctx, req.Domain, ds, hits, o)
 }
@@ -342,10 +331,10 @@ func expiredDetail(sts []floodgate.Settlement) string {
 	return fmt.Sprintf("the reservation expired before this step; %d units were given back", back)
 }
 
-// descriptors converts the descriptor form of the body.
-func (req *AllowRequest) descriptors() ([]Descriptor, error) {
+// descriptors converts the descriptor form of the body, and its hits.
+func (req *AllowRequest) descriptors() ([]Descriptor, int64, error) {
 	if len(req.Descriptors) > MaxDescriptors {
-		return nil, invalid("descriptors", "%d descriptors, more than the %d allowed", len(req.Descriptors), MaxDescriptors)
+		return nil, 0, invalid("descriptors", "%d descriptors, more than the %d allowed", len(req.Descriptors), MaxDescriptors)
 	}
 	ds := make([]Descriptor, len(req.Descriptors))
 	for i, d := range req.Descriptors {
@@ -357,10 +346,14 @@ func (req *AllowRequest) descriptors() ([]Descriptor, error) {
 		if d.Limit != nil {
 			lim, err := d.Limit.toLimit(fmt.Sprintf("descriptors[%d].limit", i))
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			ds[i].Limit = &lim
 		}
 	}
-	return ds, nil
+	hits := int64(1)
+	if req.Hits != nil {
+		hits = *req.Hits
+	}
+	return ds, hits, nil
 }
