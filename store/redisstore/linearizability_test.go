@@ -22,11 +22,13 @@ import (
 // a real Redis, from several stores with clients of their own, and check
 // them with porcupine against the algorithm package (internal/linearize).
 // CI runs them as they are; FLOODGATE_LINEARIZE_LONG=1 makes every history
-// four times longer and repeats it three times:
+// four times longer (four times the periods and the calls per key) and
+// repeats it three times:
 //
 //	FLOODGATE_LINEARIZE_LONG=1 go test -race -count=1 -run 'Linearizab' -v ./store/redisstore/
 
-// linearizeScale is the number of rounds and the factor of calls per key.
+// linearizeScale is the number of rounds, and the factor of the periods a
+// history spans and of its calls per key.
 func linearizeScale() (rounds, factor int) {
 	if os.Getenv("FLOODGATE_LINEARIZE_LONG") == "1" {
 		return 3, 4
@@ -94,6 +96,7 @@ func runLinearizable(t *testing.T, newClient func() rueidis.Client) {
 					Limit:      c.Limit,
 					Keys:       []string{"k1", "k2", "k3"},
 					OpsPerKey:  150 * factor,
+					MinPeriods: 5 * factor,
 					Seed:       uint64(100*round + i),
 				}
 				rec := linearize.Record(t, w)
@@ -158,6 +161,7 @@ func TestLinearizableTimeouts(t *testing.T) {
 					Limit:        c.limit,
 					Keys:         []string{"k1", "k2"},
 					OpsPerKey:    150 * factor,
+					MinPeriods:   5 * factor,
 					OwnNow:       c.ownNow,
 					TimeoutShare: 0.1,
 					Timeout:      100 * time.Microsecond,
