@@ -45,7 +45,7 @@ type Workload struct {
 	// OpsPerKey is the number of calls per key the callers plan, and
 	// make at least; default 200. Paced, they make about that many on any
 	// machine: 150 on each of 3 keys over 5 periods of 20 ms, with 12
-	// callers, is a burst of 4 calls from each caller every 11 ms.
+	// callers, is a burst of 2 calls from each caller every 5.6 ms.
 	OpsPerKey int
 	// MinPeriods is how many periods of the limit the history must span,
 	// from the earliest to the latest Decision.Now: the callers go on past
@@ -262,10 +262,11 @@ const slotStream = 1 << 32
 
 // burst is how many calls a paced caller makes back to back from each of
 // its slots. Callers woken at one instant make a call each at about the
-// same time, but on a machine with few cores they soon drift apart: a few
-// calls each keep them contending, as callers that never wait do, while
-// leaving several bursts in each period.
-const burst = 4
+// same time, but on a machine with few cores they soon drift apart: with
+// a single call each, a history of 450 calls on a 2-core machine shared 2
+// to 12 script runs (redisstore's coalescing); with two, 40 to 70, as
+// many as with four, and twice as many bursts fall in each period.
+const burst = 2
 
 // wait waits for the slot of call i, if it is the first of its burst,
 // unless the caller is behind it.
