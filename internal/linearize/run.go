@@ -57,6 +57,12 @@ type Workload struct {
 	MaxCalls int
 	// MaxDuration bounds the wall time the callers take; default 20s.
 	MaxDuration time.Duration
+	// Until, if set, must hold too before the callers stop: something the
+	// history must exercise besides time, such as calls that failed, or
+	// (redisstore) calls that shared a script run. The callers ask it only
+	// once they have made their planned calls and spanned MinPeriods, after
+	// each call, until it holds or a bound stops them.
+	Until func(*Recorder) bool
 	// Unpaced lets every caller call as fast as it can, for a store whose
 	// clock is not the wall clock: a TickClock moves on with calls, not
 	// with waiting. OpsPerKey then decides the length of the history, and
@@ -152,7 +158,7 @@ func WriteVisualization(t *testing.T, opts Options, info porcupine.Linearization
 
 // Record runs w and returns the recorder that holds its history. It fails
 // t if a bound (MaxCalls, MaxDuration) stopped the callers before the
-// history spanned MinPeriods periods.
+// history spanned MinPeriods periods, or before w.Until held.
 func Record(t *testing.T, w Workload) *Recorder {
 	t.Helper()
 	if len(w.Stores) == 0 || len(w.Keys) == 0 {
@@ -208,11 +214,18 @@ func Record(t *testing.T, w Workload) *Recorder {
 	for err := range errs {
 		t.Error(err)
 	}
-	if span := rec.Span(); span < pl.span {
-		if stop := pl.stopped.Load(); stop != nil {
-			t.Errorf("linearize: the history spans %.1f periods of %v, want at least %d: the callers stopped at %s, after %d calls in %v (bounds: %d calls, %v)",
-				float64(span)/float64(w.Limit.Period), w.Limit.Period, w.MinPeriods, *stop,
-				rec.Stats().Calls, time.Since(pl.start).Round(time.Millisecond), w.MaxCalls, w.MaxDuration)
+	if stop := pl.stopped.Load(); stop != nil {
+		span, until := rec.Span(), "is unset"
+		if w.Until != nil {
+			until = "holds"
+			if !w.Until(rec) {
+				until = "does not hold"
+			}
+		}
+		if span < pl.span || until == "does not hold" {
+			t.Errorf("linearize: the history spans %.1f periods of %v (want at least %d) and the workload's Until %s: the callers stopped at %s, after %d calls in %v (bounds: %d calls, %v)",
+				float64(span)/float64(w.Limit.Period), w.Limit.Period, w.MinPeriods, until,
+				*stop, rec.Stats().Calls, time.Since(pl.start).Round(time.Millisecond), w.MaxCalls, w.MaxDuration)
 		}
 	}
 	return rec
@@ -299,10 +312,10 @@ type caller struct {
 }
 
 // run makes at least n calls, and more until the history spans the
-// workload's periods, unless a bound stops it.
+// workload's periods and its Until holds, unless a bound stops it.
 func (c *caller) run(ctx context.Context, n int) error {
 	c.held = make(map[string]floodgate.Request)
-	for i := 0; i < n || c.rec.Span() < c.plan.span; i++ {
+	for i := 0; i < n || c.rec.Span() < c.plan.span || c.w.Until != nil && !c.w.Until(c.rec); i++ {
 		if stop := c.plan.next(); stop != "" {
 			c.plan.stopped.CompareAndSwap(nil, &stop)
 			return nil

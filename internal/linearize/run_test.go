@@ -82,3 +82,29 @@ func TestRecordByTime(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordUntil checks that the callers go on past their planned calls
+// and the span until Workload.Until holds, and stop soon after.
+func TestRecordUntil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New(&memstore.Options{Clock: bubbleClock{}, SweepInterval: -1})
+		const goroutines, planned, want = 12, 450, 600
+		w := Workload{
+			Stores:     []floodgate.Store{s},
+			Limit:      Cases[0].Limit,
+			Keys:       []string{"k1", "k2", "k3"},
+			Goroutines: goroutines,
+			OpsPerKey:  planned / 3,
+			Until:      func(rec *Recorder) bool { return rec.Stats().Calls >= want },
+		}
+		rec := Record(t, w)
+		// Each caller asks Until after its own call: the others may each
+		// be making one more.
+		if calls := rec.Stats().Calls; calls < want || calls > want+goroutines {
+			t.Errorf("%d calls, want %d to %d", calls, want, want+goroutines)
+		}
+		if periods := float64(rec.Span()) / float64(w.Limit.Period); periods < 5 {
+			t.Errorf("the history spans %.1f periods, want at least 5", periods)
+		}
+	})
+}
