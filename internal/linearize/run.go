@@ -65,8 +65,9 @@ type Workload struct {
 	Until func(*Recorder) bool
 	// Unpaced lets every caller call as fast as it can, for a store whose
 	// clock is not the wall clock: a TickClock moves on with calls, not
-	// with waiting. OpsPerKey then decides the length of the history, and
-	// MinPeriods only checks it.
+	// with waiting, so a history's length in calls is its length in time.
+	// (On the wall clock nothing would then keep a fast machine from
+	// making up to MaxCalls calls.)
 	Unpaced bool
 	// OwnNow stamps every request with the process clock (Request.Now),
 	// instead of letting the store decide by its own.
