@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,8 +18,21 @@ import (
 
 // Workload is a history to record: Goroutines callers, spread over Stores
 // (each store its own client and connections), each making requests of
-// Limit on a few Keys, so that they contend, until OpsPerKey calls per key
-// have been made on average.
+// Limit on a few Keys, so that they contend, until the history spans
+// MinPeriods periods of the limit and OpsPerKey calls per key have been
+// made on average.
+//
+// What ends a history is time, not a count: the callers go on until the
+// decisions' times (Decision.Now, the clock the history is checked
+// against: the store's, or the callers' with OwnNow) span MinPeriods
+// periods. So that a fast machine does not reach that span with many more
+// calls than a slow one (porcupine's check grows fast with the calls on a
+// key), the callers are paced by the wall clock: all of them make a burst
+// of calls together at instants spaced so that OpsPerKey calls per key
+// take MinPeriods periods, and a caller that is behind does not wait. A
+// history then has about OpsPerKey calls per key on a machine of any
+// speed. MaxCalls and MaxDuration bound a history whose clock does not
+// move on.
 type Workload struct {
 	// Stores are the stores the callers use, round robin; at least one.
 	Stores []floodgate.Store
@@ -28,8 +42,33 @@ type Workload struct {
 	Keys []string
 	// Goroutines is the number of concurrent callers; default 8.
 	Goroutines int
-	// OpsPerKey is the number of calls per key; default 200.
+	// OpsPerKey is the number of calls per key the callers plan, and
+	// make at least; default 200. Paced, they make about that many on any
+	// machine: 150 on each of 3 keys over 5 periods of 20 ms, with 12
+	// callers, is a burst of 2 calls from each caller every 5.6 ms.
 	OpsPerKey int
+	// MinPeriods is how many periods of the limit the history must span,
+	// from the earliest to the latest Decision.Now: the callers go on past
+	// OpsPerKey until it does. Default 5. Record fails the test if
+	// MaxCalls or MaxDuration stopped the callers short of it.
+	MinPeriods int
+	// MaxCalls bounds the calls of the history, failed ones included;
+	// default maxCallsFactor times OpsPerKey per key.
+	MaxCalls int
+	// MaxDuration bounds the wall time the callers take; default 20s.
+	MaxDuration time.Duration
+	// Until, if set, must hold too before the callers stop: something the
+	// history must exercise besides time, such as calls that failed, or
+	// (redisstore) calls that shared a script run. The callers ask it only
+	// once they have made their planned calls and spanned MinPeriods, after
+	// each call, until it holds or a bound stops them.
+	Until func(*Recorder) bool
+	// Unpaced lets every caller call as fast as it can, for a store whose
+	// clock is not the wall clock: a TickClock moves on with calls, not
+	// with waiting, so a history's length in calls is its length in time.
+	// (On the wall clock nothing would then keep a fast machine from
+	// making up to MaxCalls calls.)
+	Unpaced bool
 	// OwnNow stamps every request with the process clock (Request.Now),
 	// instead of letting the store decide by its own.
 	OwnNow bool
@@ -43,11 +82,8 @@ type Workload struct {
 	// workload without short deadlines (TimeoutShare 0) a call that fails
 	// fails the test.
 	Deadline time.Duration
-	// MinPeriods is how many periods of the limit the history should span:
-	// the callers go on past OpsPerKey, up to maxCallsFactor times as many calls,
-	// until the decisions' times span this many periods. Default 5.
-	MinPeriods int
-	// Seed seeds the choice of keys, costs and deadlines.
+	// Seed seeds the choice of keys, costs and deadlines, and the instants
+	// of the calls.
 	Seed uint64
 }
 
@@ -121,7 +157,9 @@ func WriteVisualization(t *testing.T, opts Options, info porcupine.Linearization
 	return fmt.Sprintf("visualisation in %s (kept with go test -artifacts)", path)
 }
 
-// Record runs w and returns the recorder that holds its history.
+// Record runs w and returns the recorder that holds its history. It fails
+// t if a bound (MaxCalls, MaxDuration) stopped the callers before the
+// history spanned MinPeriods periods, or before w.Until held.
 func Record(t *testing.T, w Workload) *Recorder {
 	t.Helper()
 	if len(w.Stores) == 0 || len(w.Keys) == 0 {
@@ -142,8 +180,21 @@ func Record(t *testing.T, w Workload) *Recorder {
 	if w.MinPeriods <= 0 {
 		w.MinPeriods = 5
 	}
-	rec := NewRecorder()
 	total := w.OpsPerKey * len(w.Keys)
+	if w.MaxCalls <= 0 {
+		w.MaxCalls = maxCallsFactor * total
+	}
+	if w.MaxDuration <= 0 {
+		w.MaxDuration = 20 * time.Second
+	}
+	rec := NewRecorder()
+	pl := &plan{w: w, span: time.Duration(w.MinPeriods) * w.Limit.Period, start: time.Now()}
+	if !w.Unpaced {
+		// The busiest caller's last planned burst is due about a span
+		// after its first.
+		last := ((total+w.Goroutines-1)/w.Goroutines - 1) / burst
+		pl.spacing = pl.span / time.Duration(max(1, last))
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, w.Goroutines)
 	for g := range w.Goroutines {
@@ -152,7 +203,7 @@ func Record(t *testing.T, w Workload) *Recorder {
 			n++
 		}
 		wg.Go(func() {
-			c := caller{w: w, rec: rec, id: g, store: w.Stores[g%len(w.Stores)],
+			c := caller{plan: pl, w: w, rec: rec, id: g, store: w.Stores[g%len(w.Stores)],
 				rng: rand.New(rand.NewPCG(w.Seed, uint64(g)))}
 			if err := c.run(t.Context(), n); err != nil {
 				errs <- err
@@ -164,14 +215,93 @@ func Record(t *testing.T, w Workload) *Recorder {
 	for err := range errs {
 		t.Error(err)
 	}
+	if stop := pl.stopped.Load(); stop != nil {
+		span, until := rec.Span(), "is unset"
+		if w.Until != nil {
+			until = "holds"
+			if !w.Until(rec) {
+				until = "does not hold"
+			}
+		}
+		if span < pl.span || until == "does not hold" {
+			t.Errorf("linearize: the history spans %.1f periods of %v (want at least %d) and the workload's Until %s: the callers stopped at %s, after %d calls in %v (bounds: %d calls, %v)",
+				float64(span)/float64(w.Limit.Period), w.Limit.Period, w.MinPeriods, until,
+				*stop, rec.Stats().Calls, time.Since(pl.start).Round(time.Millisecond), w.MaxCalls, w.MaxDuration)
+		}
+	}
 	return rec
 }
 
-// maxCallsFactor bounds how far callers go past OpsPerKey for the history
-// to span MinPeriods: on a fast machine 3× was too few for 3 periods.
-const maxCallsFactor = 10
+// maxCallsFactor bounds the calls of a history, as a multiple of those
+// planned. Paced callers span MinPeriods within two bursts past the
+// planned calls on a fast machine, and with the planned calls on a slow
+// one; the bound ends a history whose clock does not move on while it is
+// still small enough for porcupine.
+const maxCallsFactor = 4
+
+// plan is what the callers of one history share.
+type plan struct {
+	w     Workload
+	span  time.Duration // MinPeriods periods
+	start time.Time
+	// spacing is the wall time between the bursts of calls; 0 if unpaced.
+	spacing time.Duration
+	calls   atomic.Int64
+	// stopped says which bound stopped the callers, if one did.
+	stopped atomic.Pointer[string]
+}
+
+// next reserves a call, or says which bound forbids it.
+func (r *plan) next() (stop string) {
+	if r.calls.Add(1) > int64(r.w.MaxCalls) {
+		return "the bound on calls"
+	}
+	if time.Since(r.start) > r.w.MaxDuration {
+		return "the bound on time"
+	}
+	return ""
+}
+
+// slot is the instant of every caller's burst i: the i-th of the instants
+// spacing apart from the start, each moved on by a random part of spacing
+// that all callers share, so that they call together (and contend as if
+// none of them waited), at times that fall anywhere in a window.
+func (r *plan) slot(i int) time.Time {
+	u := rand.New(rand.NewPCG(r.w.Seed, slotStream+uint64(i))).Float64()
+	return r.start.Add(time.Duration((float64(i) + u) * float64(r.spacing)))
+}
+
+// slotStream sets the random stream of the slots apart from the callers'.
+const slotStream = 1 << 32
+
+// burst is how many calls a paced caller makes back to back from each of
+// its slots. Callers woken at one instant make a call each at about the
+// same time, but on a machine with few cores they soon drift apart: with
+// a single call each, a history of 450 calls on a 2-core machine shared 2
+// to 12 script runs (redisstore's coalescing); with two, 40 to 70, as
+// many as with four, and twice as many bursts fall in each period.
+const burst = 2
+
+// wait waits for the slot of call i, if it is the first of its burst,
+// unless the caller is behind it.
+func (r *plan) wait(ctx context.Context, i int) {
+	if r.spacing <= 0 || i%burst != 0 {
+		return
+	}
+	d := time.Until(r.slot(i / burst))
+	if d <= 0 {
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
 
 type caller struct {
+	plan  *plan
 	w     Workload
 	rec   *Recorder
 	id    int
@@ -182,10 +312,16 @@ type caller struct {
 	lease int
 }
 
+// run makes at least n calls, and more until the history spans the
+// workload's periods and its Until holds, unless a bound stops it.
 func (c *caller) run(ctx context.Context, n int) error {
 	c.held = make(map[string]floodgate.Request)
-	long := time.Duration(c.w.MinPeriods) * c.w.Limit.Period
-	for i := 0; i < n || (i < maxCallsFactor*n && c.rec.Span() < long); i++ {
+	for i := 0; i < n || c.rec.Span() < c.plan.span || c.w.Until != nil && !c.w.Until(c.rec); i++ {
+		if stop := c.plan.next(); stop != "" {
+			c.plan.stopped.CompareAndSwap(nil, &stop)
+			return nil
+		}
+		c.plan.wait(ctx, i)
 		r := c.request()
 		deadline, short := c.w.Deadline, false
 		if c.w.TimeoutShare > 0 && c.rng.Float64() < c.w.TimeoutShare {

@@ -30,6 +30,8 @@ func TestLinearizable(t *testing.T) {
 				Limit:  c.Limit,
 				Keys:   []string{"a", "b", fmt.Sprintf("{%d}", i)},
 				Seed:   uint64(i),
+				// The clock moves on with calls, not with waiting.
+				Unpaced: true,
 			}, linearize.Options{})
 		})
 	}

@@ -22,11 +22,13 @@ import (
 // a real Redis, from several stores with clients of their own, and check
 // them with porcupine against the algorithm package (internal/linearize).
 // CI runs them as they are; FLOODGATE_LINEARIZE_LONG=1 makes every history
-// four times longer and repeats it three times:
+// four times longer (four times the periods and the calls per key) and
+// repeats it three times:
 //
 //	FLOODGATE_LINEARIZE_LONG=1 go test -race -count=1 -run 'Linearizab' -v ./store/redisstore/
 
-// linearizeScale is the number of rounds and the factor of calls per key.
+// linearizeScale is the number of rounds, and the factor of the periods a
+// history spans and of its calls per key.
 func linearizeScale() (rounds, factor int) {
 	if os.Getenv("FLOODGATE_LINEARIZE_LONG") == "1" {
 		return 3, 4
@@ -60,16 +62,31 @@ func linearizeStores(t *testing.T, n int, prefix string, newClient func() rueidi
 // linearizeStores(t, 4, ...).
 const linearizeCallers = 12
 
-// checkCoalesced fails the test unless some calls of the history shared
-// script runs, so that the history checked coalescing too.
-func checkCoalesced(t *testing.T, stores []floodgate.Store) {
-	t.Helper()
+// coalesceStats adds up the CoalesceStats of stores.
+func coalesceStats(stores []floodgate.Store) CoalesceStats {
 	var st CoalesceStats
 	for _, s := range stores {
 		c := s.(*Store).CoalesceStats()
 		st.Runs += c.Runs
 		st.Decisions += c.Decisions
 	}
+	return st
+}
+
+// coalesced is a Workload.Until: the history goes on, within its bounds,
+// until some calls shared a script run. How often callers overlap depends
+// on the machine (on a Cluster, where calls share a run only on one key,
+// a history of 450 calls shares 3 to 19 runs on 2 cores), so a history
+// that happened to share none would otherwise fail checkCoalesced.
+func coalesced(stores []floodgate.Store) func(*linearize.Recorder) bool {
+	return func(*linearize.Recorder) bool { return coalesceStats(stores).Runs > 0 }
+}
+
+// checkCoalesced fails the test unless some calls of the history shared
+// script runs, so that the history checked coalescing too.
+func checkCoalesced(t *testing.T, stores []floodgate.Store) {
+	t.Helper()
+	st := coalesceStats(stores)
 	if st.Runs == 0 {
 		t.Error("no calls shared a script run: the history did not exercise coalescing")
 	}
@@ -88,12 +105,15 @@ func runLinearizable(t *testing.T, newClient func() rueidis.Client) {
 			for round := range rounds {
 				prefix := testPrefix(t)
 				checkTTLsAtEnd(t, newClient(), prefix)
+				stores := linearizeStores(t, 4, prefix, newClient)
 				w := linearize.Workload{
-					Stores:     linearizeStores(t, 4, prefix, newClient),
+					Stores:     stores,
 					Goroutines: linearizeCallers,
 					Limit:      c.Limit,
 					Keys:       []string{"k1", "k2", "k3"},
 					OpsPerKey:  150 * factor,
+					MinPeriods: 5 * factor,
+					Until:      coalesced(stores),
 					Seed:       uint64(100*round + i),
 				}
 				rec := linearize.Record(t, w)
@@ -152,16 +172,22 @@ func TestLinearizableTimeouts(t *testing.T) {
 			for round := range rounds {
 				prefix := testPrefix(t)
 				checkTTLsAtEnd(t, newClient(), prefix)
+				stores := linearizeStores(t, 4, prefix, newClient)
+				shared := coalesced(stores)
 				w := linearize.Workload{
-					Stores:       linearizeStores(t, 4, prefix, newClient),
+					Stores:       stores,
 					Goroutines:   linearizeCallers,
 					Limit:        c.limit,
 					Keys:         []string{"k1", "k2"},
 					OpsPerKey:    150 * factor,
+					MinPeriods:   5 * factor,
 					OwnNow:       c.ownNow,
 					TimeoutShare: 0.1,
 					Timeout:      100 * time.Microsecond,
-					Seed:         uint64(1000 + 100*round + i),
+					// Whether a 100 µs deadline ends a call depends on the
+					// machine too: go on until one has.
+					Until: func(rec *linearize.Recorder) bool { return shared(rec) && rec.Stats().Failed > 0 },
+					Seed:  uint64(1000 + 100*round + i),
 				}
 				rec := linearize.Record(t, w)
 				failed += linearize.Verify(t, rec, w.Limit, linearize.Options{Monotonic: !c.ownNow}).Failed
