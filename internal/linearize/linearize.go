@@ -274,15 +274,9 @@ func modelled(r floodgate.Request) bool {
 	if !r.Now.IsZero() {
 		return true
 	}
-	return algorithmOf(r.Limit) == floodgate.FixedWindow && r.Limit.Window != floodgate.FirstHit
+	return r.Limit.EffectiveAlgorithm() == floodgate.FixedWindow && r.Limit.Window != floodgate.FirstHit
 }
 
-func algorithmOf(l floodgate.Limit) floodgate.Algorithm {
-	if l.Algorithm == "" {
-		return floodgate.FixedWindow
-	}
-	return l.Algorithm
-}
 
 // stateKey is what a store keeps one state for.
 type stateKey struct {
@@ -292,7 +286,7 @@ type stateKey struct {
 }
 
 func keyOf(r floodgate.Request) stateKey {
-	return stateKey{r.Key, algorithmOf(r.Limit), r.Limit.Period}
+	return stateKey{r.Key, r.Limit.EffectiveAlgorithm(), r.Limit.Period}
 }
 
 // state is the model's state of one key: the algorithm's state (one of the
@@ -311,7 +305,7 @@ type state struct {
 func step(s state, r floodgate.Request, now int64) (state, floodgate.Decision) {
 	p := r.Limit.Params()
 	var d algorithm.Decision
-	switch algorithmOf(r.Limit) {
+	switch r.Limit.EffectiveAlgorithm() {
 	case floodgate.FixedWindow:
 		s.fw, d = s.fw.Step(p, now, r.Cost)
 	case floodgate.SlidingWindow:

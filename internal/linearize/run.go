@@ -360,7 +360,7 @@ func (c *caller) request() floodgate.Request {
 	case x <= 4:
 		r.Cost = 2 + c.rng.Int64N(2)
 	}
-	if algorithmOf(c.w.Limit) != floodgate.Concurrency {
+	if c.w.Limit.EffectiveAlgorithm() != floodgate.Concurrency {
 		return r
 	}
 	if h, ok := c.held[r.Key]; ok {
