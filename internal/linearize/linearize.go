@@ -277,7 +277,6 @@ func modelled(r floodgate.Request) bool {
 	return r.Limit.EffectiveAlgorithm() == floodgate.FixedWindow && r.Limit.Window != floodgate.FirstHit
 }
 
-
 // stateKey is what a store keeps one state for.
 type stateKey struct {
 	key    string
