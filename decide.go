@@ -98,31 +98,41 @@ func (l *Limiter) DecideAll(ctx context.Context, items []Item) ([]Outcome, error
 }
 
 func (l *Limiter) decide(ctx context.Context, items []Item, atomic bool) ([]Outcome, error) {
-	c := call{rs: make([]Request, len(items)), policies: make([]FailurePolicy, len(items)), atomic: atomic, out: make([]Outcome, len(items))}
-	now := l.now()
-	for i, it := range items {
-		c.rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost}
-		if err := l.prepare(&c.rs[i], now); err != nil {
-			return nil, &ItemError{Index: i, Err: err}
-		}
-		c.policies[i] = l.policyOf(it.Policy)
+	c, err := l.newCall(items, atomic && len(items) > 1)
+	if err != nil {
+		return nil, err
 	}
 	l.run(ctx, &c)
 	return c.out, nil
 }
 
-// call is one pass through the pipeline: prepared requests, the policy of
-// each, and their outcomes. With atomic, the requests are all or nothing
-// (AllowEach): the store gets them as one batch, and so does the local
-// store. op, if set, is the store's step for an atomic call in place of
-// a batch of Apply (a reservation): it is given the store, or the local
-// store with this instance's shares.
+// newCall prepares the requests of items, each with its policy.
+func (l *Limiter) newCall(items []Item, atomic bool) (call, error) {
+	c := call{rs: make([]Request, len(items)), atomic: atomic, out: make([]Outcome, len(items))}
+	now := l.now()
+	for i, it := range items {
+		c.rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost}
+		if err := l.prepare(&c.rs[i], now); err != nil {
+			return c, &ItemError{Index: i, Err: err}
+		}
+		c.out[i].Policy = l.policyOf(it.Policy)
+	}
+	return c, nil
+}
+
+// call is one pass through the pipeline: prepared requests and their
+// outcomes. Until run settles them, each outcome's Policy is the policy
+// that answers its request, its Decision and Err the store's answer. With
+// atomic, the requests are all or nothing (AllowEach): the store gets
+// them as one batch, and so does the local store. op, if set, is the
+// store's step for an atomic call in place of a batch of Apply (a
+// reservation): it is given the store, or the local store with this
+// instance's shares.
 type call struct {
-	rs       []Request
-	policies []FailurePolicy
-	atomic   bool
-	op       storeOp
-	out      []Outcome
+	rs     []Request
+	atomic bool
+	op     storeOp
+	out    []Outcome
 }
 
 // storeOp decides rs in s all or nothing, with one decision per request.
@@ -148,11 +158,11 @@ func (l *Limiter) policyOf(p FailurePolicy) FailurePolicy {
 func (l *Limiter) run(ctx context.Context, c *call) {
 	start := time.Now()
 	local := l.localNow(c)
-	asked, errs := l.ask(ctx, c, local)
+	l.ask(ctx, c, local)
 	if l.fb != nil {
-		l.reportFirstLocal(c, asked, errs)
+		l.reportFirstLocal(c, local)
 	}
-	l.settle(ctx, c, asked, errs, local)
+	l.settle(ctx, c, local)
 	if l.obs != nil {
 		latency := time.Since(start)
 		for i := range c.rs {
@@ -168,8 +178,8 @@ func (l *Limiter) localNow(c *call) []bool {
 		return nil
 	}
 	var local []bool
-	for i, p := range c.policies {
-		if p != FailLocal {
+	for i := range c.out {
+		if c.out[i].Policy != FailLocal {
 			continue
 		}
 		if local == nil {
@@ -186,74 +196,79 @@ func (l *Limiter) localNow(c *call) []bool {
 }
 
 // ask decides in the store, under the deadline, every request that local
-// does not mark, writing their decisions to c.out. It returns which it
-// asked (nil: all) and the store's error for each.
-func (l *Limiter) ask(ctx context.Context, c *call, local []bool) (asked []bool, errs []error) {
+// does not mark, writing the store's decision and error to its outcome.
+func (l *Limiter) ask(ctx context.Context, c *call, local []bool) {
 	rs := c.rs
 	var which []int
 	if local != nil {
-		asked = make([]bool, len(rs))
 		rs = nil
 		for i, r := range c.rs {
 			if !local[i] {
-				asked[i] = true
 				rs = append(rs, r)
 				which = append(which, i)
 			}
 		}
 	}
-	errs = make([]error, len(c.rs))
 	if len(rs) == 0 {
-		return asked, errs
+		return
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
-	ds, serrs := applyAll(ctx, l.store, rs, c.atomic, c.op)
-	for j := range rs {
-		i := j
-		if which != nil {
-			i = which[j]
-		}
-		c.out[i].Decision, errs[i] = ds[j], serrs[j]
-	}
-	return asked, errs
+	applyAll(ctx, l.store, rs, c.atomic, c.op, c.out, which)
 }
 
 // applyAll decides rs in s: as one batch when atomic (by op when set),
-// else each on its own, in one round trip when s is a Pipeliner. There is one decision and
-// one error per request.
-func applyAll(ctx context.Context, s Store, rs []Request, atomic bool, op storeOp) ([]Decision, []error) {
-	errs := make([]error, len(rs))
+// else each on its own, in one round trip when s is a Pipeliner. It
+// writes request j's decision and error to out[which[j]], or out[j] when
+// which is nil.
+func applyAll(ctx context.Context, s Store, rs []Request, atomic bool, op storeOp, out []Outcome, which []int) {
+	put := func(j int, d Decision, err error) {
+		if which != nil {
+			j = which[j]
+		}
+		out[j].Decision, out[j].Err = d, err
+	}
 	switch p, ok := s.(Pipeliner); {
 	case atomic:
 		ds, err := applyBatch(ctx, s, rs, op)
-		if err != nil {
-			fill(errs, err)
-			return make([]Decision, len(rs)), errs
+		for j := range rs {
+			if err != nil {
+				put(j, Decision{}, err)
+			} else {
+				put(j, ds[j], nil)
+			}
 		}
-		return ds, errs
 	case ok && len(rs) > 1:
-		ds, perrs := p.ApplyPipelined(ctx, rs)
-		if len(ds) != len(rs) || len(perrs) != len(rs) {
-			fill(errs, fmt.Errorf("%w: %d decisions for %d requests", ErrUnexpectedReply, len(ds), len(rs)))
-			return make([]Decision, len(rs)), errs
+		ds, errs := p.ApplyPipelined(ctx, rs)
+		if len(ds) != len(rs) || len(errs) != len(rs) {
+			err := fmt.Errorf("%w: %d decisions for %d requests", ErrUnexpectedReply, len(ds), len(rs))
+			for j := range rs {
+				put(j, Decision{}, err)
+			}
+			return
 		}
-		return ds, perrs
+		for j := range rs {
+			put(j, ds[j], errs[j])
+		}
+	case which == nil:
+		for j, r := range rs {
+			out[j].Decision, out[j].Err = s.Apply(ctx, r)
+		}
+	default:
+		for j, r := range rs {
+			d, err := s.Apply(ctx, r)
+			put(j, d, err)
+		}
 	}
-	ds := make([]Decision, len(rs))
-	for i, r := range rs {
-		ds[i], errs[i] = s.Apply(ctx, r)
-	}
-	return ds, errs
 }
 
 // reportFirstLocal tells the breaker how the store answered the first
 // FailLocal request it was asked in this call: that answer is the store's
 // answer to the call.
-func (l *Limiter) reportFirstLocal(c *call, asked []bool, errs []error) {
-	for i, p := range c.policies {
-		if p == FailLocal && (asked == nil || asked[i]) {
-			l.fb.report(errs[i])
+func (l *Limiter) reportFirstLocal(c *call, local []bool) {
+	for i := range c.out {
+		if c.out[i].Policy == FailLocal && (local == nil || !local[i]) {
+			l.fb.report(c.out[i].Err)
 			return
 		}
 	}
@@ -262,19 +277,19 @@ func (l *Limiter) reportFirstLocal(c *call, asked []bool, errs []error) {
 // settle fills every outcome: the store's decision, the local store's for
 // FailLocal requests the breaker held back or the store failed, or the
 // failure policy's.
-func (l *Limiter) settle(ctx context.Context, c *call, asked []bool, errs []error, local []bool) {
+func (l *Limiter) settle(ctx context.Context, c *call, local []bool) {
 	var toLocal []int
-	for i, p := range c.policies {
+	for i := range c.out {
 		o := &c.out[i]
-		o.Limit = c.rs[i].Limit
+		p := o.Policy
+		o.Limit, o.Policy = c.rs[i].Limit, ""
 		held := local != nil && local[i]
-		if p == FailLocal && (held || isStoreFailure(errs[i])) {
-			o.Err = errs[i]
+		if p == FailLocal && (held || isStoreFailure(o.Err)) {
 			toLocal = append(toLocal, i)
 			continue
 		}
-		if errs[i] != nil {
-			*o = Outcome{Decision: failed(p), Limit: o.Limit, Err: errs[i], Policy: answeredBy(p)}
+		if o.Err != nil {
+			*o = Outcome{Decision: failed(p), Limit: o.Limit, Err: o.Err, Policy: answeredBy(p)}
 		}
 	}
 	if len(toLocal) == 0 {

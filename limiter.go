@@ -207,9 +207,9 @@ func (l *Limiter) AllowEach(ctx context.Context, key string, n int64, limits ...
 			return Decision{RetryAfter: Never}, nil, err
 		}
 	}
-	c := call{rs: rs, policies: make([]FailurePolicy, len(rs)), atomic: true, out: make([]Outcome, len(rs))}
-	for i := range c.policies {
-		c.policies[i] = l.policy
+	c := call{rs: rs, atomic: true, out: make([]Outcome, len(rs))}
+	for i := range c.out {
+		c.out[i].Policy = l.policy
 	}
 	l.run(ctx, &c)
 	ds := make([]Decision, len(rs))
@@ -314,7 +314,7 @@ func (l *Limiter) apply(ctx context.Context, r *Request) (Decision, error) {
 // applyWrapped is apply for a prepared r with a fallback, a timeout or an
 // observer: the pipeline of Decide, for one request.
 func (l *Limiter) applyWrapped(ctx context.Context, r *Request) (Decision, error) {
-	c := call{rs: []Request{*r}, policies: []FailurePolicy{l.policy}, out: make([]Outcome, 1)}
+	c := call{rs: []Request{*r}, out: []Outcome{{Policy: l.policy}}}
 	l.run(ctx, &c)
 	return c.out[0].result()
 }

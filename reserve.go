@@ -170,14 +170,9 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 	if err := l.checkReserve(items, &opts); err != nil {
 		return nil, Decision{RetryAfter: Never}, nil, err
 	}
-	c := call{rs: make([]Request, len(items)), policies: make([]FailurePolicy, len(items)), atomic: true, out: make([]Outcome, len(items))}
-	now := l.now()
-	for i, it := range items {
-		c.rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost}
-		if err := l.prepare(&c.rs[i], now); err != nil {
-			return nil, Decision{RetryAfter: Never}, nil, &ItemError{Index: i, Err: err}
-		}
-		c.policies[i] = l.policyOf(it.Policy)
+	c, err := l.newCall(items, true)
+	if err != nil {
+		return nil, Decision{RetryAfter: Never}, nil, err
 	}
 	var held HoldResult
 	c.op = func(ctx context.Context, s Store, rs []Request) ([]Decision, error) {

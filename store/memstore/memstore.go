@@ -345,39 +345,46 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 // batch is the requests of an all-or-nothing call with their shards
 // locked: where each state is, and the time each is decided at.
 type batch struct {
-	s      *Store
-	rs     []floodgate.Request
-	idx    []uint64 // the shard of each request
-	refs   []ref
-	params []algorithm.Params
-	locked []uint64 // the shards locked, in index order
-	// One reading of the clock for the whole batch: one decision, one
-	// time. nows are the requests' times, skews what turns them into the
-	// store's clock (see Store.times).
-	clockNow    int64
-	nows, skews []int64
+	s     *Store
+	rs    []floodgate.Request
+	items []batchItem
+	// locked are the shards locked, in index order.
+	locked []uint64
+	// clockNow is the one reading of the clock for the whole batch: one
+	// decision, one time.
+	clockNow int64
+}
+
+// batchItem is where request i's state is, and its time: now is the
+// request's, skew what turns it into the store's clock (see Store.times).
+type batchItem struct {
+	idx       uint64 // the shard
+	ref       ref
+	params    algorithm.Params
+	now, skew int64
 }
 
 // lockBatch locates rs and locks their shards, in index order, so that
 // batches never deadlock.
 func (s *Store) lockBatch(rs []floodgate.Request) *batch {
-	b := &batch{s: s, rs: rs, idx: make([]uint64, len(rs)), refs: make([]ref, len(rs)), params: make([]algorithm.Params, len(rs)),
-		nows: make([]int64, len(rs)), skews: make([]int64, len(rs))}
+	b := &batch{s: s, rs: rs, items: make([]batchItem, len(rs)), locked: make([]uint64, len(rs))}
 	for i := range rs {
-		b.params[i] = rs[i].Limit.Params()
-		b.idx[i], b.refs[i] = s.locate(rs[i].Key, b.params[i].Period)
+		it := &b.items[i]
+		it.params = rs[i].Limit.Params()
+		it.idx, it.ref = s.locate(rs[i].Key, it.params.Period)
+		b.locked[i] = it.idx
 	}
-	b.locked = append([]uint64(nil), b.idx...)
 	sortUnique(&b.locked)
 	for _, i := range b.locked {
 		s.shards[i].mu.Lock()
 	}
 	b.clockNow = s.clockNow()
 	for i := range rs {
-		b.nows[i] = b.clockNow
+		it := &b.items[i]
+		it.now = b.clockNow
 		if !rs[i].Now.IsZero() {
-			b.nows[i] = rs[i].Now.UnixMicro()
-			b.skews[i] = b.clockNow - b.nows[i]
+			it.now = rs[i].Now.UnixMicro()
+			it.skew = b.clockNow - it.now
 		}
 	}
 	return b
@@ -389,7 +396,7 @@ func (b *batch) unlock() {
 	}
 }
 
-func (b *batch) shard(i int) *shard { return &b.s.shards[b.idx[i]] }
+func (b *batch) shard(i int) *shard { return &b.s.shards[b.items[i].idx] }
 
 // apply decides the requests all or nothing and reports whether all were
 // admitted: see floodgate.Batcher.
@@ -400,8 +407,8 @@ func (b *batch) apply() ([]algorithm.Decision, bool) {
 	admitted := true
 	for i := range rs {
 		sh := b.shard(i)
-		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), b.refs[i])
-		ds[i] = sh.step(&rs[i], b.params[i], b.refs[i], b.nows[i], b.skews[i], true)
+		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), b.items[i].ref)
+		ds[i] = sh.step(&rs[i], b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, true)
 		admitted = admitted && ds[i].Allowed
 	}
 	if admitted {
@@ -416,7 +423,7 @@ func (b *batch) apply() ([]algorithm.Decision, bool) {
 			ds[i] = b.peek(i)
 			ds[i].Allowed, ds[i].RetryAfter = false, 0
 		case rs[i].Limit.CountRejected:
-			b.shard(i).step(&rs[i], b.params[i], b.refs[i], b.nows[i], b.skews[i], true)
+			b.shard(i).step(&rs[i], b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, true)
 		}
 	}
 	return ds, false
@@ -426,13 +433,13 @@ func (b *batch) apply() ([]algorithm.Decision, bool) {
 func (b *batch) peek(i int) algorithm.Decision {
 	peek := b.rs[i]
 	peek.Cost, peek.Lease, peek.Release = 0, "", false
-	return b.shard(i).step(&peek, b.params[i], b.refs[i], b.nows[i], b.skews[i], false)
+	return b.shard(i).step(&peek, b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, false)
 }
 
 func (b *batch) decisions(ds []algorithm.Decision) []floodgate.Decision {
 	out := make([]floodgate.Decision, len(ds))
 	for i := range ds {
-		out[i] = floodgate.FromAlgorithm(ds[i], b.nows[i])
+		out[i] = floodgate.FromAlgorithm(ds[i], b.items[i].now)
 	}
 	return out
 }

@@ -59,15 +59,15 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 		if sh.holds == nil {
 			sh.holds = make(map[holdKey]*holdEntry)
 		}
-		h := algorithm.Hold{State: state, Units: b.rs[i].Cost, At: b.nows[i], Expires: b.nows[i] + ttl, Release: r.Release}
-		sh.holds[b.holdKey(i, r.ID)] = &holdEntry{h: h, p: b.params[i], kind: kindOf(b.rs[i].Limit.Algorithm), ref: b.refs[i],
-			skew: b.skews[i], keep: h.Expires + b.skews[i] + s.retain}
+		h := algorithm.Hold{State: state, Units: b.rs[i].Cost, At: b.items[i].now, Expires: b.items[i].now + ttl, Release: r.Release}
+		sh.holds[b.holdKey(i, r.ID)] = &holdEntry{h: h, p: b.items[i].params, kind: kindOf(b.rs[i].Limit.Algorithm), ref: b.items[i].ref,
+			skew: b.items[i].skew, keep: h.Expires + b.items[i].skew + s.retain}
 	}
-	return floodgate.HoldResult{Decisions: b.decisions(ds), Expires: time.UnixMicro(b.nows[0] + ttl)}, nil
+	return floodgate.HoldResult{Decisions: b.decisions(ds), Expires: time.UnixMicro(b.items[0].now + ttl)}, nil
 }
 
 func (b *batch) holdKey(i int, id string) holdKey {
-	return holdKey{key: b.rs[i].Key, period: b.params[i].Period, kind: kindOf(b.rs[i].Limit.Algorithm), id: id}
+	return holdKey{key: b.rs[i].Key, period: b.items[i].params.Period, kind: kindOf(b.rs[i].Limit.Algorithm), id: id}
 }
 
 // findHolds returns the holds of id on every request, nil if there is
@@ -95,7 +95,7 @@ func (b *batch) findHolds(id string) ([]*holdEntry, error) {
 func (b *batch) replayReserve(found []*holdEntry, ttl int64, release bool) (floodgate.HoldResult, error) {
 	ds := make([]algorithm.Decision, len(found))
 	for i, e := range found {
-		if e.h.Units != b.rs[i].Cost || e.p != b.params[i] || e.h.Expires-e.h.At != ttl || e.h.Release != release {
+		if e.h.Units != b.rs[i].Cost || e.p != b.items[i].params || e.h.Expires-e.h.At != ttl || e.h.Release != release {
 			return floodgate.HoldResult{}, fmt.Errorf("memstore: reservation of %d units: %w: it held %d units under another limit or TTL", b.rs[i].Cost, floodgate.ErrConflict, e.h.Units)
 		}
 		if e.h.State == algorithm.Denied {
@@ -112,7 +112,7 @@ func (b *batch) replayReserve(found []*holdEntry, ttl int64, release bool) (floo
 
 // peekCost is what request i would get now, without taking it.
 func (b *batch) peekCost(i int) algorithm.Decision {
-	return b.shard(i).step(&b.rs[i], b.params[i], b.refs[i], b.nows[i], b.skews[i], false)
+	return b.shard(i).step(&b.rs[i], b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, false)
 }
 
 // Settle commits or cancels the hold r.ID on every request of r: see
@@ -140,16 +140,16 @@ func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodg
 		return nil, fmt.Errorf("memstore: reservation %s: %w", r.ID, floodgate.ErrUnknownReservation)
 	}
 	for i, e := range found {
-		if settleCode(e.h, b.nows[i], r.Actual, r.Cancel) == algorithm.Conflict {
+		if settleCode(e.h, b.items[i].now, r.Actual, r.Cancel) == algorithm.Conflict {
 			return nil, fmt.Errorf("memstore: reservation %s: %w: it was settled otherwise (%s)", r.ID, floodgate.ErrConflict, settledAs(e.h))
 		}
 	}
 	out := make([]floodgate.Settlement, len(found))
 	late := false
 	for i, e := range found {
-		st, code, d := b.shard(i).settleHold(e, b.nows[i], r.Actual, r.Cancel, false)
+		st, code, d := b.shard(i).settleHold(e, b.items[i].now, r.Actual, r.Cancel, false)
 		out[i] = floodgate.Settlement{Refunded: st.Refunded, Charged: st.Charged, Short: st.Short, Replayed: code == algorithm.Replayed,
-			Decision: floodgate.FromAlgorithm(d, b.nows[i])}
+			Decision: floodgate.FromAlgorithm(d, b.items[i].now)}
 		late = late || code == algorithm.TooLate
 	}
 	if late {
