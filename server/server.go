@@ -412,7 +412,7 @@ func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan)
 	matches := s.cfg.Load().MatchAll(domain, entries)
 	res := Result{Code: OK, Statuses: make([]Status, len(ds))}
 	p := plan{items: make([]floodgate.Item, 0, len(ds)), which: make([]int, 0, len(ds)), ownHits: make([]bool, 0, 2*len(ds))}
-	p.shadow = p.ownHits[len(ds):len(ds):2*len(ds)]
+	p.shadow = p.ownHits[len(ds) : len(ds) : 2*len(ds)]
 	p.ownHits = p.ownHits[:0:len(ds)]
 	for i, d := range ds {
 		st := &res.Statuses[i]
