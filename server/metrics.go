@@ -1,6 +1,9 @@
 package server
 
 import (
+	"strings"
+	"sync"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +36,7 @@ type metrics struct {
 	reloads      *prometheus.CounterVec
 	reloadTime   prometheus.Gauge
 	rules        prometheus.Gauge
+	detailed     detailedLabels
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -79,18 +83,69 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 }
 
 // decision counts one descriptor's outcome.
+//
+// No label value comes from a request unless the config opts in: the
+// domain label is the rule's domain, or for a descriptor that matched no
+// rule, the request's domain only when the config has it (otherwise
+// unknownDomain); the rule label is the rule's ID, or with
+// detailed_metric its metric key, at most MaxDetailedSeries of them per
+// rule (then overflowSuffix) and each cut to maxLabelLen bytes.
 func (m *metrics) decision(domain string, r *config.Rule, entries []config.Entry, outcome string) {
 	rule, alg := "", ""
 	if r != nil {
-		rule = r.ID
+		domain, rule = r.Domain, r.ID
 		if r.DetailedMetric {
-			rule = r.MetricKey(entries)
+			rule = m.detailed.label(r, entries)
 		}
 		if !r.Unlimited {
 			alg = string(r.Limit.EffectiveAlgorithm())
 		}
 	}
 	m.decisions.WithLabelValues(domain, rule, alg, outcome).Inc()
+}
+
+// unknownDomain is the domain label of a descriptor of a domain the config
+// does not have, so that a caller cannot make a series per domain it
+// invents.
+const unknownDomain = "_unknown"
+
+// MaxDetailedSeries is the most rule label values one detailed_metric rule
+// makes; the rest count under "<rule ID>_overflow".
+const MaxDetailedSeries = 1000
+
+// maxLabelLen bounds a detailed_metric label value, in bytes.
+const maxLabelLen = 256
+
+// detailedLabels caps the label values of detailed_metric rules.
+type detailedLabels struct {
+	mu   sync.Mutex
+	seen map[string]map[string]struct{} // by rule ID
+}
+
+// label is the rule label of entries under r, a detailed_metric rule.
+func (d *detailedLabels) label(r *config.Rule, entries []config.Entry) string {
+	key := r.MetricKey(entries)
+	if len(key) > maxLabelLen {
+		key = strings.ToValidUTF8(key[:maxLabelLen], "") + "…"
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seen == nil {
+		d.seen = make(map[string]map[string]struct{})
+	}
+	vals := d.seen[r.ID]
+	if vals == nil {
+		vals = make(map[string]struct{})
+		d.seen[r.ID] = vals
+	}
+	if _, ok := vals[key]; ok {
+		return key
+	}
+	if len(vals) >= MaxDetailedSeries {
+		return r.ID + "_overflow"
+	}
+	vals[key] = struct{}{}
+	return key
 }
 
 // storeObserver records the store's side of every decision the server's

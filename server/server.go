@@ -409,7 +409,8 @@ func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan)
 			entries[i] = d.Entries
 		}
 	}
-	matches := s.cfg.Load().MatchAll(domain, entries)
+	cfg := s.cfg.Load()
+	matches := cfg.MatchAll(domain, entries)
 	res := Result{Code: OK, Statuses: make([]Status, len(ds))}
 	p := plan{items: make([]floodgate.Item, 0, len(ds)), which: make([]int, 0, len(ds)), ownHits: make([]bool, 0, 2*len(ds))}
 	p.shadow = p.ownHits[len(ds) : len(ds) : 2*len(ds)]
@@ -431,7 +432,7 @@ func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan)
 			// enforced here.
 			m.Rule.Limit.Algorithm == floodgate.Concurrency:
 			st.Rule = m.Rule
-			s.m.decision(domain, m.Rule, d.Entries, outcomeUnlimited)
+			s.m.decision(metricDomain(cfg, domain), m.Rule, d.Entries, outcomeUnlimited)
 			continue
 		default:
 			st.Rule, st.Limit = m.Rule, m.Rule.Limit
@@ -446,6 +447,16 @@ func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan)
 		p.shadow = append(p.shadow, st.Rule != nil && st.Rule.ShadowMode)
 	}
 	return res, p
+}
+
+// metricDomain is the domain label of a descriptor of domain that matched
+// no rule: the domain if the config has it (or "" for an inline limit),
+// else unknownDomain.
+func metricDomain(cfg *config.Config, domain string) string {
+	if domain != "" && cfg.Domain(domain) == nil {
+		return unknownDomain
+	}
+	return domain
 }
 
 // fieldOf names the field of the request that an invalid item of the
@@ -476,6 +487,10 @@ func (p *plan) fieldOf(err error) error {
 // settle turns the Limiter's outcome for one descriptor into its Status,
 // and records it in metrics and logs.
 func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *floodgate.Outcome) {
+	label := domain // of metrics: a descriptor with its own limit has no rule
+	if st.Rule == nil {
+		label = metricDomain(s.cfg.Load(), domain)
+	}
 	shadow := st.Rule != nil && st.Rule.ShadowMode
 	st.Limit, st.FailurePolicy = o.Limit, o.Policy
 	local := o.Policy == floodgate.FailLocal
@@ -483,9 +498,9 @@ func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *fl
 		st.Err = o.Err
 		if st.FailurePolicy == floodgate.FailClosed && !shadow {
 			st.Code = OverLimit
-			s.m.decision(domain, st.Rule, entries, outcomeFailedClosed)
+			s.m.decision(label, st.Rule, entries, outcomeFailedClosed)
 		} else {
-			s.m.decision(domain, st.Rule, entries, outcomeFailedOpen)
+			s.m.decision(label, st.Rule, entries, outcomeFailedOpen)
 		}
 		s.log.Warn("store failed", "domain", domain, "rule", ruleID(st.Rule), "failure_mode", string(st.FailurePolicy), "error", o.Err)
 		return
@@ -499,21 +514,21 @@ func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *fl
 	case !d.Allowed && d.RetryAfter == 0 && !local:
 		// All or nothing: the descriptor had room, but another denied the
 		// request, so nothing was taken.
-		s.m.decision(domain, st.Rule, entries, outcomeOtherDenied)
+		s.m.decision(label, st.Rule, entries, outcomeOtherDenied)
 	case d.Allowed:
-		s.m.decision(domain, st.Rule, entries, pick(local, outcomeLocalAllowed, outcomeAllowed))
+		s.m.decision(label, st.Rule, entries, pick(local, outcomeLocalAllowed, outcomeAllowed))
 		if !local && d.Limit > 0 && float64(d.Limit-d.Remaining) >= s.near*float64(d.Limit) {
-			s.m.nearLimit.WithLabelValues(domain, ruleID(st.Rule)).Inc()
+			s.m.nearLimit.WithLabelValues(label, ruleID(st.Rule)).Inc()
 		}
 	case shadow:
 		st.Shadow = true
-		s.m.decision(domain, st.Rule, entries, outcomeShadowDenied)
+		s.m.decision(label, st.Rule, entries, outcomeShadowDenied)
 		if !local {
 			s.log.Info("shadow mode denial", "domain", domain, "rule", ruleID(st.Rule), "limit", st.Limit.String(), "retry_after", d.RetryAfter)
 		}
 	default:
 		st.Code = OverLimit
-		s.m.decision(domain, st.Rule, entries, pick(local, outcomeLocalDenied, outcomeDenied))
+		s.m.decision(label, st.Rule, entries, pick(local, outcomeLocalDenied, outcomeDenied))
 		s.log.Debug(pick(local, "denied locally", "denied"), "domain", domain, "rule", ruleID(st.Rule), "limit", st.Limit.String(),
 			"remaining", d.Remaining, "retry_after", d.RetryAfter, "reset_after", d.ResetAfter)
 	}

@@ -1,0 +1,117 @@
+package server_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/store/memstore"
+)
+
+const hostileYAML = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: ip
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+
+// series counts the series of a metric.
+func series(t *testing.T, srv *server.Server, name string) int {
+	t.Helper()
+	mfs, err := srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
+}
+
+// TestMetricLabelsBounded: no label value comes from a request unless the
+// config opts in, and then it is capped. Ten thousand invented domains
+// add one series, not ten thousand; a detailed_metric rule makes at most
+// server.MaxDetailedSeries series, and a megabyte of value makes a label
+// of at most a few hundred bytes.
+func TestMetricLabelsBounded(t *testing.T) {
+	store := memstore.New(nil)
+	defer store.Close()
+	srv, err := server.New(server.Options{Store: store, Config: parseConfig(t, hostileYAML)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := series(t, srv, "floodgate_decisions_total")
+	for i := range 10_000 {
+		if _, err := srv.Decide(t.Context(), fmt.Sprintf("invented-%d", i), []server.Descriptor{{Entries: []config.Entry{{Key: "user", Value: "1"}}}}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := series(t, srv, "floodgate_decisions_total") - before; got > 1 {
+		t.Errorf("10,000 invented domains made %d series, want at most 1", got)
+	}
+	for i := range server.MaxDetailedSeries + 500 {
+		if _, err := srv.Decide(t.Context(), "api", []server.Descriptor{{Entries: []config.Entry{{Key: "ip", Value: fmt.Sprint(i)}}}}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	huge := strings.Repeat("x", 1<<20-100)
+	if _, err := srv.Decide(t.Context(), "api", []server.Descriptor{{Entries: []config.Entry{{Key: "ip", Value: huge}}}}, 1); err != nil {
+		t.Fatal(err)
+	}
+	mfs, _ := srv.Registry().Gather()
+	n, longest := 0, 0
+	for _, mf := range mfs {
+		if mf.GetName() != "floodgate_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				longest = max(longest, len(l.GetValue()))
+				if l.GetName() == "rule" && strings.HasPrefix(l.GetValue(), "api.ip") || l.GetValue() == "api|ip_overflow" {
+					n++
+				}
+			}
+		}
+	}
+	// Two outcomes (allowed, denied) per value at most, plus the overflow.
+	if n > 2*server.MaxDetailedSeries+2 {
+		t.Errorf("a detailed_metric rule made %d series, want at most %d", n, 2*server.MaxDetailedSeries+2)
+	}
+	if longest > 300 {
+		t.Errorf("the longest label value is %d bytes, want at most 300", longest)
+	}
+}
+
+// TestOverlongKeyIsBadInput: a descriptor value long enough to make a key
+// over floodgate.MaxKeyLen is the caller's mistake, answered as such and
+// never by the failure mode (fail_open would let every such request
+// through).
+func TestOverlongKeyIsBadInput(t *testing.T) {
+	store := memstore.New(nil)
+	defer store.Close()
+	srv, err := server.New(server.Options{Store: store, Config: parseConfig(t, hostileYAML),
+		Limiter: floodgate.Options{FailurePolicy: floodgate.FailOpen}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Escaping triples '%', so 350 KB of them make a key over 1 MiB.
+	value := strings.Repeat("%", 350_000)
+	_, err = srv.Decide(t.Context(), "api", []server.Descriptor{{Entries: []config.Entry{{Key: "user", Value: "ok"}}}, {Entries: []config.Entry{{Key: "user", Value: value}}}}, 1)
+	fe, ok := errors.AsType[*floodgate.FieldError](err)
+	if !ok || fe.Field != "descriptors[1].key" || !errors.Is(err, floodgate.ErrInvalidRequest) {
+		t.Fatalf("Decide with a key over the maximum: %v, want an invalid request naming descriptors[1].key", err)
+	}
+	res, err := srv.Decide(t.Context(), "api", []server.Descriptor{{Entries: []config.Entry{{Key: "user", Value: "ok"}}}}, 1)
+	if err != nil || res.Statuses[0].Decision.Remaining != 4 {
+		t.Errorf("after the rejected request: %+v, %v; want the first request of user=ok to take 1 of 5 (nothing taken before)", res, err)
+	}
+}
