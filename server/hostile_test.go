@@ -3,6 +3,8 @@ package server_test
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -113,5 +115,26 @@ func TestOverlongKeyIsBadInput(t *testing.T) {
 	res, err := srv.Decide(t.Context(), "api", []server.Descriptor{{Entries: []config.Entry{{Key: "user", Value: "ok"}}}}, 1)
 	if err != nil || res.Statuses[0].Decision.Remaining != 4 {
 		t.Errorf("after the rejected request: %+v, %v; want the first request of user=ok to take 1 of 5 (nothing taken before)", res, err)
+	}
+}
+
+// TestInvalidUTF8IsBadInput: /v1/allow refuses invalid UTF-8 as POST /json
+// does, instead of reading it as U+FFFD, which would make keys that differ
+// only there share one budget.
+func TestInvalidUTF8IsBadInput(t *testing.T) {
+	store := memstore.New(nil)
+	defer store.Close()
+	srv, err := server.New(server.Options{Store: store, Config: parseConfig(t, hostileYAML)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Handler(nil)
+	for _, path := range []string{"/v1/allow", "/v1/reservations"} {
+		body := "{\"key\": \"user:\xff\", \"limit\": {\"limit\": 1, \"period\": \"1m\"}}"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "UTF-8") {
+			t.Errorf("%s with invalid UTF-8: %d %s, want 400", path, rec.Code, rec.Body)
+		}
 	}
 }

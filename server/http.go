@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
@@ -33,7 +34,6 @@ import (
 //	GET  /healthz       the process is alive
 //	GET  /readyz        config loaded and store reachable (or failure mode local)
 //	GET  /openapi.yaml  the OpenAPI 3.0.3 document of these routes and POST /json
-//	/debug/pprof/       with Options.Pprof
 //
 // extra handlers (such as envoyrls's POST /json) are added by pattern.
 //
@@ -83,18 +83,24 @@ func (s *Server) routes(extra map[string]http.Handler) []route {
 		})},
 		{"GET /openapi.yaml", http.HandlerFunc(serveOpenAPI)},
 	}
-	if s.pprof {
-		rs = append(rs,
-			route{"/debug/pprof/", http.HandlerFunc(pprof.Index)},
-			route{"/debug/pprof/cmdline", http.HandlerFunc(pprof.Cmdline)},
-			route{"/debug/pprof/profile", http.HandlerFunc(pprof.Profile)},
-			route{"/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol)},
-			route{"/debug/pprof/trace", http.HandlerFunc(pprof.Trace)})
-	}
 	for _, pattern := range slices.Sorted(maps.Keys(extra)) {
 		rs = append(rs, route{pattern, extra[pattern]})
 	}
 	return rs
+}
+
+// DebugHandler serves Go's profiler at /debug/pprof/. Serve it on a
+// listener of its own, on loopback (`floodgate serve -debug-addr`), never
+// on the API's: /debug/pprof/cmdline reveals the command line, secrets in
+// flags included, and a profile costs the process CPU.
+func DebugHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 // openAPI is the OpenAPI document of the HTTP API.
@@ -482,9 +488,21 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 // Content-Type is not checked: `curl -d` sends a form type, and the body
 // must be JSON whatever it says.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		writeProblem(w, jsonError(err))
+		return false
+	}
+	// encoding/json reads invalid UTF-8 in a string as U+FFFD, so keys
+	// that differ only there would share a budget: refuse them, as
+	// POST /json (protojson) and gRPC do.
+	if !utf8.Valid(body) {
+		writeProblem(w, invalid("body", "not valid UTF-8 (at byte %d)", invalidUTF8At(body)))
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	err = dec.Decode(v)
 	if err == nil && dec.More() {
 		err = errors.New("trailing data after the JSON value")
 	}
@@ -498,6 +516,19 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// invalidUTF8At is the offset of the first byte of b that is not valid
+// UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // jsonError names the field of a JSON decoding error.

@@ -436,14 +436,6 @@ func TestOpenAPI(t *testing.T) {
 			t.Errorf("openapi.yaml describes %s, which the handler does not serve", op)
 		}
 	}
-	// Pprof adds only the profiler, which the document leaves out on
-	// purpose.
-	withPprof, x := openAPIServer(t, func(o *server.Options, _ func() floodgate.Store) { o.Pprof = true })
-	for _, p := range withPprof.Patterns(x) {
-		if !slices.Contains(patterns, p) && !strings.HasPrefix(p, "/debug/pprof/") {
-			t.Errorf("Options.Pprof adds %s, which is not the profiler", p)
-		}
-	}
 
 	seen := map[string]bool{}
 	for _, ex := range exchanges {

@@ -96,8 +96,6 @@ type Options struct {
 	Logger *slog.Logger
 	// Registry receives the server's metrics; default a new registry.
 	Registry *prometheus.Registry
-	// Pprof serves /debug/pprof/ on the HTTP handler.
-	Pprof bool
 	// NearLimitRatio is the share of a limit above which an admitted request
 	// counts as near the limit in metrics; default 0.8, as upstream.
 	NearLimitRatio float64
@@ -120,7 +118,6 @@ type Server struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	m        *metrics
-	pprof    bool
 	near     float64
 	// independent: Options.IndependentDescriptors.
 	independent bool
@@ -131,7 +128,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Store == nil {
 		return nil, errors.New("server: New: nil Store")
 	}
-	s := &Server{log: opts.Logger, reg: opts.Registry, pprof: opts.Pprof, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors}
+	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

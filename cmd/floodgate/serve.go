@@ -56,7 +56,7 @@ type serveConfig struct {
 	headers            bool
 	probeInterval      time.Duration
 	shutdownTimeout    time.Duration
-	pprof              bool
+	debugAddr          string
 	independent        bool
 }
 
@@ -85,7 +85,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.DurationVar(&c.waitTimeout, "redis-wait-timeout", redisstore.DefaultWaitTimeout, "Redis: how long -redis-wait-replicas waits for the replicas, at most, and never more than half of what is left of -timeout (env FLOODGATE_REDIS_WAIT_TIMEOUT)")
 	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
-	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address (env FLOODGATE_PPROF)")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler, /debug/pprof/, on this `address` of its own (127.0.0.1:6060, say), never on the API's; empty disables (env FLOODGATE_DEBUG_ADDR)")
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -190,7 +190,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("server failed", "error", err)
 		return 1
 	}
-	l.shutdown(c.shutdownTimeout, log)
+	if !l.shutdown(c.shutdownTimeout, log) {
+		// Requests were cut off: a supervisor should know.
+		return 1
+	}
 	return 0
 }
 
@@ -235,7 +238,7 @@ func (c serveConfig) newServer(store floodgate.Store, log *slog.Logger) (*server
 		closeLocal = func() { local.Close() }
 		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
 	}
-	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, Pprof: c.pprof, IndependentDescriptors: c.independent})
+	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent})
 	if err == nil {
 		if rs, ok := store.(*redisstore.Store); ok {
 			err = registerLocalStats(srv.Registry(), rs)
@@ -289,6 +292,9 @@ type listeners struct {
 	httpLn, grpcLn net.Listener
 	http           *http.Server
 	grpc           *grpc.Server
+	// debug serves the profiler on -debug-addr; nil without it.
+	debugLn net.Listener
+	debug   *http.Server
 }
 
 // listen opens the HTTP and gRPC listeners of the flags, with the handlers
@@ -306,11 +312,21 @@ func (c serveConfig) listen(srv *server.Server, handler slog.Handler) (*listener
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
 	}}
+	if c.debugAddr != "" {
+		if l.debugLn, err = net.Listen("tcp", c.debugAddr); err != nil {
+			httpLn.Close()
+			return nil, fmt.Errorf("-debug-addr %s: %w", c.debugAddr, err)
+		}
+		l.debug = &http.Server{Handler: server.DebugHandler(), ReadHeaderTimeout: 5 * time.Second}
+	}
 	if c.grpcAddr == "" {
 		return l, nil
 	}
 	if l.grpcLn, err = net.Listen("tcp", c.grpcAddr); err != nil {
 		httpLn.Close()
+		if l.debugLn != nil {
+			l.debugLn.Close()
+		}
 		return nil, fmt.Errorf("-grpc %s: %w", c.grpcAddr, err)
 	}
 	// A pool of stream workers serves each call on a goroutine whose
@@ -328,8 +344,11 @@ func (c serveConfig) listen(srv *server.Server, handler slog.Handler) (*listener
 // serve serves both listeners; the channel gets the error of the first to
 // fail.
 func (l *listeners) serve() <-chan error {
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- l.http.Serve(l.httpLn) }()
+	if l.debug != nil {
+		go func() { errc <- l.debug.Serve(l.debugLn) }()
+	}
 	if l.grpc != nil {
 		go func() { errc <- l.grpc.Serve(l.grpcLn) }()
 	}
@@ -346,11 +365,15 @@ func (l *listeners) grpcAddr() string {
 }
 
 // shutdown stops accepting and finishes in-flight requests on both
-// listeners, for at most timeout; then it stops what is left.
-func (l *listeners) shutdown(timeout time.Duration, log *slog.Logger) {
+// listeners, for at most timeout; then it stops what is left, and reports
+// false: requests were cut off.
+func (l *listeners) shutdown(timeout time.Duration, log *slog.Logger) (complete bool) {
 	log.Info("shutting down", "timeout", timeout)
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if l.debug != nil {
+		l.debug.Close()
+	}
 	done := make(chan struct{})
 	go func() {
 		if l.grpc != nil {
@@ -358,8 +381,10 @@ func (l *listeners) shutdown(timeout time.Duration, log *slog.Logger) {
 		}
 		close(done)
 	}()
+	complete = true
 	if err := l.http.Shutdown(sctx); err != nil {
 		log.Warn("HTTP shutdown incomplete", "error", err)
+		complete = false
 	}
 	select {
 	case <-done:
@@ -367,10 +392,16 @@ func (l *listeners) shutdown(timeout time.Duration, log *slog.Logger) {
 		if l.grpc != nil {
 			l.grpc.Stop()
 		}
+		log.Warn("gRPC shutdown incomplete", "error", sctx.Err())
+		complete = false
 	}
+	return complete
 }
 
-// redactURL hides a password in a URL for logs.
+// redactURL hides every secret of a URL for logs: the password of its
+// user information, and the value of every query parameter whose name
+// says it holds one (sentinel_password, and any *password, *token or
+// *secret).
 func redactURL(u string) string {
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok {
@@ -378,10 +409,22 @@ func redactURL(u string) string {
 	}
 	if at := strings.LastIndex(rest, "@"); at >= 0 {
 		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
-			return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
+			rest = user + ":xxxxx@" + rest[at+1:]
 		}
 	}
-	return u
+	base, query, hasQuery := strings.Cut(rest, "?")
+	if !hasQuery {
+		return scheme + "://" + rest
+	}
+	params := strings.Split(query, "&")
+	for i, p := range params {
+		name, _, _ := strings.Cut(p, "=")
+		lower := strings.ToLower(name)
+		if strings.Contains(lower, "password") || strings.Contains(lower, "token") || strings.Contains(lower, "secret") {
+			params[i] = name + "=xxxxx"
+		}
+	}
+	return scheme + "://" + base + "?" + strings.Join(params, "&")
 }
 
 // registerLocalStats exports the decisions the Redis store made in process

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRedactURL: no secret of a Redis URL reaches a log line: neither the
+// password of its user information nor sentinel_password (nor any
+// *password, *token or *secret parameter).
+func TestRedactURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+		{"redis://user:hunter2@h:6379/0", "redis://user:xxxxx@h:6379/0"},
+		{"redis-sentinel://:hunter2@a:26379,b:26379/0?master=m&sentinel_password=s3cret&dial_timeout=1s",
+			"redis-sentinel://:xxxxx@a:26379,b:26379/0?master=m&sentinel_password=xxxxx&dial_timeout=1s"},
+		{"rediss://h/0?auth_token=abc", "rediss://h/0?auth_token=xxxxx"},
+	} {
+		if got := redactURL(tc.in); got != tc.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if strings.Contains(redactURL(tc.in), "hunter2") || strings.Contains(redactURL(tc.in), "s3cret") {
+			t.Errorf("redactURL(%q) leaks a secret", tc.in)
+		}
+	}
+}
+
+// TestServeProfilerApart: the profiler is never on the API's address
+// (its /debug/pprof/cmdline would reveal the -redis URL to anyone who can
+// reach the API), only on -debug-addr.
+func TestServeProfilerApart(t *testing.T) {
+	debug := freeAddr(t)
+	in := startServe(t, "-debug-addr", debug)
+	resp, _ := in.get(t, "/debug/pprof/cmdline")
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/cmdline on the API: %d, want 404", resp.StatusCode)
+	}
+	r, err := http.Get("http://" + debug + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		t.Errorf("GET /debug/pprof/cmdline on -debug-addr: %d, want 200", r.StatusCode)
+	}
+}
+
+// TestShutdownIncomplete: when the shutdown timeout cuts off a request
+// still in its handler, shutdown reports it, and serve exits 1 so that a
+// supervisor knows; a shutdown that finishes every request reports it
+// complete (and serve exits 0, TestServeMemory).
+func TestShutdownIncomplete(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		inHandler, release := make(chan struct{}), make(chan struct{})
+		l := &listeners{httpLn: ln, http: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(inHandler)
+			<-release
+		})}}
+		errc := l.serve()
+		got := make(chan error, 1)
+		go func() {
+			resp, err := http.Get("http://" + ln.Addr().String() + "/")
+			if err == nil {
+				resp.Body.Close()
+			}
+			got <- err
+		}()
+		<-inHandler
+		if !hang {
+			close(release)
+			<-got
+		}
+		complete := l.shutdown(100*time.Millisecond, slog.New(slog.DiscardHandler))
+		if complete == hang {
+			t.Errorf("a request in its handler (%v): shutdown complete %v", hang, complete)
+		}
+		if hang {
+			close(release)
+			<-got
+		}
+		<-errc
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
