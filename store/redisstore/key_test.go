@@ -78,34 +78,6 @@ func TestKeySchema(t *testing.T) {
 	}
 }
 
-// hashTag is the part of key Redis Cluster hashes: between the first '{'
-// and the first '}' after it, if not empty; else the whole key.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
-}
-
-// keySlot is Redis Cluster's HASH_SLOT: CRC16 (XMODEM) of the hash tag,
-// modulo 16384.
-func keySlot(key string) uint16 {
-	var crc uint16
-	for _, b := range []byte(hashTag(key)) {
-		crc ^= uint16(b) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
-
 func TestKeySlotKnownValues(t *testing.T) {
 	// Values from CLUSTER KEYSLOT; TestClusterKeySlot compares with a live
 	// cluster too.

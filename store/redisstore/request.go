@@ -35,6 +35,10 @@ func (c *call) wrap(err error) error {
 // request.
 const argsPerRequest = 7
 
+// refundWidth is REFUND_WIDTH in refund.lua: the ARGV strings of one
+// request of the refund script (its algorithm, the request, at_us).
+const refundWidth = 2 + argsPerRequest
+
 // Flags of a request, as common.lua reads them.
 const (
 	flagFirstHit      = 1

@@ -113,17 +113,35 @@ func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 	return out, nil
 }
 
-// batch decides cs, requests of one subject, in one run of the batch
-// script, all or nothing (Store.ApplyBatch).
-func (rn *runner) batch(ctx context.Context, cs []call) ([]floodgate.Decision, error) {
+// stampAll stamps every call of cs (see stamp), reading the Clock once:
+// the requests of one all-or-nothing call are decided at one time.
+func (rn *runner) stampAll(cs []call) {
+	clock := int64(-1)
+	if rn.clock != nil {
+		clock = rn.clock.Now().UnixMicro()
+	}
+	for i := range cs {
+		cs[i].now = clock
+		if !cs[i].r.Now.IsZero() {
+			cs[i].now = cs[i].r.Now.UnixMicro()
+		}
+	}
+}
+
+// batch decides cs, already stamped, in one run of the batch script, all
+// or nothing (Store.ApplyBatch); with deny, as a batch another slot
+// denied (see batch.lua).
+func (rn *runner) batch(ctx context.Context, cs []call, deny bool) ([]floodgate.Decision, error) {
 	keys := make([]string, len(cs))
-	args := make([]string, 0, len(cs)*(1+argsPerRequest))
+	args := make([]string, 0, len(cs)*(1+argsPerRequest)+1)
 	for i := range cs {
 		c := &cs[i]
-		c.now = rn.stamp(&c.r)
 		keys[i] = c.key
 		args = append(args, string(c.alg))
 		args = appendRequest(args, &c.r, c.alg, c.now)
+	}
+	if deny {
+		args = append(args, "deny")
 	}
 	vals, err := rn.run(ctx, scripts.batch, keys, args)
 	if err != nil {
@@ -142,10 +160,47 @@ func (rn *runner) batch(ctx context.Context, cs []call) ([]floodgate.Decision, e
 			allowed++
 		}
 	}
-	if allowed != 0 && allowed != len(cs) {
+	if allowed != 0 && (allowed != len(cs) || deny) {
 		return nil, fmt.Errorf("redisstore: batch %s: %w: %d of %d allowed, want all or none", keys[0], floodgate.ErrUnexpectedReply, allowed, len(cs))
 	}
 	return out, nil
+}
+
+// refund runs the refund script to give back what cs, stamped, took as
+// decided by ds (a slot's share of a batch that another slot denied): each
+// request's cost, taken at its decision's time, given back at its stamp
+// (the server's time for a request decided at it). It returns the units
+// each got back and a peek at its state after.
+func (rn *runner) refund(ctx context.Context, cs []call, ds []floodgate.Decision) ([]int64, []floodgate.Decision, error) {
+	const width = 1 + replyLen // refunded, then the peek
+	keys := make([]string, len(cs))
+	args := make([]string, 0, len(cs)*refundWidth)
+	for i := range cs {
+		c := &cs[i]
+		keys[i] = c.key
+		args = append(args, string(c.alg))
+		args = appendRequest(args, &c.r, c.alg, c.now)
+		args = append(args, strconv.FormatInt(ds[i].Now.UnixMicro(), 10))
+	}
+	vals, err := rn.run(ctx, scripts.refund, keys, args)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redisstore: refund %s: %w", keys[0], err)
+	}
+	if len(vals) != width*len(cs) {
+		return nil, nil, fmt.Errorf("redisstore: refund %s: %w: %d integers, want %d", keys[0], floodgate.ErrUnexpectedReply, len(vals), width*len(cs))
+	}
+	backs := make([]int64, len(cs))
+	out := make([]floodgate.Decision, len(cs))
+	for i := range cs {
+		v := vals[i*width : (i+1)*width]
+		if backs[i] = v[0]; backs[i] < 0 || backs[i] > cs[i].r.Cost {
+			return nil, nil, fmt.Errorf("redisstore: refund %s: %w: refunded %d of %d", keys[i], floodgate.ErrUnexpectedReply, backs[i], cs[i].r.Cost)
+		}
+		if out[i], err = decode(v[1:], cs[i].now); err != nil {
+			return nil, nil, fmt.Errorf("redisstore: refund %s: %w", keys[i], err)
+		}
+	}
+	return backs, out, nil
 }
 
 // claim runs the budget script for c: it decides c and claims up to extra

@@ -55,6 +55,9 @@ type scriptSet struct {
 	// (budget.lua), for the algorithms that take a
 	// floodgate.Limit.LocalBudget.
 	budget map[floodgate.Algorithm]*script
+	// refund gives back what a slot of a batch took when another slot
+	// denied it (refund.lua).
+	refund *script
 	// lib is every script above as one Redis function library.
 	lib library
 }
@@ -191,10 +194,18 @@ func buildScripts() (scriptSet, error) {
 	if err != nil {
 		return scriptSet{}, err
 	}
+	refundFuncs, refundMain, err := split("refund.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
-	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain})
-	shared.WriteString(batchFuncs + "\n" + multiFuncs)
+	// holds is what the scripts of refunds and reservations start with:
+	// the batch's helpers, which they use, and the refunds.
+	holds := shared.String() + batchFuncs + "\n" + refundFuncs
+	set.refund = newScript("refund", holds+mainMarker+refundMain)
+	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain})
+	shared.WriteString(batchFuncs + "\n" + multiFuncs + "\n" + refundFuncs)
 	budgetSrc, err := read("budget.lua")
 	if err != nil {
 		return scriptSet{}, err
@@ -213,8 +224,9 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range set.budget {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
-	set.batch.fn = set.lib.name + "_batch"
-	set.multi.fn = set.lib.name + "_multi"
+	for _, sc := range []*script{set.batch, set.multi, set.refund} {
+		sc.fn = set.lib.name + "_" + sc.name
+	}
 	return set, nil
 }
 

@@ -36,6 +36,8 @@ type Store struct {
 	budgets *localBudgets // floodgate.Limit.LocalBudget
 	co      *coalescer    // Options.Coalesce; nil: off
 	runner  *runner       // runs the scripts; ApplyBatch calls it directly
+
+	crossSlot crossSlotCounters // CrossSlotStats
 }
 
 // decider is a layer of a Store: it decides c, in process or by handing it
@@ -170,40 +172,6 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 		return floodgate.Decision{}, floodgate.ErrClosed
 	}
 	return s.top.decide(ctx, call{r: r, alg: r.Limit.EffectiveAlgorithm(), key: s.Key(r.Key, r.Limit)})
-}
-
-// ApplyBatch decides rs in one script run, all or nothing: see
-// floodgate.Batcher. Every request must have the same Key (the subject), so
-// that every key of the batch shares its hash tag and one Cluster slot;
-// requests of different keys are an error wrapping
-// floodgate.ErrInvalidRequest. A batch of one is an Apply.
-func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
-	for i := range rs {
-		if err := rs[i].Validate(); err != nil {
-			return nil, fmt.Errorf("redisstore: batch request %d: %w", i, err)
-		}
-		if rs[i].Key != rs[0].Key {
-			return nil, &floodgate.FieldError{Kind: floodgate.ErrInvalidRequest, Field: "key", Problem: fmt.Sprintf("a batch decides one key, but request %d has another key than request 0", i)}
-		}
-	}
-	switch len(rs) {
-	case 0:
-		return []floodgate.Decision{}, nil
-	case 1:
-		d, err := s.Apply(ctx, rs[0])
-		if err != nil {
-			return nil, err
-		}
-		return []floodgate.Decision{d}, nil
-	}
-	if s.closed.Load() {
-		return nil, floodgate.ErrClosed
-	}
-	cs := make([]call, len(rs))
-	for i, r := range rs {
-		cs[i] = call{r: r, alg: r.Limit.EffectiveAlgorithm(), key: s.Key(r.Key, r.Limit)}
-	}
-	return s.runner.batch(ctx, cs)
 }
 
 // Reset deletes key's state under limit's algorithm and period. An empty

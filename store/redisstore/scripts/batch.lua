@@ -1,23 +1,32 @@
--- batch.lua decides several requests of one subject in one atomic step, all
--- or nothing. It mirrors memstore.Store.ApplyBatch and the documentation of
+-- batch.lua decides several requests in one atomic step, all or nothing.
+-- It mirrors memstore.Store.ApplyBatch and the documentation of
 -- floodgate.Batcher: every request is applied in order; if any is denied,
 -- every key is put back as it was, each request that had room reports the
 -- unchanged state (a peek that stores nothing) with allowed 0 and
--- retry_after 0, and a denied
--- request whose limit counts rejections is applied again, alone.
+-- retry_after 0, and a denied request whose limit counts rejections is
+-- applied again, alone.
 --
 -- The Go side builds this script from common.lua, state.lua, rate.lua,
 -- zset.lua, the step functions of every algorithm file (without their main
 -- parts) and this file, so the algorithms exist once. The checks of a key's
--- type, which only a batch needs before its first write, are here.
+-- type, which only a batch needs before its first write, are here, and so
+-- are the helpers the reservation scripts share with it (batch_requests,
+-- batch_apply, snapshot, restore).
 --
--- KEYS[i]  the state of request i, as in the algorithm's script. All keys
---          share the hash tag {<encoded subject>}, so they are in one
---          Cluster slot.
--- ARGV     per request, (1 + ARGS_PER_REQUEST) strings: the algorithm name,
---          then the request as parse_request in common.lua reads it.
+-- KEYS[i]  the state of request i, as in the algorithm's script. On a Redis
+--          Cluster the store sends only keys of one slot together (see
+--          Store.ApplyBatch): a batch of several slots is one run of this
+--          script per slot.
+-- ARGV     per request, BATCH_WIDTH = (1 + ARGS_PER_REQUEST) strings: the
+--          algorithm name, then the request as parse_request in common.lua
+--          reads it; then, optionally, the one string 'deny': another slot
+--          of the same batch denied it, so this run is decided as a denied
+--          batch whatever its own requests get (nothing is taken, a
+--          request that had room reports the unchanged state, a denied one
+--          its denial, and one whose limit counts rejections counts).
 -- Reply    per request, {allowed 0/1, limit, remaining, reset_after_us,
 --          retry_after_us (-1 never), now_us}, one flat array.
+-- Mirrors  memstore.Store.ApplyBatch (store/memstore/memstore.go)
 --
 -- O(the sum of the requests' costs and of the keys' sizes): a key is saved
 -- before the first write so that it can be put back.
@@ -117,51 +126,64 @@ local function restore(key, sn)
   end
 end
 
--- main
-local n = #KEYS
-local width = 1 + ARGS_PER_REQUEST
-if n == 0 or #ARGV ~= n * width then
-  fail('args', 'want ' .. width .. ' arguments per key')
+-- BATCH_WIDTH is the ARGV strings of one request of a batch: its
+-- algorithm's name, then the request.
+local BATCH_WIDTH = 1 + ARGS_PER_REQUEST
+
+-- batch_requests reads and checks the requests of keys[1..#keys], whose
+-- arguments start at argv[base+1], BATCH_WIDTH strings each, and checks
+-- every key, all before the first write. Requests of the server's time
+-- (now_us -1) are decided at one reading of TIME, and marked server. It
+-- returns the requests: {name, alg (of ALGORITHMS), key, p, r, server}.
+local function batch_requests(keys, argv, base)
+  local reqs = {}
+  local now = nil
+  for i = 1, #keys do
+    local at = base + (i - 1) * BATCH_WIDTH
+    local name = argv[at + 1]
+    local alg = ALGORITHMS[name]
+    if not alg then
+      fail('algorithm', 'unknown algorithm ' .. tostring(name))
+    end
+    local p, r = parse_request(name, argv, at + 1)
+    local server = r.now < 0
+    if server then
+      now = now or server_now()
+      r.now = now
+    end
+    reqs[i] = {name = name, alg = alg, key = keys[i], p = p, r = r, server = server}
+  end
+  for i = 1, #keys do
+    reqs[i].alg.check(keys[i])
+  end
+  return reqs
 end
 
--- Read and check every request, and every key, before the first write.
-local reqs = {}
-local server = nil
-for i = 1, n do
-  local base = (i - 1) * width
-  local name = ARGV[base + 1]
-  local alg = ALGORITHMS[name]
-  if not alg then
-    fail('algorithm', 'unknown algorithm ' .. tostring(name))
+-- batch_apply decides reqs (batch_requests) all or nothing, as
+-- memstore's batch.apply, or with deny as a batch another slot denied (see
+-- the header). It returns the decisions and whether all were admitted.
+local function batch_apply(reqs, deny)
+  local saved, keys = {}, {}
+  for i = 1, #reqs do
+    local key = reqs[i].key
+    if not saved[key] then
+      saved[key] = snapshot(key)
+      keys[#keys + 1] = key
+    end
   end
-  local p, r = parse_request(name, ARGV, base + 1)
-  if r.now < 0 then
-    server = server or server_now()
-    r.now = server
+  local ds, admitted = {}, not deny
+  for i = 1, #reqs do
+    local q = reqs[i]
+    ds[i] = q.alg.apply(q.key, q.p, q.r, q.r.now)
+    admitted = admitted and ds[i].allowed
   end
-  reqs[i] = {alg = alg, key = KEYS[i], p = p, r = r}
-end
-local saved, keys = {}, {}
-for i = 1, n do
-  local key = KEYS[i]
-  reqs[i].alg.check(key)
-  if not saved[key] then
-    saved[key] = snapshot(key)
-    keys[#keys + 1] = key
+  if admitted then
+    return ds, true
   end
-end
-
-local ds, admitted = {}, true
-for i = 1, n do
-  local q = reqs[i]
-  ds[i] = q.alg.apply(q.key, q.p, q.r, q.r.now)
-  admitted = admitted and ds[i].allowed
-end
-if not admitted then
   for _, key in ipairs(keys) do
     restore(key, saved[key])
   end
-  for i = 1, n do
+  for i = 1, #reqs do
     local q = reqs[i]
     if ds[i].allowed then
       -- A peek that stores nothing, as memstore's step without commit: a
@@ -176,10 +198,24 @@ if not admitted then
       q.alg.apply(q.key, q.p, q.r, q.r.now)
     end
   end
+  return ds, false
 end
 
-local out = {}
-for i = 1, n do
-  reply(out, ds[i], reqs[i].r.now)
+-- batch_main is the batch script: see the header.
+local function batch_main(keys, argv)
+  local n = #keys
+  local deny = #argv == n * BATCH_WIDTH + 1 and argv[#argv] == 'deny'
+  if n == 0 or (#argv ~= n * BATCH_WIDTH and not deny) then
+    fail('args', 'want ' .. BATCH_WIDTH .. ' arguments per key, and optionally deny')
+  end
+  local reqs = batch_requests(keys, argv, 0)
+  local ds = batch_apply(reqs, deny)
+  local out = {}
+  for i = 1, n do
+    reply(out, ds[i], reqs[i].r.now)
+  end
+  return out
 end
-return out
+
+-- main
+return batch_main(KEYS, ARGV)
