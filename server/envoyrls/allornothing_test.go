@@ -7,7 +7,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -16,9 +19,11 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/envoyrls"
 	"github.com/floodgate-rl/floodgate/store/memstore"
+	"github.com/floodgate-rl/floodgate/store/redisstore"
 )
 
 const tenantYAML = `
@@ -38,14 +43,32 @@ descriptors:
 // IndependentDescriptors (upstream's counting), the denied requests spend
 // the tenant's budget and only 1 of the 5 gets through.
 func TestAllOrNothing(t *testing.T) {
+	// One server and one Cluster for every case, each case on keys of
+	// its own prefix.
+	standalone := sync.OnceValue(func() *redistest.Server { return redistest.Standalone(t) })
+	cluster := sync.OnceValue(func() *redistest.Cluster { return redistest.StartCluster(t) })
+	stores := map[string]func(t *testing.T) floodgate.Store{
+		"memory": func(t *testing.T) floodgate.Store {
+			store := memstore.New(&memstore.Options{SweepInterval: -1})
+			t.Cleanup(func() { store.Close() })
+			return store
+		},
+		// The tenant's and the user's keys fall in different slots of a
+		// Cluster: all or nothing there is a run per slot, and a
+		// compensation when one denies.
+		"redis": func(t *testing.T) floodgate.Store { return openRedis(t, "redis://"+standalone().Addr) },
+		"redis-cluster": func(t *testing.T) floodgate.Store {
+			return openRedis(t, "redis-cluster://"+strings.Join(cluster().Addrs(), ","))
+		},
+	}
 	for _, tc := range []struct {
+		store       string
 		independent bool
 		want        int
-	}{{false, 4}, {true, 1}} {
+	}{{"memory", false, 4}, {"memory", true, 1}, {"redis", false, 4}, {"redis-cluster", false, 4}, {"redis-cluster", true, 1}} {
 		for _, proto := range []string{"grpc", "http"} {
-			t.Run(fmt.Sprintf("%s/independent=%v", proto, tc.independent), func(t *testing.T) {
-				store := memstore.New(&memstore.Options{SweepInterval: -1})
-				t.Cleanup(func() { store.Close() })
+			t.Run(fmt.Sprintf("%s/%s/independent=%v", tc.store, proto, tc.independent), func(t *testing.T) {
+				store := stores[tc.store](t)
 				srv, err := server.New(server.Options{Store: store, Config: parseConfig(t, tenantYAML),
 					Limiter: floodgate.Options{Clock: floodgatetest.NewFakeClock(start)}, IndependentDescriptors: tc.independent})
 				if err != nil {
@@ -72,6 +95,18 @@ func TestAllOrNothing(t *testing.T) {
 			})
 		}
 	}
+}
+
+// openRedis opens a Redis store on url (a fresh prefix per test, so tests
+// can share a server), closed when the test ends.
+func openRedis(t *testing.T, url string) floodgate.Store {
+	t.Helper()
+	s, err := redisstore.Open(t.Context(), url, &redisstore.Options{Prefix: fmt.Sprintf("aon%d", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // allowVia returns a function that sends one request of user to srv over
