@@ -36,6 +36,7 @@ func (s *suite) testReserve(t *testing.T) {
 	t.Run("race_refund", func(t *testing.T) { s.testRefundRace(t, rv) })
 	t.Run("expiry", func(t *testing.T) { s.testReserveExpiry(t, rv) })
 	t.Run("invalid", func(t *testing.T) { s.testReserveInvalid(t, rv) })
+	t.Run("differential", func(t *testing.T) { s.testReserveDifferential(t, rv) })
 }
 
 // hold reserves cost of key under l as id, failing the test on an error.
@@ -274,6 +275,20 @@ func (s *suite) testReserveExpiry(t *testing.T, rv floodgate.Reserver) {
 			}
 		})
 	}
+	// The last microsecond of the TTL is still in time.
+	t.Run("just_in_time", func(t *testing.T) {
+		t.Parallel()
+		l := lim(floodgate.FixedWindow, 10, time.Minute)
+		key := s.key(t, "k")
+		r := floodgate.Request{Key: key, Limit: l, Cost: 6, Now: s.at(time.Second)}
+		if _, err := rv.Reserve(t.Context(), floodgate.HoldRequest{Requests: []floodgate.Request{r}, ID: "r", TTL: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := rv.Settle(t.Context(), floodgate.SettleRequest{Requests: []floodgate.Request{{Key: key, Limit: l, Now: s.at(2*time.Second - time.Microsecond)}}, ID: "r", Actual: 1})
+		if err != nil || st[0].Refunded != 5 {
+			t.Errorf("commit a microsecond before the expiry: %+v, %v; want settled, 5 given back", st, err)
+		}
+	})
 }
 
 // testReserveInvalid: bad reservations are errors wrapping
