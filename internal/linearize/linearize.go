@@ -61,8 +61,13 @@ import (
 
 // Input is the input of one recorded call.
 type Input struct {
-	// Req is the request as the caller made it.
+	// Req is the request as the caller made it: of Apply, or of Reserve
+	// (its Cost is the units held) or Settle (Cost unused).
 	Req floodgate.Request
+	// Op is the call: Apply (empty), OpReserve or OpSettle; Hold holds the
+	// reservation's side of the last two.
+	Op   Op
+	Hold HoldInput
 	// Short is set when the call was given the workload's short deadline.
 	Short bool
 	// Earliest and Horizon bound the time, in µs since the epoch, at which
@@ -78,8 +83,16 @@ type Output struct {
 	// Known is set when the call returned a Decision; otherwise it failed
 	// and may or may not have taken effect.
 	Known bool
-	// D is the decision of a known call.
+	// D is the decision of a known call; for a settle, the state after.
 	D floodgate.Decision
+	// Replayed, Settlement and Code are a reservation's side: a reserve or
+	// settle answered from the first time, what a settle did, and how it
+	// ended (algorithm.Settled, Replayed, Conflict or TooLate; 0 for
+	// unknown reservations, with Unknown set).
+	Replayed   bool
+	Settlement algorithm.Settlement
+	Code       algorithm.SettleCode
+	Unknown    bool
 	// Err is the error of a failed call, for descriptions.
 	Err string
 }
@@ -298,6 +311,8 @@ type state struct {
 	log  []int64
 	conc []algorithm.Unit
 	last int64
+	// holds are the key's reservations, by ID (reserve.go).
+	holds []heldID
 }
 
 // step runs the algorithm's Step for r at now on a copy of s.
@@ -335,6 +350,17 @@ func step(s state, r floodgate.Request, now int64) (state, floodgate.Decision) {
 // after the call, given what it returned.
 func nextStates(opts Options, s state, in Input, out Output) []state {
 	r := in.Req
+	if in.Op != 0 {
+		// Reservations are recorded with their own Now (Recorder.Reserve).
+		now := r.Now.UnixMicro()
+		if out.Known && !out.D.Now.IsZero() && out.D.Now.UnixMicro() != now {
+			return nil
+		}
+		if in.Op == OpReserve {
+			return reserveStates(s, in, out, now, out.Known)
+		}
+		return settleStates(s, in, out, now, out.Known)
+	}
 	if out.Known {
 		now := out.D.Now.UnixMicro()
 		if !r.Now.IsZero() && r.Now.UnixMicro() != now {
@@ -375,12 +401,12 @@ func nextStates(opts Options, s state, in Input, out Output) []state {
 
 func equal(a, b state) bool {
 	return a.fw == b.fw && a.sw == b.sw && a.tb == b.tb && a.gcra == b.gcra && a.last == b.last &&
-		slices.Equal(a.log, b.log) && slices.Equal(a.conc, b.conc)
+		slices.Equal(a.log, b.log) && slices.Equal(a.conc, b.conc) && slices.Equal(a.holds, b.holds)
 }
 
 func hash(s state) uint64 {
 	h := fnv.New64a()
-	fmt.Fprint(h, s.fw, s.sw, s.tb, s.gcra, s.last, s.log, s.conc)
+	fmt.Fprint(h, s.fw, s.sw, s.tb, s.gcra, s.last, s.log, s.conc, s.holds)
 	return h.Sum64()
 }
 
@@ -426,6 +452,16 @@ func describeOperation(input, output any) string {
 	in, out := input.(Input), output.(Output)
 	r := in.Req
 	what := fmt.Sprintf("%s cost=%d", r.Key, r.Cost)
+	switch in.Op {
+	case OpReserve:
+		what = fmt.Sprintf("reserve %s %s units=%d ttl=%v release=%v", in.Hold.ID, r.Key, r.Cost, in.Hold.TTL, in.Hold.Release)
+	case OpSettle:
+		what = fmt.Sprintf("settle %s %s actual=%d cancel=%v", in.Hold.ID, r.Key, in.Hold.Actual, in.Hold.Cancel)
+	}
+	if in.Op != 0 && out.Known {
+		return fmt.Sprintf("%s now=%d → code=%d unknown=%v replayed=%v %+v allowed=%v remaining=%d", what, r.Now.UnixMicro(),
+			out.Code, out.Unknown, out.Replayed, out.Settlement, out.D.Allowed, out.D.Remaining)
+	}
 	if r.Lease != "" {
 		what += " lease=" + r.Lease
 	}

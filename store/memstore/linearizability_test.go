@@ -36,3 +36,23 @@ func TestLinearizable(t *testing.T) {
 		})
 	}
 }
+
+// TestLinearizableReservations checks with porcupine that concurrent
+// reserves, commits, cancels (of live, settled and expired holds, and
+// retries) and decisions on a few keys are linearizable against the
+// algorithm package's Reserve, Settle and Step, for every algorithm with
+// reservations.
+func TestLinearizableReservations(t *testing.T) {
+	t.Parallel()
+	for i, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindowLog, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA} {
+		t.Run(string(alg), func(t *testing.T) {
+			t.Parallel()
+			s := memstore.New(&memstore.Options{SweepInterval: -1})
+			t.Cleanup(func() { s.Close() })
+			linearize.RunReserve(t, linearize.ReserveWorkload{
+				Store: s, Limit: floodgate.Limit{Algorithm: alg, Limit: 6, Period: 100 * time.Millisecond},
+				Keys: []string{"a", "b"}, Clients: 4, Calls: 60, Seed: uint64(i), Step: time.Millisecond,
+			})
+		})
+	}
+}

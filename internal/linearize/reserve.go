@@ -1,0 +1,349 @@
+package linearize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
+)
+
+// Op is the kind of a recorded call.
+type Op uint8
+
+// The calls a history holds besides Apply.
+const (
+	OpReserve Op = iota + 1
+	OpSettle
+)
+
+// HoldInput is the reservation's side of a reserve or a settle.
+type HoldInput struct {
+	ID      string
+	TTL     time.Duration // of a reserve
+	Release bool          // of a reserve
+	Actual  int64         // of a settle
+	Cancel  bool          // of a settle
+}
+
+// heldID is a reservation in the model's state of a key.
+type heldID struct {
+	id string
+	h  algorithm.Hold
+}
+
+// Reserve calls rv.Reserve for r (one key, its Cost held) as client,
+// records it and returns what it returned. r must have its own Now.
+func (rec *Recorder) Reserve(ctx context.Context, rv floodgate.Reserver, client int, r floodgate.Request, h HoldInput) (floodgate.HoldResult, error) {
+	callWall := time.Now()
+	res, err := rv.Reserve(ctx, floodgate.HoldRequest{Requests: []floodgate.Request{r}, ID: h.ID, TTL: h.TTL, Release: h.Release})
+	out := Output{Known: err == nil}
+	if err == nil {
+		out.D, out.Replayed = res.Decisions[0], res.Replayed
+	} else if errors.Is(err, floodgate.ErrConflict) {
+		out.Known, out.Code = true, algorithm.Conflict
+	} else {
+		out.Err = err.Error()
+	}
+	rec.add(client, Input{Req: r, Op: OpReserve, Hold: h}, out, callWall, err)
+	return res, err
+}
+
+// Settle calls rv.Settle on r's key and limit as client, records it and
+// returns what it returned. r must have its own Now.
+func (rec *Recorder) Settle(ctx context.Context, rv floodgate.Reserver, client int, r floodgate.Request, h HoldInput) ([]floodgate.Settlement, error) {
+	callWall := time.Now()
+	sts, err := rv.Settle(ctx, floodgate.SettleRequest{Requests: []floodgate.Request{r}, ID: h.ID, Actual: h.Actual, Cancel: h.Cancel})
+	out := Output{Known: true}
+	switch {
+	case err == nil || errors.Is(err, floodgate.ErrExpired):
+		if len(sts) != 1 {
+			out.Known, out.Err = false, fmt.Sprintf("%d settlements: %v", len(sts), err)
+			break
+		}
+		st := sts[0]
+		out.D, out.Replayed = st.Decision, st.Replayed
+		out.Settlement = algorithm.Settlement{Refunded: st.Refunded, Charged: st.Charged, Short: st.Short}
+		out.Code = algorithm.Settled
+		if err != nil {
+			out.Code = algorithm.TooLate
+		} else if st.Replayed {
+			out.Code = algorithm.Replayed
+		}
+	case errors.Is(err, floodgate.ErrConflict):
+		out.Code = algorithm.Conflict
+	case errors.Is(err, floodgate.ErrUnknownReservation):
+		out.Unknown = true
+	default:
+		out.Known, out.Err = false, err.Error()
+	}
+	rec.add(client, Input{Req: r, Op: OpSettle, Hold: h}, out, callWall, err)
+	return sts, err
+}
+
+// add records one call.
+func (rec *Recorder) add(client int, in Input, out Output, callWall time.Time, err error) {
+	returnWall := time.Now()
+	op := porcupine.Operation{ClientId: client, Input: in, Call: callWall.Sub(rec.start).Nanoseconds(), Output: out, Return: returnWall.Sub(rec.start).Nanoseconds()}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.ops = append(rec.ops, record{op: op, callWall: callWall, returnWall: returnWall})
+	if now := out.D.Now; err == nil && !now.IsZero() {
+		if rec.first.IsZero() || now.Before(rec.first) {
+			rec.first = now
+		}
+		if now.After(rec.last) {
+			rec.last = now
+		}
+	}
+}
+
+// withState runs f on the algorithm state of s for r's algorithm, through
+// the generic functions of algorithm/reserve.go, and stores the result.
+func withState(s state, alg floodgate.Algorithm, f func(any) any) state {
+	switch alg {
+	case floodgate.FixedWindow:
+		s.fw = f(s.fw).(algorithm.FixedWindow)
+	case floodgate.SlidingWindow:
+		s.sw = f(s.sw).(algorithm.SlidingWindow)
+	case floodgate.TokenBucket:
+		s.tb = f(s.tb).(algorithm.TokenBucket)
+	case floodgate.GCRA:
+		s.gcra = f(s.gcra).(algorithm.GCRA)
+	case floodgate.SlidingWindowLog:
+		s.log = f(algorithm.SlidingWindowLog{Log: slices.Clone(s.log)}).(algorithm.SlidingWindowLog).Log
+	}
+	return s
+}
+
+// reserveStep is algorithm.Reserve on any state withState passes.
+func reserveStep(st any, p algorithm.Params, now, units, ttl int64, release bool) (any, algorithm.Hold, algorithm.Decision) {
+	switch x := st.(type) {
+	case algorithm.FixedWindow:
+		return algorithm.Reserve(x, p, now, units, ttl, release)
+	case algorithm.SlidingWindow:
+		return algorithm.Reserve(x, p, now, units, ttl, release)
+	case algorithm.TokenBucket:
+		return algorithm.Reserve(x, p, now, units, ttl, release)
+	case algorithm.GCRA:
+		return algorithm.Reserve(x, p, now, units, ttl, release)
+	case algorithm.SlidingWindowLog:
+		return algorithm.Reserve(x, p, now, units, ttl, release)
+	}
+	panic(fmt.Sprintf("linearize: no reservations for %T", st))
+}
+
+// settleStep is algorithm.Settle on any state withState passes.
+func settleStep(st any, h algorithm.Hold, p algorithm.Params, now, actual int64, cancel bool) (any, algorithm.Hold, algorithm.Settlement, algorithm.SettleCode, algorithm.Decision) {
+	switch x := st.(type) {
+	case algorithm.FixedWindow:
+		return algorithm.Settle(x, h, p, now, actual, cancel)
+	case algorithm.SlidingWindow:
+		return algorithm.Settle(x, h, p, now, actual, cancel)
+	case algorithm.TokenBucket:
+		return algorithm.Settle(x, h, p, now, actual, cancel)
+	case algorithm.GCRA:
+		return algorithm.Settle(x, h, p, now, actual, cancel)
+	case algorithm.SlidingWindowLog:
+		return algorithm.Settle(x, h, p, now, actual, cancel)
+	}
+	panic(fmt.Sprintf("linearize: no reservations for %T", st))
+}
+
+// holdOf is the reservation id in s, if any.
+func holdOf(s state, id string) (algorithm.Hold, bool) {
+	for _, h := range s.holds {
+		if h.id == id {
+			return h.h, true
+		}
+	}
+	return algorithm.Hold{}, false
+}
+
+// withHold is s with the reservation id set to h (the holds are copied:
+// the model's states are shared).
+func withHold(s state, id string, h algorithm.Hold) state {
+	holds := make([]heldID, 0, len(s.holds)+1)
+	set := false
+	for _, x := range s.holds {
+		if x.id == id {
+			x.h, set = h, true
+		}
+		holds = append(holds, x)
+	}
+	if !set {
+		holds = append(holds, heldID{id, h})
+		slices.SortFunc(holds, func(a, b heldID) int { return compareStrings(a.id, b.id) })
+	}
+	s.holds = holds
+	return s
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// reserveStates is the model's step for a reserve, at now.
+func reserveStates(s state, in Input, out Output, now int64, known bool) []state {
+	r, h := in.Req, in.Hold
+	p, alg := r.Limit.Params(), r.Limit.EffectiveAlgorithm()
+	if old, ok := holdOf(s, h.ID); ok {
+		// A retry: the first answer if it asks the same, else a conflict;
+		// nothing changes.
+		same := old.Units == r.Cost && old.Expires-old.At == int64(h.TTL/time.Microsecond) && old.Release == h.Release
+		switch {
+		case !known:
+			return []state{s}
+		case same && out.Code == 0 && out.Replayed && out.D.Allowed == (old.State != algorithm.Denied):
+			return []state{s}
+		case !same && out.Code == algorithm.Conflict:
+			return []state{s}
+		}
+		return nil
+	}
+	var hold algorithm.Hold
+	var d algorithm.Decision
+	next := withState(s, alg, func(st any) any {
+		var after any
+		after, hold, d = reserveStep(st, p, now, r.Cost, int64(h.TTL/time.Microsecond), h.Release)
+		return after
+	})
+	next = withHold(next, h.ID, hold)
+	next.last = max(next.last, now)
+	if !known {
+		return []state{s, next}
+	}
+	if out.Replayed || out.Code != 0 || floodgate.FromAlgorithm(d, now) != out.D {
+		return nil
+	}
+	return []state{next}
+}
+
+// settleStates is the model's step for a settle, at now.
+func settleStates(s state, in Input, out Output, now int64, known bool) []state {
+	r, h := in.Req, in.Hold
+	old, ok := holdOf(s, h.ID)
+	if !ok {
+		if !known || out.Unknown {
+			return []state{s}
+		}
+		return nil
+	}
+	p, alg := r.Limit.Params(), r.Limit.EffectiveAlgorithm()
+	var hold algorithm.Hold
+	var st algorithm.Settlement
+	var code algorithm.SettleCode
+	var d algorithm.Decision
+	next := withState(s, alg, func(x any) any {
+		var after any
+		after, hold, st, code, d = settleStep(x, old, p, now, h.Actual, h.Cancel)
+		return after
+	})
+	next = withHold(next, h.ID, hold)
+	next.last = max(next.last, now)
+	if !known {
+		return []state{s, next}
+	}
+	if out.Unknown || out.Code != code {
+		return nil
+	}
+	if code == algorithm.Conflict {
+		return []state{next}
+	}
+	if out.Settlement != st || (code != algorithm.TooLate && floodgate.FromAlgorithm(d, now) != out.D) {
+		return nil
+	}
+	return []state{next}
+}
+
+// ReserveWorkload is a history of reservations: clients calling Reserve,
+// Settle (commit and cancel, of their own holds and of others', live,
+// settled or expired, and retries) and Apply at random on a few keys of
+// one store, every call with its own Now from one clock that moves on with
+// calls.
+type ReserveWorkload struct {
+	Store   floodgate.Store // a floodgate.Reserver
+	Limit   floodgate.Limit
+	Keys    []string
+	Clients int
+	Calls   int // per client
+	Seed    uint64
+	// Step is how far the clock moves per call.
+	Step time.Duration
+}
+
+// RunReserve records w and checks that the history is linearizable.
+func RunReserve(t *testing.T, w ReserveWorkload) {
+	t.Helper()
+	rv, ok := w.Store.(floodgate.Reserver)
+	if !ok {
+		t.Fatalf("linearize: %T is not a floodgate.Reserver", w.Store)
+	}
+	rec := NewRecorder()
+	var clock atomic.Int64
+	start := time.Unix(1_800_000_000, 0)
+	var ids []string
+	for i := range w.Clients * w.Calls / 3 {
+		ids = append(ids, fmt.Sprintf("r%d", i))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, w.Clients)
+	for c := range w.Clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(w.Seed, uint64(c)))
+			for range w.Calls {
+				now := start.Add(time.Duration(clock.Add(1)) * w.Step)
+				r := floodgate.Request{Key: w.Keys[rng.IntN(len(w.Keys))], Limit: w.Limit, Now: now}
+				id := ids[rng.IntN(len(ids))]
+				var err error
+				switch x := rng.IntN(10); {
+				case x < 2:
+					r.Cost = rng.Int64N(3)
+					_, err = rec.Apply(t.Context(), w.Store, c, r)
+				case x < 6:
+					r.Cost = 1 + rng.Int64N(3)
+					_, err = rec.Reserve(t.Context(), rv, c, r, HoldInput{ID: id, TTL: time.Duration(1+rng.IntN(8)) * w.Step * time.Duration(w.Clients), Release: rng.IntN(2) == 0})
+				default:
+					cancel := rng.IntN(3) == 0
+					h := HoldInput{ID: id, Cancel: cancel}
+					if !cancel {
+						h.Actual = rng.Int64N(5)
+					}
+					_, err = rec.Settle(t.Context(), rv, c, r, h)
+				}
+				if err != nil && !errors.Is(err, floodgate.ErrConflict) && !errors.Is(err, floodgate.ErrExpired) && !errors.Is(err, floodgate.ErrUnknownReservation) {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	res, info, err := Check(rec.Operations(), Options{}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != porcupine.Ok {
+		path := WriteVisualization(t, Options{}, info)
+		t.Fatalf("the history of %d calls is not linearizable (%v); see %s", len(rec.ops), res, path)
+	}
+}
