@@ -49,12 +49,25 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 	return s.crossSlotBatch(ctx, cs, groups)
 }
 
-// slotGroups groups the indexes of cs by the Cluster slot of their keys, in
-// order of first appearance; one group of all when the client is not a
-// Cluster client, since one node then holds every key.
+// slotGroups groups the indexes of cs by the Cluster slot of their keys
+// (slotGroupsOf).
 func (s *Store) slotGroups(cs []call) [][]int {
+	keys := make([]string, len(cs))
+	for i := range cs {
+		keys[i] = cs[i].key
+	}
+	return s.slotGroupsOf(keys)
+}
+
+// slotGroupsOf groups the indexes of keys by their Cluster slot, in order
+// of first appearance; one group of all when the client is not a Cluster
+// client, since one node then holds every key.
+func (s *Store) slotGroupsOf(keys []string) [][]int {
+	if len(keys) == 0 {
+		return nil
+	}
 	if !s.conn.Cluster() {
-		all := make([]int, len(cs))
+		all := make([]int, len(keys))
 		for i := range all {
 			all[i] = i
 		}
@@ -62,8 +75,8 @@ func (s *Store) slotGroups(cs []call) [][]int {
 	}
 	var groups [][]int
 	bySlot := make(map[uint16]int)
-	for i := range cs {
-		slot := keySlot(cs[i].key)
+	for i, key := range keys {
+		slot := keySlot(key)
 		g, ok := bySlot[slot]
 		if !ok {
 			g = len(groups)
@@ -100,16 +113,16 @@ func pick[T any](xs []T, idx []int) []T {
 	return out
 }
 
-// runAll runs f for every run in runs, at once when there are several,
-// and waits for them.
-func runAll(runs []*slotRun, f func(g *slotRun)) {
-	if len(runs) == 1 {
-		f(runs[0])
+// runAll runs f(0) to f(n-1), at once when n is above 1, and waits for
+// them.
+func runAll(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
 		return
 	}
 	var wg sync.WaitGroup
-	for _, g := range runs {
-		wg.Go(func() { f(g) })
+	for i := range n {
+		wg.Go(func() { f(i) })
 	}
 	wg.Wait()
 }
@@ -154,27 +167,25 @@ func (s *Store) crossSlotBatch(ctx context.Context, cs []call, groups [][]int) (
 		runs = append(runs, &slotRun{idx: idx})
 	}
 	s.crossSlot.calls.Add(1)
-	batch := func(deny bool) func(g *slotRun) {
-		return func(g *slotRun) {
-			g.ds, g.err = s.runner.batch(ctx, pick(cs, g.idx), deny)
-			g.admitted = g.err == nil && g.ds[0].Allowed
-		}
+	batch := func(g *slotRun, deny bool) {
+		g.ds, g.err = s.runner.batch(ctx, pick(cs, g.idx), deny)
+		g.admitted = g.err == nil && g.ds[0].Allowed
 	}
-	runAll(runs, batch(false))
+	runAll(len(runs), func(i int) { batch(runs[i], false) })
 	admitted, failed := true, false
 	for _, g := range runs {
 		admitted = admitted && g.admitted
 		failed = failed || g.err != nil
 	}
 	if last != nil && !failed {
-		batch(!admitted)(last)
+		batch(last, !admitted)
 		runs = append(runs, last)
 		admitted = admitted && last.admitted
 	}
 	if admitted {
 		return assemble(len(cs), runs), nil
 	}
-	s.compensate(ctx, runs, func(ctx context.Context, g *slotRun) error {
+	s.compensate(ctx, admittedRuns(runs), func(ctx context.Context, g *slotRun) error {
 		backs, ds, err := s.runner.refund(ctx, pick(cs, g.idx), g.ds)
 		if err != nil {
 			return err
@@ -184,13 +195,7 @@ func (s *Store) crossSlotBatch(ctx context.Context, cs []call, groups [][]int) (
 			g.ds[j] = ds[j]
 		}
 		return nil
-	}, func(g *slotRun) int64 {
-		var n int64
-		for _, i := range g.idx {
-			n += cs[i].r.Cost
-		}
-		return n
-	})
+	}, costs(cs))
 	for _, g := range runs {
 		if g.err != nil {
 			return nil, g.err
@@ -199,26 +204,46 @@ func (s *Store) crossSlotBatch(ctx context.Context, cs []call, groups [][]int) (
 	return assemble(len(cs), runs), nil
 }
 
-// compensate gives back what the runs that admitted took, by undo, when
-// the call is denied or failed, under a context of its own
-// (compensateTimeout): the caller's may have ended, and a compensation
-// that does not run leaves units taken. units is what a run took, for
-// CrossSlotStats. A run compensated reports every decision denied with
-// RetryAfter 0: the state after undo, or as it was if undo failed (which
-// is never retried: its units stay taken).
-func (s *Store) compensate(ctx context.Context, runs []*slotRun, undo func(ctx context.Context, g *slotRun) error, units func(g *slotRun) int64) {
-	var admitted []*slotRun
+// admittedRuns returns the runs that admitted their requests.
+func admittedRuns(runs []*slotRun) []*slotRun {
+	var out []*slotRun
 	for _, g := range runs {
 		if g.admitted {
-			admitted = append(admitted, g)
+			out = append(out, g)
 		}
 	}
-	if len(admitted) == 0 {
+	return out
+}
+
+// costs returns what a run of cs took: the costs of its requests if it
+// admitted them, else nothing.
+func costs(cs []call) func(g *slotRun) int64 {
+	return func(g *slotRun) int64 {
+		var n int64
+		for _, i := range g.idx {
+			if g.admitted {
+				n += cs[i].r.Cost
+			}
+		}
+		return n
+	}
+}
+
+// compensate undoes runs (the runs that admitted, when the call is denied
+// or failed) under a context of its own (compensateTimeout): the
+// caller's may have ended, and a compensation that does not run leaves
+// units taken. units is what a run took, for CrossSlotStats. A run
+// compensated reports every decision denied with RetryAfter 0: the state
+// after undo, or as it was if undo failed, which is never retried: its
+// units stay taken.
+func (s *Store) compensate(ctx context.Context, runs []*slotRun, undo func(ctx context.Context, g *slotRun) error, units func(g *slotRun) int64) {
+	if len(runs) == 0 {
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
-	runAll(admitted, func(g *slotRun) {
+	runAll(len(runs), func(i int) {
+		g := runs[i]
 		s.crossSlot.compensated.Add(1)
 		s.crossSlot.units.Add(units(g))
 		if err := undo(cctx, g); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
 )
 
 // Options configure a Store. A nil *Options, or the zero value, means every
@@ -81,6 +82,19 @@ type Options struct {
 	// WAIT's unit, and is at least 1 ms. With a go-redis client it must be
 	// below the client's ReadTimeout (see package goredisstore).
 	WaitTimeout time.Duration
+	// HoldRetention is how long a reservation's holds are kept after they
+	// expire, so that a retried reserve, commit or cancel gets the first
+	// answer (floodgate.Reserver); 0 means floodgate.DefaultHoldRetention.
+	// Each hold is a Redis key that lives until its expiry plus this.
+	HoldRetention time.Duration
+	// HoldSweep is how often the store looks for reservations made with
+	// ReleaseOnExpiry that expired unsettled, to give their units back
+	// (SweepHolds): the longest such units stay taken past their expiry.
+	// The sweeper starts with the store's first Reserve and stops at
+	// Close. 0 means DefaultHoldSweep; a negative value turns the
+	// sweeper off (call SweepHolds yourself, or let another instance
+	// sweep: any store on the same Redis and prefix sweeps every hold).
+	HoldSweep time.Duration
 	// TLS is the TLS configuration of Open's connections for a rediss://,
 	// rediss-sentinel:// or rediss-cluster:// URL, in place of the default
 	// (TLS 1.2 or later, the server verified against the system roots):
@@ -104,6 +118,9 @@ const DefaultWaitTimeout = 50 * time.Millisecond
 // DefaultBudgetIdle is the default Options.BudgetIdle.
 const DefaultBudgetIdle = 100 * time.Millisecond
 
+// DefaultHoldSweep is the default Options.HoldSweep.
+const DefaultHoldSweep = time.Second
+
 // validOptions checks what a Store cannot work with; a nil opts is valid.
 func validOptions(opts *Options) error {
 	if opts != nil && strings.ContainsAny(opts.Prefix, "{}") {
@@ -117,6 +134,12 @@ func validOptions(opts *Options) error {
 	}
 	if opts != nil && opts.WaitReplicas < 0 {
 		return fmt.Errorf("redisstore: Options.WaitReplicas %d is negative", opts.WaitReplicas)
+	}
+	if opts != nil && opts.HoldRetention < 0 {
+		return fmt.Errorf("redisstore: Options.HoldRetention %v is negative", opts.HoldRetention)
+	}
+	if opts != nil && opts.HoldRetention > time.Duration(algorithm.MaxPeriod)*time.Microsecond {
+		return fmt.Errorf("redisstore: Options.HoldRetention %v is above %v", opts.HoldRetention, time.Duration(algorithm.MaxPeriod)*time.Microsecond)
 	}
 	if opts != nil && opts.WaitTimeout < 0 {
 		return fmt.Errorf("redisstore: Options.WaitTimeout %v is negative", opts.WaitTimeout)

@@ -114,8 +114,9 @@ func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 }
 
 // stampAll stamps every call of cs (see stamp), reading the Clock once:
-// the requests of one all-or-nothing call are decided at one time.
-func (rn *runner) stampAll(cs []call) {
+// the requests of one all-or-nothing call are decided at one time. It
+// returns that reading in µs, or -1 without a Clock (the server's TIME).
+func (rn *runner) stampAll(cs []call) int64 {
 	clock := int64(-1)
 	if rn.clock != nil {
 		clock = rn.clock.Now().UnixMicro()
@@ -126,6 +127,7 @@ func (rn *runner) stampAll(cs []call) {
 			cs[i].now = cs[i].r.Now.UnixMicro()
 		}
 	}
+	return clock
 }
 
 // batch decides cs, already stamped, in one run of the batch script, all

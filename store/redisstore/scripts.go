@@ -58,6 +58,10 @@ type scriptSet struct {
 	// refund gives back what a slot of a batch took when another slot
 	// denied it (refund.lua).
 	refund *script
+	// reserve holds units for a reservation (reserve.lua), settle
+	// settles its holds (settle.lua), and sweep keeps the index of the
+	// holds to expire (sweep.lua).
+	reserve, settle, sweep *script
 	// lib is every script above as one Redis function library.
 	lib library
 }
@@ -198,14 +202,32 @@ func buildScripts() (scriptSet, error) {
 	if err != nil {
 		return scriptSet{}, err
 	}
+	reserveFuncs, reserveMain, err := split("reserve.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	settleFuncs, settleMain, err := split("settle.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	sweepFuncs, sweepMain, err := split("sweep.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
-	// holds is what the scripts of refunds and reservations start with:
-	// the batch's helpers, which they use, and the refunds.
-	holds := shared.String() + batchFuncs + "\n" + refundFuncs
-	set.refund = newScript("refund", holds+mainMarker+refundMain)
-	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain})
-	shared.WriteString(batchFuncs + "\n" + multiFuncs + "\n" + refundFuncs)
+	// The scripts of refunds and reservations add to shared the batch's
+	// helpers, which they use, the refunds, and the holds' helpers.
+	set.refund = newScript("refund", shared.String()+batchFuncs+"\n"+refundFuncs+mainMarker+refundMain)
+	holds := shared.String() + batchFuncs + "\n" + refundFuncs + "\n" + reserveFuncs
+	set.reserve = newScript("reserve", holds+mainMarker+reserveMain)
+	set.settle = newScript("settle", holds+"\n"+settleFuncs+mainMarker+settleMain)
+	set.sweep = newScript("sweep", files["common.lua"]+"\n"+sweepFuncs+mainMarker+sweepMain)
+	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain},
+		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain})
+	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs} {
+		shared.WriteString(f + "\n")
+	}
 	budgetSrc, err := read("budget.lua")
 	if err != nil {
 		return scriptSet{}, err
@@ -224,7 +246,7 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range set.budget {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
-	for _, sc := range []*script{set.batch, set.multi, set.refund} {
+	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep} {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
 	return set, nil

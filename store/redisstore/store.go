@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,16 @@ type Store struct {
 	runner  *runner       // runs the scripts; ApplyBatch calls it directly
 
 	crossSlot crossSlotCounters // CrossSlotStats
+
+	// Reservations: Options.HoldRetention in µs, Options.HoldSweep, and
+	// the sweeper of holds made with release, started with the first
+	// Reserve.
+	holdRetain int64
+	holdSweep  time.Duration
+	sweepOnce  sync.Once
+	sweeping   bool // set by sweepOnce when it started the sweeper
+	sweepStop  chan struct{}
+	sweepDone  chan struct{}
 }
 
 // decider is a layer of a Store: it decides c, in process or by handing it
@@ -132,7 +143,10 @@ func newStore(c Conn, opts *Options) (*Store, error) {
 			return nil, fmt.Errorf("redisstore: Options.WaitReplicas: %w", err)
 		}
 	}
-	s := &Store{prefix: cmp.Or(o.Prefix, DefaultPrefix), conn: c, runner: rn}
+	s := &Store{prefix: cmp.Or(o.Prefix, DefaultPrefix), conn: c, runner: rn,
+		holdRetain: cmp.Or(o.HoldRetention, floodgate.DefaultHoldRetention).Microseconds(),
+		holdSweep:  cmp.Or(o.HoldSweep, DefaultHoldSweep),
+		sweepStop:  make(chan struct{}), sweepDone: make(chan struct{})}
 	var remote decider = rn
 	if o.Coalesce >= 0 {
 		s.co = newCoalescer(rn, cmp.Or(o.Coalesce, DefaultCoalesce), c.Cluster())
@@ -198,13 +212,15 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 }
 
 // Close makes the store refuse further calls with floodgate.ErrClosed,
-// gives back the unused units of its local budgets (waiting at most two
-// seconds for Redis), and closes the client if Open made it; a client
-// handed to New or NewWithConn stays open. Close is idempotent.
+// stops the sweeper of reservations, gives back the unused units of its
+// local budgets (waiting at most two seconds for Redis), and closes the
+// client if Open made it; a client handed to New or NewWithConn stays
+// open. Close is idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.stopSweeper()
 	s.budgets.close()
 	if s.closeClient != nil {
 		s.closeClient()

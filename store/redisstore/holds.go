@@ -1,0 +1,280 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
+)
+
+// The runner's side of reservations: it encodes the calls of the
+// reservation scripts (reserve.lua, settle.lua, sweep.lua), runs them as
+// it runs every script, and checks and decodes their replies.
+
+// The status of a reserve, RESERVED ... RESERVE_CONFLICT in reserve.lua.
+const (
+	reserveNew int64 = iota
+	reserveReplayed
+	reserveOtherKeys
+	reserveConflict
+)
+
+// The status of a settle, SETTLE_DONE ... SETTLE_CONFLICT in settle.lua.
+const (
+	settleDone int64 = iota
+	settleUnknown
+	settleOtherKeys
+	settleConflict
+)
+
+// The modes of settle.lua.
+const (
+	modeSettle = "settle"
+	modeDeny   = "deny"
+	modeUndo   = "undo"
+)
+
+// The outcomes of settle.lua's expire mode.
+const (
+	expireNotHeld int64 = iota
+	expireNow
+	expireNotDue
+)
+
+// holdKey is the key of the hold of reservation id on the state at key:
+// in the slot of the state, since key's hash tag comes first.
+func holdKey(key, id string) string { return key + ":hold:" + id }
+
+// reserved is the reserve script's answer for the requests of one slot.
+type reserved struct {
+	status  int64
+	expires int64 // µs of the requests' clock; 0 for a conflict
+	ds      []floodgate.Decision
+}
+
+// held reports whether the answer holds units: a new or replayed reserve
+// that was admitted.
+func (r *reserved) held() bool {
+	return (r.status == reserveNew || r.status == reserveReplayed) && r.ds[0].Allowed
+}
+
+// reserve runs the reserve script for cs, stamped, whose holds are at
+// holds: ttl and retention in µs, clock the sweep clock's now (-1:
+// the server's TIME).
+func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, ttl, retention, clock int64, release bool) (reserved, error) {
+	keys := make([]string, 0, 2*len(cs))
+	args := make([]string, 0, 4+len(cs)*(1+argsPerRequest))
+	rel := "0"
+	if release {
+		rel = "1"
+	}
+	args = append(args, strconv.FormatInt(ttl, 10), rel, strconv.FormatInt(retention, 10), strconv.FormatInt(clock, 10))
+	for i := range cs {
+		c := &cs[i]
+		keys = append(keys, c.key, holds[i])
+		args = append(args, string(c.alg))
+		args = appendRequest(args, &c.r, c.alg, c.now)
+	}
+	vals, err := rn.run(ctx, scripts.reserve, keys, args)
+	if err != nil {
+		return reserved{}, fmt.Errorf("redisstore: reserve %s: %w", holds[0], err)
+	}
+	bad := func(format string, a ...any) (reserved, error) {
+		return reserved{}, fmt.Errorf("redisstore: reserve %s: %w: "+format, append([]any{holds[0], floodgate.ErrUnexpectedReply}, a...)...)
+	}
+	if len(vals) < 2 {
+		return bad("%d integers", len(vals))
+	}
+	r := reserved{status: vals[0], expires: vals[1]}
+	switch r.status {
+	case reserveOtherKeys, reserveConflict:
+		if len(vals) != 2 {
+			return bad("%d integers for a conflict", len(vals))
+		}
+		return r, nil
+	case reserveNew, reserveReplayed:
+	default:
+		return bad("status %d", r.status)
+	}
+	if len(vals) != 2+replyLen*len(cs) {
+		return bad("%d integers, want %d", len(vals), 2+replyLen*len(cs))
+	}
+	if r.expires <= 0 || r.expires > algorithm.MaxExact {
+		return bad("expires_us %d", r.expires)
+	}
+	r.ds = make([]floodgate.Decision, len(cs))
+	allowed := 0
+	for i := range cs {
+		if r.ds[i], err = decode(vals[2+i*replyLen:2+(i+1)*replyLen], cs[i].now); err != nil {
+			return reserved{}, fmt.Errorf("redisstore: reserve %s: %w", holds[i], err)
+		}
+		if r.ds[i].Allowed {
+			allowed++
+		}
+	}
+	if allowed != 0 && allowed != len(cs) {
+		return bad("%d of %d allowed, want all or none", allowed, len(cs))
+	}
+	return r, nil
+}
+
+// settled is the settle script's answer for the holds of one slot.
+type settled struct {
+	status int64
+	// state and actual are those of the hold that conflicts, for
+	// settleConflict.
+	state, actual int64
+	codes         []algorithm.SettleCode
+	sts           []floodgate.Settlement
+}
+
+// settleWidth is the integers of one hold in the settle script's reply:
+// code, refunded, charged, short, then a decision.
+const settleWidth = 4 + replyLen
+
+// settle runs the settle script in mode for the holds at holds of cs,
+// stamped: a commit of actual, or a cancel.
+func (rn *runner) settle(ctx context.Context, mode string, cs []call, holds []string, actual int64, cancel bool, clock int64) (settled, error) {
+	keys := make([]string, 0, 2*len(cs))
+	args := make([]string, 0, 4+len(cs)*(1+argsPerRequest))
+	cn := "0"
+	if cancel {
+		cn = "1"
+	}
+	args = append(args, mode, strconv.FormatInt(actual, 10), cn, strconv.FormatInt(clock, 10))
+	for i := range cs {
+		c := &cs[i]
+		keys = append(keys, c.key, holds[i])
+		args = append(args, string(c.alg))
+		args = appendRequest(args, &c.r, c.alg, c.now)
+	}
+	vals, err := rn.run(ctx, scripts.settle, keys, args)
+	if err != nil {
+		return settled{}, fmt.Errorf("redisstore: %s %s: %w", mode, holds[0], err)
+	}
+	bad := func(format string, a ...any) (settled, error) {
+		return settled{}, fmt.Errorf("redisstore: %s %s: %w: "+format, append([]any{mode, holds[0], floodgate.ErrUnexpectedReply}, a...)...)
+	}
+	if len(vals) < 3 {
+		return bad("%d integers", len(vals))
+	}
+	r := settled{status: vals[0], state: vals[1], actual: vals[2]}
+	switch r.status {
+	case settleUnknown, settleOtherKeys, settleConflict:
+		if len(vals) != 3 {
+			return bad("%d integers for status %d", len(vals), r.status)
+		}
+		return r, nil
+	case settleDone:
+	default:
+		return bad("status %d", r.status)
+	}
+	if len(vals) != 3+settleWidth*len(cs) {
+		return bad("%d integers, want %d", len(vals), 3+settleWidth*len(cs))
+	}
+	r.codes = make([]algorithm.SettleCode, len(cs))
+	r.sts = make([]floodgate.Settlement, len(cs))
+	for i := range cs {
+		v := vals[3+i*settleWidth : 3+(i+1)*settleWidth]
+		code, refunded, charged, short := v[0], v[1], v[2], v[3]
+		switch {
+		case code < int64(algorithm.Settled) || code > int64(algorithm.TooLate):
+			return bad("code %d", code)
+		case refunded < 0 || charged < 0 || short < 0 || refunded > algorithm.MaxLimit || charged > algorithm.MaxLimit || short > algorithm.MaxLimit:
+			return bad("settlement %d, %d, %d", refunded, charged, short)
+		}
+		d, err := decode(v[4:], cs[i].now)
+		if err != nil {
+			return settled{}, fmt.Errorf("redisstore: %s %s: %w", mode, holds[i], err)
+		}
+		r.codes[i] = algorithm.SettleCode(code)
+		r.sts[i] = floodgate.Settlement{Refunded: refunded, Charged: charged, Short: short, Replayed: code == int64(algorithm.Replayed), Decision: d}
+	}
+	return r, nil
+}
+
+// expired is the outcome of the expire mode for one hold.
+type expired struct {
+	outcome, refunded, due int64
+}
+
+// expire runs the settle script's expire mode on the holds at holds, of
+// the states at states: each expires if its time has come at clock (the
+// sweep clock's now; -1: the server's TIME).
+func (rn *runner) expire(ctx context.Context, states, holds []string, clock int64) ([]expired, error) {
+	keys := make([]string, 0, 2*len(holds))
+	for i := range holds {
+		keys = append(keys, states[i], holds[i])
+	}
+	vals, err := rn.run(ctx, scripts.settle, keys, []string{"expire", "0", "0", strconv.FormatInt(clock, 10)})
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: expire %s: %w", holds[0], err)
+	}
+	if len(vals) != 3*len(holds) {
+		return nil, fmt.Errorf("redisstore: expire %s: %w: %d integers, want %d", holds[0], floodgate.ErrUnexpectedReply, len(vals), 3*len(holds))
+	}
+	out := make([]expired, len(holds))
+	for i := range out {
+		e := expired{vals[3*i], vals[3*i+1], vals[3*i+2]}
+		if e.outcome < expireNotHeld || e.outcome > expireNotDue || e.refunded < 0 || e.due < 0 || e.due > algorithm.MaxExact {
+			return nil, fmt.Errorf("redisstore: expire %s: %w: %v", holds[i], floodgate.ErrUnexpectedReply, e)
+		}
+		out[i] = e
+	}
+	return out, nil
+}
+
+// index runs the sweep script's op on the index at key, at clock (-1:
+// the server's TIME), with args.
+func (rn *runner) index(ctx context.Context, key, op string, clock int64, args ...string) ([]int64, error) {
+	vals, err := rn.run(ctx, scripts.sweep, []string{key}, append([]string{op, strconv.FormatInt(clock, 10)}, args...))
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: holds index %s %s: %w", op, key, err)
+	}
+	return vals, nil
+}
+
+// due claims at most n members of the index at key due at clock, for
+// lease µs, and returns them.
+func (rn *runner) due(ctx context.Context, key string, clock int64, n int, lease int64) ([]string, error) {
+	vals, err := rn.index(ctx, key, "due", clock, strconv.Itoa(n), strconv.FormatInt(lease, 10))
+	if err != nil {
+		return nil, err
+	}
+	members, err := decodeStrings(vals)
+	if err != nil || len(members) > n {
+		return nil, fmt.Errorf("redisstore: holds index due %s: %w: %d members, %v", key, floodgate.ErrUnexpectedReply, len(members), err)
+	}
+	return members, nil
+}
+
+// decodeStrings decodes strings sent as integers: their count, then each
+// one's length and bytes.
+func decodeStrings(vals []int64) ([]string, error) {
+	if len(vals) == 0 || vals[0] < 0 || vals[0] > int64(len(vals)) {
+		return nil, fmt.Errorf("%w: %d integers", floodgate.ErrUnexpectedReply, len(vals))
+	}
+	out := make([]string, 0, vals[0])
+	i := 1
+	for range vals[0] {
+		if i >= len(vals) || vals[i] < 0 || vals[i] > int64(len(vals)-i-1) {
+			return nil, fmt.Errorf("%w: string %d runs past the reply", floodgate.ErrUnexpectedReply, len(out))
+		}
+		b := make([]byte, vals[i])
+		for j := range b {
+			v := vals[i+1+j]
+			if v < 0 || v > 255 {
+				return nil, fmt.Errorf("%w: byte %d", floodgate.ErrUnexpectedReply, v)
+			}
+			b[j] = byte(v)
+		}
+		out = append(out, string(b))
+		i += 1 + len(b)
+	}
+	if i != len(vals) {
+		return nil, fmt.Errorf("%w: %d integers after the strings", floodgate.ErrUnexpectedReply, len(vals)-i)
+	}
+	return out, nil
+}
