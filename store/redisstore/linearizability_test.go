@@ -292,3 +292,38 @@ func TestLinearizableCatchesReadThenWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestLinearizableReservations checks with porcupine that concurrent
+// reserves, commits, cancels and decisions (of live, settled and expired
+// holds, retries and conflicts) on a real Redis, standalone and Cluster,
+// are linearizable against the algorithm package's Reserve, Settle and
+// Step, for every algorithm with reservations. Calls carry their own Now.
+func TestLinearizableReservations(t *testing.T) {
+	standalone := standaloneAddr(t)
+	var cluster []string
+	if !testing.Short() {
+		cluster = redistest.StartCluster(t).Addrs()
+	}
+	for _, topology := range []string{"standalone", "cluster"} {
+		if topology == "cluster" && cluster == nil {
+			continue
+		}
+		for i, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindowLog, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA} {
+			t.Run(topology+"/"+string(alg), func(t *testing.T) {
+				client := newRueidis(t, standalone)
+				if topology == "cluster" {
+					client = newRueidisCluster(t, cluster)
+				}
+				s, err := New(client, &Options{Prefix: testPrefix(t)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				linearize.RunReserve(t, linearize.ReserveWorkload{
+					Store: s, Limit: floodgate.Limit{Algorithm: alg, Limit: 6, Period: 100 * time.Millisecond},
+					Keys: []string{"a", "b"}, Clients: 4, Calls: 60, Seed: uint64(i), Step: time.Millisecond,
+				})
+			})
+		}
+	}
+}
