@@ -58,6 +58,7 @@ type serveConfig struct {
 	shutdownTimeout    time.Duration
 	debugAddr          string
 	independent        bool
+	holdRetention      time.Duration
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -86,6 +87,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler, /debug/pprof/, on this `address` of its own (127.0.0.1:6060, say), never on the API's; empty disables (env FLOODGATE_DEBUG_ADDR)")
+	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -131,6 +133,8 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-probe-interval: %v must be above zero", c.probeInterval)
 	case c.timeout <= 0:
 		return fmt.Sprintf("-timeout: %v must be above zero", c.timeout)
+	case c.holdRetention <= 0:
+		return fmt.Sprintf("-hold-retention: %v must be above zero", c.holdRetention)
 	case tlsProblem != "":
 		return tlsProblem
 	case c.httpAddr == "":
@@ -211,7 +215,7 @@ func logHandler(c serveConfig, stderr io.Writer) slog.Handler {
 // -redis with its TLS files and options.
 func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate.Store, func(), error) {
 	if c.redisURL == "" {
-		s := memstore.New(nil)
+		s := memstore.New(&memstore.Options{HoldRetention: c.holdRetention})
 		return s, func() { s.Close() }, nil
 	}
 	tlsConf, err := c.redisTLS.config(log)
@@ -219,7 +223,7 @@ func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate
 		return nil, nil, fmt.Errorf("cannot read the Redis TLS files: %w", err)
 	}
 	ro := redisstore.Options{DenyCache: c.denyCache, Functions: c.functions, Coalesce: c.coalesce,
-		WaitReplicas: c.waitReplicas, WaitTimeout: c.waitTimeout, TLS: tlsConf}
+		WaitReplicas: c.waitReplicas, WaitTimeout: c.waitTimeout, TLS: tlsConf, HoldRetention: c.holdRetention}
 	if c.coalesce == 0 {
 		ro.Coalesce = -1
 	}
