@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // TestRedactURL: no secret of a Redis URL reaches a log line: neither the
@@ -99,4 +102,44 @@ func freeAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// TestServeReservationsRedis: a reservation made through one `floodgate
+// serve` on Redis is committed through another (the id names what it
+// holds), a retried commit is answered from the first, and the budget is
+// what the commit left.
+func TestServeReservationsRedis(t *testing.T) {
+	redis := redistest.Standalone(t)
+	a := startServe(t, "-redis", "redis://"+redis.Addr, "-timeout", "2s")
+	b := startServe(t, "-redis", "redis://"+redis.Addr, "-timeout", "2s")
+	post := func(in *instance, path, body string) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.Post(in.httpURL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatalf("POST %s: %d, %v", path, resp.StatusCode, err)
+		}
+		return resp.StatusCode, out
+	}
+	const limit = `{"limit": 1000, "period": "1h"}`
+	code, res := post(a, "/v1/reservations", `{"key": "tenant:acme", "limit": `+limit+`, "cost": 800}`)
+	id, _ := res["id"].(string)
+	if code != http.StatusOK || res["allowed"] != true || id == "" {
+		t.Fatalf("reserve: %d %v", code, res)
+	}
+	for i := range 2 {
+		code, st := post(b, "/v1/reservations/"+id+"/commit", `{"cost": 350}`)
+		sts, _ := st["settlements"].([]any)
+		if code != http.StatusOK || len(sts) != 1 || sts[0].(map[string]any)["refunded"] != 450.0 || (st["replayed"] == true) != (i == 1) {
+			t.Fatalf("commit %d through the other instance: %d %v", i, code, st)
+		}
+	}
+	code, d := post(a, "/v1/allow", `{"key": "tenant:acme", "limit": `+limit+`, "cost": 0}`)
+	if code != http.StatusOK || d["remaining"] != 650.0 {
+		t.Errorf("after the commit: %d %v, want 650 remaining", code, d)
+	}
 }
