@@ -351,3 +351,46 @@ func BenchmarkWait(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReserve measures a reservation's two steps beside one decision
+// on the same Redis: op=allow is one Apply; op=reserve+commit reserves 4
+// units and commits 1, two script runs and a hold kept for its retention,
+// counted as one operation (decisions/s are then pairs per second). 10k
+// keys, 1 and 64 callers, EVALSHA.
+func BenchmarkReserve(b *testing.B) {
+	srv := redistest.Standalone(b)
+	c := newRueidis(b, srv.Addr)
+	s, err := New(c, &Options{Prefix: "benchres", HoldSweep: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := benchKeys(10_000)
+	var ids atomic.Int64
+	ctx := context.Background()
+	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.GCRA} {
+		l := benchLimit(alg)
+		for _, callers := range []int{1, 64} {
+			for _, op := range []string{"allow", "reserve+commit"} {
+				b.Run(fmt.Sprintf("alg=%s/callers=%d/op=%s", alg, callers, op), func(b *testing.B) {
+					runCallers(b, c, callers, func(i int, _ string) {
+						key := keys[i%len(keys)]
+						if op == "allow" {
+							if _, err := s.Apply(ctx, floodgate.Request{Key: key, Limit: l, Cost: 1}); err != nil {
+								b.Error(err)
+							}
+							return
+						}
+						id := "b" + strconv.FormatInt(ids.Add(1), 36)
+						if _, err := s.Reserve(ctx, floodgate.HoldRequest{Requests: []floodgate.Request{{Key: key, Limit: l, Cost: 4}}, ID: id, TTL: time.Minute}); err != nil {
+							b.Error(err)
+							return
+						}
+						if _, err := s.Settle(ctx, floodgate.SettleRequest{Requests: []floodgate.Request{{Key: key, Limit: l}}, ID: id, Actual: 1}); err != nil {
+							b.Error(err)
+						}
+					})
+				})
+			}
+		}
+	}
+}
