@@ -21,7 +21,8 @@ type RepairFunc func(ctx context.Context, d Drift) error
 
 // Drift is a window where a store's counter and the ledger disagree.
 type Drift struct {
-	// Usage is what the ledger holds for the window.
+	// Usage is what the ledger holds for the window; its Limit is the
+	// quota the counter runs under (ReconcileOptions.Limit).
 	Usage
 	// Counter is the units the store's counter holds in the window.
 	Counter int64
@@ -32,14 +33,22 @@ type Drift struct {
 	RepairErr error
 }
 
-// Missing is the units the counter lost: Units - Counter when the counter
-// is behind the ledger, else 0.
-func (d Drift) Missing() int64 { return max(0, d.Units-d.Counter) }
+// Expected is what the counter should hold: the ledger's units, or the
+// limit when the ledger holds more (commits charged beyond the limit): a
+// counter cannot count above its limit, and at the limit it denies as it
+// would above.
+func (d Drift) Expected() int64 { return expected(d.Usage) }
+
+func expected(u Usage) int64 { return min(u.Units, u.Limit.Limit) }
+
+// Missing is the units the counter lost: Expected - Counter when the
+// counter is behind the ledger, else 0.
+func (d Drift) Missing() int64 { return max(0, d.Expected()-d.Counter) }
 
 // Behind reports a counter below the ledger: it lost units (a Redis
 // restart without persistence, a failover, an eviction) and would admit
 // them again.
-func (d Drift) Behind() bool { return d.Counter < d.Units }
+func (d Drift) Behind() bool { return d.Counter < d.Expected() }
 
 // ReconcileOptions configure Reconcile. A nil *ReconcileOptions, or the
 // zero value, means now, every key, and no repair.
@@ -50,6 +59,12 @@ type ReconcileOptions struct {
 	Now time.Time
 	// KeyPrefix keeps the keys that start with it.
 	KeyPrefix string
+	// Limit, if set, returns the quota the counter of key runs under now
+	// (a limit raised since the commits), given the one recorded with the
+	// window's latest entry; nil means the recorded one. Its algorithm,
+	// period and alignment must be the recorded ones (the counter of
+	// another is another counter); only the limit may differ.
+	Limit func(key string, recorded floodgate.Limit) floodgate.Limit
 	// Repair, if set, is called for each drift whose counter is behind
 	// the ledger, to raise the counter to the ledger's units. A counter
 	// ahead of the ledger is reported and never lowered: its extra units
@@ -61,7 +76,9 @@ type ReconcileOptions struct {
 
 // Reconcile compares the counters of a store with the ledger s, for every
 // window of the ledger that contains o.Now, and returns the drifts in
-// report order (key, then window). used reads a counter (PeekUsed).
+// report order (key, then window): the windows whose counter does not
+// hold the ledger's units (Drift.Expected). used reads a counter
+// (PeekUsed).
 //
 // Repair means: the counter is raised to the ledger's units, never lowered
 // below them. After a repair the store admits in the window at most what
@@ -83,11 +100,18 @@ func Reconcile(ctx context.Context, s Store, used UsedFunc, o *ReconcileOptions)
 		if err != nil {
 			return drifts, fmt.Errorf("ledger: Reconcile: %w", err)
 		}
+		if opts.Limit != nil {
+			l := opts.Limit(u.Key, u.Limit)
+			if l.EffectiveAlgorithm() != u.Limit.EffectiveAlgorithm() || l.Period != u.Limit.Period || aligned(l) != aligned(u.Limit) {
+				return drifts, fmt.Errorf("ledger: Reconcile: key %q: the limit %v is not the recorded quota's algorithm, period and window (%v)", u.Key, l, u.Limit)
+			}
+			u.Limit = l
+		}
 		n, err := used(ctx, u)
 		if err != nil {
 			return drifts, fmt.Errorf("ledger: Reconcile: key %q: %w", u.Key, err)
 		}
-		if n == u.Units {
+		if n == expected(u) {
 			continue
 		}
 		d := Drift{Usage: u, Counter: n}
