@@ -302,7 +302,10 @@ func TestReconcile(t *testing.T) {
 		t.Errorf("Reconcile of over under a limit of 200 = %+v, %v; want %+v", summary(drifts), err, want)
 	}
 	_, err = ledger.Reconcile(t.Context(), s, ledger.PeekUsed(lim), &ledger.ReconcileOptions{Now: now,
-		Limit: func(key string, recorded floodgate.Limit) floodgate.Limit { recorded.Period = time.Minute; return recorded }})
+		Limit: func(key string, recorded floodgate.Limit) floodgate.Limit {
+			recorded.Period = time.Minute
+			return recorded
+		}})
 	if err == nil {
 		t.Error("Reconcile under a limit of another period: no error")
 	}
