@@ -44,6 +44,7 @@ commands:
   config validate    check config files (envoyproxy/ratelimit YAML) without starting
   check              simulate a limit on the embedded store and print each decision
   bench              load a running service (Envoy gRPC or the HTTP API); report decisions/s and latency
+  ledger             report the usage a ledger recorded, or reconcile the counters with it
   help               print this help
 
 Run "floodgate <command> -h" for a command's flags.
@@ -64,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return check(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(ctx, args[1:], stdout, stderr)
+	case "ledger":
+		return ledgerCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
