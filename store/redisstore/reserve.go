@@ -47,10 +47,11 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 		}
 	}
 	groups := s.slotGroups(cs)
+	digest := keysDigest(cs)
 	runs := make([]*reserveRun, len(groups))
 	runAll(len(groups), func(g int) {
 		h := &reserveRun{slotRun: slotRun{idx: groups[g]}}
-		h.res, h.err = s.runner.reserve(ctx, pick(cs, h.idx), pick(holds, h.idx), ttl, s.holdRetain, clock, r.Release)
+		h.res, h.err = s.runner.reserve(ctx, pick(cs, h.idx), pick(holds, h.idx), ttl, s.holdRetain, clock, r.Release, len(groups) > 1, digest)
 		h.ds = h.res.ds
 		h.admitted = h.err == nil && h.res.held()
 		runs[g] = h
