@@ -510,6 +510,13 @@
 // instance claims the refill, admits Burst + rate·L at one instant, which
 // is why Limit.Validate refuses a LocalBudget there.
 //
+// A refund frees budget before time does: a settle below the hold, a
+// cancel, an expiry with release (the sweep) and the compensation of a
+// call over several Cluster slots give units back. The store forgets its
+// own cached denials of a key it gave units back to; another instance's
+// cached denial, and a local budget's remembered denial, may refuse up to
+// the units given back until its RetryAfter ends, as after a return.
+//
 // What survives where: a Reset through this store forgets its cached
 // denials and local budgets of the key; a Reset through another instance
 // leaves this store's cached denial for at most its RetryAfter, and its

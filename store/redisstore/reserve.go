@@ -120,6 +120,9 @@ func (s *Store) reserveResult(ctx context.Context, r floodgate.HoldRequest, cs [
 			for j, st := range res.sts {
 				s.crossSlot.refunded.Add(st.Refunded)
 				g.ds[j] = st.Decision
+				if st.Refunded > 0 {
+					s.forgetDenial(cs[g.idx[j]].key)
+				}
 			}
 			return nil
 		}, costs(cs))
@@ -134,6 +137,15 @@ func (s *Store) reserveResult(ctx context.Context, r floodgate.HoldRequest, cs [
 		}
 	}
 	return out, nil
+}
+
+// forgetDenial forgets this store's cached denial of key (Options.DenyCache)
+// after a refund gave it units back: the denial may no longer hold. Other
+// instances' cached denials hold until their RetryAfter.
+func (s *Store) forgetDenial(key string) {
+	if s.deny != nil {
+		s.deny.forget(key)
+	}
 }
 
 // cmpErr keeps the first error, but prefers a conflict, which is the
@@ -203,6 +215,9 @@ func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodg
 		for j, i := range groups[g] {
 			out[i] = sr.sts[j]
 			late = late || sr.codes[j] == algorithm.TooLate
+			if out[i].Refunded > 0 && !out[i].Replayed {
+				s.forgetDenial(cs[i].key)
+			}
 		}
 	}
 	if late {

@@ -161,12 +161,19 @@ func TestReserveForeignHold(t *testing.T) {
 // after the expiry, though nobody touches the reservation; a settle
 // after that gets the expiry's answer.
 func TestSweepCrashedCaller(t *testing.T) {
+	t.Run("evalsha", func(t *testing.T) { testSweepCrashedCaller(t, Options{}) })
+	t.Run("functions", func(t *testing.T) { testSweepCrashedCaller(t, Options{Functions: true}) })
+}
+
+func testSweepCrashedCaller(t *testing.T, o Options) {
 	addr := standaloneAddr(t)
 	prefix := testPrefix(t)
 	c := newRueidis(t, addr)
 	checkTTLsAtEnd(t, c, prefix)
 	open := func(sweep time.Duration) *Store {
-		s, err := New(newRueidis(t, addr), &Options{Prefix: prefix, HoldSweep: sweep})
+		o := o
+		o.Prefix, o.HoldSweep = prefix, sweep
+		s, err := New(newRueidis(t, addr), &o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,5 +363,28 @@ func TestReserveOptions(t *testing.T) {
 		if _, err := New(c, &o); err == nil || !strings.Contains(err.Error(), "HoldRetention") {
 			t.Errorf("New(%+v): %v, want an error naming HoldRetention", o, err)
 		}
+	}
+}
+
+// TestRefundForgetsDenial: a settle that gives units back forgets the
+// store's cached denial of the key (Options.DenyCache), which no longer
+// holds.
+func TestRefundForgetsDenial(t *testing.T) {
+	s, _ := testStore(t, standaloneAddr(t), &Options{DenyCache: 100})
+	l := limitOf(floodgate.FixedWindow, 10, time.Hour)
+	reserve(t, s, "all", time.Minute, false, floodgate.Request{Key: "k", Limit: l, Cost: 10})
+	for range 2 {
+		if d, err := s.Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 1}); err != nil || d.Allowed {
+			t.Fatalf("over the hold: %+v, %v; want denied", d, err)
+		}
+	}
+	if st := s.LocalStats(); st.DenyCache != 1 {
+		t.Fatalf("LocalStats %+v, want the second denial from the cache", st)
+	}
+	if _, err := s.Settle(t.Context(), floodgate.SettleRequest{Requests: []floodgate.Request{{Key: "k", Limit: l}}, ID: "all", Actual: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 1}); err != nil || !d.Allowed || d.Remaining != 5 {
+		t.Errorf("after 6 given back: %+v, %v; want allowed, 5 remaining", d, err)
 	}
 }
