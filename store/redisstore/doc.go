@@ -363,6 +363,12 @@
 // decision's clock, as in every script: the request's Now, the store's
 // Clock with ClientTime, or the server's TIME.
 //
+// A reserve and its commit are two scripts, and three with release; each
+// costs Redis about twice a decision by FCALL, and four times by
+// EVALSHA, which defines every helper of the holds on each run:
+// BENCHMARKS.md has the figures. With reservations, Options.Functions
+// halves their cost.
+//
 // Every key gets its TTL in the script that makes it: a hold when it is
 // reserved, until its expiry plus the retention (default
 // floodgate.DefaultHoldRetention, an hour), after which a retry finds

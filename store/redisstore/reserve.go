@@ -40,18 +40,21 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 		holds[i] = holdKey(cs[i].key, r.ID)
 	}
 	clock := s.runner.stampAll(cs)
-	ttl := r.TTL.Microseconds()
+	ttl, retain := r.TTL.Microseconds(), s.holdRetain
 	if r.Release {
 		if err := s.indexHolds(ctx, holds, clock, ttl); err != nil {
 			return floodgate.HoldResult{}, err
 		}
+		// A hold the sweep must find outlives a late sweep, whatever the
+		// retention: a hold gone before its sweep keeps its units.
+		retain = max(retain, (sweepLease + max(s.holdSweep, DefaultHoldSweep)).Microseconds())
 	}
 	groups := s.slotGroups(cs)
 	digest := keysDigest(cs)
 	runs := make([]*reserveRun, len(groups))
 	runAll(len(groups), func(g int) {
 		h := &reserveRun{slotRun: slotRun{idx: groups[g]}}
-		h.res, h.err = s.runner.reserve(ctx, pick(cs, h.idx), pick(holds, h.idx), ttl, s.holdRetain, clock, r.Release, len(groups) > 1, digest)
+		h.res, h.err = s.runner.reserve(ctx, pick(cs, h.idx), pick(holds, h.idx), ttl, retain, clock, r.Release, len(groups) > 1, digest)
 		h.ds = h.res.ds
 		h.admitted = h.err == nil && h.res.held()
 		runs[g] = h
