@@ -313,10 +313,10 @@
 // taken. TestCrossSlotCompensation measures it on a 3-master Cluster:
 // sixteen callers sending 600 batches of a tenant's limit of 150 and
 // thirty users' limits of 5 (a quarter also a region's), so that the
-// tenant fills only through such units: about 0.4 slot runs per batch
-// were given back, and 10 to 18 batches (2 to 3%) were denied by the
-// tenant alone while such units filled it, so that 148 or 149 batches
-// were admitted, not 150. Never more.
+// tenant fills only through such units: in five runs, 0.34 to 0.46 slot
+// runs per batch were given back, and 8 to 24 batches (1 to 4%) were
+// denied by the tenant alone while such units filled it, so that 148 or
+// 149 batches were admitted, not 150. Never more.
 //
 // The refund is not idempotent, so it is never retried: after a refund
 // that failed (an error, a timeout, a lost reply) the store cannot know
@@ -424,7 +424,8 @@
 // hold, whoever made it, every Options.HoldSweep (default one second)
 // from its first Reserve until Close. So the units of a reservation with
 // release come back at most HoldSweep after its expiry, plus a script run
-// (TestSweepCrashedCaller measured 3 ms with a 20 ms interval), or up to
+// (TestSweepCrashedCaller measured 3 to 4 ms, with two stores sweeping
+// every 20 ms and a third calling SweepHolds every 10 ms), or up to
 // the claim's 10 s later if the sweeper that claimed it stopped halfway;
 // with no store left sweeping, they come back when someone settles it,
 // or never, as charged units.
