@@ -341,7 +341,9 @@
 // Store is a floodgate.Reserver, and behaves as memstore's: the
 // conformance suite runs the same reservation cases on both (every step
 // and its retry, all or nothing across keys, ten clients for the last
-// five units, ten retries of one refund, expiry). Each key of a
+// five units, ten retries of one refund, expiry, and random histories
+// against the algorithm package), and its histories on standalone Redis
+// and a Cluster are linearizable against the model. Each key of a
 // reservation gets a hold beside its state, in its slot:
 //
 //	<state key>:hold:<id>        hash: the hold, until its expiry plus Options.HoldRetention
