@@ -193,6 +193,9 @@ func (s *Store) crossSlotBatch(ctx context.Context, cs []call, groups [][]int) (
 		for j := range ds {
 			s.crossSlot.refunded.Add(backs[j])
 			g.ds[j] = ds[j]
+			if backs[j] > 0 {
+				s.forgetDenial(cs[g.idx[j]].key)
+			}
 		}
 		return nil
 	}, costs(cs))

@@ -352,12 +352,12 @@ func BenchmarkWait(b *testing.B) {
 	}
 }
 
-// BenchmarkReserve measures a reservation's two steps beside one decision
-// on the same Redis: op=allow is one Apply; op=reserve+commit reserves 4
+// BenchmarkReserveCallers measures a reservation's two steps beside one
+// decision on the same Redis, with many callers (BenchmarkReserve has one): op=allow is one Apply; op=reserve+commit reserves 4
 // units and commits 1, two script runs and a hold kept for its retention,
 // counted as one operation (decisions/s are then pairs per second). 10k
 // keys, 1 and 64 callers, EVALSHA.
-func BenchmarkReserve(b *testing.B) {
+func BenchmarkReserveCallers(b *testing.B) {
 	srv := redistest.Standalone(b)
 	c := newRueidis(b, srv.Addr)
 	s, err := New(c, &Options{Prefix: "benchres", HoldSweep: -1})

@@ -46,7 +46,8 @@
 // of a limit with a LocalBudget (the local budgets remember their own
 // denials), the local budgets those of a limit without one. ApplyBatch
 // goes to the runner directly (batch.lua, and refund.lua for a batch
-// over several Cluster slots that one denied). So a request of a fixed window,
+// over several Cluster slots that one denied), and so do Reserve and
+// Settle (reserve.lua, settle.lua). So a request of a fixed window,
 // with the default options, goes: Store.Apply, the local budgets (no
 // LocalBudget: passed on), the coalescer (a run free: sent alone),
 // runner.one, Conn.EvalSHA of the fixed_window script (common.lua,
@@ -312,10 +313,10 @@
 // taken. TestCrossSlotCompensation measures it on a 3-master Cluster:
 // sixteen callers sending 600 batches of a tenant's limit of 150 and
 // thirty users' limits of 5 (a quarter also a region's), so that the
-// tenant fills only through such units: about 0.4 slot runs per batch
-// were given back, and 10 to 18 batches (2 to 3%) were denied by the
-// tenant alone while such units filled it, so that 148 or 149 batches
-// were admitted, not 150. Never more.
+// tenant fills only through such units: in five runs, 0.34 to 0.46 slot
+// runs per batch were given back, and 8 to 24 batches (1 to 4%) were
+// denied by the tenant alone while such units filled it, so that 148 or
+// 149 batches were admitted, not 150. Never more.
 //
 // The refund is not idempotent, so it is never retried: after a refund
 // that failed (an error, a timeout, a lost reply) the store cannot know
@@ -334,6 +335,102 @@
 // and that slot runs last, only once every other slot admitted, so that a
 // lease is taken only when the batch is; if another slot denied, it runs
 // as a denied batch, which takes nothing.
+//
+// # Reservations
+//
+// Store is a floodgate.Reserver, and behaves as memstore's: the
+// conformance suite runs the same reservation cases on both (every step
+// and its retry, all or nothing across keys, ten clients for the last
+// five units, ten retries of one refund, expiry, and random histories
+// against the algorithm package), and its histories on standalone Redis
+// and a Cluster are linearizable against the model. Each key of a
+// reservation gets a hold beside its state, in its slot:
+//
+//	<state key>:hold:<id>        hash: the hold, until its expiry plus Options.HoldRetention
+//	<prefix>:v1:holds:{<shard>}  sorted set: holds made with release, by when they are due
+//
+// A hold keeps its state (held, denied, committed, cancelled, expired),
+// its units, the time they were taken and its expiry, whether it gives
+// them back at expiry (release), the answer of the step that settled it,
+// and the limit it was reserved under, which a settle uses whatever the
+// limit is by then (reserve.lua lists the fields). The scripts:
+// reserve.lua mirrors memstore.Store.Reserve (the requests decided as a
+// batch, a hold per key, Denied holds recorded so that a retry of a
+// denied reserve is denied too, a retry answered with the first answer,
+// another request with the ID a conflict); settle.lua mirrors
+// memstore.Store.Settle and algorithm.Settle and Expire (every hold
+// checked before any changes, TooLate after the expiry); refund.lua
+// mirrors each algorithm's Refund, which TestRefundDifferential compares
+// with the Go on random histories. Times are integer microseconds of the
+// decision's clock, as in every script: the request's Now, the store's
+// Clock with ClientTime, or the server's TIME.
+//
+// A reserve and its commit are two scripts, and three with release; each
+// costs Redis about twice a decision by FCALL, and four times by
+// EVALSHA, which defines every helper of the holds on each run:
+// BENCHMARKS.md has the figures. With reservations, Options.Functions
+// halves their cost.
+//
+// Every key gets its TTL in the script that makes it: a hold when it is
+// reserved, until its expiry plus the retention (default
+// floodgate.DefaultHoldRetention, an hour), after which a retry finds
+// nothing (floodgate.ErrUnknownReservation); the index at least until its
+// last entry is due plus the retention. TestReserveKeys and the
+// conformance runs check that every key left has one.
+//
+// Atomicity. On standalone Redis and Sentinel, and on a Cluster when every
+// key of a reservation is in one slot (the limits of one subject), a
+// reserve or a settle is one script: atomic, as in memstore. On a Cluster,
+// a reservation over subjects in several slots (a tenant's limit and a
+// user's) is one script per slot, all at once, as a batch (see Batches):
+// if a slot denies, each slot that held gives its units back and records
+// the denial (settle.lua's deny), so that every key ends with a Denied
+// hold and nothing held, as in memstore; if a slot conflicts or fails,
+// the holds this call made in the others are given back and deleted
+// (undo). The worst case is a batch's: units held between a slot's
+// reserve and its compensation, about a round trip, which others see
+// taken; a compensation that fails is never retried, and its holds stay
+// held (charged at expiry, or given back by the sweep with release),
+// while a retry of the reserve, which finds the denied slot's Denied
+// holds, completes the denial. A settle is one script per slot, each of
+// which checks its own holds before it changes any and records its
+// answer, so that a retry completes a settle that failed halfway. A
+// conflict that only one slot sees, while another settles, happens only
+// when an ID is reused for another request (a commit of another cost
+// racing the first, holds forgotten in one slot only): memstore would
+// change nothing, here the slots that saw no conflict are settled. A slot's
+// holds keep a digest of the reservation's keys, so that a reserve of
+// other keys with a known ID conflicts across slots too; a reserve of
+// some of the keys of a reservation over several slots then conflicts,
+// where memstore replays it.
+//
+// Expiry and the sweep. A hold without release needs no sweep: its expiry
+// changes no budget, and the first settle that comes after it expires it
+// and answers floodgate.ErrExpired, as a sweep would have. A hold with
+// release must give its units back even if nobody touches it again (a
+// caller that crashed). So a reserve with release first adds its holds to
+// an index, a sorted set scored by when each is due on the sweep's clock
+// (the store's Clock with ClientTime, else the server's TIME; a hold
+// keeps the skew between that clock and its decision's), before it
+// reserves, so that no hold exists without its entry; an entry whose
+// reserve held nothing is dropped when it is due. Store.SweepHolds claims
+// the entries due from each index key (at most 100 at a time, made due
+// again 10 s later, so that another sweeper skips them), expires their
+// holds with settle.lua's expire mode, one script per slot, and removes
+// the entries: the work is one script per index key and per slot of the
+// holds due, never a scan of the keyspace. Each hold expires once,
+// however many stores sweep it: its state says whether it is still held.
+// The index is one sorted set, or sixteen on a Cluster ({0} to {15}, each
+// hold in shard CRC16(hold key) mod 16), so that indexing spreads over
+// the masters. Every store on the same Redis and prefix sweeps every
+// hold, whoever made it, every Options.HoldSweep (default one second)
+// from its first Reserve until Close. So the units of a reservation with
+// release come back at most HoldSweep after its expiry, plus a script run
+// (TestSweepCrashedCaller measured 3 to 4 ms, with two stores sweeping
+// every 20 ms and a third calling SweepHolds every 10 ms), or up to
+// the claim's 10 s later if the sweeper that claimed it stopped halfway;
+// with no store left sweeping, they come back when someone settles it,
+// or never, as charged units.
 //
 // # Local decisions
 //
@@ -421,6 +518,13 @@
 // spend: a full bucket claimed at t and spent at t+L, while another
 // instance claims the refill, admits Burst + rate·L at one instant, which
 // is why Limit.Validate refuses a LocalBudget there.
+//
+// A refund frees budget before time does: a settle below the hold, a
+// cancel, an expiry with release (the sweep) and the compensation of a
+// call over several Cluster slots give units back. The store forgets its
+// own cached denials of a key it gave units back to; another instance's
+// cached denial, and a local budget's remembered denial, may refuse up to
+// the units given back until its RetryAfter ends, as after a return.
 //
 // What survives where: a Reset through this store forgets its cached
 // denials and local budgets of the key; a Reset through another instance

@@ -118,6 +118,31 @@ func ExampleStore_ApplyBatch() {
 	fmt.Println(d.Allowed, len(each))
 }
 
+func ExampleStore_Reserve() {
+	ctx := context.Background()
+	store, err := redisstore.Open(ctx, "redis://localhost:6379", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	limiter, _ := floodgate.New(store, nil)
+	// Hold an LLM call's max_tokens of the tenant's hourly budget, commit
+	// what it used. With ReleaseOnExpiry, a caller that crashes before
+	// the commit gets its units given back by the store's sweep, a second
+	// or so after the TTL, by whichever instance sweeps first.
+	budget := floodgate.Limit{Limit: 100_000, Period: time.Hour}
+	res, d, err := limiter.Reserve(ctx, "tenant:acme", budget, 4096, &floodgate.ReserveOptions{TTL: 2 * time.Minute, ReleaseOnExpiry: true})
+	if err != nil || !d.Allowed {
+		log.Print(d.RetryAfter, err)
+		return
+	}
+	st, err := res.Commit(ctx, 1234) // 2862 units go back
+	if err != nil {
+		log.Print(err)
+	}
+	fmt.Println(st[0].Refunded)
+}
+
 func ExampleStore_Key() {
 	// A go-redis client connects on first use, so this example needs no
 	// server (a rueidis client, as Open makes, connects when it is made).

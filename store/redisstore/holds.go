@@ -2,7 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/floodgate-rl/floodgate"
@@ -43,6 +46,31 @@ const (
 	expireNotDue
 )
 
+// bit is b as a script reads a flag: "1" or "0".
+func bit(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// keysDigest is the digest of the state keys of a reservation that a
+// hold keeps (see reserve.lua's reserve_replay): the first 16 bytes of the
+// SHA-256 of the keys, sorted, in hex.
+func keysDigest(cs []call) string {
+	keys := make([]string, len(cs))
+	for i := range cs {
+		keys[i] = cs[i].key
+	}
+	slices.Sort(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 // holdKey is the key of the hold of reservation id on the state at key:
 // in the slot of the state, since key's hash tag comes first.
 func holdKey(key, id string) string { return key + ":hold:" + id }
@@ -62,15 +90,12 @@ func (r *reserved) held() bool {
 
 // reserve runs the reserve script for cs, stamped, whose holds are at
 // holds: ttl and retention in µs, clock the sweep clock's now (-1:
-// the server's TIME).
-func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, ttl, retention, clock int64, release bool) (reserved, error) {
+// the server's TIME); part says that cs are the requests of one slot of a
+// reservation over several, and digest is keysDigest of them all.
+func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, ttl, retention, clock int64, release, part bool, digest string) (reserved, error) {
 	keys := make([]string, 0, 2*len(cs))
-	args := make([]string, 0, 4+len(cs)*(1+argsPerRequest))
-	rel := "0"
-	if release {
-		rel = "1"
-	}
-	args = append(args, strconv.FormatInt(ttl, 10), rel, strconv.FormatInt(retention, 10), strconv.FormatInt(clock, 10))
+	args := make([]string, 0, 6+len(cs)*(1+argsPerRequest))
+	args = append(args, strconv.FormatInt(ttl, 10), bit(release), strconv.FormatInt(retention, 10), strconv.FormatInt(clock, 10), bit(part), digest)
 	for i := range cs {
 		c := &cs[i]
 		keys = append(keys, c.key, holds[i])
@@ -139,11 +164,7 @@ const settleWidth = 4 + replyLen
 func (rn *runner) settle(ctx context.Context, mode string, cs []call, holds []string, actual int64, cancel bool, clock int64) (settled, error) {
 	keys := make([]string, 0, 2*len(cs))
 	args := make([]string, 0, 4+len(cs)*(1+argsPerRequest))
-	cn := "0"
-	if cancel {
-		cn = "1"
-	}
-	args = append(args, mode, strconv.FormatInt(actual, 10), cn, strconv.FormatInt(clock, 10))
+	args = append(args, mode, strconv.FormatInt(actual, 10), bit(cancel), strconv.FormatInt(clock, 10))
 	for i := range cs {
 		c := &cs[i]
 		keys = append(keys, c.key, holds[i])

@@ -85,7 +85,10 @@ type Options struct {
 	// HoldRetention is how long a reservation's holds are kept after they
 	// expire, so that a retried reserve, commit or cancel gets the first
 	// answer (floodgate.Reserver); 0 means floodgate.DefaultHoldRetention.
-	// Each hold is a Redis key that lives until its expiry plus this.
+	// Each hold is a Redis key that lives until its expiry plus this, and
+	// for a reservation with ReleaseOnExpiry at least the sweep's lease
+	// (10 s) plus HoldSweep (at least a second) more, so that a late
+	// sweep still finds it.
 	HoldRetention time.Duration
 	// HoldSweep is how often the store looks for reservations made with
 	// ReleaseOnExpiry that expired unsettled, to give their units back

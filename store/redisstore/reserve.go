@@ -40,17 +40,21 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 		holds[i] = holdKey(cs[i].key, r.ID)
 	}
 	clock := s.runner.stampAll(cs)
-	ttl := r.TTL.Microseconds()
+	ttl, retain := r.TTL.Microseconds(), s.holdRetain
 	if r.Release {
 		if err := s.indexHolds(ctx, holds, clock, ttl); err != nil {
 			return floodgate.HoldResult{}, err
 		}
+		// A hold the sweep must find outlives a late sweep, whatever the
+		// retention: a hold gone before its sweep keeps its units.
+		retain = max(retain, (sweepLease + max(s.holdSweep, DefaultHoldSweep)).Microseconds())
 	}
 	groups := s.slotGroups(cs)
+	digest := keysDigest(cs)
 	runs := make([]*reserveRun, len(groups))
 	runAll(len(groups), func(g int) {
 		h := &reserveRun{slotRun: slotRun{idx: groups[g]}}
-		h.res, h.err = s.runner.reserve(ctx, pick(cs, h.idx), pick(holds, h.idx), ttl, s.holdRetain, clock, r.Release)
+		h.res, h.err = s.runner.reserve(ctx, pick(cs, h.idx), pick(holds, h.idx), ttl, retain, clock, r.Release, len(groups) > 1, digest)
 		h.ds = h.res.ds
 		h.admitted = h.err == nil && h.res.held()
 		runs[g] = h
@@ -119,6 +123,9 @@ func (s *Store) reserveResult(ctx context.Context, r floodgate.HoldRequest, cs [
 			for j, st := range res.sts {
 				s.crossSlot.refunded.Add(st.Refunded)
 				g.ds[j] = st.Decision
+				if st.Refunded > 0 {
+					s.forgetDenial(cs[g.idx[j]].key)
+				}
 			}
 			return nil
 		}, costs(cs))
@@ -133,6 +140,15 @@ func (s *Store) reserveResult(ctx context.Context, r floodgate.HoldRequest, cs [
 		}
 	}
 	return out, nil
+}
+
+// forgetDenial forgets this store's cached denial of key (Options.DenyCache)
+// after a refund gave it units back: the denial may no longer hold. Other
+// instances' cached denials hold until their RetryAfter.
+func (s *Store) forgetDenial(key string) {
+	if s.deny != nil {
+		s.deny.forget(key)
+	}
 }
 
 // cmpErr keeps the first error, but prefers a conflict, which is the
@@ -202,6 +218,9 @@ func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodg
 		for j, i := range groups[g] {
 			out[i] = sr.sts[j]
 			late = late || sr.codes[j] == algorithm.TooLate
+			if out[i].Refunded > 0 && !out[i].Replayed {
+				s.forgetDenial(cs[i].key)
+			}
 		}
 	}
 	if late {

@@ -19,8 +19,8 @@ import (
 )
 
 // testStore returns a Store over a fresh rueidis client of addr, with a key
-// prefix of the test's own, and checks at the end of the test that every
-// key it left has a TTL.
+// prefix of the test's own, closes it when the test ends, and then checks
+// that every key it left has a TTL.
 func testStore(t testing.TB, addr string, opts *Options) (*Store, rueidis.Client) {
 	t.Helper()
 	c := newRueidis(t, addr)
@@ -36,6 +36,9 @@ func testStore(t testing.TB, addr string, opts *Options) (*Store, rueidis.Client
 		t.Fatal(err)
 	}
 	checkTTLsAtEnd(t, c, o.Prefix)
+	// Before the TTL check (cleanups run last first): Close stops the
+	// sweepers and gives back the local budgets' units.
+	t.Cleanup(func() { s.Close() })
 	return s, c
 }
 

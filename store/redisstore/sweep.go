@@ -150,6 +150,9 @@ func (s *Store) expireMembers(ctx context.Context, key string, clock int64, memb
 			case expireNow:
 				n++
 				done = append(done, holds[i])
+				if e.refunded > 0 {
+					s.forgetDenial(states[i])
+				}
 			default:
 				done = append(done, holds[i])
 			}

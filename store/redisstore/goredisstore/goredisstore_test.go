@@ -267,7 +267,8 @@ func TestCoalesce(t *testing.T) {
 }
 
 // TestCluster runs a batch of several limits of one subject, whose keys
-// share a slot, through a go-redis Cluster client: all or nothing.
+// share a slot, through a go-redis Cluster client: all or nothing; then a
+// batch and a reservation of two subjects in different slots.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
@@ -306,6 +307,25 @@ func TestCluster(t *testing.T) {
 	d, err := s.Apply(t.Context(), floodgate.Request{Key: subject, Limit: limits[1], Now: t0})
 	if err != nil || d.Remaining != 2 {
 		t.Errorf("the hour after a denied batch: %+v %v, want 2 remaining", d, err)
+	}
+	// A batch of two subjects in different slots: one script per slot,
+	// and a denial by one gives back what the other took.
+	tenant := floodgate.Request{Key: "acme", Limit: limitOf(floodgate.FixedWindow, 10, time.Hour), Cost: 1, Now: t0}
+	user := floodgate.Request{Key: "acme/user:1", Limit: limitOf(floodgate.GCRA, 1, time.Hour), Cost: 1, Now: t0}
+	if ds, err := s.ApplyBatch(t.Context(), []floodgate.Request{tenant, user}); err != nil || !floodgate.Combine(ds).Allowed {
+		t.Fatalf("tenant and user: %+v, %v", ds, err)
+	}
+	ds, err := s.ApplyBatch(t.Context(), []floodgate.Request{tenant, user})
+	if err != nil || ds[0].Allowed || ds[0].RetryAfter != 0 || ds[0].Remaining != 9 || ds[1].Allowed {
+		t.Errorf("tenant and a user over the limit: %+v, %v; want both denied, the tenant's 9 given back", ds, err)
+	}
+	if st := s.CrossSlotStats(); st.Calls != 2 || st.Compensated != 1 || st.Refunded != 1 {
+		t.Errorf("CrossSlotStats %+v, want 2 calls and 1 unit given back", st)
+	}
+	// A reservation over the two slots, denied by the user: nothing held.
+	res, err := s.Reserve(t.Context(), floodgate.HoldRequest{Requests: []floodgate.Request{tenant, user}, ID: "r", TTL: time.Minute})
+	if err != nil || res.Decisions[0].Allowed || res.Decisions[0].Remaining != 9 {
+		t.Errorf("reserve denied by the user: %+v, %v; want denied, the tenant's 9 untouched", res, err)
 	}
 	// Single requests of many subjects reach every master.
 	l := limitOf(floodgate.GCRA, 10, time.Minute)

@@ -20,18 +20,22 @@
 -- expires (algorithm.Hold: µs of the request's clock), release (0/1),
 -- actual, refunded, charged, short (its Settlement), the params it was
 -- reserved under (limit, period, burst, flags: 1 first_hit, 2
--- count_rejected), which a settle uses whatever the limit is by then, and
--- skew, what turns a time of the request's clock into one of the sweep's
+-- count_rejected), which a settle uses whatever the limit is by then,
+-- and skew, what turns a time of the request's clock into one of the sweep's
 -- clock (the store's Clock with ClientTime, else the server's TIME); and
 -- alg, the algorithm's name. Its TTL is set when it is made: until expires
 -- plus retention_us, after which a retry finds nothing (memstore's
--- HoldRetention).
+-- HoldRetention); and keys, a digest of the keys of the whole
+-- reservation (see reserve_replay).
 --
 -- KEYS     per request, two keys: its state, as in the algorithm's script,
 --          then its hold, "<state key>:hold:<id>".
 -- ARGV     ttl_us (1 to MAX_HOLD_TTL), release (0/1), retention_us,
 --          clock_us (the sweep clock's now, -1 for the server's TIME),
---          then per request BATCH_WIDTH strings, as batch.lua reads them.
+--          part (1 when the reservation spans several Cluster slots and
+--          these are the keys of one), keys (the digest of the
+--          reservation's keys, 1 to 64 hex digits), then per request
+--          BATCH_WIDTH strings, as batch.lua reads them.
 -- Reply    {status, expires_us, then per request allowed 0/1, limit,
 --          remaining, reset_after_us, retry_after_us (-1 never), now_us}:
 --          status RESERVED (a new hold: the decisions say whether it is
@@ -106,6 +110,7 @@ local function load_hold(key)
     fail('state', 'the hold ' .. key .. ' is not a hold')
   end
   h.release = h.release == 1
+  h.keys = h.keys or ''
   h.p = {limit = h.limit, period = h.period, burst = h.burst, first_hit = h.flags % 2 == 1, count_rejected = h.flags % 4 >= 2}
   return h
 end
@@ -122,7 +127,7 @@ local function save_hold(key, h, ttl)
   end
   call('HSET', key, 'alg', h.alg, 'state', h.state, 'units', h.units, 'at', h.at, 'expires', h.expires,
     'release', release, 'actual', h.actual, 'refunded', h.refunded, 'charged', h.charged, 'short', h.short,
-    'limit', h.p.limit, 'period', h.p.period, 'burst', h.p.burst, 'flags', hold_flags(h.p), 'skew', h.skew)
+    'limit', h.p.limit, 'period', h.p.period, 'burst', h.p.burst, 'flags', hold_flags(h.p), 'skew', h.skew, 'keys', h.keys)
   if ttl then
     call('PEXPIRE', key, ttl)
   elseif call('PTTL', key) < 0 then
@@ -204,11 +209,20 @@ end
 -- reserve_replay answers a reserve whose holds exist, as memstore's
 -- replayReserve: the first answer if they are what it asks for (a hold
 -- Denied: the request's denial now; Held: allowed, and a peek at the
--- state now), else a conflict.
-local function reserve_replay(reqs, found, ttl, release)
+-- state now), else a conflict. A script that has every key of the
+-- reserve sees every hold, as memstore does; one that has the keys of one
+-- slot of several (part) cannot see the others', and checks that its
+-- holds were made by a reserve of the same keys (keys): a reserve of
+-- other keys with a known ID then conflicts, as in memstore, and so does
+-- one of some of the keys of an earlier reserve over several slots (where
+-- memstore replays the first answer).
+local function reserve_replay(reqs, found, ttl, release, part, keys)
   local out = {RESERVE_REPLAYED, found[1].expires}
   for i, q in ipairs(reqs) do
     local h = found[i]
+    if part and h.keys ~= keys then
+      return {RESERVE_OTHER_KEYS, 0}
+    end
     if h.alg ~= q.name or h.units ~= q.r.cost or not same_params(h.p, q.p) or h.expires - h.at ~= ttl or h.release ~= release then
       return {RESERVE_CONFLICT, 0}
     end
@@ -248,14 +262,19 @@ end
 local function reserve_main(keys, argv)
   local states, holds = hold_pairs(keys)
   local n = #holds
-  if #argv ~= 4 + n * BATCH_WIDTH then
-    fail('args', 'want ' .. BATCH_WIDTH .. ' arguments per request, after 4')
+  if #argv ~= 6 + n * BATCH_WIDTH then
+    fail('args', 'want ' .. BATCH_WIDTH .. ' arguments per request, after 6')
   end
   local ttl = arg_int('ttl_us', argv[1], 1, MAX_HOLD_TTL)
   local release = arg_int('release', argv[2], 0, 1) == 1
   local retention = arg_int('retention_us', argv[3], 0, MAX_PERIOD)
   local clock = arg_int('clock_us', argv[4], -1, MAX_NOW)
-  local reqs = batch_requests(states, argv, 4)
+  local part = arg_int('part', argv[5], 0, 1) == 1
+  local digest = argv[6]
+  if type(digest) ~= 'string' or #digest > 64 or not match(digest, '^%x+$') then
+    fail('keys', 'not 1 to 64 hex digits')
+  end
+  local reqs = batch_requests(states, argv, 6)
   for _, q in ipairs(reqs) do
     reserver(q.name)
   end
@@ -269,7 +288,7 @@ local function reserve_main(keys, argv)
     end
   end
   if held == n then
-    return reserve_replay(reqs, found, ttl, release)
+    return reserve_replay(reqs, found, ttl, release, part, digest)
   elseif held > 0 then
     return {RESERVE_OTHER_KEYS, 0}
   end
@@ -290,7 +309,7 @@ local function reserve_main(keys, argv)
       skew = server - q.r.now
     end
     local h = {alg = q.name, state = state, units = q.r.cost, at = q.r.now, expires = q.r.now + ttl, release = release,
-      actual = 0, refunded = 0, charged = 0, short = 0, p = q.p, skew = skew}
+      actual = 0, refunded = 0, charged = 0, short = 0, p = q.p, keys = digest, skew = skew}
     save_hold(holds[i], h, ttl_ms(h.expires + retention, q.r.now))
     reply(out, ds[i], q.r.now)
   end
