@@ -49,10 +49,11 @@ type hold struct {
 	reserved  time.Time // when the reserve returned
 	due       time.Time // when to commit (again)
 	first     time.Time // when the first commit started; zero before
-	// done is set once a commit answered for good: a settlement
-	// (refunded), ErrUnknownReservation (unknown), or ErrExpired or
-	// ErrConflict (err).
+	// done is set once a commit answered for good, at answered: a
+	// settlement (refunded), ErrUnknownReservation (unknown), or
+	// ErrExpired or ErrConflict (err).
 	done     bool
+	answered time.Time
 	refunded int64
 	unknown  bool
 	err      error
@@ -154,6 +155,9 @@ func (l *resLoad) commit(h *hold) bool {
 	case errors.Is(err, floodgate.ErrExpired), errors.Is(err, floodgate.ErrConflict):
 		h.done, h.err = true, err
 	}
+	if h.done {
+		h.answered = c.end
+	}
 	l.mu.Lock()
 	l.commits = append(l.commits, c)
 	l.mu.Unlock()
@@ -208,10 +212,13 @@ func (l *resLoad) settleAll(t *testing.T, d time.Duration, holds []*hold) {
 	})
 }
 
-// lost is what a retry of every acknowledged commit found after the load.
+// lost is what a retry of every acknowledged commit found after the load:
+// the commits lost, those of them that gave units back and their units,
+// and when the last lost commit was answered.
 type lost struct {
 	commits, refunds int
 	units            int64
+	last             time.Time
 }
 
 // audit commits again each of holds whose commit was acknowledged, with
@@ -250,6 +257,9 @@ func audit(t *testing.T, holds []*hold) lost {
 			continue
 		}
 		out.commits++
+		if h.answered.After(out.last) {
+			out.last = h.answered
+		}
 		if h.refunded > 0 {
 			out.refunds++
 			out.units += h.refunded
@@ -440,15 +450,26 @@ func reserveFailover(t *testing.T, fault string, waitReplicas int) {
 	all := slices.Concat(holds, held)
 	nAcross, lostAcross := across(all, started, switched)
 	heldAcross, heldLost := across(held, started, switched)
+	lostLate := 0 // lost holds the old master made after the switch
+	for _, h := range all {
+		if h.unknown && !h.at.Before(switched) {
+			lostLate++
+		}
+	}
 	lst := audit(t, all)
 	saw := fmt.Sprintf("%d holds reserved, %d of them before the sentinels named the new master and committed after the failover began "+
-		"(%d of the %d reserved just before it); %d holds lost (commit answered unknown), %d of those across the failover (%d of the %d); "+
-		"%d acknowledged commits lost (a retry after the load settled the hold again, or found none), %d of them refunds (%d units); "+
-		"the %d holds' key counted %d units after their commits, which left %d; overrun %d units; "+
+		"(%d of the %d reserved just before it): %d of those lost (commit answered unknown; %d of the %d); "+
+		"%d holds lost in all, %d of them reserved by the old master after the sentinels had named the new one; "+
+		"%d acknowledged commits lost (a retry after the load settled the hold again, or found none), %d of them refunds (%d units)",
+		len(all), nAcross, heldAcross, len(held), lostAcross, heldLost, len(held),
+		holdsLost, lostLate, lst.commits, lst.refunds, lst.units)
+	if lst.commits > 0 {
+		saw += fmt.Sprintf(", the last answered %s after the sentinels named the new master", ms(lst.last.Sub(switched)))
+	}
+	saw += fmt.Sprintf("; the %d holds' key counted %d units after their commits, which left %d; overrun %d units; "+
 		"%d of %d reserve and commit calls failed, each reserve answered by its policy; the sentinels named the new master %s after the fault; "+
 		"max latency %s against a %s deadline (process stalled up to %s)",
-		len(all), nAcross, heldAcross, len(held), holdsLost, lostAcross, heldLost, len(held),
-		lst.commits, lst.refunds, lst.units, len(held), count, want, overrun,
+		len(held), count, want, overrun,
 		st.errors, st.calls, ms(switched.Sub(started)), ms(st.maxLatency), ms(timeout), ms(st.stall))
 	if waitReplicas > 0 {
 		saw += fmt.Sprintf("; the new master had its replica in sync %s after the fault", ms(from.Sub(started)))
