@@ -76,16 +76,7 @@ func sentinelFault(t *testing.T, fault string, kill bool, replicas, waitReplicas
 	} else {
 		d.Sentinels[0].MustCLI(t, "SENTINEL", "FAILOVER", d.MasterName)
 	}
-	var promoted *redistest.Server
-	waitFor(t, 20*time.Second, "the sentinels to name a replica master", func() bool {
-		out := d.Sentinels[0].MustCLI(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName)
-		for _, r := range d.Replicas {
-			if strings.HasSuffix(strings.TrimSpace(out), strconv.Itoa(r.Port)) {
-				promoted = r
-			}
-		}
-		return promoted != nil
-	})
+	promoted := waitPromoted(t, d)
 	switched := time.Now()
 	t.Logf("the sentinels named the new master %v after the fault", switched.Sub(started))
 	// Recovery is counted from the switch; under WAIT, from when the new
@@ -109,15 +100,7 @@ func sentinelFault(t *testing.T, fault string, kill bool, replicas, waitReplicas
 		return l.count(func(c call) bool { return c.err == nil && c.start.After(recovered.Add(2*windowLimit.Period)) }) > 0
 	})
 	l.Stop()
-	// A replica receives a script's writes, never the script: the
-	// connections whose last command was a script (or the WAIT after one)
-	// on the new master are the instances that followed it.
-	followed := 0
-	for line := range strings.Lines(promoted.MustCLI(t, "CLIENT", "LIST")) {
-		if strings.Contains(line, " cmd=evalsha ") || strings.Contains(line, " cmd=eval ") || strings.Contains(line, " cmd=wait ") {
-			followed++
-		}
-	}
+	followed := followers(t, promoted)
 	calls := l.Calls()
 	st := measure(l, insts)
 	first, errsAfter := recovery(calls, len(insts), from)
@@ -259,6 +242,38 @@ func TestFaultClusterFailover(t *testing.T) {
 		RecoveryMS: msf(latest(first).Sub(killed)), OutageMS: msf(latest(first).Sub(firstErr)),
 		Uncounted: st.uncounted, OtherShardErrors: otherErrs,
 	})
+}
+
+// waitPromoted waits until the sentinels of d name one of its replicas
+// master, and returns it.
+func waitPromoted(t *testing.T, d *redistest.Sentinel) *redistest.Server {
+	t.Helper()
+	var promoted *redistest.Server
+	waitFor(t, 20*time.Second, "the sentinels to name a replica master", func() bool {
+		out := d.Sentinels[0].MustCLI(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.MasterName)
+		for _, r := range d.Replicas {
+			if strings.HasSuffix(strings.TrimSpace(out), strconv.Itoa(r.Port)) {
+				promoted = r
+			}
+		}
+		return promoted != nil
+	})
+	return promoted
+}
+
+// followers counts the connections to the new master promoted whose last
+// command ran a script (or was the WAIT after one): a replica receives a
+// script's writes, never the script, so these are the instances' clients
+// that followed it.
+func followers(t *testing.T, promoted *redistest.Server) int {
+	t.Helper()
+	n := 0
+	for line := range strings.Lines(promoted.MustCLI(t, "CLIENT", "LIST")) {
+		if strings.Contains(line, " cmd=evalsha ") || strings.Contains(line, " cmd=eval ") || strings.Contains(line, " cmd=wait ") {
+			n++
+		}
+	}
+	return n
 }
 
 // onlineReplicas counts the replicas in sync in a master's INFO

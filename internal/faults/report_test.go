@@ -92,6 +92,31 @@ type Row struct {
 	OtherShardErrors int `json:"other_shard_errors"`
 	// OOMErrors is the failed calls whose error names OOM.
 	OOMErrors int `json:"oom_errors"`
+
+	// The reservation faults' figures. Holds is the reserves that held
+	// units (acknowledged: no error, allowed); HoldsAcross those of them
+	// reserved before the store was replaced (on its clock: before the
+	// sentinels named the new master, before the kill) and first
+	// committed after the fault began.
+	Holds       int `json:"holds,omitempty"`
+	HoldsAcross int `json:"holds_across,omitempty"`
+	// HoldsLost is the commits answered ErrUnknownReservation although
+	// their reserve had been acknowledged: the store lost the hold.
+	HoldsLost int `json:"holds_lost,omitempty"`
+	// CommitsLost is the acknowledged commits that the store lost: a
+	// retry after the load settled the hold afresh (or found none)
+	// instead of answering the first settlement; RefundsLost those of
+	// them that had given units back, RefundedUnitsLost their units.
+	CommitsLost       int   `json:"commits_lost,omitempty"`
+	RefundsLost       int   `json:"refunds_lost,omitempty"`
+	RefundedUnitsLost int64 `json:"refunded_units_lost,omitempty"`
+	// SettleMismatch is the units by which the counts of the keys the
+	// test peeks at after the load differ from what the acknowledged
+	// commits left (the sum of their actual costs), summed over keys.
+	SettleMismatch int64 `json:"settle_mismatch,omitempty"`
+	// NotRun is the failed calls whose error says the script did not run
+	// (Redis's "Function not found" after the store's last reload).
+	NotRun int `json:"not_run,omitempty"`
 }
 
 // Command is the command that reproduces the row.
@@ -152,11 +177,51 @@ var extra = map[string]func(Row) []string{
 	"TestFaultClusterFailover": func(r Row) []string {
 		return need(r.RecoveryMS >= 0, "the failed shard never came back")
 	},
+	"TestFaultReserveScriptFlush": func(r Row) []string {
+		return append(flushBounds(r), need(r.Errors == r.Deadlines, "errors under SCRIPT FLUSH other than a deadline")...)
+	},
+	"TestFaultReserveFunctionFlush": func(r Row) []string {
+		// A call may find the library flushed after each of its loads:
+		// it fails, having run nothing.
+		return append(flushBounds(r), need(r.Errors == r.NotRun+r.Deadlines,
+			"errors under FUNCTION FLUSH other than a function not found or a deadline")...)
+	},
+	"TestFaultReserveSentinelFailover": func(r Row) []string {
+		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
+			r.HoldsAcross > 0, "no hold was reserved before the failover and committed after it",
+			r.MaxWindow <= 2*r.Limit, "a window admitted more than twice the limit")
+	},
+	"TestFaultReserveSentinelFailoverWait": func(r Row) []string {
+		return need(r.Instances > 0 && r.Followed >= r.Instances, "an instance did not follow the new master",
+			r.HoldsAcross >= acrossHolds, "fewer holds reserved before the failover and committed after it than the test reserved",
+			r.HoldsLost == 0, "a hold lost although every reserve waited for every replica",
+			r.CommitsLost == 0, "an acknowledged commit lost although every commit waited for every replica",
+			r.SettleMismatch == 0, "a count differs from what the commits left although every step waited for every replica",
+			r.Overrun == 0, "units admitted above the limit although every step waited for every replica")
+	},
+	"TestFaultReserveKill": func(r Row) []string {
+		return need(r.Errors > 0, "no call failed while Redis was down",
+			r.RecoveryMS >= 0 && r.RecoveryMS <= 5000, "recovery not within 5 s",
+			r.MaxWindow <= 2*r.Limit, "a window admitted more than twice the limit",
+			r.HoldsAcross >= acrossHolds, "fewer holds reserved before the kill and committed after it than the test reserved",
+			r.HoldsLost >= r.HoldsAcross, "a hold reserved before Redis restarted empty was found after the restart")
+	},
 	"TestFaultMaxmemory": func(r Row) []string {
 		return need(r.Errors > 0, "no call failed at maxmemory",
 			r.OOMErrors+r.Deadlines == r.Errors, "an error was neither OOM nor a deadline",
 			r.RecoveryMS >= 0, "no recovery after maxmemory was raised")
 	},
+}
+
+// flushBounds are the bounds of the reservation faults that flush the
+// scripts: every hold settled exactly once, and no more than 2% of the
+// calls past their deadline unless the host stalled (as
+// TestFaultLatencyBelowDeadline allows).
+func flushBounds(r Row) []string {
+	return need(r.Holds > 0, "no hold reserved",
+		r.StallMS > msf(maxStall) || r.Deadlines*50 <= r.Calls, "more than 2% of the calls met their deadline under a flush",
+		r.SettleMismatch == 0, "a count differs from what the commits left",
+		r.Overrun == 0, "units admitted above the limit")
 }
 
 func pauseBounds(r Row) []string {
@@ -271,6 +336,9 @@ var order = []string{
 	"TestFaultKill", "TestFaultPauseSIGSTOP", "TestFaultClientPause",
 	"TestFaultLatencyBelowDeadline", "TestFaultLatencyAboveDeadline", "TestFaultConnectionReset",
 	"TestScriptFlush", "TestFaultSentinelFailover", "TestFaultSentinelMasterKill", "TestFaultClusterFailover", "TestFaultMaxmemory",
+	"TestFaultSentinelFailoverWait", "TestFaultSentinelFailoverWaitOneOfTwo", "TestFaultSentinelFailoverWaitAll",
+	"TestFaultReserveScriptFlush", "TestFaultReserveFunctionFlush",
+	"TestFaultReserveSentinelFailover", "TestFaultReserveSentinelFailoverWait", "TestFaultReserveKill",
 }
 
 // splice returns doc with its table and data rebuilt from rows.
