@@ -97,15 +97,7 @@ local function token_bucket_refund(p, s, now, _, units)
   if p.limit <= 0 or units <= 0 then
     return s, 0
   end
-  local t = new_rate(p.limit, p.period)
-  local taken = min(max(0, s.taken), p.burst)
-  local last = norm(t, instant(s.last, s.last_frac))
-  local now_i = instant(now, 0)
-  if taken > 0 and less(last, now_i) then
-    local n = count(t, sub(t, now_i, last), taken)
-    taken = taken - n
-    last = add(t, last, times(t, n))
-  end
+  local taken, last = token_bucket_credit(p, new_rate(p.limit, p.period), s, now)
   local back = min(units, taken)
   taken = taken - back
   if taken == 0 then

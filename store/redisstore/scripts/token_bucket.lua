@@ -15,15 +15,12 @@
 
 local TOKEN_BUCKET_FIELDS = {'taken', 'last', 'last_frac'}
 
--- token_bucket_step is TokenBucket.Step.
-local function token_bucket_step(p, s, now, cost)
-  if p.limit <= 0 then
-    return {taken = 0, last = 0, last_frac = 0}, deny_all(cost)
-  end
-  local t = new_rate(p.limit, p.period)
-  -- A state kept under a larger Burst (a store shares it when a limit
-  -- changes) is read under this one: the bucket is at most empty, which
-  -- also keeps taken*T within the bounds parse_request checks for p.
+-- token_bucket_credit is TokenBucket.credit: the tokens missing at now
+-- once those earned since last are credited, and the instant the last of
+-- them was. A state kept under a larger Burst (a store shares it when a
+-- limit changes) is read under this one: the bucket is at most empty,
+-- which also keeps taken*T within the bounds parse_request checks for p.
+local function token_bucket_credit(p, t, s, now)
   local taken = min(max(0, s.taken), p.burst)
   local last = norm(t, instant(s.last, s.last_frac))
   local now_i = instant(now, 0)
@@ -32,6 +29,17 @@ local function token_bucket_step(p, s, now, cost)
     taken = taken - n
     last = add(t, last, times(t, n))
   end
+  return taken, last
+end
+
+-- token_bucket_step is TokenBucket.Step.
+local function token_bucket_step(p, s, now, cost)
+  if p.limit <= 0 then
+    return {taken = 0, last = 0, last_frac = 0}, deny_all(cost)
+  end
+  local t = new_rate(p.limit, p.period)
+  local taken, last = token_bucket_credit(p, t, s, now)
+  local now_i = instant(now, 0)
   if taken == 0 then
     last = now_i
   end
