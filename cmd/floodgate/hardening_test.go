@@ -143,3 +143,29 @@ func TestServeReservationsRedis(t *testing.T) {
 		t.Errorf("after the commit: %d %v, want 650 remaining", code, d)
 	}
 }
+
+// TestExampleConfig: the config the README's commands use loads, and
+// limits: user=hot, at 10 per second, is denied within a few dozen calls.
+func TestExampleConfig(t *testing.T) {
+	var stdout, stderr strings.Builder
+	if code := run(t.Context(), []string{"config", "validate", "../../examples/config"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("config validate ../../examples/config: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	in := startServe(t, "-config", "../../examples/config")
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		code, body := in.allow(t, `{"domain": "edge", "descriptors": [{"entries": [{"key": "user", "value": "hot"}]}]}`)
+		if code != http.StatusOK {
+			t.Fatalf("POST /v1/allow: %d %s", code, body)
+		}
+		if strings.Contains(body, `"allowed":false`) {
+			if !strings.Contains(body, `"rule":"edge|user=hot"`) {
+				t.Errorf("denied by another rule: %s", body)
+			}
+			return
+		}
+		if i >= 500 || time.Now().After(deadline) {
+			t.Fatalf("user=hot was never denied in %d calls", i+1)
+		}
+	}
+}
