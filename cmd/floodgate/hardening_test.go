@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net"
@@ -9,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestRedactURL: no secret of a Redis URL reaches a log line: neither the
@@ -166,6 +171,64 @@ func TestExampleConfig(t *testing.T) {
 		}
 		if i >= 500 || time.Now().After(deadline) {
 			t.Fatalf("user=hot was never denied in %d calls", i+1)
+		}
+	}
+}
+
+// TestServeConnectionCap: with -max-connections 2, a third connection is
+// not served while two are held (it waits in the accept queue instead of
+// taking a file descriptor), and is served as soon as one closes.
+func TestServeConnectionCap(t *testing.T) {
+	in := startServe(t, "-max-connections", "2")
+	addr := strings.TrimPrefix(in.httpURL, "http://")
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	client := &http.Client{Timeout: 300 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	if resp, err := client.Get(in.httpURL + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a third connection was served while two were held: %d", resp.StatusCode)
+	}
+	held[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := client.Get(in.httpURL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("healthz: %d", resp.StatusCode)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not served within 5 s after a held connection closed: %v", err)
+		}
+	}
+}
+
+// TestServeGRPCIdleClosed: a gRPC connection idle for -grpc-max-idle is
+// closed by the server (GOAWAY), so idle connections cannot pile up.
+func TestServeGRPCIdleClosed(t *testing.T) {
+	in := startServe(t, "-grpc-max-idle", "200ms")
+	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(t.Context(), rlsRequest("edge", "user", "1")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for s := conn.GetState(); s == connectivity.Ready; s = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, s) {
+			t.Fatal("the idle connection was still open 10 s after its last call")
 		}
 	}
 }

@@ -21,9 +21,11 @@ import (
 	"github.com/floodgate-rl/floodgate/store/redisstore"
 	"github.com/peterbourgon/ff/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 )
 
 // defaultDenyCache is serve's default -deny-cache: on, because a cached
@@ -35,6 +37,34 @@ const defaultDenyCache = 1 << 16
 // grpcStreamWorkers is the number of goroutines kept to serve gRPC calls;
 // see grpc.NumStreamWorkers.
 const grpcStreamWorkers = 256
+
+// defaultMaxConns is serve's default -max-connections per listener: room
+// for a large fleet of Envoys and clients (each Envoy holds a few
+// connections), well under the file limit Go raises the process to at
+// start (the hard limit, 1,048,576 or more on current Linux), so that a
+// flood of connections waits in the kernel's accept queue instead of
+// taking every descriptor.
+const defaultMaxConns = 10_000
+
+// grpcServerOptions bound what one client can hold on the gRPC listener:
+// a connection idle for -grpc-max-idle is closed (GOAWAY), every
+// connection is recycled after a day so that none lives for ever, and a
+// client that pings more often than every 10 s is disconnected, as gRPC's
+// keepalive enforcement does, rather than holding the connection open
+// with pings alone.
+func (c serveConfig) grpcServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.NumStreamWorkers(grpcStreamWorkers),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     c.grpcMaxIdle,
+			MaxConnectionAge:      24 * time.Hour,
+			MaxConnectionAgeGrace: 10 * time.Second,
+			Time:                  2 * time.Minute,
+			Timeout:               20 * time.Second,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+}
 
 // serveConfig is everything `floodgate serve` reads from its flags and
 // environment, once, at start.
@@ -59,6 +89,8 @@ type serveConfig struct {
 	debugAddr          string
 	independent        bool
 	holdRetention      time.Duration
+	maxConns           int
+	grpcMaxIdle        time.Duration
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -87,6 +119,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler, /debug/pprof/, on this `address` of its own (127.0.0.1:6060, say), never on the API's; empty disables (env FLOODGATE_DEBUG_ADDR)")
+	fs.IntVar(&c.maxConns, "max-connections", defaultMaxConns, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so a client that opens thousands cannot take every file descriptor (env FLOODGATE_MAX_CONNECTIONS)")
+	fs.DurationVar(&c.grpcMaxIdle, "grpc-max-idle", 5*time.Minute, "gRPC: close a connection that has had no call for this long (Envoy reconnects when it needs to) (env FLOODGATE_GRPC_MAX_IDLE)")
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
@@ -133,6 +167,10 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-probe-interval: %v must be above zero", c.probeInterval)
 	case c.timeout <= 0:
 		return fmt.Sprintf("-timeout: %v must be above zero", c.timeout)
+	case c.maxConns < 1:
+		return fmt.Sprintf("-max-connections: %d must be at least 1", c.maxConns)
+	case c.grpcMaxIdle <= 0:
+		return fmt.Sprintf("-grpc-max-idle: %v must be above zero", c.grpcMaxIdle)
 	case c.holdRetention <= 0:
 		return fmt.Sprintf("-hold-retention: %v must be above zero", c.holdRetention)
 	case tlsProblem != "":
@@ -309,6 +347,7 @@ func (c serveConfig) listen(srv *server.Server, handler slog.Handler) (*listener
 	if err != nil {
 		return nil, fmt.Errorf("-http %s: %w", c.httpAddr, err)
 	}
+	httpLn = netutil.LimitListener(httpLn, c.maxConns)
 	l := &listeners{httpLn: httpLn, http: &http.Server{
 		Handler:           srv.Handler(httpExtras(rls)),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -333,13 +372,14 @@ func (c serveConfig) listen(srv *server.Server, handler slog.Handler) (*listener
 		}
 		return nil, fmt.Errorf("-grpc %s: %w", c.grpcAddr, err)
 	}
+	l.grpcLn = netutil.LimitListener(l.grpcLn, c.maxConns)
 	// A pool of stream workers serves each call on a goroutine whose
 	// stack has already grown: with a goroutine per call (gRPC's
 	// default), growing and copying the stack of every new handler
 	// goroutine took 19-25% of the server's CPU under 64 concurrent
 	// callers (pprof, 2026-11-29). Calls beyond the pool's size still
 	// get a goroutine of their own, so the pool bounds nothing.
-	l.grpc = grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers))
+	l.grpc = grpc.NewServer(c.grpcServerOptions()...)
 	registerGRPC(l.grpc, rls)
 	healthpb.RegisterHealthServer(l.grpc, health.NewServer())
 	return l, nil
