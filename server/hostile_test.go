@@ -1,12 +1,16 @@
 package server_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -137,4 +141,43 @@ func TestInvalidUTF8IsBadInput(t *testing.T) {
 			t.Errorf("%s with invalid UTF-8: %d %s, want 400", path, rec.Code, rec.Body)
 		}
 	}
+}
+
+// TestStoreOutageLogsBounded: a store that fails every call, under a
+// thousand decisions, logs about one warning per rule a second (each
+// saying how many it held back), not one per descriptor.
+func TestStoreOutageLogsBounded(t *testing.T) {
+	var buf syncBuffer
+	srv, err := server.New(server.Options{Store: downStore{}, Config: parseConfig(t, hostileYAML), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := range 1000 {
+		if _, err := srv.Decide(t.Context(), "api", []server.Descriptor{{Entries: []config.Entry{{Key: "user", Value: fmt.Sprint(i)}}}}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seconds := int(time.Since(start)/time.Second) + 1
+	if n := strings.Count(buf.String(), "store failed"); n < 1 || n > seconds+1 {
+		t.Errorf("%d warnings in %d s for 1000 failed descriptors of one rule, want 1 to %d", n, seconds, seconds+1)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

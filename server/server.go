@@ -121,6 +121,9 @@ type Server struct {
 	near     float64
 	// independent: Options.IndependentDescriptors.
 	independent bool
+	// throttle keeps repeated warnings (a store outage) to one line per
+	// rule a second.
+	throttle *logThrottle
 }
 
 // New returns a Server.
@@ -128,7 +131,8 @@ func New(opts Options) (*Server, error) {
 	if opts.Store == nil {
 		return nil, errors.New("server: New: nil Store")
 	}
-	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors}
+	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors,
+		throttle: newLogThrottle(time.Second)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -499,11 +503,11 @@ func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *fl
 		} else {
 			s.m.decision(label, st.Rule, entries, outcomeFailedOpen)
 		}
-		s.log.Warn("store failed", "domain", domain, "rule", ruleID(st.Rule), "failure_mode", string(st.FailurePolicy), "error", o.Err)
+		s.throttle.log(s.log, slog.LevelWarn, "store failed|"+ruleID(st.Rule), "store failed", "domain", label, "rule", ruleID(st.Rule), "failure_mode", string(st.FailurePolicy), "error", o.Err)
 		return
 	}
 	if o.Err != nil {
-		s.log.Warn("store failed, decided locally", "domain", domain, "rule", ruleID(st.Rule), "failure_mode", string(floodgate.FailLocal), "error", o.Err)
+		s.throttle.log(s.log, slog.LevelWarn, "decided locally|"+ruleID(st.Rule), "store failed, decided locally", "domain", label, "rule", ruleID(st.Rule), "failure_mode", string(floodgate.FailLocal), "error", o.Err)
 	}
 	d := o.Decision
 	st.Decision = d
@@ -521,7 +525,7 @@ func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *fl
 		st.Shadow = true
 		s.m.decision(label, st.Rule, entries, outcomeShadowDenied)
 		if !local {
-			s.log.Info("shadow mode denial", "domain", domain, "rule", ruleID(st.Rule), "limit", st.Limit.String(), "retry_after", d.RetryAfter)
+			s.throttle.log(s.log, slog.LevelInfo, "shadow|"+ruleID(st.Rule), "shadow mode denial", "domain", label, "rule", ruleID(st.Rule), "limit", st.Limit.String(), "retry_after", d.RetryAfter)
 		}
 	default:
 		st.Code = OverLimit
