@@ -181,3 +181,29 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestConcurrencyRuleRefused: a descriptor that matches a rule with
+// algorithm concurrency is refused, naming the rule, where it used to be
+// accepted and not enforced (4 of 4 held requests admitted against a
+// limit of 2).
+func TestConcurrencyRuleRefused(t *testing.T) {
+	d, err := config.Parse("api.yaml", []byte("domain: api\ndescriptors:\n  - key: job\n    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memstore.New(nil)
+	defer store.Close()
+	srv, err := server.New(server.Options{Store: store, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = srv.Decide(t.Context(), "api", []server.Descriptor{{Entries: []config.Entry{{Key: "job", Value: "x"}}}}, 1)
+	fe, ok := errors.AsType[*floodgate.FieldError](err)
+	if !ok || fe.Field != "descriptors[0]" || !strings.Contains(fe.Problem, "api|job") || !strings.Contains(fe.Problem, "concurrency") {
+		t.Errorf("Decide on a concurrency rule: %v, want an invalid request naming the rule", err)
+	}
+}

@@ -146,7 +146,10 @@ func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hi
 	if err := checkRequest(domain, ds); err != nil {
 		return nil, Result{}, err
 	}
-	res, p := s.plan(domain, ds, hits)
+	res, p, err := s.plan(domain, ds, hits)
+	if err != nil {
+		return nil, Result{}, err
+	}
 	var items []floodgate.Item
 	var which []int
 	for j, it := range p.items {

@@ -294,7 +294,10 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 	if err := checkRequest(domain, ds); err != nil {
 		return Result{}, err
 	}
-	res, p := s.plan(domain, ds, hits)
+	res, p, err := s.plan(domain, ds, hits)
+	if err != nil {
+		return Result{}, err
+	}
 	if len(p.items) == 0 {
 		return res, nil
 	}
@@ -399,8 +402,8 @@ type plan struct {
 
 // plan matches each descriptor of a checked request to its rule, fills in
 // the Status of those the store need not decide, and returns the items of
-// the others.
-func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan) {
+// the others; a descriptor of a concurrency rule is an error.
+func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan, error) {
 	entries := make([][]config.Entry, len(ds))
 	for i, d := range ds {
 		if d.Limit == nil {
@@ -427,14 +430,16 @@ func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan)
 		case d.Limit != nil:
 			st.Limit = *d.Limit
 			it.Key = "d|" + config.Key(domain, d.Entries)
-		case m.Rule == nil || m.ReplacedBy != nil || m.Rule.Unlimited,
-			// A concurrency rule needs a lease held for the whole
-			// request, which this protocol cannot express: it is not
-			// enforced here.
-			m.Rule.Limit.Algorithm == floodgate.Concurrency:
+		case m.Rule == nil || m.ReplacedBy != nil || m.Rule.Unlimited:
 			st.Rule = m.Rule
 			s.m.decision(metricDomain(cfg, domain), m.Rule, d.Entries, outcomeUnlimited)
 			continue
+		case m.Rule.Limit.Algorithm == floodgate.Concurrency:
+			// A concurrency rule holds units until they are released,
+			// which a decision per request cannot express: refused, never
+			// accepted and ignored.
+			return res, p, invalid(fmt.Sprintf("descriptors[%d]", i), "rule %s (%s:%d) is a concurrency limit, which holds units until they are released; a decision per request cannot do that (Envoy's protocol has no release)",
+				m.Rule.ID, m.Rule.File, m.Rule.Line)
 		default:
 			st.Rule, st.Limit = m.Rule, m.Rule.Limit
 			it.Key = "d|" + m.Rule.Key(d.Entries)
@@ -447,7 +452,7 @@ func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan)
 		p.ownHits = append(p.ownHits, d.Hits != nil)
 		p.shadow = append(p.shadow, st.Rule != nil && st.Rule.ShadowMode)
 	}
-	return res, p
+	return res, p, nil
 }
 
 // metricDomain is the domain label of a descriptor of domain that matched

@@ -47,9 +47,11 @@
 // one status per descriptor, in the request's order:
 //
 //   - No rule (unknown domain, no match, a rule replaced by another
-//     descriptor's rule, or a concurrency rule, which this protocol cannot
-//     enforce): code OK and nothing else, as upstream's
-//     generateResponseDescriptorStatus(OK, nil, 0).
+//     descriptor's rule): code OK and nothing else, as upstream's
+//     generateResponseDescriptorStatus(OK, nil, 0). A descriptor that
+//     matches a rule with algorithm concurrency is InvalidArgument naming
+//     the rule: a concurrency limit holds units until they are released,
+//     and this protocol has no release.
 //   - An unlimited rule: code OK and limit_remaining 4294967295, as upstream's
 //     shouldRateLimitWorker sets math.MaxUint32.
 //   - A limited descriptor: code; current_limit with requests_per_unit (the
