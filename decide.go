@@ -21,6 +21,12 @@ type Item struct {
 	// Options.Local and Options.Instances; without them it answers as
 	// FailClosed.
 	Policy FailurePolicy
+	// Lease and Release are a Concurrency limit's, as in Request: the
+	// lease that acquires (or renews) Cost units, or with Release gives
+	// them back. Limiter.Acquire makes a random lease for one key; a
+	// service that hands lease IDs to its clients sets them here.
+	Lease   string
+	Release bool
 }
 
 // Outcome is the answer to one request of a Limiter: what to act on, and
@@ -111,7 +117,7 @@ func (l *Limiter) newCall(items []Item, atomic bool) (call, error) {
 	c := call{rs: make([]Request, len(items)), atomic: atomic, out: make([]Outcome, len(items))}
 	now := l.now()
 	for i, it := range items {
-		c.rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost}
+		c.rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost, Lease: it.Lease, Release: it.Release}
 		if err := l.prepare(&c.rs[i], now); err != nil {
 			return c, &ItemError{Index: i, Err: err}
 		}

@@ -29,6 +29,9 @@ import (
 //	POST /v1/reservations              hold a request's upper bound
 //	POST /v1/reservations/{id}/commit  settle its actual cost
 //	POST /v1/reservations/{id}/cancel  give the hold back
+//	POST /v1/leases                    acquire units of concurrency limits
+//	POST /v1/leases/{id}/renew         hold them for another period
+//	POST /v1/leases/{id}/release       give them back
 //	GET  /v1/config     the rules in force
 //	GET  /metrics       Prometheus metrics
 //	GET  /healthz       the process is alive
@@ -65,6 +68,9 @@ func (s *Server) routes(extra map[string]http.Handler) []route {
 		{"POST /v1/reservations", http.HandlerFunc(s.handleReserve)},
 		{"POST /v1/reservations/{id}/commit", s.handleSettle(false)},
 		{"POST /v1/reservations/{id}/cancel", s.handleSettle(true)},
+		{"POST /v1/leases", http.HandlerFunc(s.handleAcquire)},
+		{"POST /v1/leases/{id}/renew", s.handleLease(false)},
+		{"POST /v1/leases/{id}/release", s.handleLease(true)},
 		{"GET /v1/config", http.HandlerFunc(s.handleConfig)},
 		{"GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})},
 		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -50,6 +50,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1, replaces: [{name: free}]}
   - key: payment
     rate_limit: {unit: second, requests_per_unit: 5, failure_mode: fail_closed}
+  - key: job
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency, failure_mode: fail_closed}
 `
 
 // brokenStore fails every call: Apply, Reset and Ping.
@@ -156,6 +158,7 @@ const reserveBody = `{"key": "llm:acme", "limit": {"limit": 100, "period": "1h"}
 var (
 	idemKey        = map[string]string{"Idempotency-Key": "4a2f1c9e-7b3d-4e8a-9c61-2d5f0b7e8a13"}
 	reservationID  = server.ReservationToken(idemKey["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour})
+	leaseID        = server.LeaseToken("6f1c2a9b8e7d4c3b", "worker:exports", floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 4, Period: 30 * time.Second}, 1)
 	idemKey2       = map[string]string{"Idempotency-Key": "0b9d2e41-5c7a-4f3e-8d12-6a4e9c0f1b27"}
 	reservationID2 = server.ReservationToken(idemKey2["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour})
 )
@@ -288,6 +291,25 @@ var exchanges = []exchange{
 	{name: "cancel unknown", method: "POST", path: "/v1/reservations/nothing/cancel", status: 404,
 		want: []string{`"field":"id"`}},
 
+	// POST /v1/leases and the steps after it.
+	{name: "lease inline", method: "POST", path: "/v1/leases", body: `{"key": "worker:exports", "limit": {"algorithm": "concurrency", "limit": 4, "period": "30s"}}`, status: 200,
+		want: []string{`"allowed":true`, `"remaining":3`, `"id":"l1.`}},
+	{name: "lease descriptors", method: "POST", path: "/v1/leases", body: descriptors(`{"entries": [{"key": "job", "value": "export"}]}`), status: 200,
+		want: []string{`"allowed":true`, `"rule":"api|job"`, `"id":"l1.`}},
+	{name: "lease of a rate rule", method: "POST", path: "/v1/leases", body: descriptors(user("1")), status: 400,
+		want: []string{"not a concurrency limit"}},
+	{name: "lease too large", method: "POST", path: "/v1/leases", body: big(`{"key": "`, `", "limit": {"limit": 1, "period": "1s"}}`), status: 413,
+		want: []string{`"field":"body"`}},
+	{name: "allow of a concurrency rule", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "job", "value": "export"}]}`), status: 400,
+		want: []string{"POST /v1/leases"}},
+	{name: "renew", method: "POST", path: "/v1/leases/" + leaseID + "/renew", status: 200,
+		want: []string{`"allowed":true`, `"id":"` + leaseID + `"`}},
+	{name: "renew unknown", method: "POST", path: "/v1/leases/nothing/renew", status: 404,
+		want: []string{`"field":"id"`}},
+	{name: "release", method: "POST", path: "/v1/leases/" + leaseID + "/release", status: 204},
+	{name: "release unknown", method: "POST", path: "/v1/leases/l1.bm90/release", status: 404,
+		want: []string{`"field":"id"`}},
+
 	// POST /v1/reset, bad input.
 	{name: "reset without limit", method: "POST", path: "/v1/reset", body: `{"key": "k"}`, invalid: true, status: 400,
 		want: []string{`"field":"limit"`}},
@@ -300,7 +322,7 @@ var exchanges = []exchange{
 	{name: "config", method: "GET", path: "/v1/config", status: 200,
 		want: []string{`"id":"api|user"`, `"unlimited":true`, `"shadow_mode":true`, `"replaces":["free"]`, `"failure_mode":"fail_closed"`, `"file":"api.yaml"`}},
 	{name: "metrics", method: "GET", path: "/metrics", status: 200,
-		want: []string{"floodgate_config_rules 7"}},
+		want: []string{"floodgate_config_rules 8"}},
 	{name: "metrics protobuf", method: "GET", path: "/metrics", accept: "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", status: 200,
 		want: []string{"floodgate_config_rules"}},
 	{name: "healthz", method: "GET", path: "/healthz", status: 200, want: []string{"ok\n"}},
@@ -370,6 +392,10 @@ var exchanges = []exchange{
 		want: []string{"stayed charged"}},
 	{name: "cancel expired", fixture: "hourly", method: "POST", path: "/v1/reservations/" + reservationID + "/cancel", status: 410,
 		want: []string{"stayed charged"}},
+	{name: "lease fail_closed", fixture: "down", method: "POST", path: "/v1/leases", body: descriptors(`{"entries": [{"key": "job", "value": "export"}]}`), status: 503,
+		want: []string{`"allowed":false`, `"store_error":true`}},
+	{name: "release store down", fixture: "down", method: "POST", path: "/v1/leases/" + leaseID + "/release", status: 503,
+		want: []string{"store failed"}},
 	{name: "reset not supported", fixture: "no reset", method: "POST", path: "/v1/reset", body: inlineLimit, status: 501,
 		want: []string{`"status":501`, "not supported"}},
 }
@@ -552,12 +578,13 @@ func checkExchange(t *testing.T, doc *openapi3.T, h http.Handler, ex exchange) (
 // pathTemplate is the document's path of a request path, and its
 // parameters: /v1/reservations/ID/commit is /v1/reservations/{id}/commit.
 func pathTemplate(path string) (string, map[string]string) {
-	rest, ok := strings.CutPrefix(path, "/v1/reservations/")
-	if !ok {
-		return path, nil
+	for _, prefix := range []string{"/v1/reservations/", "/v1/leases/"} {
+		if rest, ok := strings.CutPrefix(path, prefix); ok {
+			id, op, _ := strings.Cut(rest, "/")
+			return prefix + "{id}/" + op, map[string]string{"id": id}
+		}
 	}
-	id, op, _ := strings.Cut(rest, "/")
-	return "/v1/reservations/{id}/" + op, map[string]string{"id": id}
+	return path, nil
 }
 
 // operations lists the document's operations as "METHOD /path".

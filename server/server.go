@@ -404,6 +404,13 @@ type plan struct {
 // the Status of those the store need not decide, and returns the items of
 // the others; a descriptor of a concurrency rule is an error.
 func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan, error) {
+	return s.planLease(domain, ds, hits, "")
+}
+
+// planLease is plan for a decision (lease empty), or for acquiring lease
+// on the concurrency rules the descriptors match (POST /v1/leases), where
+// a rule of another algorithm is the error.
+func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease string) (Result, plan, error) {
 	entries := make([][]config.Entry, len(ds))
 	for i, d := range ds {
 		if d.Limit == nil {
@@ -434,16 +441,20 @@ func (s *Server) plan(domain string, ds []Descriptor, hits int64) (Result, plan,
 			st.Rule = m.Rule
 			s.m.decision(metricDomain(cfg, domain), m.Rule, d.Entries, outcomeUnlimited)
 			continue
-		case m.Rule.Limit.Algorithm == floodgate.Concurrency:
+		case (m.Rule.Limit.Algorithm == floodgate.Concurrency) != (lease != ""):
+			if lease != "" {
+				return res, p, invalid(fmt.Sprintf("descriptors[%d]", i), "rule %s (%s:%d) is not a concurrency limit; decide it with POST /v1/allow", m.Rule.ID, m.Rule.File, m.Rule.Line)
+			}
 			// A concurrency rule holds units until they are released,
 			// which a decision per request cannot express: refused, never
 			// accepted and ignored.
-			return res, p, invalid(fmt.Sprintf("descriptors[%d]", i), "rule %s (%s:%d) is a concurrency limit, which holds units until they are released; a decision per request cannot do that (Envoy's protocol has no release)",
+			return res, p, invalid(fmt.Sprintf("descriptors[%d]", i), "rule %s (%s:%d) is a concurrency limit, which holds units until they are released; a decision per request cannot do that (Envoy's protocol has no release): acquire it with POST /v1/leases",
 				m.Rule.ID, m.Rule.File, m.Rule.Line)
 		default:
 			st.Rule, st.Limit = m.Rule, m.Rule.Limit
 			it.Key = "d|" + m.Rule.Key(d.Entries)
 			it.Policy = m.Rule.FailurePolicy
+			it.Lease = lease
 		}
 		st.Limited = true
 		it.Limit = st.Limit
