@@ -51,7 +51,9 @@ func encodeLease(lease string, items []floodgate.Item) (string, error) {
 }
 
 func decodeLease(s string) (string, []floodgate.Item, error) {
-	bad := func(why string) error { return &httpError{status: http.StatusNotFound, field: "id", msg: "not a lease id: " + why} }
+	bad := func(why string) error {
+		return &httpError{status: http.StatusNotFound, field: "id", msg: "not a lease id: " + why}
+	}
 	rest, ok := strings.CutPrefix(s, "l1.")
 	if !ok || len(s) > maxTokenLen {
 		return "", nil, bad("unknown form")
