@@ -2,12 +2,9 @@ package server
 
 import (
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -39,38 +36,22 @@ func encodeLease(lease string, items []floodgate.Item) (string, error) {
 	for _, it := range items {
 		t.Items = append(t.Items, leaseItem{Key: it.Key, Limit: *limitJSON(it.Limit), Cost: it.Cost})
 	}
-	b, err := json.Marshal(t)
-	if err != nil {
-		return "", err
-	}
-	s := "l1." + base64.RawURLEncoding.EncodeToString(b)
-	if len(s) > maxTokenLen {
-		return "", invalid("key", "the keys of the lease make an id of %d bytes, more than the %d allowed", len(s), maxTokenLen)
-	}
-	return s, nil
+	return sealToken("l1.", "lease", t)
 }
 
 func decodeLease(s string) (string, []floodgate.Item, error) {
-	bad := func(why string) error {
-		return &httpError{status: http.StatusNotFound, field: "id", msg: "not a lease id: " + why}
-	}
-	rest, ok := strings.CutPrefix(s, "l1.")
-	if !ok || len(s) > maxTokenLen {
-		return "", nil, bad("unknown form")
-	}
-	b, err := base64.RawURLEncoding.DecodeString(rest)
-	if err != nil {
-		return "", nil, bad("not base64url")
-	}
 	var t leaseToken
-	if err := json.Unmarshal(b, &t); err != nil || t.Lease == "" || len(t.Items) == 0 {
-		return "", nil, bad("malformed")
+	if err := openToken("l1.", "lease", s, &t); err != nil {
+		return "", nil, err
+	}
+	if t.Lease == "" || len(t.Items) == 0 {
+		return "", nil, badToken("lease", "malformed")
 	}
 	items := make([]floodgate.Item, len(t.Items))
 	for i, ti := range t.Items {
 		lim, err := ti.Limit.toLimit("limit")
 		if err != nil || ti.Key == "" || lim.Algorithm != floodgate.Concurrency {
-			return "", nil, bad("malformed item")
+			return "", nil, badToken("lease", "malformed item")
 		}
 		items[i] = floodgate.Item{Key: ti.Key, Limit: lim, Cost: ti.Cost, Lease: t.Lease}
 	}

@@ -53,42 +53,61 @@ func encodeToken(res *floodgate.Reservation) (string, error) {
 	for _, it := range res.Items {
 		t.Items = append(t.Items, tokenItem{Key: it.Key, Limit: *limitJSON(it.Limit)})
 	}
-	b, err := json.Marshal(t)
-	if err != nil {
-		return "", err
-	}
-	s := "r1." + base64.RawURLEncoding.EncodeToString(b)
-	if len(s) > maxTokenLen {
-		return "", invalid("key", "the keys of the reservation make an id of %d bytes, more than the %d allowed", len(s), maxTokenLen)
-	}
-	return s, nil
+	return sealToken("r1.", "reservation", t)
 }
 
 func decodeToken(s string) (token, []floodgate.Item, error) {
-	bad := func(why string) error {
-		return &httpError{status: http.StatusNotFound, field: "id", msg: "not a reservation id: " + why}
-	}
-	rest, ok := strings.CutPrefix(s, "r1.")
-	if !ok || len(s) > maxTokenLen {
-		return token{}, nil, bad("unknown form")
-	}
-	b, err := base64.RawURLEncoding.DecodeString(rest)
-	if err != nil {
-		return token{}, nil, bad("not base64url")
-	}
 	var t token
-	if err := json.Unmarshal(b, &t); err != nil || t.ID == "" || len(t.Items) == 0 {
-		return token{}, nil, bad("malformed")
+	if err := openToken("r1.", "reservation", s, &t); err != nil {
+		return token{}, nil, err
+	}
+	if t.ID == "" || len(t.Items) == 0 {
+		return token{}, nil, badToken("reservation", "malformed")
 	}
 	items := make([]floodgate.Item, len(t.Items))
 	for i, ti := range t.Items {
 		lim, err := ti.Limit.toLimit("limit")
 		if err != nil || ti.Key == "" {
-			return token{}, nil, bad("malformed item")
+			return token{}, nil, badToken("reservation", "malformed item")
 		}
 		items[i] = floodgate.Item{Key: ti.Key, Limit: lim}
 	}
 	return t, items, nil
+}
+
+// sealToken is the id of v: prefix and v in JSON, base64url, at most
+// maxTokenLen bytes. what names the thing for an error ("reservation").
+func sealToken(prefix, what string, v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	s := prefix + base64.RawURLEncoding.EncodeToString(b)
+	if len(s) > maxTokenLen {
+		return "", invalid("key", "the keys of the %s make an id of %d bytes, more than the %d allowed", what, len(s), maxTokenLen)
+	}
+	return s, nil
+}
+
+// openToken reads an id that sealToken made into v; a malformed one is a
+// 404, as an id that names nothing.
+func openToken(prefix, what, s string, v any) error {
+	rest, ok := strings.CutPrefix(s, prefix)
+	if !ok || len(s) > maxTokenLen {
+		return badToken(what, "unknown form")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil {
+		return badToken(what, "not base64url")
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return badToken(what, "malformed")
+	}
+	return nil
+}
+
+func badToken(what, why string) error {
+	return &httpError{status: http.StatusNotFound, field: "id", msg: "not a " + what + " id: " + why}
 }
 
 // ReserveRequest is the body of POST /v1/reservations: an AllowRequest
