@@ -107,3 +107,42 @@ func FuzzReset(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIDs sends any id, and any body, to the steps of reservations and
+// leases (commit, cancel, renew, release): an id is a token the server
+// reads, so a forged or broken one must be answered 404 (or, for a
+// well-formed one, what the store says), never a panic or a 5xx (the
+// memory store cannot fail).
+func FuzzIDs(f *testing.F) {
+	limit := floodgate.Limit{Limit: 10, Period: 3600e9}
+	for _, seed := range []struct{ path, id, body string }{
+		{"/v1/reservations/%s/commit", server.ReservationToken("k1", "llm:acme", limit), `{"cost": 1}`},
+		{"/v1/reservations/%s/cancel", server.ReservationToken("k2", "x", limit), ``},
+		{"/v1/leases/%s/renew", server.LeaseToken("abc", "w", floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 2, Period: 30e9}, 1), ``},
+		{"/v1/leases/%s/release", "l1.e30", ``},
+		{"/v1/reservations/%s/commit", "r1.eyJpIjoiYSIsImsiOlt7ImsiOiJ4IiwibCI6eyJsaW1pdCI6LTF9fV19", `{"cost": -1}`},
+		{"/v1/leases/%s/renew", "nothing", ``},
+	} {
+		f.Add(seed.path, seed.id, seed.body)
+	}
+	srv, _ := newServer(f, nil, apiYAML)
+	h := srv.Handler(nil)
+	f.Fuzz(func(t *testing.T, path, id, body string) {
+		if strings.Count(path, "%s") != 1 || strings.Contains(id, "/") || id == "" {
+			return
+		}
+		// Any path the mux may see, whatever its bytes: set after the
+		// request is made, as a server would have decoded it.
+		target := strings.Replace(path, "%s", id, 1)
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		req.URL.Path, req.URL.RawPath = target, ""
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("status %d for %s %q: %s", rec.Code, target, body, rec.Body)
+		}
+		if rec.Body.Len() > 0 && !json.Valid(rec.Body.Bytes()) && rec.Code != http.StatusNotFound && rec.Code != http.StatusMethodNotAllowed {
+			t.Fatalf("non-JSON answer %q for %s", rec.Body, target)
+		}
+	})
+}
