@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -61,5 +62,5 @@ func (lt *logThrottle) log(l *slog.Logger, level slog.Level, key, msg string, ar
 	if held > 0 {
 		args = append(args, "suppressed", held)
 	}
-	l.Log(nil, level, msg, args...)
+	l.Log(context.Background(), level, msg, args...)
 }
