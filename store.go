@@ -71,3 +71,36 @@ type Pipeliner interface {
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
+
+// Raiser is a Store that can rebuild a fixed window's count from a durable
+// record of what was used (package ledger): Raise raises the count of
+// r.Key's window that starts at window to at least r.Cost, in one atomic
+// step, and never lowers it (algorithm.FixedWindow.Raise says exactly
+// what it does). r.Limit must be a FixedWindow, aligned windows starting
+// at a multiple of its Period; r.Now is the time, as in Apply. The
+// Decision is a peek at the state after. A reconcile's repair and a
+// durable quota's rebuild use it where AllowN would race with live
+// traffic.
+type Raiser interface {
+	Raise(ctx context.Context, r Request, window time.Time) (Decision, error)
+}
+
+// CheckRaise reports the first problem of a Raise of r at window, for
+// stores to call: r valid, a FixedWindow, and window a whole number of
+// microseconds, on a multiple of Period when the windows are aligned.
+func CheckRaise(r Request, window time.Time) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if r.Limit.EffectiveAlgorithm() != FixedWindow {
+		return fieldErr(ErrInvalidLimit, "algorithm", "only a fixed window has a count to raise, not %s", r.Limit.EffectiveAlgorithm())
+	}
+	us := window.UnixMicro()
+	switch {
+	case window.IsZero() || us < 0 || us > maxNowMicros:
+		return fieldErr(ErrInvalidRequest, "window", "%v is outside %v to %v", window, time.UnixMicro(0).UTC(), time.UnixMicro(maxNowMicros).UTC())
+	case r.Limit.Window != FirstHit && us%r.Limit.Period.Microseconds() != 0:
+		return fieldErr(ErrInvalidRequest, "window", "%v is not the start of an aligned window of %v", window, r.Limit.Period)
+	}
+	return nil
+}

@@ -56,6 +56,8 @@ type Options struct {
 //     or nothing across keys, ten clients reserving the last five units
 //     get five holds, ten concurrent retries of one refund give back once,
 //     expiry charging or releasing the units, and bad input;
+//   - raise, if the store is a floodgate.Raiser: a lost counter rebuilt,
+//     one behind raised, one ahead never lowered, bad input;
 //   - race: ten goroutines racing for the last five allowances of a limit
 //     get exactly five, for every algorithm, many times;
 //   - differential: random operation sequences give, at every step, the
@@ -91,6 +93,7 @@ func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store, opts ...Opti
 	t.Run("reset", s.testReset)
 	t.Run("batch", s.testBatch)
 	t.Run("reserve", s.testReserve)
+	t.Run("raise", s.testRaise)
 	t.Run("race", s.testRace)
 	t.Run("differential", s.testDifferential)
 	t.Run("many_keys", s.testManyKeys)

@@ -141,20 +141,26 @@ func PeekUsed(l *floodgate.Limiter) UsedFunc {
 	}
 }
 
-// Raise repairs counters through l.AllowN: it takes d.Missing() units of
-// d.Key under d.Limit, or, when the limit does not admit that many (the
-// ledger holds more than the limit, or traffic took the rest), what it
-// still admits, so the counter ends at the ledger's units or the limit,
-// whichever is lower (a count at the limit denies as any count above
-// it). l must have no KeyPrefix. An Aligned counter is raised in the
-// ledger's window; a FirstHit counter that the store lost starts a new
-// window at the repair, which ends later than the ledger's: the repair
-// then errs on the side of denying.
+// Raise repairs counters in l's store. When the store is a
+// floodgate.Raiser (both of Floodgate's are), the counter of the ledger's
+// window is raised to d.Expected() in one atomic step, never lowered, in
+// that very window (a FirstHit one included), whatever traffic does
+// meanwhile. Otherwise it takes d.Missing() units through l.AllowN, or,
+// when the limit does not admit that many, what it still admits, so the
+// counter ends at the ledger's units or the limit, whichever is lower; a
+// FirstHit counter that the store lost then starts a new window at the
+// repair, later than the ledger's, which errs on the side of denying, and
+// traffic between the read and the repair can make it count a little
+// more. l must have no KeyPrefix.
 func Raise(l *floodgate.Limiter) RepairFunc {
 	return func(ctx context.Context, d Drift) error {
 		n := d.Missing()
 		if n == 0 {
 			return nil
+		}
+		if rs, ok := l.Store().(floodgate.Raiser); ok {
+			_, err := rs.Raise(ctx, floodgate.Request{Key: d.Key, Limit: d.Limit, Cost: d.Expected()}, d.Window.Start)
+			return err
 		}
 		dec, err := l.AllowN(ctx, d.Key, d.Limit, n)
 		if err != nil || dec.Allowed || dec.Remaining == 0 {

@@ -78,6 +78,7 @@ var (
 	_ floodgate.Batcher  = (*Store)(nil)
 	_ floodgate.Closer   = (*Store)(nil)
 	_ floodgate.Reserver = (*Store)(nil)
+	_ floodgate.Raiser   = (*Store)(nil)
 )
 
 // kind indexes the state maps of a shard.

@@ -269,3 +269,26 @@ func (sh *shard) sweepHolds(now int64) {
 		}
 	}
 }
+
+// Raise raises r.Key's window that starts at window to at least r.Cost:
+// see floodgate.Raiser.
+func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time) (floodgate.Decision, error) {
+	if err := floodgate.CheckRaise(r, window); err != nil {
+		return floodgate.Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return floodgate.Decision{}, err
+	}
+	b := s.lockBatch([]floodgate.Request{r})
+	defer b.unlock()
+	it := &b.items[0]
+	m := &b.shard(0).small[kFixed]
+	old, w := m.find(it.ref)
+	st := algorithm.FixedWindow{Start: old.a, Count: old.b}.Raise(it.params, it.now, window.UnixMicro(), r.Cost)
+	if next := (slot{a: st.Start, b: st.Count, exp: st.Expires(it.params)}); next.a != old.a || next.b != old.b {
+		next.exp += it.skew
+		m.set(it.ref, next, w)
+	}
+	d := b.peek(0)
+	return floodgate.FromAlgorithm(d, it.now), nil
+}

@@ -336,6 +336,14 @@
 // lease is taken only when the batch is; if another slot denied, it runs
 // as a denied batch, which takes nothing.
 //
+// # Raising a counter to a ledger's
+//
+// Store is a floodgate.Raiser: Raise runs raise.lua, which mirrors
+// algorithm.FixedWindow.Raise, on the fixed window's key, and sets its TTL
+// as a decision does. package ledger repairs a lost counter with it
+// (floodgate ledger reconcile -repair), in one atomic step that live
+// traffic cannot race.
+//
 // # Reservations
 //
 // Store is a floodgate.Reserver, and behaves as memstore's: the

@@ -10,7 +10,10 @@ import (
 	"github.com/floodgate-rl/floodgate/algorithm"
 )
 
-var _ floodgate.Reserver = (*Store)(nil)
+var (
+	_ floodgate.Reserver = (*Store)(nil)
+	_ floodgate.Raiser   = (*Store)(nil)
+)
 
 // Reserve holds the cost of every request of r, all or nothing, under
 // r.ID: see floodgate.Reserver. It behaves as memstore's Reserve: a retry

@@ -321,3 +321,23 @@ func classify(err error) error {
 	}
 	return err
 }
+
+// raise runs the raise script for c (a fixed window, its cost the units)
+// and window (µs): it returns a peek at the state after.
+func (rn *runner) raise(ctx context.Context, c call, window int64) (floodgate.Decision, error) {
+	c.now = rn.stamp(&c.r)
+	args := appendRequest(make([]string, 0, argsPerRequest+1), &c.r, c.alg, c.now)
+	args = append(args, strconv.FormatInt(window, 10))
+	vals, err := rn.run(ctx, scripts.raise, []string{c.key}, args)
+	if err != nil {
+		return floodgate.Decision{}, fmt.Errorf("redisstore: raise %s: %w", c.key, err)
+	}
+	if len(vals) != replyLen {
+		return floodgate.Decision{}, fmt.Errorf("redisstore: raise %s: %w: %d integers, want %d", c.key, floodgate.ErrUnexpectedReply, len(vals), replyLen)
+	}
+	d, err := decode(vals, c.now)
+	if err != nil {
+		return floodgate.Decision{}, fmt.Errorf("redisstore: raise %s: %w", c.key, err)
+	}
+	return d, nil
+}

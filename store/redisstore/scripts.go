@@ -58,6 +58,8 @@ type scriptSet struct {
 	// refund gives back what a slot of a batch took when another slot
 	// denied it (refund.lua).
 	refund *script
+	// raise raises a fixed window's count to a ledger's (raise.lua).
+	raise *script
 	// reserve holds units for a reservation (reserve.lua), settle
 	// settles its holds (settle.lua), and sweep keeps the index of the
 	// holds to expire (sweep.lua).
@@ -214,6 +216,10 @@ func buildScripts() (scriptSet, error) {
 	if err != nil {
 		return scriptSet{}, err
 	}
+	raiseFuncs, raiseMain, err := split("raise.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	// The scripts of refunds and reservations add to shared the batch's
@@ -223,9 +229,10 @@ func buildScripts() (scriptSet, error) {
 	set.reserve = newScript("reserve", holds+mainMarker+reserveMain)
 	set.settle = newScript("settle", holds+"\n"+settleFuncs+mainMarker+settleMain)
 	set.sweep = newScript("sweep", files["common.lua"]+"\n"+sweepFuncs+mainMarker+sweepMain)
+	set.raise = newScript("raise", shared.String()+batchFuncs+"\n"+refundFuncs+"\n"+raiseFuncs+mainMarker+raiseMain)
 	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain},
-		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain})
-	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs} {
+		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain}, mainPart{"raise", raiseMain})
+	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs, raiseFuncs} {
 		shared.WriteString(f + "\n")
 	}
 	budgetSrc, err := read("budget.lua")
@@ -246,7 +253,7 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range set.budget {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
-	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep} {
+	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise} {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
 	return set, nil

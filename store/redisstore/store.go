@@ -189,6 +189,24 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 }
 
 // Reset deletes key's state under limit's algorithm and period. An empty
+// Raise raises r.Key's window that starts at window to at least r.Cost,
+// in one script run: see floodgate.Raiser. A remembered denial of the key
+// is forgotten, since the state changed.
+func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time) (floodgate.Decision, error) {
+	if err := floodgate.CheckRaise(r, window); err != nil {
+		return floodgate.Decision{}, err
+	}
+	if s.closed.Load() {
+		return floodgate.Decision{}, floodgate.ErrClosed
+	}
+	k := s.Key(r.Key, r.Limit)
+	d, err := s.runner.raise(ctx, call{r: r, alg: floodgate.FixedWindow, key: k}, window.UnixMicro())
+	if s.deny != nil {
+		s.deny.forget(k)
+	}
+	return d, err
+}
+
 // or too long key, or an invalid limit, is an error, as in Apply.
 func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
 	probe := floodgate.Request{Key: key, Limit: limit}

@@ -1,0 +1,24 @@
+package algorithm
+
+// Raise raises the count of the window that starts at start to at least
+// units, as a durable record (a ledger) that counted them rebuilds a lost
+// counter. The window must be live at now (start <= now < start+Period),
+// else nothing changes. No live state becomes {start, units}; a live
+// state keeps its window and the larger of its count and units, also when
+// its window started elsewhere (a first_hit window the store opened after
+// it lost the record's): the two overlap, and for a quota that is paid
+// for the units used count until the later window ends, erring on the
+// side of denying. The count stops at Limit+1, as CountRejected's does:
+// every count above Limit decides alike. Raise never lowers a count, and
+// raising twice to the same units changes nothing more.
+func (s FixedWindow) Raise(p Params, now, start, units int64) FixedWindow {
+	if units <= 0 || now < start || now >= start+p.Period {
+		return s
+	}
+	units = min(units, p.Limit+1)
+	if live := s.Count > 0 && now < s.Start+p.Period; !live {
+		return FixedWindow{Start: start, Count: units}
+	}
+	s.Count = max(s.Count, units)
+	return s
+}
