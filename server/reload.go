@@ -91,6 +91,13 @@ func (r *Reloader) swap(cfg *config.Config) {
 // between NewReloader and Watch, is found then by comparing the files'
 // names, sizes and modification times with those of the last load, so no
 // change is missed however late the watch starts.
+//
+// The watch survives the directory itself being replaced: the parent of
+// each watched directory is watched too, and when the directory comes
+// back (removed and made again, or renamed into place) its watch is made
+// again and the config reloaded. A Kubernetes ConfigMap update, which
+// swaps the ..data symbolic link inside the directory, is an event of
+// the directory itself.
 func (r *Reloader) Watch(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -108,6 +115,14 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			if err := w.Add(dir); err != nil {
 				return err
 			}
+		}
+	}
+	// The parents, to see a watched directory go and come back. A parent
+	// that cannot be watched (not readable) only costs that.
+	parents := map[string]bool{}
+	for dir := range dirs {
+		if parent := filepath.Dir(dir); parent != dir && !dirs[parent] && !parents[parent] {
+			parents[parent] = w.Add(parent) == nil
 		}
 	}
 	timer := time.NewTimer(time.Hour)
@@ -130,6 +145,15 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			if ev.Op == fsnotify.Chmod {
 				continue
 			}
+			if parents[filepath.Dir(ev.Name)] && !dirs[ev.Name] && !r.isPath(ev.Name) {
+				continue // a sibling of a watched directory
+			}
+			if dirs[ev.Name] && ev.Has(fsnotify.Create) {
+				// The directory came back: watch it again.
+				if err := w.Add(ev.Name); err != nil {
+					r.srv.log.Warn("config watch error", "error", err)
+				}
+			}
 			timer.Reset(r.debounce)
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -140,6 +164,16 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			_ = r.Reload()
 		}
 	}
+}
+
+// isPath reports whether name is one of the config paths.
+func (r *Reloader) isPath(name string) bool {
+	for _, p := range r.paths {
+		if filepath.Clean(p) == filepath.Clean(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Watching returns a channel that is closed once Watch watches the config

@@ -433,3 +433,70 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 		<-tick.C
 	}
 }
+
+// TestWatchSurvivesDirectoryReplaced: the config directory removed and
+// made again (what some deployment tools do), and a Kubernetes ConfigMap
+// update (the ..data symbolic link swapped to a new directory of files),
+// are both reloaded, and edits after them too.
+func TestWatchSurvivesDirectoryReplaced(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	write := func(dir, domain string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "api.yaml"), []byte(strings.Replace(apiYAML, "domain: api", "domain: "+domain, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A ConfigMap's layout: config/..2026_1/api.yaml, config/..data ->
+	// ..2026_1, config/api.yaml -> ..data/api.yaml.
+	write(filepath.Join(dir, "..2026_1"), "first")
+	if err := os.Symlink("..2026_1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..data", "api.yaml"), filepath.Join(dir, "api.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := newServer(t, nil, "")
+	r, err := server.NewReloader(srv, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.Watch(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-r.Watching()
+	if srv.Config().Domain("first") == nil {
+		t.Fatal("the ConfigMap's first version is not loaded")
+	}
+	// The ConfigMap update: a new directory, then ..data swapped to it by
+	// a rename of a new link over the old one.
+	write(filepath.Join(dir, "..2026_2"), "second")
+	if err := os.Symlink("..2026_2", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return srv.Config().Domain("second") != nil })
+	if srv.Config().Domain("second") == nil {
+		t.Fatal("the ConfigMap update was not loaded within 10s")
+	}
+	// The directory removed and made again, then edited.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	write(dir, "third")
+	waitFor(t, 10*time.Second, func() bool { return srv.Config().Domain("third") != nil })
+	if srv.Config().Domain("third") == nil {
+		t.Fatal("the recreated directory was not loaded within 10s")
+	}
+	write(dir, "fourth")
+	waitFor(t, 10*time.Second, func() bool { return srv.Config().Domain("fourth") != nil })
+	if srv.Config().Domain("fourth") == nil {
+		t.Fatal("an edit in the recreated directory was not reloaded within 10s: the watch was lost")
+	}
+}
