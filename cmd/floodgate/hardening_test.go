@@ -232,3 +232,66 @@ func TestServeGRPCIdleClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestServeStartsWithRedisDown: serve starts while its Redis is down,
+// answers by the failure modes (fail_open allows, fail_closed denies),
+// is not ready, and decides in Redis once Redis comes up, without a
+// restart.
+func TestServeStartsWithRedisDown(t *testing.T) {
+	redis := redistest.Standalone(t)
+	if err := redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := writeConfig(t, `
+domain: edge
+descriptors:
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 3, failure_mode: fail_closed}
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 3, failure_mode: fail_open}
+`)
+	in := startServe(t, "-config", dir, "-redis", "redis://"+redis.Addr, "-timeout", "1s")
+	allowed := func(key string) (bool, string) {
+		t.Helper()
+		code, body := in.allow(t, `{"domain": "edge", "descriptors": [{"entries": [{"key": "`+key+`", "value": "x"}]}]}`)
+		if code != http.StatusOK && code != http.StatusServiceUnavailable {
+			t.Fatalf("POST /v1/allow %s: %d %s", key, code, body)
+		}
+		return strings.Contains(body, `"allowed":true`), body
+	}
+	if ok, body := allowed("open"); !ok || !strings.Contains(body, `"store_error":true`) {
+		t.Errorf("fail_open with Redis down at start: %s", body)
+	}
+	if ok, body := allowed("closed"); ok {
+		t.Errorf("fail_closed with Redis down at start: %s", body)
+	}
+	if resp, _ := in.get(t, "/readyz"); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with Redis down: %d, want 503", resp.StatusCode)
+	}
+	if err := redis.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	// Connected once a decision comes from Redis: the limit of 3 denies a
+	// fourth request, which fail_open would have allowed.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		n := 0
+		for range 4 {
+			if ok, body := allowed("open"); ok && !strings.Contains(body, "store_error") {
+				n++
+			}
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not connected to Redis 15 s after it came up")
+		}
+	}
+	if ok, body := allowed("closed"); !ok || strings.Contains(body, "store_error") {
+		t.Errorf("fail_closed after Redis came up: %s, want a decision of Redis", body)
+	}
+	if resp, _ := in.get(t, "/readyz"); resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz after Redis came up: %d, want 200", resp.StatusCode)
+	}
+}

@@ -265,7 +265,17 @@ func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate
 	if c.coalesce == 0 {
 		ro.Coalesce = -1
 	}
-	return openRedis(ctx, c.redisURL, ro)
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	store, closeStore, err := openRedis(octx, c.redisURL, ro)
+	if err != nil && retryable(err) {
+		// Redis is not up (yet): serve anyway, answering by the failure
+		// modes, and connect when it comes.
+		log.Warn("store unreachable at start; serving by the failure modes and retrying", "store", redactURL(c.redisURL), "error", err)
+		p := openPending(c.redisURL, ro, err, log)
+		return p, func() { p.Close() }, nil
+	}
+	return store, closeStore, err
 }
 
 // newServer is the server of the flags over store: its Limiter's failure
@@ -282,8 +292,11 @@ func (c serveConfig) newServer(store floodgate.Store, log *slog.Logger) (*server
 	}
 	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent})
 	if err == nil {
-		if rs, ok := store.(*redisstore.Store); ok {
-			err = registerLocalStats(srv.Registry(), rs)
+		switch rs := store.(type) {
+		case *redisstore.Store:
+			err = registerLocalStats(srv.Registry(), func() *redisstore.Store { return rs })
+		case *pendingRedis:
+			err = registerLocalStats(srv.Registry(), rs.store.Load)
 		}
 	}
 	if err != nil {
@@ -476,7 +489,19 @@ func redactURL(u string) string {
 // admissions from local budgets, neither of which reached Redis; and
 // how many script runs it shared between concurrent descriptors, and how
 // many descriptors those carried.
-func registerLocalStats(reg *prometheus.Registry, rs *redisstore.Store) error {
+func registerLocalStats(reg *prometheus.Registry, get func() *redisstore.Store) error {
+	local := func() redisstore.LocalStats {
+		if rs := get(); rs != nil {
+			return rs.LocalStats()
+		}
+		return redisstore.LocalStats{}
+	}
+	coalesce := func() redisstore.CoalesceStats {
+		if rs := get(); rs != nil {
+			return rs.CoalesceStats()
+		}
+		return redisstore.CoalesceStats{}
+	}
 	for _, k := range []struct {
 		kind string
 		get  func(redisstore.LocalStats) int64
@@ -488,7 +513,7 @@ func registerLocalStats(reg *prometheus.Registry, rs *redisstore.Store) error {
 			Name:        "floodgate_local_decisions_total",
 			Help:        "Descriptors the Redis store decided in process, without a round trip, by kind: deny_cache (a denial remembered until its retry time) or local_budget (units claimed from Redis beforehand).",
 			ConstLabels: prometheus.Labels{"kind": k.kind},
-		}, func() float64 { return float64(k.get(rs.LocalStats())) })
+		}, func() float64 { return float64(k.get(local())) })
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -503,7 +528,7 @@ func registerLocalStats(reg *prometheus.Registry, rs *redisstore.Store) error {
 			func(st redisstore.CoalesceStats) int64 { return st.Decisions }},
 	} {
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help},
-			func() float64 { return float64(m.get(rs.CoalesceStats())) })
+			func() float64 { return float64(m.get(coalesce())) })
 		if err := reg.Register(c); err != nil {
 			return err
 		}
