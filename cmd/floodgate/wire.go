@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -107,11 +106,16 @@ func openPending(url string, o redisstore.Options, first error, log *slog.Logger
 }
 
 // retryable reports whether err of redisstore.Open means Redis could not
-// be reached (worth retrying), rather than a mistake in the flags.
+// be reached (nothing listens, or no answer in time: worth retrying),
+// rather than a mistake in the flags (a bad URL, a certificate, a
+// password), which stops serve at start as before.
 func retryable(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.EOF)
+	if errors.Is(err, redisstore.ErrClientCertificate) || errors.Is(err, redisstore.ErrBadURL) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // get is the store once open, or errNotConnected with the last error.

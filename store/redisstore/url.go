@@ -18,6 +18,10 @@ import (
 // names the part of the URL at fault and never repeats the password.
 var ErrBadURL = errors.New("redisstore: bad Redis URL")
 
+// ErrClientCertificate is wrapped by Open's error when the server asked
+// for a TLS client certificate and none was configured (Options.TLS).
+var ErrClientCertificate = errors.New("the server asked for a TLS client certificate, and none was configured")
+
 // topology is the kind of deployment a URL names.
 type topology string
 
@@ -340,7 +344,7 @@ func watchCertRequests(o *rueidis.ClientOption) *atomic.Bool {
 // added to the errors that are not Redis replies.
 func (c urlConfig) openError(err error, asked *atomic.Bool) error {
 	if _, reply := rueidis.IsRedisErr(err); asked.Load() && !reply {
-		return fmt.Errorf("redisstore: Open %s %v: %w (the server asked for a TLS client certificate, and none was configured)", c.Topology, c.Addrs, err)
+		return fmt.Errorf("redisstore: Open %s %v: %w (%w)", c.Topology, c.Addrs, err, ErrClientCertificate)
 	}
 	return fmt.Errorf("redisstore: Open %s %v: %w", c.Topology, c.Addrs, err)
 }
