@@ -219,6 +219,9 @@ type DecisionJSON struct {
 	// Fallback: decided by the failure mode local in this instance's
 	// memory, with its share of the limit, while the store is failing.
 	Fallback bool `json:"fallback,omitempty"`
+	// NoRule: the descriptor matched no rule of its domain (or the domain
+	// is not in the config), so nothing limited it.
+	NoRule bool `json:"no_rule,omitempty"`
 }
 
 // AllowResponse is the answer of POST /v1/allow: the overall decision and,
@@ -236,7 +239,8 @@ func millisCeil(d time.Duration) int64 {
 }
 
 func statusJSON(st Status) DecisionJSON {
-	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback}
+	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
+		NoRule: !st.Limited && st.Rule == nil}
 	if st.Rule != nil {
 		out.Rule = st.Rule.ID
 		out.Unlimited = st.Rule.Unlimited
@@ -339,7 +343,7 @@ func allowResponse(inline bool, overall Status, statuses []Status) AllowResponse
 	if inline {
 		return resp
 	}
-	resp.Rule, resp.Policy = "", nil
+	resp.Rule, resp.Policy, resp.NoRule = "", nil, false
 	resp.Code = Combine(statuses).String()
 	resp.Allowed = resp.Code == "OK"
 	for _, st := range statuses {

@@ -291,6 +291,9 @@ var exchanges = []exchange{
 	{name: "cancel unknown", method: "POST", path: "/v1/reservations/nothing/cancel", status: 404,
 		want: []string{`"field":"id"`}},
 
+	{name: "allow no rule", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "nothing", "value": "here"}]}`), status: 200,
+		want: []string{`"allowed":true`, `"no_rule":true`}},
+
 	// POST /v1/leases and the steps after it.
 	{name: "lease inline", method: "POST", path: "/v1/leases", body: `{"key": "worker:exports", "limit": {"algorithm": "concurrency", "limit": 4, "period": "30s"}}`, status: 200,
 		want: []string{`"allowed":true`, `"remaining":3`, `"id":"l1.`}},

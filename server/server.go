@@ -41,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -440,6 +441,10 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		case m.Rule == nil || m.ReplacedBy != nil || m.Rule.Unlimited:
 			st.Rule = m.Rule
 			s.m.decision(metricDomain(cfg, domain), m.Rule, d.Entries, outcomeUnlimited)
+			if m.Rule == nil {
+				// The entries' keys only: their values may be a user's.
+				s.log.Debug("no rule matched", "domain", metricDomain(cfg, domain), "descriptor", i, "keys", entryKeys(d.Entries))
+			}
 			continue
 		case (m.Rule.Limit.Algorithm == floodgate.Concurrency) != (lease != ""):
 			if lease != "" {
@@ -464,6 +469,22 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		p.shadow = append(p.shadow, st.Rule != nil && st.Rule.ShadowMode)
 	}
 	return res, p, nil
+}
+
+// entryKeys is the keys of entries for a log line, "a.b.c", at most 256
+// bytes.
+func entryKeys(entries []config.Entry) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+		if b.Len() > 256 {
+			return strings.ToValidUTF8(b.String()[:256], "") + "…"
+		}
+	}
+	return b.String()
 }
 
 // metricDomain is the domain label of a descriptor of domain that matched
