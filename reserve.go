@@ -171,6 +171,9 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 		return nil, Decision{RetryAfter: Never}, nil, err
 	}
 	c, err := l.newCall(items, true)
+	if err == nil {
+		err = checkHoldRequests(c.rs)
+	}
 	if err != nil {
 		return nil, Decision{RetryAfter: Never}, nil, err
 	}
@@ -373,11 +376,20 @@ func (r *SettleRequest) Validate() error {
 	return checkID("id", r.ID)
 }
 
-// checkHoldRequests checks the requests of a reservation.
+// checkHoldRequests checks the requests of a reservation. One state
+// (key, algorithm and period) may appear once: a reservation holds its
+// units on each state once, and a settle that named a state twice would
+// give its units back twice.
 func checkHoldRequests(rs []Request) error {
 	if len(rs) == 0 {
 		return fieldErr(ErrInvalidRequest, "requests", "none")
 	}
+	type state struct {
+		key    string
+		alg    Algorithm
+		period time.Duration
+	}
+	seen := make(map[state]int, len(rs))
 	for i := range rs {
 		if rs[i].Limit.Algorithm == Concurrency {
 			return &ItemError{Index: i, Err: fieldErr(ErrInvalidLimit, "algorithm", "concurrency limits hold units with leases (Acquire), not reservations")}
@@ -385,6 +397,11 @@ func checkHoldRequests(rs []Request) error {
 		if err := rs[i].Validate(); err != nil {
 			return &ItemError{Index: i, Err: err}
 		}
+		st := state{rs[i].Key, rs[i].Limit.EffectiveAlgorithm(), rs[i].Limit.Period}
+		if j, ok := seen[st]; ok {
+			return &ItemError{Index: i, Err: fieldErr(ErrInvalidRequest, "key", "the state of request %d again (same key, algorithm and period): a reservation holds each state once", j)}
+		}
+		seen[st] = i
 	}
 	return nil
 }

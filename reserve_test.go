@@ -124,3 +124,30 @@ func TestReserveFailurePolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestReserveOneStateOnce: a reservation or a settle that names one state
+// twice is refused, on every store (a settle of the same key twice would
+// give its units back twice).
+func TestReserveOneStateOnce(t *testing.T) {
+	store := memstore.New(&memstore.Options{SweepInterval: -1})
+	defer store.Close()
+	l, err := floodgate.New(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := floodgate.Item{Key: "k", Limit: floodgate.Limit{Limit: 100, Period: time.Minute}, Cost: 30}
+	if _, _, _, err := l.ReserveEach(t.Context(), []floodgate.Item{it, it}, nil); !errors.Is(err, floodgate.ErrInvalidRequest) {
+		t.Errorf("reserve of one state twice: %v, want ErrInvalidRequest", err)
+	}
+	res, _, err := l.Reserve(t.Context(), "k", it.Limit, 40, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice := l.Reservation(res.ID, []floodgate.Item{res.Items[0], res.Items[0], res.Items[0]}, false)
+	if _, err := twice.Commit(t.Context(), 0); !errors.Is(err, floodgate.ErrInvalidRequest) {
+		t.Errorf("commit naming one state three times: %v, want ErrInvalidRequest", err)
+	}
+	if d, _ := l.Peek(t.Context(), "k", it.Limit); d.Remaining != 60 {
+		t.Errorf("after the refused commit: %d remaining, want 60", d.Remaining)
+	}
+}
