@@ -39,7 +39,7 @@ func ReservationToken(idem, key string, limit floodgate.Limit) string {
 // LeaseToken is the id POST /v1/leases answers for lease on an inline key
 // under limit, holding cost units.
 func LeaseToken(lease, key string, limit floodgate.Limit, cost int64) string {
-	tok, err := encodeLease(lease, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}})
+	tok, err := encodeLease(lease, &AllowRequest{Key: key, Limit: limitJSON(limit), Cost: &cost})
 	if err != nil {
 		panic(err)
 	}

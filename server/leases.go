@@ -15,47 +15,31 @@ import (
 // rules, all or nothing) under a new lease, and answers an id;
 // POST /v1/leases/{id}/renew holds them for another period (the limit's
 // Period is the lease's TTL); POST /v1/leases/{id}/release gives them
-// back. Like a reservation's, the id is a token that names the keys,
-// limits and units it holds and the lease, so any replica of the service
-// renews or releases it; the lease in it is 128 random bits.
+// back. The id is a token that carries the lease (128 random bits) and
+// the request that acquired it, which renew and release decide again:
+// the limits of rules come from the config in force, never from the
+// token, and an inline key stays apart from the keys of rules, so a
+// forged id can do no more than the request it names could.
 
 // leaseToken is what a lease's id carries.
 type leaseToken struct {
-	Lease string      `json:"i"`
-	Items []leaseItem `json:"k"`
+	Lease string       `json:"i"`
+	Req   AllowRequest `json:"r"`
 }
 
-type leaseItem struct {
-	Key   string    `json:"k"`
-	Limit LimitJSON `json:"l"`
-	Cost  int64     `json:"c"`
+func encodeLease(lease string, req *AllowRequest) (string, error) {
+	return sealToken("l1.", "lease", leaseToken{Lease: lease, Req: *req})
 }
 
-func encodeLease(lease string, items []floodgate.Item) (string, error) {
-	t := leaseToken{Lease: lease}
-	for _, it := range items {
-		t.Items = append(t.Items, leaseItem{Key: it.Key, Limit: *limitJSON(it.Limit), Cost: it.Cost})
-	}
-	return sealToken("l1.", "lease", t)
-}
-
-func decodeLease(s string) (string, []floodgate.Item, error) {
+func decodeLease(s string) (string, AllowRequest, error) {
 	var t leaseToken
 	if err := openToken("l1.", "lease", s, &t); err != nil {
-		return "", nil, err
+		return "", AllowRequest{}, err
 	}
-	if t.Lease == "" || len(t.Items) == 0 {
-		return "", nil, badToken("lease", "malformed")
+	if t.Lease == "" {
+		return "", AllowRequest{}, badToken("lease", "malformed")
 	}
-	items := make([]floodgate.Item, len(t.Items))
-	for i, ti := range t.Items {
-		lim, err := ti.Limit.toLimit("limit")
-		if err != nil || ti.Key == "" || lim.Algorithm != floodgate.Concurrency {
-			return "", nil, badToken("lease", "malformed item")
-		}
-		items[i] = floodgate.Item{Key: ti.Key, Limit: lim, Cost: ti.Cost, Lease: t.Lease}
-	}
-	return t.Lease, items, nil
+	return t.Lease, t.Req, nil
 }
 
 // LeaseResponse answers POST /v1/leases and /renew: the decision, as
@@ -78,36 +62,46 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, r, &req) {
 		return
 	}
+	s.acquire(w, r, newLease(), &req, false)
+}
+
+// acquire decides req's concurrency limits under lease, all or nothing
+// (or with release, gives them back), and answers; an admitted lease gets
+// its id.
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request, lease string, req *AllowRequest, release bool) {
 	inline, err := req.form()
 	if err != nil {
 		writeProblem(w, err)
 		return
 	}
-	lease := newLease()
 	var res Result
 	var p plan
 	if inline {
-		res, p, err = s.planInlineLease(&req, lease)
+		res, p, err = s.planInlineLease(req, lease)
 	} else {
-		res, p, err = s.planDescriptorLease(&req, lease)
-	}
-	if err == nil && len(p.items) > 0 {
-		var outs []floodgate.Outcome
-		if outs, err = s.lim.DecideAll(r.Context(), p.items); err != nil {
-			err = p.fieldOf(err)
-		} else {
-			for j, i := range p.which {
-				st := &res.Statuses[i]
-				s.settle(req.Domain, nil, st, &outs[j])
-				if st.Code == OverLimit {
-					res.Code = OverLimit
-				}
-			}
-		}
+		res, p, err = s.planDescriptorLease(req, lease)
 	}
 	if err != nil {
 		writeProblem(w, err)
 		return
+	}
+	if release {
+		s.release(w, r, p.items)
+		return
+	}
+	if len(p.items) > 0 {
+		outs, err := s.lim.DecideAll(r.Context(), p.items)
+		if err != nil {
+			writeProblem(w, p.fieldOf(err))
+			return
+		}
+		for j, i := range p.which {
+			st := &res.Statuses[i]
+			s.settle(req.Domain, nil, st, &outs[j])
+			if st.Code == OverLimit {
+				res.Code = OverLimit
+			}
+		}
 	}
 	overall := Binding(res)
 	if inline {
@@ -115,12 +109,34 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := LeaseResponse{AllowResponse: allowResponse(inline, overall, res.Statuses)}
 	if res.Code == OK && len(p.items) > 0 && held(res.Statuses) {
-		if resp.ID, err = encodeLease(lease, p.items); err != nil {
+		if resp.ID, err = encodeLease(lease, req); err != nil {
 			writeProblem(w, err)
 			return
 		}
 	}
 	writeAllow(w, resp, overall, res.Statuses)
+}
+
+// release gives back the units of items; a store failure is a 503, since
+// the release may not have happened (and is safe to repeat).
+func (s *Server) release(w http.ResponseWriter, r *http.Request, items []floodgate.Item) {
+	for i := range items {
+		items[i].Release = true
+	}
+	outs, err := s.lim.Decide(r.Context(), items)
+	if err == nil {
+		for _, o := range outs {
+			if o.Err != nil && o.Policy != floodgate.FailLocal {
+				err = o.Err
+				break
+			}
+		}
+	}
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // held reports whether the store (or the local store) granted every
@@ -170,55 +186,15 @@ func (s *Server) planDescriptorLease(req *AllowRequest, lease string) (Result, p
 	return s.planLease(req.Domain, ds, hits, lease)
 }
 
-// handleLease answers renew (release false) and release of the lease id.
+// handleLease answers renew (release false) and release of the lease id:
+// the request the id carries is decided again under its lease.
 func (s *Server) handleLease(release bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		_, items, err := decodeLease(r.PathValue("id"))
+		lease, req, err := decodeLease(r.PathValue("id"))
 		if err != nil {
 			writeProblem(w, err)
 			return
 		}
-		if release {
-			for i := range items {
-				items[i].Release = true
-			}
-			outs, err := s.lim.Decide(r.Context(), items)
-			if err == nil {
-				for _, o := range outs {
-					if o.Err != nil && o.Policy != floodgate.FailLocal {
-						err = o.Err
-						break
-					}
-				}
-			}
-			if err != nil {
-				// The store failed: the release may not have happened,
-				// and is safe to repeat.
-				writeProblem(w, err)
-				return
-			}
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		outs, err := s.lim.DecideAll(r.Context(), items)
-		if err != nil {
-			writeProblem(w, err)
-			return
-		}
-		statuses := make([]Status, len(outs))
-		res := Result{Code: OK, Statuses: statuses}
-		for i := range outs {
-			statuses[i] = Status{Code: OK, Limited: true}
-			s.settle("", nil, &statuses[i], &outs[i])
-			if statuses[i].Code == OverLimit {
-				res.Code = OverLimit
-			}
-		}
-		overall := Binding(res)
-		resp := LeaseResponse{AllowResponse: allowResponse(len(items) == 1, overall, statuses)}
-		if res.Code == OK && held(statuses) {
-			resp.ID = r.PathValue("id")
-		}
-		writeAllow(w, resp, overall, statuses)
+		s.acquire(w, r, lease, &req, release)
 	}
 }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -82,5 +83,17 @@ func TestLeases(t *testing.T) {
 	}
 	if code, _ := post("/v1/leases/l1.bm90/release", ""); code != http.StatusNotFound {
 		t.Errorf("release of a bad id: %d, want 404", code)
+	}
+	// A forged id can do no more than the request it names: the rule's
+	// limit comes from the config (2, full now), not from the id, and an
+	// inline key never reaches the keys of rules.
+	forge := func(v any) string {
+		b, _ := json.Marshal(v)
+		return "l1." + base64.RawURLEncoding.EncodeToString(b)
+	}
+	forged := forge(map[string]any{"i": "forged", "r": map[string]any{"domain": "api", "hits": 1,
+		"descriptors": []any{map[string]any{"entries": []any{map[string]string{"key": "job", "value": "export"}}}}}})
+	if code, out := post("/v1/leases/"+forged+"/renew", ""); code != http.StatusOK || out["allowed"] != false {
+		t.Errorf("a forged lease on the full rule: %d %v, want denied by the config's limit", code, out)
 	}
 }

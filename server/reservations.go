@@ -27,10 +27,13 @@ import (
 // and, for each key, the key and limit it was reserved under, so that any
 // replica of the service settles it without a shared table, and a reload
 // that changes a rule's limit changes nothing of a reservation made
-// before. It is opaque to clients. Guessing another client's token gives
-// nothing: the store's ID in it is 128 random bits, or with an
-// Idempotency-Key header a hash of that key, which a client should make
-// unguessable (a UUID).
+// before. It is base64url JSON, not signed: a client can read and forge
+// one, and that gains nothing, because a settle acts only on holds the
+// store has under each named key and the ID, with the limit and units
+// the hold recorded at its reserve (never the token's), each state at
+// most once (a token naming one twice is refused). The store's ID is 128
+// random bits, or with an Idempotency-Key header a hash of that key,
+// which a client should make unguessable (a UUID).
 
 // maxTokenLen bounds a reservation token, and so the keys a reservation
 // holds (a path segment of a URL).
