@@ -388,3 +388,41 @@ func poll(ctx context.Context, check func() error) error {
 		}
 	}
 }
+
+// Failover makes replica, a replica of one of c's masters, take over its
+// master's slots with a coordinated CLUSTER FAILOVER, and returns once the
+// replica reports role:master. Redis abandons a manual failover its
+// master does not hand over within 5 s (a replica still catching up after
+// a pause, a machine busy with other tests), so the command is sent again
+// every 6 s until the replica takes over or ctx ends.
+func (c *Cluster) Failover(ctx context.Context, replica *Server) error {
+	if !slices.Contains(c.Replicas, replica) {
+		return fmt.Errorf("redistest: failover: %s is not a replica of this cluster", replica.Addr)
+	}
+	var err error
+	for ctx.Err() == nil {
+		// The replica must be in sync to be handed the slots.
+		if err = poll(ctx, func() error { return linksUp(ctx, []*Server{replica}) }); err != nil {
+			break
+		}
+		if _, err = replica.CLI(ctx, "CLUSTER", "FAILOVER"); err != nil {
+			break
+		}
+		attempt, cancel := context.WithTimeout(ctx, 6*time.Second)
+		err = poll(attempt, func() error {
+			out, err := replica.CLI(attempt, "INFO", "replication")
+			if err != nil {
+				return err
+			}
+			if role := infoFields(out)["role"]; role != "master" {
+				return fmt.Errorf("%s: role:%s, want master", replica.Addr, role)
+			}
+			return nil
+		})
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("redistest: failover to %s: %w", replica.Addr, err)
+}
