@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -159,8 +160,10 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, n int64,
 // denied. There is one Outcome per item, as Decide returns. A store
 // failure is answered by each item's failure policy (Item.Policy, or the
 // Limiter's): FailClosed denies, FailOpen allows a reservation that holds
-// nothing, FailLocal holds the units in the local store. An invalid item,
-// an algorithm without reservations (Concurrency) or a store that is not a
+// nothing, FailLocal holds the units in the local store. A reservation is
+// held in one store: when some items are decided locally and the others
+// by the store or a policy, both sides are cancelled and every item denied
+// (ErrSplitReservation). An invalid item, an algorithm without reservations (Concurrency) or a store that is not a
 // Reserver is an error.
 func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptions) (*Reservation, Decision, []Outcome, error) {
 	var opts ReserveOptions
@@ -196,6 +199,9 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 		}
 	}
 	res := &Reservation{ID: opts.ID, Items: items, Expires: held.Expires, Replayed: held.Replayed, l: l}
+	if split := l.unsplit(ctx, opts.ID, items, c.out); split != nil {
+		return res, Decision{}, c.out, split
+	}
 	ds := make([]Decision, len(items))
 	for i := range c.out {
 		d, err := c.out[i].result()
@@ -207,15 +213,60 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 		ds[i] = d
 	}
 	d := Combine(ds)
-	res.Local = true
-	for _, o := range c.out {
-		res.Local = res.Local && o.Policy == FailLocal
-	}
-	// Held in one store: the shared one, or the local one for every item
-	// (a reservation that an outage split between the two holds nothing
-	// that one Commit could settle; its local units expire charged).
-	res.Held = d.Allowed && (res.Local || c.out[0].Policy != FailLocal)
+	// Held in one store: the shared one, or the local one for every item.
+	res.Local = c.out[0].Policy == FailLocal
+	res.Held = d.Allowed
 	return res, d, c.out, nil
+}
+
+// ErrSplitReservation is the failure of a reservation whose items an
+// outage split between the shared store and this instance's local store
+// (FailLocal on some of its rules, not all, or the open breaker deciding
+// some locally while the store answered the rest): a reservation is held,
+// committed and cancelled in one store, all or nothing, so it is cancelled
+// on both sides and every item answered as FailClosed. It wraps the
+// store's failure when there was one.
+var ErrSplitReservation = errors.New("floodgate: reservation split between the shared store and the local store")
+
+// unsplit returns nil when every outcome of a reservation was decided in
+// one store. Otherwise it gives back what each side holds (best effort:
+// what a failed cancel leaves expires at the reservation's TTL), answers
+// every item as FailClosed and returns an error wrapping
+// ErrSplitReservation.
+func (l *Limiter) unsplit(ctx context.Context, id string, items []Item, out []Outcome) error {
+	var local, shared []Item
+	localHeld, sharedHeld := true, true
+	var cause error
+	for i, o := range out {
+		if o.Policy == FailLocal {
+			local = append(local, items[i])
+			localHeld = localHeld && o.Decision.Allowed
+		} else {
+			shared = append(shared, items[i])
+			// The store holds only what it decided (no error), all allowed.
+			sharedHeld = sharedHeld && o.Err == nil && o.Decision.Allowed
+		}
+		if cause == nil && o.Err != nil {
+			cause = o.Err
+		}
+	}
+	if len(local) == 0 || len(shared) == 0 {
+		return nil
+	}
+	if localHeld {
+		_, _ = l.settleHold(ctx, id, local, 0, true, true)
+	}
+	if sharedHeld {
+		_, _ = l.settleHold(ctx, id, shared, 0, true, false)
+	}
+	err := fmt.Errorf("%w: %d of %d items decided locally", ErrSplitReservation, len(local), len(items))
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	for i := range out {
+		out[i] = Outcome{Decision: failed(FailClosed), Limit: items[i].Limit, Err: err, Policy: FailClosed}
+	}
+	return err
 }
 
 // checkReserve fills in the defaults of o and checks what a reservation

@@ -3,6 +3,7 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,5 +150,66 @@ func TestReserveOneStateOnce(t *testing.T) {
 	}
 	if d, _ := l.Peek(t.Context(), "k", it.Limit); d.Remaining != 60 {
 		t.Errorf("after the refused commit: %d remaining, want 60", d.Remaining)
+	}
+}
+
+// switchedReserver is a memstore whose reservations fail while down is set.
+type switchedReserver struct {
+	*memstore.Store
+	down atomic.Bool
+}
+
+func (s *switchedReserver) Reserve(ctx context.Context, h floodgate.HoldRequest) (floodgate.HoldResult, error) {
+	if s.down.Load() {
+		return floodgate.HoldResult{}, errors.New("connection refused")
+	}
+	return s.Store.Reserve(ctx, h)
+}
+
+// TestReserveSplit: a reservation whose items the open breaker splits
+// between the local store (a FailLocal rule) and the shared one (the rest,
+// which the store holds) is held nowhere: both halves are cancelled, every
+// item is answered as FailClosed, and the error says why.
+func TestReserveSplit(t *testing.T) {
+	clock := floodgatetest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	shared := &switchedReserver{Store: memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})}
+	defer shared.Close()
+	local := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
+	defer local.Close()
+	l, err := floodgate.New(shared, &floodgate.Options{Clock: clock, Local: local, Instances: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := floodgate.Limit{Limit: 10, Period: time.Minute}
+	a := floodgate.Item{Key: "a", Limit: lim, Cost: 5, Policy: floodgate.FailLocal} // the whole local share
+	b := floodgate.Item{Key: "b", Limit: lim, Cost: 10}                             // the whole limit
+
+	// The store fails: a's reservation is held locally and the breaker opens.
+	shared.down.Store(true)
+	res, _, _, err := l.ReserveEach(t.Context(), []floodgate.Item{a}, nil)
+	if err != nil || !res.Held || !res.Local {
+		t.Fatalf("ReserveEach with the store down: %+v %v, want a local hold", res, err)
+	}
+	if _, err := res.Cancel(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// The store is back, the breaker still open: a is decided locally, b
+	// in the store, and both hold their units until the split is undone.
+	shared.down.Store(false)
+	res, d, outs, err := l.ReserveEach(t.Context(), []floodgate.Item{a, b}, nil)
+	if !errors.Is(err, floodgate.ErrSplitReservation) || d.Allowed || res == nil || res.Held {
+		t.Fatalf("split ReserveEach: %+v %+v %v, want ErrSplitReservation, denied, held nowhere", res, d, err)
+	}
+	for i, o := range outs {
+		if o.Policy != floodgate.FailClosed || o.Decision.Allowed || !errors.Is(o.Err, floodgate.ErrSplitReservation) {
+			t.Errorf("outcome %d: %+v, want FailClosed with ErrSplitReservation", i, o)
+		}
+	}
+	// Both halves were given back: each full cost is held again.
+	for _, it := range []floodgate.Item{a, b} {
+		res, d, _, err := l.ReserveEach(t.Context(), []floodgate.Item{it}, nil)
+		if err != nil || !d.Allowed || !res.Held {
+			t.Errorf("reserve of %s after the split: %+v %+v %v, want its units back", it.Key, res, d, err)
+		}
 	}
 }
