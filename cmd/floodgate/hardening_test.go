@@ -295,3 +295,38 @@ descriptors:
 		t.Errorf("/readyz after Redis came up: %d, want 200", resp.StatusCode)
 	}
 }
+
+// TestServeLogsRedisThatRefuses: a Redis that comes up but refuses serve
+// (here its password) is a mistake waiting will not cure: serve says so
+// in one log line, while it keeps retrying and answering by the failure
+// modes.
+func TestServeLogsRedisThatRefuses(t *testing.T) {
+	redis := redistest.Standalone(t, redistest.WithPassword("s3cret"))
+	if err := redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := writeConfig(t, `
+domain: edge
+descriptors:
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 3, failure_mode: fail_open}
+`)
+	in := startServe(t, "-config", dir, "-redis", "redis://"+redis.Addr, "-timeout", "1s")
+	if err := redis.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	const line = "store reachable but not opened"
+	waitUntil(t, 15*time.Second, func() bool { return strings.Contains(in.stderr.String(), line) })
+	if code, body := in.allow(t, `{"domain": "edge", "descriptors": [{"entries": [{"key": "open", "value": "x"}]}]}`); code != http.StatusOK || !strings.Contains(body, `"store_error":true`) {
+		t.Errorf("fail_open with Redis refusing: %d %s", code, body)
+	}
+	if resp, _ := in.get(t, "/readyz"); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with Redis refusing: %d, want 503", resp.StatusCode)
+	}
+	if n := strings.Count(in.stderr.String(), line); n != 1 {
+		t.Errorf("%q logged %d times, want once:\n%s", line, n, in.stderr)
+	}
+	if strings.Contains(in.stderr.String(), "s3cret") {
+		t.Errorf("the password is in the log:\n%s", in.stderr)
+	}
+}

@@ -76,11 +76,14 @@ const retryEvery = time.Second
 
 // openPending starts trying to open the store of url every retryEvery,
 // first has the error of the attempt that just failed; log hears of the
-// connection.
+// connection, and once of each error that waiting will not cure (a Redis
+// that now answers but refuses the password, or a certificate), which
+// /readyz and every failed decision report too.
 func openPending(url string, o redisstore.Options, first error, log *slog.Logger) *pendingRedis {
 	p := &pendingRedis{stop: make(chan struct{}), done: make(chan struct{})}
 	p.lastErr.Store(&first)
 	go func() {
+		var logged string
 		defer close(p.done)
 		t := time.NewTicker(retryEvery)
 		defer t.Stop()
@@ -95,6 +98,10 @@ func openPending(url string, o redisstore.Options, first error, log *slog.Logger
 			cancel()
 			if err != nil {
 				p.lastErr.Store(&err)
+				if msg := err.Error(); !retryable(err) && msg != logged {
+					logged = msg
+					log.Error("store reachable but not opened; still retrying", "store", redactURL(url), "every", retryEvery, "error", msg)
+				}
 				continue
 			}
 			p.store.Store(s)
