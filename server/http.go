@@ -48,7 +48,7 @@ import (
 func (s *Server) Handler(extra map[string]http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range s.routes(extra) {
-		mux.Handle(r.pattern, r.h)
+		mux.Handle(r.pattern, s.auth.HTTP(r.scope, r.h))
 	}
 	return mux
 }
@@ -57,40 +57,49 @@ func (s *Server) Handler(extra map[string]http.Handler) http.Handler {
 type route struct {
 	pattern string
 	h       http.Handler
+	scope   Scope // what Options.Auth asks of its callers
 }
 
 // routes lists what Handler serves, in one place, so that the OpenAPI test
 // can check that the document names every route (see export_test.go).
 func (s *Server) routes(extra map[string]http.Handler) []route {
 	rs := []route{
-		{"POST /v1/allow", http.HandlerFunc(s.handleAllow)},
-		{"POST /v1/reset", http.HandlerFunc(s.handleReset)},
-		{"POST /v1/reservations", http.HandlerFunc(s.handleReserve)},
-		{"POST /v1/reservations/{id}/commit", s.handleSettle(false)},
-		{"POST /v1/reservations/{id}/cancel", s.handleSettle(true)},
-		{"POST /v1/leases", http.HandlerFunc(s.handleAcquire)},
-		{"POST /v1/leases/{id}/renew", s.handleLease(false)},
-		{"POST /v1/leases/{id}/release", s.handleLease(true)},
-		{"GET /v1/config", http.HandlerFunc(s.handleConfig)},
-		{"GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})},
+		{"POST /v1/allow", http.HandlerFunc(s.handleAllow), ScopeClient},
+		{"POST /v1/reset", http.HandlerFunc(s.handleReset), ScopeAdmin},
+		{"POST /v1/reservations", http.HandlerFunc(s.handleReserve), ScopeClient},
+		{"POST /v1/reservations/{id}/commit", s.handleSettle(false), ScopeClient},
+		{"POST /v1/reservations/{id}/cancel", s.handleSettle(true), ScopeClient},
+		{"POST /v1/leases", http.HandlerFunc(s.handleAcquire), ScopeClient},
+		{"POST /v1/leases/{id}/renew", s.handleLease(false), ScopeClient},
+		{"POST /v1/leases/{id}/release", s.handleLease(true), ScopeClient},
+		{"GET /v1/config", http.HandlerFunc(s.handleConfig), ScopeAdmin},
+		{"GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}), ScopeOpen},
 		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			io.WriteString(w, "ok\n")
-		})},
+		}), ScopeOpen},
 		{"GET /readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			status, err := s.Status(r.Context())
 			if err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
+				if !s.auth.IsAdmin(r) {
+					// The store's error names its address.
+					io.WriteString(w, "not ready (details with an admin token)\n")
+					return
+				}
 				fmt.Fprintf(w, "not ready: %v\n", err)
 				return
 			}
+			if !s.auth.IsAdmin(r) {
+				status, _, _ = strings.Cut(status, ":")
+			}
 			io.WriteString(w, status+"\n")
-		})},
-		{"GET /openapi.yaml", http.HandlerFunc(serveOpenAPI)},
+		}), ScopeOpen},
+		{"GET /openapi.yaml", http.HandlerFunc(serveOpenAPI), ScopeOpen},
 	}
 	for _, pattern := range slices.Sorted(maps.Keys(extra)) {
-		rs = append(rs, route{pattern, extra[pattern]})
+		rs = append(rs, route{pattern, extra[pattern], ScopeClient})
 	}
 	return rs
 }

@@ -106,6 +106,10 @@ type Options struct {
 	// of a request are decided all or nothing (floodgate.Limiter.DecideAll):
 	// a request one descriptor denies takes nothing from the others.
 	IndependentDescriptors bool
+	// Auth, when set, holds the HTTP routes to the bearer tokens of their
+	// Scope (see Auth); nil serves every route to every caller. The gRPC
+	// services take Auth.GRPCOptions.
+	Auth *Auth
 }
 
 // Server decides requests. It is safe for concurrent use.
@@ -122,6 +126,7 @@ type Server struct {
 	near     float64
 	// independent: Options.IndependentDescriptors.
 	independent bool
+	auth        *Auth
 	// throttle keeps repeated warnings (a store outage) to one line per
 	// rule a second.
 	throttle *logThrottle
@@ -132,7 +137,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Store == nil {
 		return nil, errors.New("server: New: nil Store")
 	}
-	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors,
+	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors, auth: opts.Auth,
 		throttle: newLogThrottle(time.Second)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -69,28 +69,29 @@ func (c serveConfig) grpcServerOptions() []grpc.ServerOption {
 // serveConfig is everything `floodgate serve` reads from its flags and
 // environment, once, at start.
 type serveConfig struct {
-	httpAddr, grpcAddr string
-	configPath         string
-	redisURL           string
-	redisTLS           redisTLSFlags
-	logFormat          string
-	logLevel           slog.Level
-	timeout            time.Duration
-	failureMode        string
-	instances          int
-	denyCache          int
-	functions          bool
-	coalesce           int
-	waitReplicas       int
-	waitTimeout        time.Duration
-	headers            bool
-	probeInterval      time.Duration
-	shutdownTimeout    time.Duration
-	debugAddr          string
-	independent        bool
-	holdRetention      time.Duration
-	maxConns           int
-	grpcMaxIdle        time.Duration
+	httpAddr, grpcAddr  string
+	configPath          string
+	redisURL            string
+	redisTLS            redisTLSFlags
+	logFormat           string
+	logLevel            slog.Level
+	timeout             time.Duration
+	failureMode         string
+	instances           int
+	denyCache           int
+	functions           bool
+	coalesce            int
+	waitReplicas        int
+	waitTimeout         time.Duration
+	headers             bool
+	probeInterval       time.Duration
+	shutdownTimeout     time.Duration
+	debugAddr           string
+	authFile, adminFile string
+	independent         bool
+	holdRetention       time.Duration
+	maxConns            int
+	grpcMaxIdle         time.Duration
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -119,6 +120,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler, /debug/pprof/, on this `address` of its own (127.0.0.1:6060, say), never on the API's; empty disables (env FLOODGATE_DEBUG_ADDR)")
+	fs.StringVar(&c.authFile, "auth-token-file", "", "`file` of client bearer tokens, one per line (# comments), reloaded on change: the HTTP API's decisions, reservations and leases and every gRPC call but health checks need one (Authorization: Bearer <token>); empty leaves them open (env FLOODGATE_AUTH_TOKEN_FILE)")
+	fs.StringVar(&c.adminFile, "admin-token-file", "", "`file` of admin bearer tokens, as -auth-token-file: they may do what client tokens do and also POST /v1/reset, GET /v1/config and read /readyz's detail; with either file, those need an admin token (env FLOODGATE_ADMIN_TOKEN_FILE)")
 	fs.IntVar(&c.maxConns, "max-connections", defaultMaxConns, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so a client that opens thousands cannot take every file descriptor (env FLOODGATE_MAX_CONNECTIONS)")
 	fs.DurationVar(&c.grpcMaxIdle, "grpc-max-idle", 5*time.Minute, "gRPC: close a connection that has had no call for this long (Envoy reconnects when it needs to) (env FLOODGATE_GRPC_MAX_IDLE)")
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
@@ -194,13 +197,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	handler := logHandler(c, stderr)
 	log := slog.New(handler)
 
+	auth, err := c.loadAuth(ctx, log)
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 1
+	}
 	store, closeStore, err := c.openStore(ctx, log)
 	if err != nil {
 		log.Error("store unavailable", "error", err)
 		return 1
 	}
 	defer closeStore()
-	srv, closeServer, err := c.newServer(store, log)
+	srv, closeServer, err := c.newServer(store, auth, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
 		return 1
@@ -213,10 +222,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	l, err := c.listen(srv, handler)
+	l, err := c.listen(srv, auth, handler)
 	if err != nil {
 		log.Error("cannot listen", "error", err)
 		return 1
+	}
+	if auth == nil {
+		for _, ln := range []net.Listener{l.httpLn, l.grpcLn} {
+			if ln != nil && !loopback(ln.Addr()) {
+				log.Warn("listening beyond loopback without auth: whoever reaches this address can spend and reset any budget and read the config; set -auth-token-file and -admin-token-file", "addr", ln.Addr().String())
+			}
+		}
 	}
 	errc := l.serve()
 	storeName := "memory"
@@ -237,6 +253,29 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// loadAuth reads -auth-token-file and -admin-token-file and watches them
+// until ctx ends; nil without either.
+func (c serveConfig) loadAuth(ctx context.Context, log *slog.Logger) (*server.Auth, error) {
+	if c.authFile == "" && c.adminFile == "" {
+		return nil, nil
+	}
+	auth, err := server.LoadAuth(c.authFile, c.adminFile)
+	if err != nil {
+		return nil, err
+	}
+	go auth.Watch(ctx, authWatchEvery, log)
+	return auth, nil
+}
+
+// authWatchEvery is how often the token files are looked at for a change.
+const authWatchEvery = time.Second
+
+// loopback reports whether addr is a TCP address on a loopback interface.
+func loopback(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // logHandler is the handler of serve's logs, in the format and at the
@@ -282,7 +321,7 @@ func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate
 // policy, deadline and, with -instances, the local store of the failure
 // mode local; and the Redis store's own counters in its registry. The
 // returned func closes the local store.
-func (c serveConfig) newServer(store floodgate.Store, log *slog.Logger) (*server.Server, func(), error) {
+func (c serveConfig) newServer(store floodgate.Store, auth *server.Auth, log *slog.Logger) (*server.Server, func(), error) {
 	lo := floodgate.Options{FailurePolicy: floodgate.FailurePolicy(c.failureMode), Timeout: c.timeout}
 	closeLocal := func() {}
 	if c.instances > 0 {
@@ -290,7 +329,7 @@ func (c serveConfig) newServer(store floodgate.Store, log *slog.Logger) (*server
 		closeLocal = func() { local.Close() }
 		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
 	}
-	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent})
+	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, Auth: auth})
 	if err == nil {
 		switch rs := store.(type) {
 		case *redisstore.Store:
@@ -354,7 +393,7 @@ type listeners struct {
 
 // listen opens the HTTP and gRPC listeners of the flags, with the handlers
 // of srv.
-func (c serveConfig) listen(srv *server.Server, handler slog.Handler) (*listeners, error) {
+func (c serveConfig) listen(srv *server.Server, auth *server.Auth, handler slog.Handler) (*listeners, error) {
 	rls := envoyService(srv, c.headers)
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
@@ -392,7 +431,7 @@ func (c serveConfig) listen(srv *server.Server, handler slog.Handler) (*listener
 	// goroutine took 19-25% of the server's CPU under 64 concurrent
 	// callers (pprof, 2026-11-29). Calls beyond the pool's size still
 	// get a goroutine of their own, so the pool bounds nothing.
-	l.grpc = grpc.NewServer(c.grpcServerOptions()...)
+	l.grpc = grpc.NewServer(append(c.grpcServerOptions(), auth.GRPCOptions()...)...)
 	registerGRPC(l.grpc, rls)
 	healthpb.RegisterHealthServer(l.grpc, health.NewServer())
 	return l, nil

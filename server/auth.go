@@ -1,0 +1,284 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Scope is what a route needs of its caller's bearer token.
+type Scope int
+
+const (
+	// ScopeOpen needs no token: health checks, /metrics, the OpenAPI
+	// document.
+	ScopeOpen Scope = iota
+	// ScopeClient needs a client token or an admin token: decisions,
+	// reservations, leases, Envoy's gRPC service and POST /json.
+	ScopeClient
+	// ScopeAdmin needs an admin token: what changes or reveals the state of
+	// others (POST /v1/reset, GET /v1/config, the detail of /readyz).
+	ScopeAdmin
+)
+
+// MinTokenLen is the shortest bearer token a token file may hold: 16
+// bytes, 128 bits if they are random (`openssl rand -hex 32` gives 64).
+const MinTokenLen = 16
+
+// Auth checks bearer tokens (HTTP `Authorization: Bearer <token>`, gRPC
+// metadata `authorization` of the same form) against two token files,
+// one token per line (blank lines and lines starting with # ignored):
+// client tokens, which may decide, reserve and lease, and admin tokens,
+// which may also reset budgets and read the config. Either file may be
+// empty (no path):
+//
+//   - without a client file, the client routes are open;
+//   - with either file, the admin routes need an admin token (none are
+//     accepted without an admin file).
+//
+// Tokens are kept as SHA-256 digests, so a lookup takes the same time
+// whatever prefix of a token a caller guesses. Watch reads the files
+// again when they change (a Kubernetes Secret's symlink swap included);
+// a file that no longer reads keeps the tokens it had. Auth is safe for
+// concurrent use.
+type Auth struct {
+	clientPath, adminPath string
+	tokens                atomic.Pointer[tokenSets]
+	stamp                 string // the files' identity at the last load, for Watch
+}
+
+type tokenSets struct {
+	client, admin map[[sha256.Size]byte]struct{}
+}
+
+// LoadAuth reads the token files; an empty path leaves that scope without
+// a file (see Auth). A file that cannot be read, holds no token, or holds
+// a token shorter than MinTokenLen or with a space in it is an error
+// naming the file and line.
+func LoadAuth(clientPath, adminPath string) (*Auth, error) {
+	a := &Auth{clientPath: clientPath, adminPath: adminPath}
+	if err := a.Reload(); err != nil {
+		return nil, err
+	}
+	a.stamp = a.fileStamp()
+	return a, nil
+}
+
+// Reload reads both files again; on an error the tokens loaded before
+// stay in force.
+func (a *Auth) Reload() error {
+	var t tokenSets
+	var err error
+	if t.client, err = readTokens(a.clientPath); err != nil {
+		return err
+	}
+	if t.admin, err = readTokens(a.adminPath); err != nil {
+		return err
+	}
+	a.tokens.Store(&t)
+	return nil
+}
+
+func readTokens(path string) (map[[sha256.Size]byte]struct{}, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	set := make(map[[sha256.Size]byte]struct{})
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for line := 1; sc.Scan(); line++ {
+		tok := strings.TrimSpace(sc.Text())
+		switch {
+		case tok == "" || strings.HasPrefix(tok, "#"):
+			continue
+		case len(tok) < MinTokenLen:
+			return nil, fmt.Errorf("token file %s:%d: a token of %d bytes, want at least %d", path, line, len(tok), MinTokenLen)
+		case strings.ContainsAny(tok, " \t"):
+			return nil, fmt.Errorf("token file %s:%d: a token holds a space", path, line)
+		}
+		set[sha256.Sum256([]byte(tok))] = struct{}{}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("token file %s: %w", path, err)
+	}
+	if len(set) == 0 {
+		return nil, fmt.Errorf("token file %s: no token in it", path)
+	}
+	return set, nil
+}
+
+// fileStamp is the size and modification time of both files, as os.Stat
+// sees them through any symlink.
+func (a *Auth) fileStamp() string {
+	var b strings.Builder
+	for _, p := range []string{a.clientPath, a.adminPath} {
+		if p == "" {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil {
+			fmt.Fprintf(&b, "%d.%d;", fi.Size(), fi.ModTime().UnixNano())
+		} else {
+			b.WriteString("missing;")
+		}
+	}
+	return b.String()
+}
+
+// Watch reloads the files when their size or modification time changes,
+// looking every interval, until ctx ends; log hears of each reload and
+// of each file that fails to load.
+func (a *Auth) Watch(ctx context.Context, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := a.stamp
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		stamp := a.fileStamp()
+		if stamp == last {
+			continue
+		}
+		last = stamp
+		if err := a.Reload(); err != nil {
+			log.Error("token files not reloaded; the tokens loaded before stay in force", "error", err)
+			continue
+		}
+		log.Info("token files reloaded")
+	}
+}
+
+var (
+	errNoToken   = errors.New("a bearer token is required (Authorization: Bearer <token>)")
+	errBadToken  = errors.New("the bearer token is not one of the server's")
+	errNotAdmin  = errors.New("this route needs an admin token")
+	errNoAdmins  = errors.New("this route needs an admin token, and the server has none (-admin-token-file)")
+	errMalformed = errors.New("the Authorization header is not of the form \"Bearer <token>\"")
+)
+
+// allowed returns nil when a caller presenting header (an Authorization
+// value, empty when absent) may use a route of scope, else why not and
+// whether the answer is unauthenticated (401) rather than forbidden (403).
+func (a *Auth) allowed(header string, scope Scope) (unauthenticated bool, err error) {
+	t := a.tokens.Load()
+	if scope == ScopeOpen || scope == ScopeClient && t.client == nil {
+		return false, nil
+	}
+	if scope == ScopeAdmin && t.admin == nil {
+		return false, errNoAdmins
+	}
+	if header == "" {
+		return true, errNoToken
+	}
+	tok, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok {
+		return true, errMalformed
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	if _, ok := t.admin[sum]; ok {
+		return false, nil
+	}
+	if _, ok := t.client[sum]; ok {
+		if scope == ScopeClient {
+			return false, nil
+		}
+		return false, errNotAdmin
+	}
+	return true, errBadToken
+}
+
+// IsAdmin reports whether r carries an admin token.
+func (a *Auth) IsAdmin(r *http.Request) bool {
+	if a == nil {
+		return true
+	}
+	_, err := a.allowed(r.Header.Get("Authorization"), ScopeAdmin)
+	return err == nil
+}
+
+// HTTP wraps h so that it serves only callers of scope: 401 (with
+// WWW-Authenticate: Bearer) without a known token, 403 with a client
+// token on an admin route, as an RFC 9457 problem.
+func (a *Auth) HTTP(scope Scope, h http.Handler) http.Handler {
+	if a == nil || scope == ScopeOpen {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		unauth, err := a.allowed(r.Header.Get("Authorization"), scope)
+		if err == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		code := http.StatusForbidden
+		if unauth {
+			code = http.StatusUnauthorized
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
+		}
+		writeProblem(w, &httpError{status: code, field: "Authorization", msg: err.Error()})
+	})
+}
+
+// gRPC methods every caller may call: health checks.
+const grpcHealthPrefix = "/grpc.health.v1.Health/"
+
+func (a *Auth) grpcCheck(ctx context.Context, method string) error {
+	if strings.HasPrefix(method, grpcHealthPrefix) {
+		return nil
+	}
+	var header string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("authorization"); len(v) > 0 {
+			header = v[0]
+		}
+	}
+	unauth, err := a.allowed(header, ScopeClient)
+	switch {
+	case err == nil:
+		return nil
+	case unauth:
+		return status.Error(codes.Unauthenticated, err.Error())
+	default:
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+}
+
+// GRPCOptions are the interceptors that hold every gRPC call but health
+// checks to ScopeClient.
+func (a *Auth) GRPCOptions() []grpc.ServerOption {
+	if a == nil {
+		return nil
+	}
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := a.grpcCheck(ctx, info.FullMethod); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := a.grpcCheck(ss.Context(), info.FullMethod); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+	}
+}
