@@ -92,3 +92,46 @@ func TestAuthScopes(t *testing.T) {
 		t.Errorf("config with Basic auth: %d %s, want 401 saying Bearer", rec.Code, rec.Body)
 	}
 }
+
+// FuzzTokenFile: any token file either loads, and then every line it took
+// as a token lets its bearer in and nothing else does, or is an error
+// naming the file; never a panic.
+func FuzzTokenFile(f *testing.F) {
+	f.Add("0123456789abcdef\n# c\n\n  fedcba9876543210  \r\n")
+	f.Add("short\n")
+	f.Add("\x00\xff0123456789abcdef")
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, content string) {
+		path := filepath.Join(dir, "tokens")
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		auth, err := server.LoadAuth(path, path)
+		if err != nil {
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error not naming the file: %v", err)
+			}
+			return
+		}
+		h := auth.HTTP(server.ScopeAdmin, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+		try := func(token string) int {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.Header.Set("Authorization", "Bearer "+token)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			return rec.Code
+		}
+		for line := range strings.Lines(content) {
+			tok := strings.TrimSpace(line)
+			if tok == "" || strings.HasPrefix(tok, "#") {
+				continue
+			}
+			if got := try(tok); got != http.StatusNoContent {
+				t.Errorf("token %q of the file: %d", tok, got)
+			}
+		}
+		if got := try("not-in-the-file-" + content); got != http.StatusUnauthorized && !strings.Contains(content, "not-in-the-file-") {
+			t.Errorf("a token not in the file: %d, want 401", got)
+		}
+	})
+}

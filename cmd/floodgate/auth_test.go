@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -154,4 +155,14 @@ func (in *instance) do(t *testing.T, method, path, body, token string) (int, str
 	var b bytes.Buffer
 	b.ReadFrom(resp.Body)
 	return resp.StatusCode, b.String(), resp.Header
+}
+
+// TestLoopback: the start-up warning about a listener without auth is
+// for every address but loopback ones.
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1": true, "127.9.9.9": true, "::1": true, "0.0.0.0": false, "::": false, "10.0.0.1": false} {
+		if got := loopback(&net.TCPAddr{IP: net.ParseIP(addr)}); got != want {
+			t.Errorf("loopback(%s) = %v, want %v", addr, got, want)
+		}
+	}
 }
