@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -88,6 +90,8 @@ type serveConfig struct {
 	shutdownTimeout     time.Duration
 	debugAddr           string
 	authFile, adminFile string
+	tlsCert, tlsKey     string
+	tlsClientCA         string
 	independent         bool
 	holdRetention       time.Duration
 	maxConns            int
@@ -122,6 +126,9 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler, /debug/pprof/, on this `address` of its own (127.0.0.1:6060, say), never on the API's; empty disables (env FLOODGATE_DEBUG_ADDR)")
 	fs.StringVar(&c.authFile, "auth-token-file", "", "`file` of client bearer tokens, one per line (# comments), reloaded on change: the HTTP API's decisions, reservations and leases and every gRPC call but health checks need one (Authorization: Bearer <token>); empty leaves them open (env FLOODGATE_AUTH_TOKEN_FILE)")
 	fs.StringVar(&c.adminFile, "admin-token-file", "", "`file` of admin bearer tokens, as -auth-token-file: they may do what client tokens do and also POST /v1/reset, GET /v1/config and read /readyz's detail; with either file, those need an admin token (env FLOODGATE_ADMIN_TOKEN_FILE)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM `file` of the certificate the HTTP and gRPC listeners present (TLS), with -tls-key; read again when it changes (env FLOODGATE_TLS_CERT)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the key of -tls-cert (env FLOODGATE_TLS_KEY)")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM `file` of the CAs that sign client certificates: with it every client of both listeners must present one (mutual TLS); read again when it changes (env FLOODGATE_TLS_CLIENT_CA)")
 	fs.IntVar(&c.maxConns, "max-connections", defaultMaxConns, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so a client that opens thousands cannot take every file descriptor (env FLOODGATE_MAX_CONNECTIONS)")
 	fs.DurationVar(&c.grpcMaxIdle, "grpc-max-idle", 5*time.Minute, "gRPC: close a connection that has had no call for this long (Envoy reconnects when it needs to) (env FLOODGATE_GRPC_MAX_IDLE)")
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
@@ -158,6 +165,10 @@ func (c serveConfig) problem() string {
 		return "-instances: failure mode local needs the number of replicas sharing the Redis (at least 1)"
 	case c.denyCache < 0:
 		return fmt.Sprintf("-deny-cache: %d is negative", c.denyCache)
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return "-tls-cert and -tls-key: give both (the listeners' certificate and its key) or neither"
+	case c.tlsClientCA != "" && c.tlsCert == "":
+		return "-tls-client-ca: needs -tls-cert and -tls-key (mutual TLS is TLS first)"
 	case c.coalesce < 0:
 		return fmt.Sprintf("-redis-coalesce: %d is negative", c.coalesce)
 	case c.waitReplicas < 0:
@@ -203,6 +214,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 1
 	}
+	ltls, err := newListenTLS(c.tlsCert, c.tlsKey, c.tlsClientCA, log)
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 1
+	}
 	store, closeStore, err := c.openStore(ctx, log)
 	if err != nil {
 		log.Error("store unavailable", "error", err)
@@ -222,7 +239,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	l, err := c.listen(srv, auth, handler)
+	l, err := c.listen(srv, auth, ltls, handler)
 	if err != nil {
 		log.Error("cannot listen", "error", err)
 		return 1
@@ -393,13 +410,16 @@ type listeners struct {
 
 // listen opens the HTTP and gRPC listeners of the flags, with the handlers
 // of srv.
-func (c serveConfig) listen(srv *server.Server, auth *server.Auth, handler slog.Handler) (*listeners, error) {
+func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *listenTLS, handler slog.Handler) (*listeners, error) {
 	rls := envoyService(srv, c.headers)
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
 		return nil, fmt.Errorf("-http %s: %w", c.httpAddr, err)
 	}
 	httpLn = netutil.LimitListener(httpLn, c.maxConns)
+	if ltls != nil {
+		httpLn = tls.NewListener(httpLn, ltls.config("h2", "http/1.1"))
+	}
 	l := &listeners{httpLn: httpLn, http: &http.Server{
 		Handler:           srv.Handler(httpExtras(rls)),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -431,7 +451,11 @@ func (c serveConfig) listen(srv *server.Server, auth *server.Auth, handler slog.
 	// goroutine took 19-25% of the server's CPU under 64 concurrent
 	// callers (pprof, 2026-11-29). Calls beyond the pool's size still
 	// get a goroutine of their own, so the pool bounds nothing.
-	l.grpc = grpc.NewServer(append(c.grpcServerOptions(), auth.GRPCOptions()...)...)
+	gopts := append(c.grpcServerOptions(), auth.GRPCOptions()...)
+	if ltls != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(ltls.config("h2"))))
+	}
+	l.grpc = grpc.NewServer(gopts...)
 	registerGRPC(l.grpc, rls)
 	healthpb.RegisterHealthServer(l.grpc, health.NewServer())
 	return l, nil
