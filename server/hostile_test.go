@@ -2,9 +2,11 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -205,5 +207,37 @@ func TestConcurrencyRuleRefused(t *testing.T) {
 	fe, ok := errors.AsType[*floodgate.FieldError](err)
 	if !ok || fe.Field != "descriptors[0]" || !strings.Contains(fe.Problem, "api|job") || !strings.Contains(fe.Problem, "concurrency") {
 		t.Errorf("Decide on a concurrency rule: %v, want an invalid request naming the rule", err)
+	}
+}
+
+// keyedFailure is a store whose failures name the key, as the Redis
+// store's do, around a cause.
+type keyedFailure struct{ cause error }
+
+func (k keyedFailure) Apply(_ context.Context, r floodgate.Request) (floodgate.Decision, error) {
+	return floodgate.Decision{}, fmt.Errorf("store: fixed_window %s: %w", r.Key, k.cause)
+}
+
+// TestStoreFailureLogsNoValues: a store failure's warning names the rule
+// and the cause, never the descriptor's values, which the store's error
+// carries in its key.
+func TestStoreFailureLogsNoValues(t *testing.T) {
+	for _, cause := range []error{
+		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")},
+		fmt.Errorf("%w: 0 of 1 acknowledged within 50ms", errors.New("not replicated")),
+		context.DeadlineExceeded,
+	} {
+		var buf syncBuffer
+		srv, err := server.New(server.Options{Store: keyedFailure{cause}, Config: parseConfig(t, hostileYAML), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.Decide(t.Context(), "api", []server.Descriptor{{Entries: []config.Entry{{Key: "user", Value: "alice@example.com"}}}}, 1); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		if strings.Contains(out, "alice") || !strings.Contains(out, "store failed") || !strings.Contains(out, cause.Error()) {
+			t.Errorf("warning for %v:\n%s\nwant the cause, without the value", cause, out)
+		}
 	}
 }

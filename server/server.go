@@ -41,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -545,11 +546,11 @@ func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *fl
 		} else {
 			s.m.decision(label, st.Rule, entries, outcomeFailedOpen)
 		}
-		s.throttle.log(s.log, slog.LevelWarn, "store failed|"+ruleID(st.Rule), "store failed", "domain", label, "rule", ruleID(st.Rule), "failure_mode", string(st.FailurePolicy), "error", o.Err)
+		s.throttle.log(s.log, slog.LevelWarn, "store failed|"+ruleID(st.Rule), "store failed", "domain", label, "rule", ruleID(st.Rule), "failure_mode", string(st.FailurePolicy), "error", errorCause(o.Err))
 		return
 	}
 	if o.Err != nil {
-		s.throttle.log(s.log, slog.LevelWarn, "decided locally|"+ruleID(st.Rule), "store failed, decided locally", "domain", label, "rule", ruleID(st.Rule), "failure_mode", string(floodgate.FailLocal), "error", o.Err)
+		s.throttle.log(s.log, slog.LevelWarn, "decided locally|"+ruleID(st.Rule), "store failed, decided locally", "domain", label, "rule", ruleID(st.Rule), "failure_mode", string(floodgate.FailLocal), "error", errorCause(o.Err))
 	}
 	d := o.Decision
 	st.Decision = d
@@ -685,4 +686,33 @@ func ruleID(r *config.Rule) string {
 		return ""
 	}
 	return r.ID
+}
+
+// errorCause is err without the context its wrappers put in front of it,
+// as a store failure's warning logs it: stores wrap their failures with
+// the key (the Redis store: "redisstore: fixed_window <key>: …"), and a
+// key holds the descriptor's values (user IDs, addresses), which warnings
+// leave out; -log-level debug names the keys of each request. It follows
+// the chain while an error's message is a prefix followed by the next
+// one's, and stops at an error that adds to its cause (ErrNotReplicated's
+// "0 of 1 acknowledged") or at a network error (which names the Redis
+// address, not a caller's). Joined errors give the cause of each.
+func errorCause(err error) error {
+	for {
+		if _, ok := err.(*net.OpError); ok {
+			return err
+		}
+		if m, ok := err.(interface{ Unwrap() []error }); ok {
+			var causes []error
+			for _, e := range m.Unwrap() {
+				causes = append(causes, errorCause(e))
+			}
+			return errors.Join(causes...)
+		}
+		next := errors.Unwrap(err)
+		if next == nil || !strings.HasSuffix(err.Error(), next.Error()) {
+			return err
+		}
+		err = next
+	}
 }
