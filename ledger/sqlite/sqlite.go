@@ -29,7 +29,8 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/ledger"
-	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+	"modernc.org/sqlite" // the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // DefaultBusyTimeout is how long a write waits for another process's
@@ -100,7 +101,7 @@ func Open(ctx context.Context, path string, o *Options) (*Ledger, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxIdleTime(0)
 	w.SetConnMaxLifetime(0)
-	if err := migrate(ctx, w); err != nil {
+	if err := migrateBusy(ctx, w, opts.BusyTimeout); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: Open %s: %w", path, err)
 	}
@@ -112,6 +113,31 @@ func Open(ctx context.Context, path string, o *Options) (*Ledger, error) {
 	r.SetMaxOpenConns(opts.Readers)
 	r.SetMaxIdleConns(opts.Readers)
 	return &Ledger{write: w, read: r}, nil
+}
+
+// migrateBusy is migrate, tried again while the file is busy, for up to
+// busy: SQLite answers SQLITE_BUSY at once, without waiting the busy
+// timeout, in some of the lock changes of a new file that several
+// connections open together (one of them making it WAL as another reads
+// its schema); TestConcurrentOpen met it one run in a few dozen.
+func migrateBusy(ctx context.Context, db *sql.DB, busy time.Duration) error {
+	deadline := time.Now().Add(busy)
+	backoff := time.Millisecond
+	for {
+		err := migrate(ctx, db)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
 }
 
 // migrate applies the migrations db lacks, each in a transaction that
