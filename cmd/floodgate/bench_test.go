@@ -24,6 +24,7 @@ type benchJSON struct {
 	Decisions int64 `json:"decisions"`
 	OK        int64 `json:"ok"`
 	OverLimit int64 `json:"over_limit"`
+	NoRule    int64 `json:"no_rule"`
 	Errors    int64 `json:"errors"`
 	Latency   struct {
 		P50, P99, Max float64
@@ -73,8 +74,13 @@ func TestBench(t *testing.T) {
 	} {
 		t.Run(proto.flag, func(t *testing.T) {
 			got := runBench(t, proto.flag, proto.addr, "-c", "8", "-n", "300", "-keys", "1000")
-			if got.Calls != 300 || got.OK != 300 {
-				t.Errorf("uniform keys under a huge limit: %+v, want 300 calls, all OK", got)
+			if got.Calls != 300 || got.OK != 300 || got.NoRule != 0 {
+				t.Errorf("uniform keys under a huge limit: %+v, want 300 calls, all OK, all limited", got)
+			}
+			// A descriptor no rule matches: OK, and counted as such.
+			got = runBench(t, proto.flag, proto.addr, "-c", "2", "-n", "20", "-descriptor", "nobody=x")
+			if got.Calls != 20 || got.OK != 20 || got.NoRule != 20 {
+				t.Errorf("a descriptor of no rule: %+v, want 20 calls, all OK with no rule", got)
 			}
 			// Each protocol loads its own hot rule, 37 an hour in a window
 			// that starts at the first call (no window boundary falls

@@ -47,6 +47,10 @@ const (
 	OK Outcome = iota
 	// OverLimit means the call was denied.
 	OverLimit
+	// NoRule means the call was admitted because no rule limited it: no
+	// descriptor matched a rule of its domain. It counts as OK, and in
+	// Snapshot.NoRule: a load test of a config that limits nothing says so.
+	NoRule
 )
 
 // HotKey is the key index a call gets when Config.Hot picks it; targets
@@ -146,6 +150,8 @@ type Snapshot struct {
 	OK        int64
 	OverLimit int64
 	Errors    int64
+	// NoRule counts the OK calls that no rule limited (see NoRule).
+	NoRule int64
 	// P99 is the 99th percentile latency of the calls finished so far.
 	P99 time.Duration
 }
@@ -196,6 +202,7 @@ type run struct {
 	ok      atomic.Int64
 	over    atomic.Int64
 	errs    atomic.Int64
+	noRule  atomic.Int64
 	shards  [histShards]shard
 	errOnce sync.Once
 	err     error
@@ -280,7 +287,7 @@ func (r *run) snapshot(into *hdrhistogram.Histogram) Snapshot {
 		into.Merge(sh.hist)
 		sh.mu.Unlock()
 	}
-	s.OK, s.OverLimit, s.Errors = r.ok.Load(), r.over.Load(), r.errs.Load()
+	s.OK, s.OverLimit, s.Errors, s.NoRule = r.ok.Load(), r.over.Load(), r.errs.Load(), r.noRule.Load()
 	s.P99 = time.Duration(into.ValueAtQuantile(99))
 	return s
 }
@@ -337,6 +344,9 @@ func (r *run) caller(ctx context.Context, id int, call CallFunc) {
 			r.errOnce.Do(func() { r.err = err })
 		case out == OK:
 			r.ok.Add(1)
+		case out == NoRule:
+			r.ok.Add(1)
+			r.noRule.Add(1)
 		default:
 			r.over.Add(1)
 		}

@@ -26,6 +26,7 @@ type Summary struct {
 	OK              int64         `json:"ok"`
 	OverLimit       int64         `json:"over_limit"`
 	Errors          int64         `json:"errors"`
+	NoRule          int64         `json:"no_rule"`
 	FirstError      string        `json:"first_error,omitempty"`
 	LatencyMS       LatencyMS     `json:"latency_ms"`
 	Histogram       []BucketCount `json:"histogram"`
@@ -53,7 +54,7 @@ func Summarize(r Result, target string, cfg Config) Summary {
 	s := Summary{
 		Target: target, Callers: cfg.Callers, Rate: cfg.Rate, Keys: cfg.Keys,
 		ElapsedSeconds: r.Elapsed.Seconds(), Calls: r.Total(), Decisions: r.Decisions(), DecisionsPerSec: r.PerSecond(),
-		OK: r.OK, OverLimit: r.OverLimit, Errors: r.Errors,
+		OK: r.OK, OverLimit: r.OverLimit, Errors: r.Errors, NoRule: r.NoRule,
 	}
 	if r.FirstError != nil {
 		s.FirstError = r.FirstError.Error()
@@ -136,6 +137,9 @@ func (s Summary) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "outcomes    OK %d (%.1f%%), OVER_LIMIT %d (%.1f%%), errors %d (%.1f%%)\n",
 		s.OK, pct(s.OK), s.OverLimit, pct(s.OverLimit), s.Errors, pct(s.Errors))
+	if s.NoRule > 0 {
+		fmt.Fprintf(w, "no rule     %d OK answers (%.1f%%) had no limit (no rule matched, or an unlimited one): check -domain, -descriptor and the config\n", s.NoRule, pct(s.NoRule))
+	}
 	if s.FirstError != "" {
 		fmt.Fprintf(w, "first error %s\n", s.FirstError)
 	}

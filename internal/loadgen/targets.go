@@ -146,7 +146,15 @@ func (g *GRPC) NewCaller(id int) (CallFunc, error) {
 		}
 		switch resp.GetOverallCode() {
 		case rlsv3.RateLimitResponse_OK:
-			return OK, nil
+			// A descriptor a rule limits has its limit in the answer;
+			// upstream and floodgate leave it out when none does (or the
+			// rule is unlimited).
+			for _, st := range resp.GetStatuses() {
+				if st.GetCurrentLimit() != nil {
+					return OK, nil
+				}
+			}
+			return NoRule, nil
 		case rlsv3.RateLimitResponse_OVER_LIMIT:
 			return OverLimit, nil
 		}
@@ -215,7 +223,11 @@ type httpRequest struct {
 }
 
 type httpResponse struct {
-	Allowed *bool `json:"allowed"`
+	Allowed     *bool `json:"allowed"`
+	NoRule      bool  `json:"no_rule"`
+	Descriptors []struct {
+		NoRule bool `json:"no_rule"`
+	} `json:"descriptors"`
 }
 
 // NewCaller returns a CallFunc with its own buffers.
@@ -259,9 +271,17 @@ func (h *HTTP) NewCaller(int) (CallFunc, error) {
 		if out.Allowed == nil {
 			return 0, errors.New(`HTTP answer has no "allowed" field`)
 		}
-		if *out.Allowed {
+		if !*out.Allowed {
+			return OverLimit, nil
+		}
+		if len(out.Descriptors) == 0 && !out.NoRule {
 			return OK, nil
 		}
-		return OverLimit, nil
+		for _, st := range out.Descriptors {
+			if !st.NoRule {
+				return OK, nil
+			}
+		}
+		return NoRule, nil
 	}, nil
 }
