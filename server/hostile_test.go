@@ -241,3 +241,31 @@ func TestStoreFailureLogsNoValues(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxOwnPeriod: a limit a request brings may not keep its keys longer
+// than Options.MaxOwnPeriod (31 days by default); the config's rules may.
+func TestMaxOwnPeriod(t *testing.T) {
+	store := memstore.New(nil)
+	defer store.Close()
+	srv, err := server.New(server.Options{Store: store, Config: parseConfig(t, hostileYAML)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Handler(nil)
+	for _, tc := range []struct {
+		path, body, field string
+	}{
+		{"/v1/allow", `{"key": "k", "limit": {"limit": 5, "period": "745h"}}`, "limit.period"},
+		{"/v1/reservations", `{"key": "k", "limit": {"limit": 5, "period": "8760h"}}`, "limit.period"},
+		{"/v1/leases", `{"key": "k", "limit": {"algorithm": "concurrency", "limit": 5, "period": "745h"}}`, "limit.period"},
+		{"/v1/reservations", `{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "u"}], "limit": {"limit": 5, "period": "745h"}}]}`, "descriptors[0].limit.period"},
+	} {
+		resp, body := post(t, h, tc.path, tc.body)
+		if resp.StatusCode != http.StatusBadRequest || body["field"] != tc.field {
+			t.Errorf("%s %s: %d %v, want 400 naming %s", tc.path, tc.body, resp.StatusCode, body, tc.field)
+		}
+	}
+	if resp, body := post(t, h, "/v1/allow", `{"key": "k", "limit": {"limit": 5, "period": "744h"}}`); resp.StatusCode != http.StatusOK {
+		t.Errorf("an inline limit of 31 days: %d %v, want 200", resp.StatusCode, body)
+	}
+}

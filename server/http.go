@@ -314,6 +314,9 @@ func (req *AllowRequest) form() (inline bool, err error) {
 // allowInline decides the inline form.
 func (s *Server) allowInline(ctx context.Context, req *AllowRequest) (Status, error) {
 	lim, cost, err := req.inlineLimit()
+	if err == nil {
+		err = s.checkOwnPeriod("limit.period", lim.Period)
+	}
 	if err != nil {
 		return Status{}, err
 	}

@@ -154,6 +154,9 @@ func held(statuses []Status) bool {
 // concurrency limit.
 func (s *Server) planInlineLease(req *AllowRequest, lease string) (Result, plan, error) {
 	lim, cost, err := req.inlineLimit()
+	if err == nil {
+		err = s.checkOwnPeriod("limit.period", lim.Period)
+	}
 	if err != nil {
 		return Result{}, plan{}, err
 	}

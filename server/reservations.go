@@ -280,6 +280,9 @@ func reserveOptions(r *http.Request, req *ReserveRequest) (*floodgate.ReserveOpt
 
 func (s *Server) reserveInline(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
 	lim, cost, err := req.inlineLimit()
+	if err == nil {
+		err = s.checkOwnPeriod("limit.period", lim.Period)
+	}
 	if err != nil {
 		return nil, Status{}, err
 	}

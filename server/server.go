@@ -68,6 +68,19 @@ const (
 // invalid is the error of a field of a request the caller got wrong: HTTP
 // 400, gRPC InvalidArgument. Field is named as the caller wrote it
 // ("descriptors[1].entries[0].key").
+// DefaultMaxOwnPeriod is Options.MaxOwnPeriod's default: 31 days, which
+// holds a monthly quota.
+const DefaultMaxOwnPeriod = 31 * 24 * time.Hour
+
+// checkOwnPeriod refuses the period of a limit a request brings above
+// Options.MaxOwnPeriod, naming field.
+func (s *Server) checkOwnPeriod(field string, period time.Duration) error {
+	if s.maxPeriod > 0 && period > s.maxPeriod {
+		return invalid(field, "%v is above this server's maximum for a request's own limit, %v (floodgate serve -max-own-period)", period, s.maxPeriod)
+	}
+	return nil
+}
+
 func invalid(field, format string, args ...any) error {
 	return &floodgate.FieldError{Kind: floodgate.ErrInvalidRequest, Field: field, Problem: fmt.Sprintf(format, args...)}
 }
@@ -107,6 +120,12 @@ type Options struct {
 	// of a request are decided all or nothing (floodgate.Limiter.DecideAll):
 	// a request one descriptor denies takes nothing from the others.
 	IndependentDescriptors bool
+	// MaxOwnPeriod bounds the period of a limit a request brings (an
+	// inline limit of the HTTP API, Envoy's per-descriptor override): a
+	// longer one is refused as invalid, since each of its keys is kept
+	// that long. 0 means DefaultMaxOwnPeriod; negative, no bound beyond
+	// floodgate.MaxPeriod. The config's rules are not bound by it.
+	MaxOwnPeriod time.Duration
 	// Auth, when set, holds the HTTP routes to the bearer tokens of their
 	// Scope (see Auth); nil serves every route to every caller. The gRPC
 	// services take Auth.GRPCOptions.
@@ -128,6 +147,7 @@ type Server struct {
 	// independent: Options.IndependentDescriptors.
 	independent bool
 	auth        *Auth
+	maxPeriod   time.Duration // Options.MaxOwnPeriod; 0: none
 	// throttle keeps repeated warnings (a store outage) to one line per
 	// rule a second.
 	throttle *logThrottle
@@ -139,7 +159,14 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("server: New: nil Store")
 	}
 	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors, auth: opts.Auth,
+		maxPeriod: opts.MaxOwnPeriod,
 		throttle: newLogThrottle(time.Second)}
+	switch {
+	case s.maxPeriod == 0:
+		s.maxPeriod = DefaultMaxOwnPeriod
+	case s.maxPeriod < 0:
+		s.maxPeriod = 0
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -442,6 +469,9 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		}
 		switch m := matches[i]; {
 		case d.Limit != nil:
+			if err := s.checkOwnPeriod(fmt.Sprintf("descriptors[%d].limit.period", i), d.Limit.Period); err != nil {
+				return res, p, err
+			}
 			st.Limit = *d.Limit
 			it.Key = "d|" + config.Key(domain, d.Entries)
 		case m.Rule == nil || m.ReplacedBy != nil || m.Rule.Unlimited:

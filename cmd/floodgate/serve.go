@@ -92,6 +92,7 @@ type serveConfig struct {
 	authFile, adminFile string
 	tlsCert, tlsKey     string
 	tlsClientCA         string
+	maxOwnPeriod        time.Duration
 	independent         bool
 	holdRetention       time.Duration
 	maxConns            int
@@ -129,6 +130,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM `file` of the certificate the HTTP and gRPC listeners present (TLS), with -tls-key; read again when it changes (env FLOODGATE_TLS_CERT)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the key of -tls-cert (env FLOODGATE_TLS_KEY)")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM `file` of the CAs that sign client certificates: with it every client of both listeners must present one (mutual TLS); read again when it changes (env FLOODGATE_TLS_CLIENT_CA)")
+	fs.DurationVar(&c.maxOwnPeriod, "max-own-period", server.DefaultMaxOwnPeriod, "the longest period of a limit a request brings (an inline limit of the HTTP API, Envoy's descriptor override); longer is refused as invalid, since each of its keys is kept that long; negative: no bound (env FLOODGATE_MAX_OWN_PERIOD)")
 	fs.IntVar(&c.maxConns, "max-connections", defaultMaxConns, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so a client that opens thousands cannot take every file descriptor (env FLOODGATE_MAX_CONNECTIONS)")
 	fs.DurationVar(&c.grpcMaxIdle, "grpc-max-idle", 5*time.Minute, "gRPC: close a connection that has had no call for this long (Envoy reconnects when it needs to) (env FLOODGATE_GRPC_MAX_IDLE)")
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
@@ -346,7 +348,7 @@ func (c serveConfig) newServer(store floodgate.Store, auth *server.Auth, log *sl
 		closeLocal = func() { local.Close() }
 		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
 	}
-	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, Auth: auth})
+	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, Auth: auth, MaxOwnPeriod: c.maxOwnPeriod})
 	if err == nil {
 		switch rs := store.(type) {
 		case *redisstore.Store:
