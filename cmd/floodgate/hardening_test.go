@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -328,5 +329,48 @@ descriptors:
 	}
 	if strings.Contains(in.stderr.String(), "s3cret") {
 		t.Errorf("the password is in the log:\n%s", in.stderr)
+	}
+}
+
+// TestServeMaxKeys: on the memory store, -max-keys bounds the keys a
+// caller can make: the first new key beyond it is answered by the rule's
+// failure mode (fail_closed here: denied), and counted; held keys are
+// decided as ever.
+func TestServeMaxKeys(t *testing.T) {
+	dir, _ := writeConfig(t, `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: fail_closed}
+`)
+	in := startServe(t, "-config", dir, "-max-keys", "50")
+	allowed := func(user int) bool {
+		code, body := in.allow(t, fmt.Sprintf(`{"domain": "edge", "descriptors": [{"entries": [{"key": "user", "value": "u%d"}]}]}`, user))
+		switch {
+		case code == http.StatusOK && strings.Contains(body, `"allowed":true`):
+			return true
+		case code == http.StatusServiceUnavailable && strings.Contains(body, `"store_error":true`):
+			return false // fail_closed's answer to ErrFull
+		}
+		t.Fatalf("POST /v1/allow: %d %s", code, body)
+		return false
+	}
+	// The cap is kept per shard: the first refusal comes at or before the
+	// 50th key, and well before 1000.
+	first := -1
+	for u := range 1000 {
+		if !allowed(u) {
+			first = u
+			break
+		}
+	}
+	if first < 0 || first > 50 {
+		t.Fatalf("first refused key: %d, want one of the first 51", first)
+	}
+	if !allowed(0) {
+		t.Error("a held key at the cap: denied")
+	}
+	if n := in.metric(t, "floodgate_memstore_refused_total"); n < 1 {
+		t.Errorf("floodgate_memstore_refused_total = %d, want at least 1", n)
 	}
 }

@@ -93,6 +93,7 @@ type serveConfig struct {
 	tlsCert, tlsKey     string
 	tlsClientCA         string
 	maxOwnPeriod        time.Duration
+	maxKeys             int
 	independent         bool
 	holdRetention       time.Duration
 	maxConns            int
@@ -131,6 +132,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the key of -tls-cert (env FLOODGATE_TLS_KEY)")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM `file` of the CAs that sign client certificates: with it every client of both listeners must present one (mutual TLS); read again when it changes (env FLOODGATE_TLS_CLIENT_CA)")
 	fs.DurationVar(&c.maxOwnPeriod, "max-own-period", server.DefaultMaxOwnPeriod, "the longest period of a limit a request brings (an inline limit of the HTTP API, Envoy's descriptor override); longer is refused as invalid, since each of its keys is kept that long; negative: no bound (env FLOODGATE_MAX_OWN_PERIOD)")
+	fs.IntVar(&c.maxKeys, "max-keys", defaultMaxKeys, "memory store: the most keys holding state (about 110 bytes each and the key's own); a request that would add one more, once expired keys are dropped, is answered by its rule's failure mode and counted in floodgate_memstore_refused_total; 0: no bound (env FLOODGATE_MAX_KEYS)")
 	fs.IntVar(&c.maxConns, "max-connections", defaultMaxConns, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so a client that opens thousands cannot take every file descriptor (env FLOODGATE_MAX_CONNECTIONS)")
 	fs.DurationVar(&c.grpcMaxIdle, "grpc-max-idle", 5*time.Minute, "gRPC: close a connection that has had no call for this long (Envoy reconnects when it needs to) (env FLOODGATE_GRPC_MAX_IDLE)")
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
@@ -185,6 +187,8 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-timeout: %v must be above zero", c.timeout)
 	case c.maxConns < 1:
 		return fmt.Sprintf("-max-connections: %d must be at least 1", c.maxConns)
+	case c.maxKeys < 0:
+		return fmt.Sprintf("-max-keys: %d is negative (0 means no bound)", c.maxKeys)
 	case c.grpcMaxIdle <= 0:
 		return fmt.Sprintf("-grpc-max-idle: %v must be above zero", c.grpcMaxIdle)
 	case c.holdRetention <= 0:
@@ -311,7 +315,7 @@ func logHandler(c serveConfig, stderr io.Writer) slog.Handler {
 // -redis with its TLS files and options.
 func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate.Store, func(), error) {
 	if c.redisURL == "" {
-		s := memstore.New(&memstore.Options{HoldRetention: c.holdRetention})
+		s := memstore.New(&memstore.Options{HoldRetention: c.holdRetention, MaxKeys: c.maxKeys})
 		return s, func() { s.Close() }, nil
 	}
 	tlsConf, err := c.redisTLS.config(log)
@@ -355,6 +359,8 @@ func (c serveConfig) newServer(store floodgate.Store, auth *server.Auth, log *sl
 			err = registerLocalStats(srv.Registry(), func() *redisstore.Store { return rs })
 		case *pendingRedis:
 			err = registerLocalStats(srv.Registry(), rs.store.Load)
+		case *memstore.Store:
+			err = registerMemStats(srv.Registry(), rs)
 		}
 	}
 	if err != nil {
@@ -554,6 +560,25 @@ func redactURL(u string) string {
 // admissions from local budgets, neither of which reached Redis; and
 // how many script runs it shared between concurrent descriptors, and how
 // many descriptors those carried.
+// defaultMaxKeys is -max-keys' default: about 120 MiB of state for keys
+// of a dozen bytes.
+const defaultMaxKeys = 1_000_000
+
+// registerMemStats exports the memory store's key count and its ErrFull
+// refusals.
+func registerMemStats(reg *prometheus.Registry, s *memstore.Store) error {
+	return errors.Join(
+		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "floodgate_memstore_keys",
+			Help: "Keys the memory store holds state for, live or expired but not yet swept (-max-keys bounds them).",
+		}, func() float64 { return float64(s.Len()) })),
+		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "floodgate_memstore_refused_total",
+			Help: "Requests the memory store refused because a new key would exceed -max-keys; each was answered by its rule's failure mode.",
+		}, func() float64 { return float64(s.Refused()) })),
+	)
+}
+
 func registerLocalStats(reg *prometheus.Registry, get func() *redisstore.Store) error {
 	local := func() redisstore.LocalStats {
 		if rs := get(); rs != nil {

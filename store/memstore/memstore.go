@@ -34,6 +34,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -55,6 +56,19 @@ type Options struct {
 	// expiry, so that a retried reserve, commit or cancel gets the first
 	// answer; default floodgate.DefaultHoldRetention.
 	HoldRetention time.Duration
+	// MaxKeys bounds the keys holding state (each about 110 bytes, and
+	// its key string; BENCHMARKS.md, "Memory per key"): a request that would add a key to a full store fails
+	// with ErrFull, after the expired keys of its shard are dropped, and
+	// the Limiter answers it by its failure policy. The bound is kept per
+	// shard, without a shared counter on the hot path: each shard holds
+	// at most ceil(MaxKeys/Shards) keys, so the store holds at most that
+	// times Shards, and refuses a key once its shard is full. With
+	// uniform keys and MaxKeys far above Shards, refusals start within a
+	// few percent of MaxKeys (1M keys over 128 shards: about 97%); with
+	// MaxKeys near Shards they start much earlier. A batch may pass its
+	// shard's bound by its own size. Reservations are not counted. 0
+	// means no bound.
+	MaxKeys int
 }
 
 // Store is the in-memory floodgate.Store. It is safe for concurrent use.
@@ -70,6 +84,10 @@ type Store struct {
 	once   sync.Once
 	// retain is Options.HoldRetention in µs.
 	retain int64
+	// maxKeys is Options.MaxKeys, perShard its share per shard (0: no
+	// bound); refused counts ErrFull answers.
+	maxKeys, perShard int
+	refused           atomic.Int64
 }
 
 var (
@@ -168,7 +186,10 @@ func New(opts *Options) *Store {
 		o.HoldRetention = floodgate.DefaultHoldRetention
 	}
 	s := &Store{clock: o.Clock, system: system, seed: maphash.MakeSeed(), mask: uint64(size - 1), shards: make([]shard, size),
-		retain: o.HoldRetention.Microseconds()}
+		retain: o.HoldRetention.Microseconds(), maxKeys: max(o.MaxKeys, 0)}
+	if s.maxKeys > 0 {
+		s.perShard = (s.maxKeys + size - 1) / size
+	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		for k := range sh.small {
@@ -229,6 +250,10 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 	now, skew := s.times(&r)
 	sh := &s.shards[i]
 	sh.mu.Lock()
+	if !s.room(sh, kindOf(r.Limit.Algorithm), ref) {
+		sh.mu.Unlock()
+		return floodgate.Decision{}, s.fullError()
+	}
 	d := sh.step(&r, p, ref, now, skew, true)
 	sh.mu.Unlock()
 	return floodgate.FromAlgorithm(d, now), nil
@@ -339,6 +364,9 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 	}
 	b := s.lockBatch(rs)
 	defer b.unlock()
+	if err := b.room(); err != nil {
+		return nil, err
+	}
 	ds, _ := b.apply()
 	return b.decisions(ds), nil
 }
@@ -545,6 +573,11 @@ func (s *Store) Sweep() int {
 func (sh *shard) sweep(now int64) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return sh.sweepLocked(now)
+}
+
+// sweepLocked is sweep for a caller that holds the shard's lock.
+func (sh *shard) sweepLocked(now int64) int {
 	n := 0
 	for k := range sh.small {
 		n += sh.small[k].sweep(func(v slot) bool { return v.exp <= now })

@@ -49,6 +49,9 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 	case found != nil:
 		return b.replayReserve(found, ttl, r.Release)
 	}
+	if err := b.room(); err != nil {
+		return floodgate.HoldResult{}, err
+	}
 	ds, admitted := b.apply()
 	state := algorithm.Denied
 	if admitted {
@@ -281,6 +284,9 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 	}
 	b := s.lockBatch([]floodgate.Request{r})
 	defer b.unlock()
+	if err := b.room(); err != nil {
+		return floodgate.Decision{}, err
+	}
 	it := &b.items[0]
 	m := &b.shard(0).small[kFixed]
 	old, w := m.find(it.ref)

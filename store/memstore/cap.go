@@ -1,0 +1,69 @@
+package memstore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrFull is the failure of a request that would add a key to a Store at
+// Options.MaxKeys (after dropping the expired keys of its shard): a store
+// failure, which a floodgate.Limiter answers by the request's failure
+// policy, as it answers any store failure. Requests on keys the store
+// holds are decided as ever.
+var ErrFull = errors.New("memstore: full")
+
+// keys is the number of keys the shard holds state for; the caller holds
+// its lock.
+func (sh *shard) keys() int {
+	n := sh.logs.len() + sh.conc.len()
+	for k := range sh.small {
+		n += sh.small[k].len()
+	}
+	return n
+}
+
+// has reports whether the shard holds state of kind k under r; the caller
+// holds its lock.
+func (sh *shard) has(k kind, r ref) bool {
+	switch k {
+	case kLog:
+		_, ok := sh.logs.get(r)
+		return ok
+	case kConc:
+		_, ok := sh.conc.get(r)
+		return ok
+	}
+	_, w := sh.small[k].find(r)
+	return w != absent
+}
+
+// room reports whether the shard, whose lock the caller holds, may hold
+// state of kind k under r: it does already, or it is below its share of
+// Options.MaxKeys, or is once its expired keys are dropped.
+func (s *Store) room(sh *shard, k kind, r ref) bool {
+	if s.perShard == 0 || sh.has(k, r) || sh.keys() < s.perShard {
+		return true
+	}
+	sh.sweepLocked(s.clockNow())
+	return sh.keys() < s.perShard
+}
+
+// fullError counts a refusal and returns its error.
+func (s *Store) fullError() error {
+	s.refused.Add(1)
+	return fmt.Errorf("%w: a new key would exceed Options.MaxKeys (%d; %d in each of %d shards)", ErrFull, s.maxKeys, s.perShard, len(s.shards))
+}
+
+// room is Store.room for every request of the batch.
+func (b *batch) room() error {
+	for i := range b.rs {
+		if !b.s.room(b.shard(i), kindOf(b.rs[i].Limit.Algorithm), b.items[i].ref) {
+			return b.s.fullError()
+		}
+	}
+	return nil
+}
+
+// Refused is the number of requests refused with ErrFull since the store
+// was made.
+func (s *Store) Refused() int64 { return s.refused.Load() }
