@@ -160,7 +160,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors, auth: opts.Auth,
 		maxPeriod: opts.MaxOwnPeriod,
-		throttle: newLogThrottle(time.Second)}
+		throttle:  newLogThrottle(time.Second)}
 	switch {
 	case s.maxPeriod == 0:
 		s.maxPeriod = DefaultMaxOwnPeriod
