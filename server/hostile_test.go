@@ -46,8 +46,8 @@ func series(t *testing.T, srv *server.Server, name string) int {
 }
 
 // TestMetricLabelsBounded: no label value comes from a request unless the
-// config opts in, and then it is capped. Ten thousand invented domains
-// add one series, not ten thousand; a detailed_metric rule makes at most
+// config opts in, and then it is capped. A hundred thousand invented
+// domains (the flood) add one series, not a hundred thousand; a detailed_metric rule makes at most
 // server.MaxDetailedSeries series, and a megabyte of value makes a label
 // of at most a few hundred bytes.
 func TestMetricLabelsBounded(t *testing.T) {
@@ -58,13 +58,13 @@ func TestMetricLabelsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := series(t, srv, "floodgate_decisions_total")
-	for i := range 10_000 {
+	for i := range 100_000 {
 		if _, err := srv.Decide(t.Context(), fmt.Sprintf("invented-%d", i), []server.Descriptor{{Entries: []config.Entry{{Key: "user", Value: "1"}}}}, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := series(t, srv, "floodgate_decisions_total") - before; got > 1 {
-		t.Errorf("10,000 invented domains made %d series, want at most 1", got)
+		t.Errorf("100,000 invented domains made %d series, want at most 1", got)
 	}
 	for i := range server.MaxDetailedSeries + 500 {
 		if _, err := srv.Decide(t.Context(), "api", []server.Descriptor{{Entries: []config.Entry{{Key: "ip", Value: fmt.Sprint(i)}}}}, 1); err != nil {
