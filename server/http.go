@@ -288,6 +288,13 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 		var res Result
 		res, err = s.allowDescriptors(r.Context(), &req)
 		statuses, overall = res.Statuses, Binding(res)
+		if err == nil && res.GlobalShadow {
+			// The descriptors keep their denials; the answer is OK.
+			resp := allowResponse(inline, overall, statuses)
+			resp.Code, resp.Allowed, resp.ShadowMode = OK.String(), true, true
+			writeAllow(w, resp, overall, statuses)
+			return
+		}
 	}
 	if err != nil {
 		writeProblem(w, err)

@@ -36,6 +36,7 @@ type metrics struct {
 	reloads      *prometheus.CounterVec
 	reloadTime   prometheus.Gauge
 	rules        prometheus.Gauge
+	globalShadow prometheus.Counter
 	detailed     detailedLabels
 }
 
@@ -70,9 +71,13 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "floodgate_config_rules",
 			Help: "Rules in the config in force.",
 		}),
+		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_global_shadow_mode_total",
+			Help: "Requests over their limits answered OK because of the global shadow mode (floodgate serve -shadow-mode; upstream's global_shadow_mode stat).",
+		}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.decisions, m.nearLimit, m.storeLatency, m.storeErrors, m.reloads, m.reloadTime, m.rules,
+		m.decisions, m.nearLimit, m.storeLatency, m.storeErrors, m.reloads, m.reloadTime, m.rules, m.globalShadow,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		if err := reg.Register(c); err != nil {

@@ -120,6 +120,14 @@ type Options struct {
 	// of a request are decided all or nothing (floodgate.Limiter.DecideAll):
 	// a request one descriptor denies takes nothing from the others.
 	IndependentDescriptors bool
+	// GlobalShadowMode answers OK to every request its limits deny, as
+	// envoyproxy/ratelimit's SHADOW_MODE does: the decisions are made and
+	// counted as ever (each descriptor's status still says OVER_LIMIT, and
+	// the RateLimit headers are there), only the overall answer is OK;
+	// floodgate_global_shadow_mode_total counts them. A request denied by
+	// a failure mode (fail_closed) stays denied: upstream answers a store
+	// failure with an error, which Envoy's failure_mode_deny denies.
+	GlobalShadowMode bool
 	// MaxOwnPeriod bounds the period of a limit a request brings (an
 	// inline limit of the HTTP API, Envoy's per-descriptor override): a
 	// longer one is refused as invalid, since each of its keys is kept
@@ -148,6 +156,7 @@ type Server struct {
 	independent bool
 	auth        *Auth
 	maxPeriod   time.Duration // Options.MaxOwnPeriod; 0: none
+	shadowAll   bool          // Options.GlobalShadowMode
 	// throttle keeps repeated warnings (a store outage) to one line per
 	// rule a second.
 	throttle *logThrottle
@@ -159,8 +168,8 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("server: New: nil Store")
 	}
 	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors, auth: opts.Auth,
-		maxPeriod: opts.MaxOwnPeriod,
-		throttle:  newLogThrottle(time.Second)}
+		maxPeriod: opts.MaxOwnPeriod, shadowAll: opts.GlobalShadowMode,
+		throttle: newLogThrottle(time.Second)}
 	switch {
 	case s.maxPeriod == 0:
 		s.maxPeriod = DefaultMaxOwnPeriod
@@ -313,6 +322,9 @@ type Status struct {
 type Result struct {
 	Code     Code
 	Statuses []Status
+	// GlobalShadow reports an OK that Options.GlobalShadowMode made of
+	// a request its limits denied; the Statuses keep their denials.
+	GlobalShadow bool
 }
 
 // Decide decides the descriptors of one request of domain, each costing
@@ -345,6 +357,10 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 		if st.Code == OverLimit {
 			res.Code = OverLimit
 		}
+	}
+	if res.Code == OverLimit && s.shadowAll && !failedClosed(res.Statuses) {
+		res.Code, res.GlobalShadow = OK, true
+		s.m.globalShadow.Inc()
 	}
 	return res, nil
 }

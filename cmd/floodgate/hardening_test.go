@@ -374,3 +374,34 @@ descriptors:
 		t.Errorf("floodgate_memstore_refused_total = %d, want at least 1", n)
 	}
 }
+
+// TestServeGlobalShadowMode: with -shadow-mode, a request over its limit is
+// answered OK over gRPC and HTTP, its descriptor still says OVER_LIMIT,
+// the counting goes on, and each is counted in
+// floodgate_global_shadow_mode_total (upstream's SHADOW_MODE).
+func TestServeGlobalShadowMode(t *testing.T) {
+	dir, _ := writeConfig(t, `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`)
+	in := startServe(t, "-config", dir, "-shadow-mode")
+	rls := in.rls(t)
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := rls.ShouldRateLimit(t.Context(), rlsRequest("edge", "user", "u1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetCode() != want {
+			t.Errorf("call %d: overall %v, descriptor %v; want OK overall, %v for the descriptor", i+1, resp.GetOverallCode(), resp.GetStatuses()[0].GetCode(), want)
+		}
+	}
+	code, body := in.allow(t, `{"domain": "edge", "descriptors": [{"entries": [{"key": "user", "value": "u1"}]}]}`)
+	if code != http.StatusOK || !strings.HasPrefix(body, `{"allowed":true,"code":"OK"`) || !strings.Contains(body, `"shadow_mode":true`) || !strings.Contains(body, `"descriptors":[{"allowed":false,"code":"OVER_LIMIT"`) {
+		t.Errorf("POST /v1/allow over the limit in global shadow mode: %d %s", code, body)
+	}
+	if n := in.metric(t, "floodgate_global_shadow_mode_total"); n != 2 {
+		t.Errorf("floodgate_global_shadow_mode_total = %d, want 2", n)
+	}
+}
