@@ -230,3 +230,28 @@ func BenchmarkReserve(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMaxKeysFill fills a store of 128 shards (the default on 2
+// CPUs) with MaxKeys 1,000,000 by new keys until the first ErrFull, and
+// reports the share of MaxKeys held then (fill_%): how early the per-shard
+// cap starts refusing with uniform keys.
+func BenchmarkMaxKeysFill(b *testing.B) {
+	const maxKeys = 1_000_000
+	l := floodgate.Limit{Limit: 10, Period: time.Hour}
+	var sum float64
+	for b.Loop() {
+		s := memstore.New(&memstore.Options{Shards: 128, MaxKeys: maxKeys, SweepInterval: -1})
+		n := 0
+		for ; n <= maxKeys; n++ {
+			if _, err := s.Apply(context.Background(), floodgate.Request{Key: fmt.Sprint("user:", n), Limit: l, Cost: 1}); err != nil {
+				break
+			}
+		}
+		s.Close()
+		if n > maxKeys {
+			b.Fatalf("no ErrFull within %d keys", maxKeys+1)
+		}
+		sum += float64(n)
+	}
+	b.ReportMetric(100*sum/float64(b.N)/maxKeys, "fill_%")
+}

@@ -39,14 +39,26 @@ func (sh *shard) has(k kind, r ref) bool {
 
 // room reports whether the shard, whose lock the caller holds, may hold
 // state of kind k under r: it does already, or it is below its share of
-// Options.MaxKeys, or is once its expired keys are dropped.
+// Options.MaxKeys, or is once its expired keys are dropped (at most once a
+// second).
 func (s *Store) room(sh *shard, k kind, r ref) bool {
-	if s.perShard == 0 || sh.has(k, r) || sh.keys() < s.perShard {
+	// The count first: below the cap, a decision pays a few additions,
+	// not a second lookup of its key.
+	if s.perShard == 0 || sh.keys() < s.perShard || sh.has(k, r) {
 		return true
 	}
-	sh.sweepLocked(s.clockNow())
+	// A full shard is swept at most once a second: callers inventing keys
+	// against a full store must not make each refusal walk the shard
+	// under its lock.
+	if now := s.clockNow(); now-sh.fullSwept >= fullSweepEvery {
+		sh.fullSwept = now
+		sh.sweepLocked(now)
+	}
 	return sh.keys() < s.perShard
 }
+
+// fullSweepEvery is how often, at most, room sweeps a full shard (µs).
+const fullSweepEvery = 1_000_000
 
 // fullError counts a refusal and returns its error.
 func (s *Store) fullError() error {

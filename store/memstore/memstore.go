@@ -58,7 +58,8 @@ type Options struct {
 	HoldRetention time.Duration
 	// MaxKeys bounds the keys holding state (each about 110 bytes, and
 	// its key string; BENCHMARKS.md, "Memory per key"): a request that would add a key to a full store fails
-	// with ErrFull, after the expired keys of its shard are dropped, and
+	// with ErrFull, after the expired keys of its shard are dropped (at
+	// most once a second), and
 	// the Limiter answers it by its failure policy. The bound is kept per
 	// shard, without a shared counter on the hot path: each shard holds
 	// at most ceil(MaxKeys/Shards) keys, so the store holds at most that
@@ -161,7 +162,10 @@ type shard struct {
 	// holds are the reservations of this shard's keys (reserve.go); nil
 	// until the first.
 	holds map[holdKey]*holdEntry
-	_     [64]byte // keep shards' mutexes on separate cache lines
+	// fullSwept is when room last swept the shard because it was full
+	// (store clock, µs).
+	fullSwept int64
+	_         [64]byte // keep shards' mutexes on separate cache lines
 }
 
 // New returns a Store and starts its sweeper. opts may be nil.
