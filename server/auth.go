@@ -74,7 +74,7 @@ func LoadAuth(clientPath, adminPath string) (*Auth, error) {
 	if err := a.Reload(); err != nil {
 		return nil, err
 	}
-	a.stamp = a.fileStamp()
+	a.stamp = fileStamp(a.clientPath, a.adminPath)
 	return a, nil
 }
 
@@ -124,11 +124,12 @@ func readTokens(path string) (map[[sha256.Size]byte]struct{}, error) {
 	return set, nil
 }
 
-// fileStamp is the size and modification time of both files, as os.Stat
-// sees them through any symlink.
-func (a *Auth) fileStamp() string {
+// fileStamp is the size and modification time of each file that paths
+// names (an empty path is skipped), as os.Stat sees them through any
+// symlink: what Auth.Watch and TLSFiles compare to see a change.
+func fileStamp(paths ...string) string {
 	var b strings.Builder
-	for _, p := range []string{a.clientPath, a.adminPath} {
+	for _, p := range paths {
 		if p == "" {
 			continue
 		}
@@ -154,7 +155,7 @@ func (a *Auth) Watch(ctx context.Context, every time.Duration, log *slog.Logger)
 			return
 		case <-t.C:
 		}
-		stamp := a.fileStamp()
+		stamp := fileStamp(a.clientPath, a.adminPath)
 		if stamp == last {
 			continue
 		}

@@ -95,13 +95,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, lease string, r
 			writeProblem(w, p.fieldOf(err))
 			return
 		}
-		for j, i := range p.which {
-			st := &res.Statuses[i]
-			s.settle(req.Domain, nil, st, &outs[j])
-			if st.Code == OverLimit {
-				res.Code = OverLimit
-			}
-		}
+		s.settleEach(req.Domain, nil, &res, p.which, outs)
 	}
 	overall := Binding(res)
 	if inline {

@@ -190,13 +190,7 @@ func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hi
 		p.which = which
 		return nil, Result{}, p.fieldOf(err)
 	}
-	for j, i := range which {
-		st := &res.Statuses[i]
-		s.settle(domain, ds[i].Entries, st, &outs[j])
-		if st.Code == OverLimit {
-			res.Code = OverLimit
-		}
-	}
+	s.settleEach(domain, ds, &res, which, outs)
 	return r, res, nil
 }
 

@@ -351,13 +351,7 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 	if err != nil {
 		return Result{}, p.fieldOf(err)
 	}
-	for j, i := range p.which {
-		st := &res.Statuses[i]
-		s.settle(domain, ds[i].Entries, st, &outs[j])
-		if st.Code == OverLimit {
-			res.Code = OverLimit
-		}
-	}
+	s.settleEach(domain, ds, &res, p.which, outs)
 	if res.Code == OverLimit && s.shadowAll && !failedClosed(res.Statuses) {
 		res.Code, res.GlobalShadow = OK, true
 		s.m.globalShadow.Inc()
@@ -572,6 +566,23 @@ func (p *plan) fieldOf(err error) error {
 		field += fe.Field
 	}
 	return &floodgate.FieldError{Kind: fe.Kind, Field: field, Problem: fe.Problem}
+}
+
+// settleEach settles the outcome of each decided descriptor (which[j] is
+// the descriptor of outs[j]) into res, which is OverLimit if any is. ds
+// gives the entries for metrics; nil when there are none to give.
+func (s *Server) settleEach(domain string, ds []Descriptor, res *Result, which []int, outs []floodgate.Outcome) {
+	for j, i := range which {
+		var entries []config.Entry
+		if ds != nil {
+			entries = ds[i].Entries
+		}
+		st := &res.Statuses[i]
+		s.settle(domain, entries, st, &outs[j])
+		if st.Code == OverLimit {
+			res.Code = OverLimit
+		}
+	}
 }
 
 // settle turns the Limiter's outcome for one descriptor into its Status,

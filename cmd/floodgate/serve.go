@@ -222,7 +222,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 1
 	}
-	ltls, err := newListenTLS(c.tlsCert, c.tlsKey, c.tlsClientCA, log)
+	ltls, err := server.NewTLSFiles(c.tlsCert, c.tlsKey, c.tlsClientCA, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
@@ -420,7 +420,7 @@ type listeners struct {
 
 // listen opens the HTTP and gRPC listeners of the flags, with the handlers
 // of srv.
-func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *listenTLS, handler slog.Handler) (*listeners, error) {
+func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *server.TLSFiles, handler slog.Handler) (*listeners, error) {
 	rls := envoyService(srv, c.headers)
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
@@ -428,7 +428,7 @@ func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *listenT
 	}
 	httpLn = netutil.LimitListener(httpLn, c.maxConns)
 	if ltls != nil {
-		httpLn = tls.NewListener(httpLn, ltls.config("h2", "http/1.1"))
+		httpLn = tls.NewListener(httpLn, ltls.Config("h2", "http/1.1"))
 	}
 	l := &listeners{httpLn: httpLn, http: &http.Server{
 		Handler:           srv.Handler(httpExtras(rls)),
@@ -463,7 +463,7 @@ func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *listenT
 	// get a goroutine of their own, so the pool bounds nothing.
 	gopts := append(c.grpcServerOptions(), auth.GRPCOptions()...)
 	if ltls != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(ltls.config("h2"))))
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(ltls.Config("h2"))))
 	}
 	l.grpc = grpc.NewServer(gopts...)
 	registerGRPC(l.grpc, rls)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"time"
 )
 
 // redisTLSFlags are serve's -redis-tls-* flags: files that make the TLS
@@ -119,109 +118,4 @@ func (c *clientCert) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) 
 	c.mu.Unlock()
 	c.log.Warn("Redis TLS client certificate unreadable; presenting the last one read", "error", err)
 	return last, nil
-}
-
-// listenTLS is serve's -tls-cert, -tls-key and -tls-client-ca: TLS on the
-// HTTP and gRPC listeners, and with a client CA mutual TLS (every client
-// presents a certificate that CA signed). The files are looked at again
-// at a handshake once a second has passed since the last look, and read
-// again when their size or modification time changed, so a renewed
-// certificate or CA bundle (cert-manager, a Vault agent, a Secret update)
-// takes effect without a restart; files that no longer load leave the
-// last good ones in force, and log says why.
-type listenTLS struct {
-	certFile, keyFile, caFile string
-	log                       *slog.Logger
-
-	mu      sync.Mutex
-	checked time.Time
-	stamp   string
-	cert    *tls.Certificate
-	pool    *x509.CertPool // nil without a client CA
-}
-
-// newListenTLS reads the files; nil without -tls-cert.
-func newListenTLS(certFile, keyFile, caFile string, log *slog.Logger) (*listenTLS, error) {
-	if certFile == "" {
-		return nil, nil
-	}
-	l := &listenTLS{certFile: certFile, keyFile: keyFile, caFile: caFile, log: log}
-	cert, pool, err := l.read()
-	if err != nil {
-		return nil, err
-	}
-	l.cert, l.pool, l.stamp, l.checked = cert, pool, l.fileStamp(), time.Now()
-	return l, nil
-}
-
-func (l *listenTLS) read() (*tls.Certificate, *x509.CertPool, error) {
-	cert, err := tls.LoadX509KeyPair(l.certFile, l.keyFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("-tls-cert %s, -tls-key %s: %w", l.certFile, l.keyFile, err)
-	}
-	if l.caFile == "" {
-		return &cert, nil, nil
-	}
-	pem, err := os.ReadFile(l.caFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("-tls-client-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, nil, fmt.Errorf("-tls-client-ca %s: no PEM certificate in it", l.caFile)
-	}
-	return &cert, pool, nil
-}
-
-func (l *listenTLS) fileStamp() string {
-	var b strings.Builder
-	for _, p := range []string{l.certFile, l.keyFile, l.caFile} {
-		if fi, err := os.Stat(p); err == nil {
-			fmt.Fprintf(&b, "%d.%d;", fi.Size(), fi.ModTime().UnixNano())
-		} else {
-			b.WriteString("-;")
-		}
-	}
-	return b.String()
-}
-
-// current returns the certificate and client CAs in force, reading the
-// files again if they changed.
-func (l *listenTLS) current() (*tls.Certificate, *x509.CertPool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if time.Since(l.checked) < time.Second {
-		return l.cert, l.pool
-	}
-	l.checked = time.Now()
-	stamp := l.fileStamp()
-	if stamp == l.stamp {
-		return l.cert, l.pool
-	}
-	cert, pool, err := l.read()
-	if err != nil {
-		// Between the writes of a certificate and of its key the pair does
-		// not match: look again at the next handshake.
-		l.log.Warn("listener TLS files unreadable; the last ones read stay in force", "error", err)
-		return l.cert, l.pool
-	}
-	l.stamp, l.cert, l.pool = stamp, cert, pool
-	l.log.Info("listener TLS files reloaded")
-	return l.cert, l.pool
-}
-
-// config is the tls.Config of a listener that negotiates protos (ALPN).
-func (l *listenTLS) config(protos ...string) *tls.Config {
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: protos,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			cert, pool := l.current()
-			c := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: protos, Certificates: []tls.Certificate{*cert}}
-			if pool != nil {
-				c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
-			}
-			return c, nil
-		},
-	}
 }
