@@ -102,6 +102,14 @@ type Limit struct {
 	// (store/memstore) ignore it. Default 0: every decision reaches the
 	// store.
 	LocalBudget int64
+	// Global marks one limit shared by every region of a deployment
+	// (package region): a region.Store decides it on the share of Limit
+	// its region holds as a lease from the home store, so that all
+	// regions together admit at most Limit per window. Every other store
+	// ignores it and decides the limit as a local one, which is today's
+	// behaviour. Only an aligned FixedWindow can be global: the package
+	// doc of region says why. Default false.
+	Global bool
 	// Name optionally names the policy in headers, logs and metrics.
 	Name string
 }
@@ -216,6 +224,12 @@ func (l Limit) invalid() error {
 	if msg := l.budgetProblem(alg); msg != "" {
 		bad("local_budget", "%s", msg)
 	}
+	switch {
+	case l.Global && alg != FixedWindow:
+		bad("global", "only an aligned fixed_window can be global, not %s", name)
+	case l.Global && l.Window == FirstHit:
+		bad("global", "only an aligned fixed_window can be global, not a first_hit one")
+	}
 	if len(errs) == 0 {
 		// valid() is stricter than the checks above only by mistake.
 		bad("limit", "%v is not valid", l)
@@ -235,6 +249,9 @@ func (l *Limit) valid() bool {
 		return false
 	}
 	aligned := l.Window == "" || l.Window == Aligned
+	if l.Global && (l.EffectiveAlgorithm() != FixedWindow || !aligned) {
+		return false
+	}
 	switch l.Algorithm {
 	case "", FixedWindow:
 		return l.Burst == 0 && (aligned || l.Window == FirstHit)
@@ -346,6 +363,9 @@ func (l Limit) String() string {
 	}
 	if l.LocalBudget != 0 {
 		fmt.Fprintf(&b, " local_budget=%d", l.LocalBudget)
+	}
+	if l.Global {
+		b.WriteString(" global")
 	}
 	return b.String()
 }
