@@ -143,7 +143,9 @@ type ModeReport struct {
 	Overrun     int64 `json:"overrun"`
 	MaxWindow   int64 `json:"max_window"`
 	WindowsOver int   `json:"windows_over"`
-	// Utilisation is Admitted (in the counted windows) ÷ Capacity.
+	// InWindows is what was admitted in the counted windows;
+	// Utilisation is InWindows ÷ Capacity.
+	InWindows   int64          `json:"in_windows"`
 	Utilisation float64        `json:"utilisation"`
 	Regions     []RegionReport `json:"regions"`
 	// FollowMS (leased): how far the shares lag the shifting demand (see
@@ -413,6 +415,7 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 			mr.WindowsOver++
 		}
 	}
+	mr.InWindows = inWindows
 	if mr.Capacity > 0 {
 		mr.Utilisation = float64(inWindows) / float64(mr.Capacity)
 	}

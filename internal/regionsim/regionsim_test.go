@@ -86,7 +86,7 @@ func report(t *testing.T, name string, r Report) {
 	}
 	sb.WriteString("---|\n")
 	for _, m := range r.Modes {
-		fmt.Fprintf(&sb, "| %s | %d / %d | %.3f | %d (%d, %d of %d) |", m.Mode, m.Admitted, m.Capacity, m.Utilisation, m.Overrun, m.WindowsOver, m.MaxWindow, r.Limit)
+		fmt.Fprintf(&sb, "| %s | %d / %d | %.3f | %d (%d, %d of %d) |", m.Mode, m.InWindows, m.Capacity, m.Utilisation, m.Overrun, m.WindowsOver, m.MaxWindow, r.Limit)
 		for _, rr := range m.Regions {
 			fmt.Fprintf(&sb, " %.2f / %.2f |", rr.P50MS, rr.P99MS)
 		}
