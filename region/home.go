@@ -222,9 +222,15 @@ const DefaultHomePrefix = "floodgate"
 // FLUSH). Every key it writes has a TTL set by the same script. Make one
 // with OpenHome or NewRedisHome; it is safe for concurrent use.
 type RedisHome struct {
-	c      rueidis.Client
 	prefix string
 	owned  bool
+
+	// c is the client; DialHome leaves it nil until the first call
+	// connects, under mu, with o.
+	mu     sync.Mutex
+	c      rueidis.Client
+	o      rueidis.ClientOption
+	closed bool
 }
 
 var _ Home = (*RedisHome)(nil)
@@ -270,11 +276,51 @@ func OpenHome(ctx context.Context, rawURL string) (*RedisHome, error) {
 	return h, nil
 }
 
-// Close closes the client if OpenHome made it.
-func (h *RedisHome) Close() error {
-	if h.owned {
-		h.c.Close()
+// DialHome is OpenHome without the wait: the client connects at the first
+// call that needs it, and a call while home is unreachable fails (a
+// region then decides on what it holds, as in a partition), so a region
+// can start while home is down. It fails only for a bad URL.
+func DialHome(rawURL string) (*RedisHome, error) {
+	o, err := rueidis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("region: home URL: %w", err)
 	}
+	o.DisableCache = true
+	return &RedisHome{prefix: DefaultHomePrefix, owned: true, o: o}, nil
+}
+
+// client returns the client, connecting it first if DialHome left it
+// unconnected.
+func (h *RedisHome) client(ctx context.Context) (rueidis.Client, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.c != nil {
+		return h.c, nil
+	}
+	if h.closed {
+		return nil, fmt.Errorf("region: home: %w", floodgate.ErrClosed)
+	}
+	o := h.o
+	if d, ok := ctx.Deadline(); ok {
+		o.Dialer.Timeout = max(time.Until(d), time.Millisecond)
+	}
+	c, err := rueidis.NewClient(o)
+	if err != nil {
+		return nil, fmt.Errorf("region: home %s: %w", o.InitAddress, err)
+	}
+	h.c = c
+	return c, nil
+}
+
+// Close closes the client if OpenHome or DialHome made it.
+func (h *RedisHome) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.owned && h.c != nil {
+		h.c.Close()
+		h.c = nil
+	}
+	h.closed = true
 	return nil
 }
 
@@ -293,9 +339,13 @@ func (h *RedisHome) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
 	if r.Release {
 		args[9] = "1"
 	}
-	res := h.c.Do(ctx, h.c.B().Evalsha().Sha1(homeSHA).Numkeys(1).Key(key).Arg(args...).Build())
+	c, err := h.client(ctx)
+	if err != nil {
+		return Lease{}, err
+	}
+	res := c.Do(ctx, c.B().Evalsha().Sha1(homeSHA).Numkeys(1).Key(key).Arg(args...).Build())
 	if e, ok := rueidis.IsRedisErr(res.Error()); ok && e.IsNoScript() {
-		res = h.c.Do(ctx, h.c.B().Eval().Script(homeLua).Numkeys(1).Key(key).Arg(args...).Build())
+		res = c.Do(ctx, c.B().Eval().Script(homeLua).Numkeys(1).Key(key).Arg(args...).Build())
 	}
 	vals, err := res.AsIntSlice()
 	if err != nil {

@@ -130,3 +130,34 @@ func TestDecodeLeaseRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestDialHomeLater: a home dialled while down fails each call, and
+// answers once it is up.
+func TestDialHomeLater(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := DialHome("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	r := LeaseRequest{Key: "k", Limit: floodgate.Limit{Limit: 10, Period: time.Second}, Holder: "a#1", Now: time.Now(),
+		Term: time.Second, Grace: time.Second, Want: 5}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := h.Lease(ctx, r); err == nil {
+		t.Fatal("Lease with home down = nil error")
+	}
+	if err := srv.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.Lease(t.Context(), r); err != nil || got.Share != 5 {
+		t.Fatalf("Lease with home up = %+v, %v; want a share of 5", got, err)
+	}
+	if _, err := DialHome("bogus://x"); err == nil {
+		t.Error("DialHome(bogus://x) = nil error")
+	}
+}

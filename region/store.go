@@ -111,6 +111,7 @@ var (
 	_ floodgate.Resetter  = (*Store)(nil)
 	_ floodgate.Pinger    = (*Store)(nil)
 	_ floodgate.Closer    = (*Store)(nil)
+	_ floodgate.Reserver  = (*Store)(nil)
 )
 
 type entryKey struct {
@@ -166,7 +167,7 @@ func newStore(regional floodgate.Store, home Home, opts *Options, ticking bool) 
 	if opts != nil {
 		o = *opts
 	}
-	if err := checkName(o.Name); err != nil {
+	if err := CheckName(o.Name); err != nil {
 		return nil, err
 	}
 	switch {
@@ -204,7 +205,9 @@ func cmpOr[T comparable](v, def T) T {
 	return v
 }
 
-func checkName(name string) error {
+// CheckName reports what is wrong with a region's name, or nil: 1 to 64
+// bytes of [A-Za-z0-9_.-].
+func CheckName(name string) error {
 	if name == "" || len(name) > 64 {
 		return fmt.Errorf("region: Options.Name %q: want 1 to 64 bytes", name)
 	}
@@ -591,3 +594,37 @@ type Stats struct {
 
 // Stats reports the calls to home so far.
 func (s *Store) Stats() Stats { return Stats{Calls: s.calls.Load(), Failures: s.failures.Load()} }
+
+// Reserve holds units in the regional store, which must be a
+// floodgate.Reserver; a Global limit takes no reservation
+// (floodgate.ErrNotSupported): a hold of a share could outlive the lease
+// it was taken from.
+func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate.HoldResult, error) {
+	rv, err := s.reserver(r.Requests)
+	if err != nil {
+		return floodgate.HoldResult{}, err
+	}
+	return rv.Reserve(ctx, r)
+}
+
+// Settle settles a hold of Reserve in the regional store.
+func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+	rv, err := s.reserver(r.Requests)
+	if err != nil {
+		return nil, err
+	}
+	return rv.Settle(ctx, r)
+}
+
+func (s *Store) reserver(rs []floodgate.Request) (floodgate.Reserver, error) {
+	rv, ok := s.inner.(floodgate.Reserver)
+	if !ok {
+		return nil, fmt.Errorf("region: reservation: %w", floodgate.ErrNotSupported)
+	}
+	for i := range rs {
+		if rs[i].Limit.Global {
+			return nil, fmt.Errorf("region: reservation of %q: %w: a global limit takes no reservation", rs[i].Key, floodgate.ErrNotSupported)
+		}
+	}
+	return rv, nil
+}
