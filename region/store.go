@@ -220,6 +220,9 @@ func CheckName(name string) error {
 	return nil
 }
 
+// Regional returns the regional store the Store decides in.
+func (s *Store) Regional() floodgate.Store { return s.inner }
+
 // Holder is the name this process's leases are held under at home: the
 // region's name and the process's incarnation.
 func (s *Store) Holder() string { return s.holder }

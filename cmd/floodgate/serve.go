@@ -99,6 +99,7 @@ type serveConfig struct {
 	holdRetention       time.Duration
 	maxConns            int
 	grpcMaxIdle         time.Duration
+	region              regionFlags
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -139,6 +140,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
+	c.region.register(fs)
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, 0, false
@@ -195,6 +197,8 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-grpc-max-idle: %v must be above zero", c.grpcMaxIdle)
 	case c.holdRetention <= 0:
 		return fmt.Sprintf("-hold-retention: %v must be above zero", c.holdRetention)
+	case c.region.problem() != "":
+		return c.region.problem()
 	case tlsProblem != "":
 		return tlsProblem
 	case c.httpAddr == "":
@@ -234,6 +238,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeStore()
+	store, closeRegion, err := c.region.wrap(store, log)
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		return 1
+	}
+	defer closeRegion()
 	srv, closeServer, err := c.newServer(store, auth, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
@@ -356,7 +366,7 @@ func (c serveConfig) newServer(store floodgate.Store, auth *server.Auth, log *sl
 	}
 	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, Auth: auth, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode})
 	if err == nil {
-		switch rs := store.(type) {
+		switch rs := regionalStore(store).(type) {
 		case *redisstore.Store:
 			err = registerLocalStats(srv.Registry(), func() *redisstore.Store { return rs })
 		case *pendingRedis:
