@@ -258,7 +258,10 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 	if s.closed.Load() {
 		return floodgate.Decision{}, floodgate.ErrClosed
 	}
-	g := s.acquire(ctx, r)
+	g, err := s.acquire(ctx, r)
+	if err != nil {
+		return floodgate.Decision{}, err
+	}
 	d, err := s.inner.Apply(ctx, g.local)
 	g.done(d.Allowed || err != nil)
 	return g.answer(d, err)
@@ -278,12 +281,19 @@ type globalCall struct {
 
 // acquire finds r's entry (waiting for its first lease if it has none
 // yet), read-locks it and builds the regional request. done releases it.
-func (s *Store) acquire(ctx context.Context, r floodgate.Request) globalCall {
+// The regional request takes no LocalBudget: units a regional Redis
+// claimed in advance under one share could be spent after the share was
+// lowered, and a region decides locally already.
+func (s *Store) acquire(ctx context.Context, r floodgate.Request) (globalCall, error) {
 	for {
+		if s.closed.Load() {
+			return globalCall{}, floodgate.ErrClosed
+		}
 		e := s.entry(r)
 		s.waitFirst(ctx, e)
 		e.mu.RLock()
 		if e.gone {
+			// Dropped while idle, or closed: look again.
 			e.mu.RUnlock()
 			continue
 		}
@@ -291,9 +301,10 @@ func (s *Store) acquire(ctx context.Context, r floodgate.Request) globalCall {
 		local := r
 		local.Key = s.o.KeyPrefix + r.Key
 		local.Limit.Global = false
+		local.Limit.LocalBudget = 0
 		local.Limit.Limit = e.effective(now, s.safe(r.Limit.Limit))
 		local.Now = now
-		return globalCall{e: e, r: r, local: local, now: now, owner: true}
+		return globalCall{e: e, r: r, local: local, now: now, owner: true}, nil
 	}
 }
 
@@ -486,22 +497,27 @@ func (s *Store) acquireAll(ctx context.Context, rs []floodgate.Request) ([]flood
 			finish(calls[:i], func(int) bool { return false })
 			return nil, nil, err
 		}
-		for j := range i {
-			if calls[j].e != nil && calls[j].r.Key == rs[i].Key && calls[j].r.Limit.Period == rs[i].Limit.Period {
-				// Two requests of one key and period in one batch: the
-				// regional store decides them as it would any two.
-				g := calls[j]
-				l := rs[i]
-				l.Key, l.Now = g.local.Key, g.now
-				l.Limit.Global, l.Limit.Limit = false, g.local.Limit.Limit
-				local[i] = l
-				calls[i] = globalCall{e: g.e, r: rs[i], local: l, now: g.now}
-				goto next
-			}
+		if j := slices.IndexFunc(calls[:i], func(g globalCall) bool {
+			return g.owner && g.r.Key == rs[i].Key && g.r.Limit.Period == rs[i].Limit.Period
+		}); j >= 0 {
+			// Two requests of one key and period in one batch: the
+			// regional store decides them as it would any two, on the
+			// share the first read.
+			g := calls[j]
+			l := rs[i]
+			l.Key, l.Now = g.local.Key, g.now
+			l.Limit.Global, l.Limit.Limit, l.Limit.LocalBudget = false, g.local.Limit.Limit, 0
+			local[i] = l
+			calls[i] = globalCall{e: g.e, r: rs[i], local: l, now: g.now}
+			continue
 		}
-		calls[i] = s.acquire(ctx, rs[i])
-		local[i] = calls[i].local
-	next:
+		g, err := s.acquire(ctx, rs[i])
+		if err != nil {
+			finish(calls[:i], func(int) bool { return false })
+			return nil, nil, err
+		}
+		calls[i] = g
+		local[i] = g.local
 	}
 	return local, calls, nil
 }
