@@ -1,0 +1,329 @@
+package rlqs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/share"
+)
+
+// Defaults of Options; the package doc says how they enter the bound.
+const (
+	// DefaultTTL is Options.TTL: an assignment lives 10 s unless renewed,
+	// above the reporting_interval of a typical Envoy config (1 to 5 s).
+	DefaultTTL = 10 * time.Second
+	// DefaultGrace is Options.Grace: the longest an assignment takes to
+	// reach an Envoy, plus the largest clock difference between replicas.
+	DefaultGrace = 2 * time.Second
+	// DefaultFloor is Options.Floor: each Envoy keeps 2% of a limit
+	// whatever its demand, so its first request after a quiet spell is
+	// admitted without waiting for a rebalance.
+	DefaultFloor = 0.02
+	// DefaultIdle is Options.Idle: a bucket no request has used for a
+	// minute is abandoned.
+	DefaultIdle = time.Minute
+	// DefaultMaxStreamBuckets is Options.MaxStreamBuckets.
+	DefaultMaxStreamBuckets = 1000
+	// DefaultMaxBuckets is Options.MaxBuckets.
+	DefaultMaxBuckets = 200_000
+	// DefaultMaxStreams is Options.MaxStreams.
+	DefaultMaxStreams = 4096
+	// MaxBucketIDBytes is the most bytes of keys and values of one
+	// bucket ID.
+	MaxBucketIDBytes = 4096
+)
+
+// Options configure a Service. The zero value of every field is its
+// default.
+type Options struct {
+	// Home leases each Envoy's share of every limit: a region.RedisHome
+	// on the Redis that every replica of the service reaches, so that
+	// replicas agree and a restarted one resumes. Nil means a
+	// region.MemHome of the Service's own, right for one replica on the
+	// memory store.
+	Home region.Home
+	// Prefix starts the key of every lease at home ("rlqs|" by default),
+	// kept apart from the keys of regions' global limits.
+	Prefix string
+	// TTL is the assignment_time_to_live of every assignment: an Envoy
+	// that hears nothing more falls back to its expired_assignment_behavior
+	// after it. Whole seconds (Envoy reads only the seconds), at least 1 s;
+	// default DefaultTTL. Set it above the Envoys' reporting_interval:
+	// every report renews it.
+	TTL time.Duration
+	// Grace is the most an assignment may take to reach its Envoy plus
+	// the largest clock difference between replicas; a share is held at
+	// home for TTL+Grace after the last assignment that used it. Default
+	// DefaultGrace.
+	Grace time.Duration
+	// ChangeEvery is the least time between two changes of one Envoy's
+	// token bucket (each change hands the Envoy a full bucket, which is
+	// what the bound counts). Default TTL/2; at most TTL+Grace.
+	ChangeEvery time.Duration
+	// Floor is the fraction of a limit each Envoy keeps whatever its
+	// demand (share.Party.Floor); 0 means DefaultFloor, negative none.
+	Floor float64
+	// Policy splits a limit among the Envoys reporting it; the zero value
+	// is share.Proportional.
+	Policy share.Policy
+	// Idle is how long a bucket may go without a request before it is
+	// abandoned; default DefaultIdle.
+	Idle time.Duration
+	// MaxStreamBuckets bounds the buckets of one stream, MaxBuckets those
+	// of all streams, MaxStreams the streams at once; 0 means their
+	// defaults. A report beyond them is refused (InvalidArgument, or
+	// ResourceExhausted for the service's own bounds).
+	MaxStreamBuckets, MaxBuckets, MaxStreams int
+	// Clock is the time of every report and lease; default time.Now.
+	Clock func() time.Time
+	// Timeout bounds each call to Home; default 1 s.
+	Timeout time.Duration
+	// Name starts the name of every holder this Service leases for, so
+	// that the leases at home say which replica holds them; default a
+	// random incarnation, new at each start.
+	Name string
+}
+
+// Service implements envoy.service.rate_limit_quota.v3.RateLimitQuotaService
+// over a server.Server's config. It is safe for concurrent use. Make one
+// with New, register it on a gRPC server with Register, and call Drain
+// before stopping that server.
+type Service struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	srv   *server.Server
+	o     Options
+	home  region.Home
+	log   *slog.Logger
+	m     *metrics
+	index indexCache
+
+	seq     atomic.Int64
+	buckets atomic.Int64 // of every stream
+
+	mu       sync.Mutex
+	streams  map[*session]chan struct{} // each stream's drain signal
+	draining bool
+}
+
+var _ rlqsv3.RateLimitQuotaServiceServer = (*Service)(nil)
+
+// New returns a Service deciding by srv's config, with metrics in
+// srv.Registry() and logs to srv.Logger(). A nil opts means the defaults.
+func New(srv *server.Server, opts *Options) (*Service, error) {
+	if srv == nil {
+		return nil, errors.New("rlqs: New: nil server")
+	}
+	s := &Service{srv: srv, log: srv.Logger(), streams: make(map[*session]chan struct{})}
+	if opts != nil {
+		s.o = *opts
+	}
+	o := &s.o
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.Grace == 0 {
+		o.Grace = DefaultGrace
+	}
+	if o.ChangeEvery == 0 {
+		o.ChangeEvery = o.TTL / 2
+	}
+	switch {
+	case o.Floor == 0:
+		o.Floor = DefaultFloor
+	case o.Floor < 0:
+		o.Floor = 0
+	}
+	if o.Idle == 0 {
+		o.Idle = DefaultIdle
+	}
+	if o.MaxStreamBuckets == 0 {
+		o.MaxStreamBuckets = DefaultMaxStreamBuckets
+	}
+	if o.MaxBuckets == 0 {
+		o.MaxBuckets = DefaultMaxBuckets
+	}
+	if o.MaxStreams == 0 {
+		o.MaxStreams = DefaultMaxStreams
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Timeout == 0 {
+		o.Timeout = time.Second
+	}
+	if o.Prefix == "" {
+		o.Prefix = "rlqs|"
+	}
+	if o.Name == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
+		o.Name = hex.EncodeToString(b[:])
+	}
+	switch {
+	case o.TTL < time.Second || o.TTL%time.Second != 0:
+		return nil, fmt.Errorf("rlqs: TTL %v: want whole seconds, at least 1s (Envoy reads only the seconds)", o.TTL)
+	case o.Grace < 0:
+		return nil, fmt.Errorf("rlqs: Grace %v is negative", o.Grace)
+	case o.ChangeEvery < 0 || o.ChangeEvery > o.TTL+o.Grace:
+		return nil, fmt.Errorf("rlqs: ChangeEvery %v: want at most TTL+Grace, %v", o.ChangeEvery, o.TTL+o.Grace)
+	case o.Floor > 1:
+		return nil, fmt.Errorf("rlqs: Floor %v is above 1", o.Floor)
+	case o.Idle < 0 || o.MaxStreamBuckets < 0 || o.MaxBuckets < 0 || o.MaxStreams < 0 || o.Timeout < 0:
+		return nil, errors.New("rlqs: a negative Idle, Timeout or bound")
+	case len(o.Name) > 128:
+		return nil, fmt.Errorf("rlqs: Name is %d bytes, more than 128", len(o.Name))
+	}
+	s.home = o.Home
+	if s.home == nil {
+		s.home = &region.MemHome{}
+	}
+	var err error
+	if s.m, err = newMetrics(srv.Registry()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Register registers s on g, so that g answers StreamRateLimitQuotas.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, s)
+}
+
+// Drain expires the assignments of every open stream (an assignment with
+// a time to live of 0, which sends each Envoy to its
+// expired_assignment_behavior at once), ends the streams, and refuses new
+// ones with Unavailable: call it before stopping the gRPC server, so that
+// the Envoys fall back as configured rather than keep an assignment no
+// replica renews, and reconnect to another replica. The leases at home
+// are not returned: they run out TTL+Grace after their last renewal, the
+// time an assignment that did not arrive could still be enforced. It
+// returns when every stream has ended or ctx is done.
+func (s *Service) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	waits := make([]chan struct{}, 0, len(s.streams))
+	for ss, ch := range s.streams {
+		if !ss.drainSent {
+			ss.drainSent = true
+			close(ch)
+		}
+		waits = append(waits, ss.done)
+	}
+	s.mu.Unlock()
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// StreamRateLimitQuotas serves one Envoy's stream: every report is
+// answered at once with one action per bucket it names, in its order;
+// see the package doc. A malformed report ends the stream with
+// InvalidArgument naming the field.
+func (s *Service) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+	ss, drain, err := s.open()
+	if err != nil {
+		return err
+	}
+	defer s.close(ss)
+	type recv struct {
+		msg *rlqsv3.RateLimitQuotaUsageReports
+		err error
+	}
+	in := make(chan recv)
+	ctx := st.Context()
+	go func() {
+		for {
+			m, err := st.Recv()
+			select {
+			case in <- recv{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-drain:
+			if resp := ss.expireAll(); resp != nil {
+				_ = st.Send(resp)
+			}
+			return nil
+		case <-ctx.Done():
+			return nil
+		case r := <-in:
+			if r.err != nil {
+				// io.EOF: the Envoy closed its side; anything else is the
+				// stream's end. Either way nothing is left to answer.
+				return nil
+			}
+			resp, err := ss.handle(ctx, r.msg)
+			if err != nil {
+				s.m.refused.Inc()
+				s.log.Debug("rlqs report refused", "holder", ss.holder, "error", err)
+				return err
+			}
+			if len(resp.BucketAction) > 0 {
+				if err := st.Send(resp); err != nil {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// open starts a session, or refuses a stream while draining or beyond
+// MaxStreams.
+func (s *Service) open() (*session, chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return nil, nil, status.Error(codes.Unavailable, "rlqs: this replica is shutting down; reconnect to another")
+	}
+	if len(s.streams) >= s.o.MaxStreams {
+		return nil, nil, status.Errorf(codes.ResourceExhausted, "rlqs: %d streams open, the most this replica serves", len(s.streams))
+	}
+	ss := s.newSession()
+	ch := make(chan struct{})
+	s.streams[ss] = ch
+	s.m.streams.Inc()
+	return ss, ch, nil
+}
+
+// newSession is a session of its own holder name.
+func (s *Service) newSession() *session {
+	return &session{svc: s, holder: s.o.Name + "." + strconv.FormatInt(s.seq.Add(1), 10),
+		buckets: make(map[string]*bucket), done: make(chan struct{})}
+}
+
+func (s *Service) close(ss *session) {
+	s.mu.Lock()
+	delete(s.streams, ss)
+	s.mu.Unlock()
+	s.buckets.Add(-int64(len(ss.buckets)))
+	s.m.buckets.Sub(float64(len(ss.buckets)))
+	s.m.streams.Dec()
+	close(ss.done)
+}

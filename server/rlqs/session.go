@@ -1,0 +1,471 @@
+package rlqs
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/share"
+)
+
+// session is one stream: one Envoy, one holder at home. Only the
+// stream's goroutine touches it, but for drainSent (under Service.mu).
+type session struct {
+	svc       *Service
+	holder    string
+	domain    string
+	buckets   map[string]*bucket
+	done      chan struct{}
+	drainSent bool
+}
+
+// bucket is what a session knows of one bucket ID.
+type bucket struct {
+	id    *rlqsv3.BucketId
+	entry []config.Entry
+	// key is the lease's key at home; empty when the bucket is answered
+	// by a blanket rule (no rule, unlimited, shadow mode, an algorithm
+	// no token bucket expresses).
+	key     string
+	limit   floodgate.Limit
+	blanket typev3.RateLimitStrategy_BlanketRule
+
+	demand   int64 // units per Period, smoothed
+	measured bool
+	reported time.Time // the last report
+	active   time.Time // the last report with a request in it
+
+	parties []share.Party
+	self    int
+	// sent is every share an assignment carried in the last TTL+Grace,
+	// oldest first: home holds at least their maximum.
+	sent []sentShare
+	// cur is the strategy last sent (nil: none yet), at lastSent; changed
+	// is when the Envoy last got a new token bucket.
+	cur               *strategy
+	lastSent, changed time.Time
+}
+
+type sentShare struct {
+	share int64
+	at    time.Time
+}
+
+// strategy is an assignment's rate limit strategy, as the bound counts
+// it: a blanket rule, or a token bucket of maxTokens refilled by
+// tokensPerFill every fillSeconds.
+type strategy struct {
+	blanket                  typev3.RateLimitStrategy_BlanketRule
+	bucket                   bool
+	maxTokens, tokensPerFill uint32
+	fillSeconds              int64
+	share                    int64
+}
+
+func (a *strategy) equal(b *strategy) bool { return a != nil && b != nil && *a == *b }
+
+// proto is the strategy as Envoy reads it.
+func (a *strategy) proto() *typev3.RateLimitStrategy {
+	if !a.bucket {
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: a.blanket}}
+	}
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+		MaxTokens:     a.maxTokens,
+		TokensPerFill: wrapperspb.UInt32(a.tokensPerFill),
+		FillInterval:  &durationpb.Duration{Seconds: a.fillSeconds},
+	}}}
+}
+
+// invalidField is an InvalidArgument naming field, with an
+// errdetails.BadRequest that names it too.
+func invalidField(field, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	st := status.New(codes.InvalidArgument, "rlqs: "+field+": "+msg)
+	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg}}}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// bucketKey is a canonical text of a bucket ID, its entries sorted by
+// key: {a: A, b: B} and {b: B, a: A} are one bucket, as the protocol says.
+func bucketKey(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(escapeKV(k))
+		b.WriteByte('=')
+		b.WriteString(escapeKV(m[k]))
+		b.WriteByte('|')
+	}
+	return b.String()
+}
+
+func escapeKV(s string) string {
+	return strings.NewReplacer("%", "%25", "=", "%3D", "|", "%7C").Replace(s)
+}
+
+// checkReport checks the shape of a report before anything is done with
+// it: every bucket ID present, of 1 to server.MaxEntries entries with
+// non-empty keys and at most MaxBucketIDBytes bytes, and a time elapsed
+// that is a valid duration, not negative.
+func checkReport(m *rlqsv3.RateLimitQuotaUsageReports, domain string) error {
+	switch {
+	case m.GetDomain() == "" && domain == "":
+		return invalidField("domain", "empty in the stream's first report")
+	case m.GetDomain() != "" && domain != "" && m.GetDomain() != domain:
+		return invalidField("domain", "%q differs from the stream's domain %q; open a new stream for another domain", m.GetDomain(), domain)
+	}
+	for i, u := range m.GetBucketQuotaUsages() {
+		field := fmt.Sprintf("bucket_quota_usages[%d]", i)
+		id := u.GetBucketId().GetBucket()
+		if len(id) == 0 {
+			return invalidField(field+".bucket_id", "empty")
+		}
+		if len(id) > server.MaxEntries {
+			return invalidField(field+".bucket_id", "%d entries, more than the %d allowed", len(id), server.MaxEntries)
+		}
+		n := 0
+		for k, v := range id {
+			if k == "" {
+				return invalidField(field+".bucket_id", "an entry with an empty key")
+			}
+			n += len(k) + len(v)
+		}
+		if n > MaxBucketIDBytes {
+			return invalidField(field+".bucket_id", "%d bytes of keys and values, more than the %d allowed", n, MaxBucketIDBytes)
+		}
+		if te := u.GetTimeElapsed(); te != nil {
+			if err := te.CheckValid(); err != nil || te.AsDuration() < 0 {
+				return invalidField(field+".time_elapsed", "%v is not a duration of zero or more", te)
+			}
+		}
+	}
+	return nil
+}
+
+// handle answers one report: the first report of a bucket subscribes the
+// stream to it; every bucket reported gets its action in the answer, in
+// the report's order.
+func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
+	s := ss.svc
+	if err := checkReport(m, ss.domain); err != nil {
+		return nil, err
+	}
+	cfg := s.srv.Config()
+	if ss.domain == "" {
+		if cfg.Domain(m.GetDomain()) == nil {
+			return nil, invalidField("domain", "%q is not a domain of this server's config", m.GetDomain())
+		}
+		ss.domain = m.GetDomain()
+	}
+	now := s.o.Clock()
+	usages := m.GetBucketQuotaUsages()
+	bs := make([]*bucket, len(usages))
+	for i, u := range usages {
+		key := bucketKey(u.GetBucketId().GetBucket())
+		b := ss.buckets[key]
+		if b == nil {
+			if len(ss.buckets) >= s.o.MaxStreamBuckets {
+				return nil, invalidField(fmt.Sprintf("bucket_quota_usages[%d].bucket_id", i), "the stream already has %d buckets, the most allowed (floodgate serve -rlqs-max-stream-buckets)", len(ss.buckets))
+			}
+			if s.buckets.Add(1) > int64(s.o.MaxBuckets) {
+				s.buckets.Add(-1)
+				return nil, status.Errorf(codes.ResourceExhausted, "rlqs: this replica holds %d buckets, the most it serves", s.o.MaxBuckets)
+			}
+			s.m.buckets.Inc()
+			b = &bucket{id: u.GetBucketId(), self: -1}
+			ss.buckets[key] = b
+		}
+		ss.classify(cfg, b)
+		ss.measure(b, u, now)
+		bs[i] = b
+	}
+	s.m.reports.Add(float64(len(usages)))
+	// Leases first, all buckets at once (a report of many buckets waits
+	// for one round trip to home, not one per bucket), then the answer.
+	type job struct {
+		b       *bucket
+		abandon bool
+		out     *strategy
+	}
+	jobs := make([]job, len(bs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, b := range bs {
+		jobs[i].b = b
+		if jobs[i].abandon = now.Sub(b.active) >= s.o.Idle; jobs[i].abandon {
+			continue
+		}
+		if b.key == "" {
+			jobs[i].out = &strategy{blanket: b.blanket}
+			continue
+		}
+		if slices.IndexFunc(bs[:i], func(o *bucket) bool { return o == b }) >= 0 {
+			continue // reported twice in one report: leased once
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			jobs[i].out = ss.lease(ctx, b, now)
+		})
+	}
+	wg.Wait()
+	resp := &rlqsv3.RateLimitQuotaResponse{}
+	for i, j := range jobs {
+		if j.out == nil && !j.abandon && j.b.key != "" {
+			if k := slices.IndexFunc(bs[:i], func(o *bucket) bool { return o == j.b }); k >= 0 {
+				j.out = jobs[k].out
+			}
+		}
+		switch {
+		case j.abandon:
+			key := bucketKey(j.b.id.GetBucket())
+			if ss.buckets[key] == j.b {
+				delete(ss.buckets, key)
+				s.buckets.Add(-1)
+				s.m.buckets.Dec()
+				s.m.abandoned.Inc()
+			}
+			resp.BucketAction = append(resp.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: j.b.id,
+				BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}})
+		case j.out != nil:
+			resp.BucketAction = append(resp.BucketAction, ss.assign(j.b, j.out, now, s.o.TTL))
+		}
+	}
+	return resp, nil
+}
+
+// classify matches b's ID to a rule of the config in force (each report,
+// so a reload applies at the next one) and decides how it is answered.
+func (ss *session) classify(cfg *config.Config, b *bucket) {
+	s := ss.svc
+	rule, entries := s.index.match(cfg, ss.domain, b.id.GetBucket())
+	b.entry = entries
+	b.key, b.blanket = "", typev3.RateLimitStrategy_ALLOW_ALL
+	switch {
+	case rule == nil || rule.Unlimited || rule.ShadowMode:
+		return
+	case !expressible(rule.Limit):
+		// A limit no token bucket can express is answered by its
+		// failure mode, as a store failure would be.
+		if rule.FailurePolicy == floodgate.FailClosed {
+			b.blanket = typev3.RateLimitStrategy_DENY_ALL
+		}
+		s.m.inexpressible.Inc()
+		return
+	case rule.Limit.Limit == 0:
+		b.blanket = typev3.RateLimitStrategy_DENY_ALL
+		return
+	}
+	b.key = s.o.Prefix + rule.Key(entries)
+	if b.limit != rule.Limit {
+		b.limit, b.parties, b.self = rule.Limit, nil, -1
+	}
+}
+
+// expressible reports whether a token bucket expresses l: fixed_window,
+// token_bucket and gcra, whose admissions are a rate of Limit per Period
+// with a capacity (Capacity). A sliding window promises at most Limit in
+// every trailing Period, which a bucket of that capacity and rate breaks
+// (it admits up to twice as much); a concurrency limit holds units until
+// they are released, which the protocol cannot say.
+func expressible(l floodgate.Limit) bool {
+	switch l.EffectiveAlgorithm() {
+	case floodgate.FixedWindow, floodgate.TokenBucket, floodgate.GCRA:
+		return true
+	}
+	return false
+}
+
+// measure folds a report of b into its demand: (allowed + denied) per
+// Period over the report's time_elapsed (or, when Envoy leaves it 0, the
+// time since b's last report), averaged with the previous measure.
+func (ss *session) measure(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) {
+	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
+	if u.GetNumRequestsAllowed() > n { // overflow: as many as can be told apart
+		n = math.MaxUint64
+	}
+	if n > 0 || b.active.IsZero() {
+		b.active = now
+	}
+	elapsed := u.GetTimeElapsed().AsDuration()
+	if elapsed <= 0 && !b.reported.IsZero() {
+		elapsed = now.Sub(b.reported)
+	}
+	b.reported = now
+	if b.key == "" && b.limit.Period == 0 {
+		return
+	}
+	var rate int64
+	if elapsed > 0 && b.limit.Period > 0 {
+		rate = int64(min(float64(share.MaxDemand), float64(n)*float64(b.limit.Period)/float64(elapsed)))
+	} else {
+		rate = int64(min(uint64(share.MaxDemand), n)) // a first report: what it counted
+	}
+	if b.measured {
+		rate = (b.demand + rate) / 2
+	}
+	b.demand, b.measured = rate, true
+}
+
+// floor is each holder's floor of l.
+func (ss *session) floor(l floodgate.Limit) int64 {
+	return int64(ss.svc.o.Floor * float64(l.Limit))
+}
+
+// lease renews b's lease at home and returns the strategy to send, or nil
+// when home did not answer: the Envoy then keeps its assignment until its
+// time to live, which the lease outlasts, and falls back after it.
+//
+// The share to send is the split of the limit over every holder's last
+// demand and floor (as home reported them at the previous call), with
+// b's own demand measured now; it changes at most once per ChangeEvery.
+// Home is asked for the larger of it and every share sent in the last
+// TTL+Grace (an Envoy may still enforce any of them), so the shares home
+// holds cover every token bucket an Envoy may be running; what is sent
+// is at most what home granted.
+func (ss *session) lease(ctx context.Context, b *bucket, now time.Time) *strategy {
+	s := ss.svc
+	l := b.limit
+	floor := ss.floor(l)
+	hold := s.o.TTL + s.o.Grace
+	b.sent = slices.DeleteFunc(b.sent, func(x sentShare) bool { return now.Sub(x.at) >= hold })
+	var held int64
+	for _, x := range b.sent {
+		held = max(held, x.share)
+	}
+	req := region.LeaseRequest{Key: b.key, Limit: floodgate.Limit{Limit: l.Limit, Period: time.Second}, Holder: ss.holder,
+		Now: now, Term: hold, Grace: s.o.Grace, Demand: b.demand, Floor: floor}
+	call := func(want int64) (region.Lease, bool) {
+		req.Want = want
+		cctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+		defer cancel()
+		out, err := s.home.Lease(cctx, req)
+		s.m.leases.Inc()
+		if err != nil {
+			s.m.homeErrors.Inc()
+			s.log.Debug("rlqs lease failed", "holder", ss.holder, "error", err)
+			return out, false
+		}
+		b.parties, b.self = out.Parties, out.Self
+		return out, true
+	}
+	if b.self < 0 || b.self >= len(b.parties) {
+		// The first lease of the bucket: register its demand (asking for
+		// no more than it holds) to learn the others'.
+		if _, ok := call(held); !ok {
+			return nil
+		}
+	}
+	parties := slices.Clone(b.parties)
+	parties[b.self] = share.Party{Demand: b.demand, Floor: floor}
+	target := share.Split(l.Limit, parties, s.o.Policy)[b.self]
+	expired := b.cur == nil || now.Sub(b.lastSent) >= s.o.TTL
+	keep := !expired && now.Sub(b.changed) < s.o.ChangeEvery
+	if keep {
+		target = b.cur.share
+	}
+	out, ok := call(max(target, held))
+	if !ok {
+		return nil
+	}
+	give := min(target, out.Share)
+	if keep {
+		// out.Share >= held >= b.cur.share unless home lost its state.
+		give = min(b.cur.share, out.Share)
+	}
+	return tokenBucket(l, give)
+}
+
+// tokenBucket is the token bucket of share units of l: tokens_per_fill
+// units every fill_interval, the period rounded up to whole seconds (Envoy
+// reads only the seconds of a fill interval), with the rate rounded down,
+// and max_tokens the same part of l's capacity, rounded down. A share too
+// small for one token is DENY_ALL.
+func tokenBucket(l floodgate.Limit, s int64) *strategy {
+	st := &strategy{blanket: typev3.RateLimitStrategy_DENY_ALL, share: s}
+	if s <= 0 || l.Limit <= 0 {
+		return st
+	}
+	fill := (l.Period + time.Second - 1) / time.Second
+	tpf := mulDiv(uint64(s), uint64(fill)*uint64(time.Second), uint64(l.Period))
+	maxTokens := mulDiv(uint64(s), uint64(l.Capacity()), uint64(l.Limit))
+	tpf, maxTokens = min(tpf, math.MaxUint32), min(maxTokens, math.MaxUint32)
+	if tpf == 0 || maxTokens == 0 {
+		return st
+	}
+	st.bucket, st.fillSeconds = true, int64(fill)
+	st.tokensPerFill, st.maxTokens = uint32(tpf), uint32(maxTokens)
+	return st
+}
+
+// mulDiv is ⌊a×b/c⌋ without overflow, saturating at 2^64-1.
+func mulDiv(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return math.MaxUint64
+	}
+	q, _ := bits.Div64(hi, lo, c)
+	return q
+}
+
+// assign records st as sent to b now and returns its action.
+func (ss *session) assign(b *bucket, st *strategy, now time.Time, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	if b.key != "" {
+		if !st.equal(b.cur) || now.Sub(b.lastSent) >= ss.svc.o.TTL {
+			// A new token bucket at the Envoy (a changed strategy, or one
+			// sent after the last expired).
+			b.changed = now
+		}
+		if st.share > 0 {
+			b.sent = append(b.sent, sentShare{st.share, now})
+		}
+	}
+	b.cur, b.lastSent = st, now
+	ss.svc.m.assignments.Inc()
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(ttl),
+			RateLimitStrategy:    st.proto(),
+		}}}
+}
+
+// expireAll is the drain's answer: every bucket's current strategy with a
+// time to live of 0; nil when the stream has none.
+func (ss *session) expireAll() *rlqsv3.RateLimitQuotaResponse {
+	resp := &rlqsv3.RateLimitQuotaResponse{}
+	now := ss.svc.o.Clock()
+	for _, b := range ss.buckets {
+		st := b.cur
+		if st == nil {
+			st = &strategy{blanket: typev3.RateLimitStrategy_DENY_ALL}
+		}
+		resp.BucketAction = append(resp.BucketAction, ss.assign(b, st, now, 0))
+	}
+	if len(resp.BucketAction) == 0 {
+		return nil
+	}
+	return resp
+}
