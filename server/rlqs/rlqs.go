@@ -73,7 +73,7 @@ type Options struct {
 	Grace time.Duration
 	// ChangeEvery is the least time between two changes of one Envoy's
 	// token bucket (each change hands the Envoy a full bucket, which is
-	// what the bound counts). Default TTL/2; at most TTL+Grace.
+	// what the bound counts). Default TTL/2; at most TTL.
 	ChangeEvery time.Duration
 	// Floor is the fraction of a limit each Envoy keeps whatever its
 	// demand (share.Party.Floor); 0 means DefaultFloor, negative none.
@@ -179,8 +179,8 @@ func New(srv *server.Server, opts *Options) (*Service, error) {
 		return nil, fmt.Errorf("rlqs: TTL %v: want whole seconds, at least 1s (Envoy reads only the seconds)", o.TTL)
 	case o.Grace < 0:
 		return nil, fmt.Errorf("rlqs: Grace %v is negative", o.Grace)
-	case o.ChangeEvery < 0 || o.ChangeEvery > o.TTL+o.Grace:
-		return nil, fmt.Errorf("rlqs: ChangeEvery %v: want at most TTL+Grace, %v", o.ChangeEvery, o.TTL+o.Grace)
+	case o.ChangeEvery < 0 || o.ChangeEvery > o.TTL:
+		return nil, fmt.Errorf("rlqs: ChangeEvery %v: want at most TTL, %v", o.ChangeEvery, o.TTL)
 	case o.Floor > 1:
 		return nil, fmt.Errorf("rlqs: Floor %v is above 1", o.Floor)
 	case o.Idle < 0 || o.MaxStreamBuckets < 0 || o.MaxBuckets < 0 || o.MaxStreams < 0 || o.Timeout < 0:
@@ -285,10 +285,10 @@ func (s *Service) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateL
 				s.log.Debug("rlqs report refused", "holder", ss.holder, "error", err)
 				return err
 			}
-			if len(resp.BucketAction) > 0 {
-				if err := st.Send(resp); err != nil {
-					return nil
-				}
+			// Every report is answered, with no action when home did not
+			// answer: a client may wait for the answer of each report.
+			if err := st.Send(resp); err != nil {
+				return nil
 			}
 		}
 	}
