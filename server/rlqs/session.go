@@ -416,7 +416,7 @@ func tokenBucket(l floodgate.Limit, s int64) *strategy {
 	if tpf == 0 || maxTokens == 0 {
 		return st
 	}
-	st.bucket, st.fillSeconds = true, int64(fill)
+	st.blanket, st.bucket, st.fillSeconds = typev3.RateLimitStrategy_ALLOW_ALL, true, int64(fill)
 	st.tokensPerFill, st.maxTokens = uint32(tpf), uint32(maxTokens)
 	return st
 }
