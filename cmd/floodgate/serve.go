@@ -100,6 +100,7 @@ type serveConfig struct {
 	maxConns            int
 	grpcMaxIdle         time.Duration
 	region              regionFlags
+	rlqs                rlqsFlags
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -141,6 +142,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
 	c.region.register(fs)
+	c.rlqs.register(fs)
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, 0, false
@@ -199,6 +201,8 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-hold-retention: %v must be above zero", c.holdRetention)
 	case c.region.problem() != "":
 		return c.region.problem()
+	case c.rlqs.problem() != "":
+		return c.rlqs.problem()
 	case tlsProblem != "":
 		return tlsProblem
 	case c.httpAddr == "":
@@ -257,11 +261,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	quota, closeQuota, err := c.rlqs.open(srv, c.redisURL, log)
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		return 1
+	}
+	defer closeQuota()
 	l, err := c.listen(srv, auth, ltls, handler)
 	if err != nil {
 		log.Error("cannot listen", "error", err)
 		return 1
 	}
+	attachRLQS(l, quota)
 	if auth == nil {
 		for _, ln := range []net.Listener{l.httpLn, l.grpcLn} {
 			if ln != nil && !loopback(ln.Addr()) {
@@ -426,6 +437,9 @@ type listeners struct {
 	// debug serves the profiler on -debug-addr; nil without it.
 	debugLn net.Listener
 	debug   *http.Server
+	// drain, if set, runs before the gRPC server stops: the quota
+	// service's Drain.
+	drain func(context.Context)
 }
 
 // listen opens the HTTP and gRPC listeners of the flags, with the handlers
@@ -513,6 +527,9 @@ func (l *listeners) shutdown(timeout time.Duration, log *slog.Logger) (complete 
 	defer cancel()
 	if l.debug != nil {
 		l.debug.Close()
+	}
+	if l.drain != nil {
+		l.drain(sctx)
 	}
 	done := make(chan struct{})
 	go func() {

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestServeRLQS: two serve replicas on one Redis answer Envoy's quota
+// service on their gRPC port: an Envoy alone on one gets the whole limit
+// as a token bucket, a second Envoy on the other replica finds it held
+// (the replicas share the leases in Redis) and gets what is left; at
+// shutdown the replica expires its assignments (TTL 0) and ends the
+// stream.
+func TestServeRLQS(t *testing.T) {
+	red := redistest.Standalone(t)
+	dir, _ := writeConfig(t, `domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 600}
+`)
+	a := startServe(t, "-config", dir, "-redis", "redis://"+red.Addr, "-rlqs-ttl", "5s", "-rlqs-floor", "0")
+	b := startServe(t, "-config", dir, "-redis", "redis://"+red.Addr, "-rlqs-ttl", "5s", "-rlqs-floor", "0")
+	report := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+		BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "acme"}}, TimeElapsed: durationpb.New(0), NumRequestsDenied: 1}}}
+	open := func(addr string) grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse] {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	ask := func(st grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) string {
+		if err := st.Send(report); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
+		if got := qa.GetAssignmentTimeToLive().GetSeconds(); got != 5 {
+			t.Errorf("TTL %ds, want 5 (-rlqs-ttl)", got)
+		}
+		return strings.ReplaceAll(qa.GetRateLimitStrategy().String(), "  ", " ")
+	}
+	sa := open(a.grpcAddr)
+	if got, want := ask(sa), `token_bucket:{max_tokens:600 tokens_per_fill:{value:600} fill_interval:{seconds:60}}`; got != want {
+		t.Errorf("the first Envoy got %s, want %s", got, want)
+	}
+	sb := open(b.grpcAddr)
+	if got, want := ask(sb), `blanket_rule:DENY_ALL`; got != want {
+		t.Errorf("the second Envoy, on the other replica, got %s while the first holds the whole limit; want %s", got, want)
+	}
+	if code := a.stop(); code != 0 {
+		t.Errorf("serve exited %d", code)
+	}
+	resp, err := sa.Recv()
+	if err != nil {
+		t.Fatalf("no drain answer: %v", err)
+	}
+	if got := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(); got != 0 {
+		t.Errorf("the drain's TTL is %v, want 0", got)
+	}
+	if _, err := sa.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the drain: %v, want the stream's end", err)
+	}
+}
