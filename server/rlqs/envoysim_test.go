@@ -149,6 +149,8 @@ type simEnvoy struct {
 	// the next report.
 	streams  int
 	loseNext bool
+	// sent counts the reports sent.
+	sent int64
 }
 
 type created struct {
@@ -290,6 +292,7 @@ func (e *simEnvoy) send(bs []*simBucket, now time.Time) {
 		})
 		b.allowed, b.denied, b.lastReport = 0, 0, now
 	}
+	e.sent++
 	if err := e.stream.Send(m); err != nil {
 		e.dropStream() // the usage is lost, as Envoy drops it
 		return

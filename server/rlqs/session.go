@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -122,9 +123,12 @@ func bucketKey(m map[string]string) string {
 	return b.String()
 }
 
-func escapeKV(s string) string {
-	return strings.NewReplacer("%", "%25", "=", "%3D", "|", "%7C").Replace(s)
-}
+// kvEscaper escapes the bytes bucketKey uses as separators; built once
+// (a Replacer builds its table at first use, which costs far more than
+// one replacement).
+var kvEscaper = strings.NewReplacer("%", "%25", "=", "%3D", "|", "%7C")
+
+func escapeKV(s string) string { return kvEscaper.Replace(s) }
 
 // checkReport checks the shape of a report before anything is done with
 // it: every bucket ID present, of 1 to server.MaxEntries entries with
@@ -182,6 +186,9 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 	}
 	now := s.o.Clock()
 	usages := m.GetBucketQuotaUsages()
+	if len(usages) > s.o.MaxStreamBuckets {
+		return nil, invalidField("bucket_quota_usages", "%d usages in one report, more than the %d buckets a stream may have", len(usages), s.o.MaxStreamBuckets)
+	}
 	bs := make([]*bucket, len(usages))
 	for i, u := range usages {
 		key := bucketKey(u.GetBucketId().GetBucket())
@@ -211,8 +218,8 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 		out     *strategy
 	}
 	jobs := make([]job, len(bs))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
+	var lease []int                         // the jobs that call home
+	first := make(map[*bucket]int, len(bs)) // each bucket's first job
 	for i, b := range bs {
 		jobs[i].b = b
 		if jobs[i].abandon = now.Sub(b.active) >= s.o.Idle; jobs[i].abandon {
@@ -222,22 +229,34 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 			jobs[i].out = &strategy{blanket: b.blanket}
 			continue
 		}
-		if slices.IndexFunc(bs[:i], func(o *bucket) bool { return o == b }) >= 0 {
+		if _, twice := first[b]; twice {
 			continue // reported twice in one report: leased once
 		}
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			jobs[i].out = ss.lease(ctx, b, now)
-		})
+		first[b] = i
+		lease = append(lease, i)
 	}
-	wg.Wait()
+	// A few workers call home for all of them, so that a report of many
+	// buckets waits for about one round trip, not one per bucket.
+	if len(lease) == 1 {
+		j := &jobs[lease[0]]
+		j.out = ss.lease(ctx, j.b, now)
+	} else if len(lease) > 1 {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range min(len(lease), 16) {
+			wg.Go(func() {
+				for k := next.Add(1) - 1; k < int64(len(lease)); k = next.Add(1) - 1 {
+					j := &jobs[lease[k]]
+					j.out = ss.lease(ctx, j.b, now)
+				}
+			})
+		}
+		wg.Wait()
+	}
 	resp := &rlqsv3.RateLimitQuotaResponse{}
 	for i, j := range jobs {
-		if j.out == nil && !j.abandon && j.b.key != "" {
-			if k := slices.IndexFunc(bs[:i], func(o *bucket) bool { return o == j.b }); k >= 0 {
-				j.out = jobs[k].out
-			}
+		if k, ok := first[j.b]; ok && k != i {
+			j.out = jobs[k].out
 		}
 		switch {
 		case j.abandon:

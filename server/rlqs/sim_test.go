@@ -161,7 +161,7 @@ func (s *sim) share(i int, from, to time.Duration) (int64, int64) {
 	return mine, all
 }
 
-func newRedisHome(t *testing.T, addr string) *region.RedisHome {
+func newRedisHome(t testing.TB, addr string) *region.RedisHome {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
