@@ -66,8 +66,13 @@
 // Each assignment's time to live is Options.TTL (whole seconds, as Envoy
 // reads them), renewed by every report, so set it above the Envoys'
 // reporting_interval. A bucket that has had no request for Options.Idle
-// is answered AbandonAction and forgotten; its share returns to the
-// others when its lease ends. A stream may hold Options.MaxStreamBuckets
+// is answered AbandonAction; its share returns to the others when its
+// lease ends. So is a bucket whose limit a reload changed, since Envoy
+// keeps a token bucket whose max_tokens and tokens_per_fill are unchanged
+// (its next request subscribes it again under the new limit). The
+// stream remembers an abandoned bucket for TTL+Grace, so a new
+// subscription finds its shares still held and gets no new token bucket
+// within ChangeEvery of the last (DENY_ALL until then). A stream may hold Options.MaxStreamBuckets
 // buckets and the replica Options.MaxBuckets and Options.MaxStreams;
 // beyond them a report is refused (InvalidArgument naming the bucket, or
 // ResourceExhausted), as is any malformed report (a bucket without an ID,

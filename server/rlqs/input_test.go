@@ -273,3 +273,52 @@ func FuzzReport(f *testing.F) {
 		}
 	})
 }
+
+// TestReloadAbandons: a reload that changes a bucket's limit abandons the
+// bucket (Envoy would keep a token bucket whose max_tokens and
+// tokens_per_fill did not change, here 600 every 60 s and then every
+// 120 s); a report that subscribes it again gets DENY_ALL until
+// ChangeEvery has passed since its last token bucket, then the new
+// limit's.
+func TestReloadAbandons(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	svc := newTestService(t, &Options{Clock: func() time.Time { return now }})
+	ss := svc.newSession()
+	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		usage(map[string]string{"tenant": "t1", "route": "/"}, 1, 0)}}
+	if _, err := ss.handle(t.Context(), rep); err != nil {
+		t.Fatal(err)
+	}
+	d, err := config.Parse("rules.yaml", []byte(strings.Replace(testYAML, "{unit: minute, requests_per_unit: 600}", "{period: 2m, requests_per_unit: 600}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.srv.SetConfig(cfg)
+	resp, err := ss.handle(t.Context(), rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.BucketAction[0].GetAbandonAction() == nil {
+		t.Fatalf("after the reload: %v, want the bucket abandoned", resp.BucketAction[0])
+	}
+	now = now.Add(time.Second)
+	resp, err = ss.handle(t.Context(), rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.BucketAction[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(); got.String() != "DENY_ALL" || resp.BucketAction[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() != nil {
+		t.Errorf("subscribed again 1 s after its last token bucket: %v, want DENY_ALL", resp.BucketAction[0])
+	}
+	now = now.Add(DefaultTTL / 2)
+	resp, err = ss.handle(t.Context(), rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.BucketAction[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetFillInterval().GetSeconds(); got != 120 {
+		t.Errorf("subscribed again: fill interval %ds, want 120", got)
+	}
+}

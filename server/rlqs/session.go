@@ -62,6 +62,13 @@ type bucket struct {
 	// is when the Envoy last got a new token bucket.
 	cur               *strategy
 	lastSent, changed time.Time
+	// stale: a reload changed the limit under the token bucket sent.
+	stale bool
+	// abandoned: the Envoy was told to forget the bucket. It is kept for
+	// TTL+Grace after its last assignment, so that a new subscription of
+	// the same stream finds the shares still held and when its last
+	// token bucket was made.
+	abandoned bool
 }
 
 type sentShare struct {
@@ -189,10 +196,19 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 	if len(usages) > s.o.MaxStreamBuckets {
 		return nil, invalidField("bucket_quota_usages", "%d usages in one report, more than the %d buckets a stream may have", len(usages), s.o.MaxStreamBuckets)
 	}
+	for key, b := range ss.buckets {
+		if b.abandoned && now.Sub(b.lastSent) >= s.o.TTL+s.o.Grace {
+			ss.forget(key)
+		}
+	}
 	bs := make([]*bucket, len(usages))
 	for i, u := range usages {
 		key := bucketKey(u.GetBucketId().GetBucket())
 		b := ss.buckets[key]
+		if b != nil && b.abandoned {
+			// Subscribed again: the Envoy has no assignment for it.
+			b.abandoned, b.stale, b.cur, b.active, b.measured = false, false, nil, time.Time{}, false
+		}
 		if b == nil {
 			if len(ss.buckets) >= s.o.MaxStreamBuckets {
 				return nil, invalidField(fmt.Sprintf("bucket_quota_usages[%d].bucket_id", i), "the stream already has %d buckets, the most allowed (floodgate serve -rlqs-max-stream-buckets)", len(ss.buckets))
@@ -222,7 +238,7 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 	first := make(map[*bucket]int, len(bs)) // each bucket's first job
 	for i, b := range bs {
 		jobs[i].b = b
-		if jobs[i].abandon = now.Sub(b.active) >= s.o.Idle; jobs[i].abandon {
+		if jobs[i].abandon = b.stale || now.Sub(b.active) >= s.o.Idle; jobs[i].abandon {
 			continue
 		}
 		if b.key == "" {
@@ -260,11 +276,8 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 		}
 		switch {
 		case j.abandon:
-			key := bucketKey(j.b.id.GetBucket())
-			if ss.buckets[key] == j.b {
-				delete(ss.buckets, key)
-				s.buckets.Add(-1)
-				s.m.buckets.Dec()
+			if !j.b.abandoned {
+				j.b.abandoned, j.b.stale = true, false
 				s.m.abandoned.Inc()
 			}
 			resp.BucketAction = append(resp.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: j.b.id,
@@ -276,12 +289,20 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 	return resp, nil
 }
 
+// forget drops the bucket of key from the session.
+func (ss *session) forget(key string) {
+	delete(ss.buckets, key)
+	ss.svc.buckets.Add(-1)
+	ss.svc.m.buckets.Dec()
+}
+
 // classify matches b's ID to a rule of the config in force (each report,
 // so a reload applies at the next one) and decides how it is answered.
 func (ss *session) classify(cfg *config.Config, b *bucket) {
 	s := ss.svc
 	rule, entries := s.index.match(cfg, ss.domain, b.id.GetBucket())
 	b.entry = entries
+	oldKey := b.key
 	b.key, b.blanket = "", typev3.RateLimitStrategy_ALLOW_ALL
 	switch {
 	case rule == nil || rule.Unlimited || rule.ShadowMode:
@@ -298,7 +319,16 @@ func (ss *session) classify(cfg *config.Config, b *bucket) {
 		b.blanket = typev3.RateLimitStrategy_DENY_ALL
 		return
 	}
-	b.key = s.o.Prefix + rule.Key(entries)
+	key := s.o.Prefix + rule.Key(entries)
+	if b.cur != nil && b.cur.bucket && (b.limit != rule.Limit || oldKey != key) {
+		// A reload changed the bucket's limit: its Envoy must drop the
+		// token bucket it runs. A new one with an equal max_tokens and
+		// tokens_per_fill would not replace it (Envoy compares only those
+		// and the fill interval's nanoseconds), so the bucket is
+		// abandoned, and the Envoy subscribes again at its next request.
+		b.stale = true
+	}
+	b.key = key
 	if b.limit != rule.Limit {
 		b.limit, b.parties, b.self = rule.Limit, nil, -1
 	}
@@ -405,6 +435,11 @@ func (ss *session) lease(ctx context.Context, b *bucket, now time.Time) *strateg
 	keep := !expired && now.Sub(b.changed) < s.o.ChangeEvery
 	if keep {
 		target = b.cur.share
+	} else if !b.changed.IsZero() && now.Sub(b.changed) < s.o.ChangeEvery {
+		// No assignment in force (a bucket subscribed again soon after
+		// it was abandoned), but a token bucket was made less than
+		// ChangeEvery ago: no new one yet, DENY_ALL until then.
+		target = 0
 	}
 	out, ok := call(max(target, held))
 	if !ok {
@@ -477,6 +512,9 @@ func (ss *session) expireAll() *rlqsv3.RateLimitQuotaResponse {
 	resp := &rlqsv3.RateLimitQuotaResponse{}
 	now := ss.svc.o.Clock()
 	for _, b := range ss.buckets {
+		if b.abandoned {
+			continue
+		}
 		st := b.cur
 		if st == nil {
 			st = &strategy{blanket: typev3.RateLimitStrategy_DENY_ALL}
