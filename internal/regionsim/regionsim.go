@@ -231,7 +231,12 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 		var store floodgate.Store
 		switch m {
 		case Central:
-			s, err := redisstore.Open(openCtx, "redis://"+proxies[i].Addr(), nil)
+			// Every call its own script run, pipelined by the client: with
+			// coalescing (two runs in flight, the others waiting to share
+			// the next) a round trip of 300 ms caps how many decisions a
+			// region gets, which would measure the coalescer, not the
+			// central counter.
+			s, err := redisstore.Open(openCtx, "redis://"+proxies[i].Addr(), &redisstore.Options{Coalesce: -1})
 			if err != nil {
 				return ModeReport{}, err
 			}
