@@ -66,6 +66,9 @@ type Config struct {
 	// the shift (70/20/10 to 10/20/70), which moves linearly through the
 	// middle third of the run.
 	From, To []float64
+	// Step makes the shift a step at a third of the run instead of a
+	// ramp, to time how long the shares take to follow it.
+	Step bool
 	// Partition, if above zero, makes home unreachable from region
 	// PartitionRegion for that long, from PartitionAt (a third of the run).
 	Partition       time.Duration
@@ -106,6 +109,9 @@ func (c *Config) defaults() {
 func (c *Config) weights(t time.Duration) []float64 {
 	f := (float64(t) - float64(c.Duration)/3) / (float64(c.Duration) / 3)
 	f = min(1, max(0, f))
+	if c.Step && t >= c.Duration/3 {
+		f = 1
+	}
 	w := make([]float64, len(c.From))
 	for i := range w {
 		w[i] = c.From[i] + (c.To[i]-c.From[i])*f
@@ -149,7 +155,8 @@ type ModeReport struct {
 	Utilisation float64        `json:"utilisation"`
 	Regions     []RegionReport `json:"regions"`
 	// FollowMS (leased): how far the shares lag the shifting demand (see
-	// follow); -1 if more than 10 s.
+	// follow), or with Config.Step how long after the step they are all
+	// within 5% of the limit of their new targets; -1 if more than 10 s.
 	FollowMS float64 `json:"follow_ms"`
 	// HomeCalls and HomeFailures (leased): calls to home, all regions.
 	HomeCalls    int64 `json:"home_calls,omitempty"`
@@ -231,7 +238,12 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 		var store floodgate.Store
 		switch m {
 		case Central:
-			s, err := redisstore.Open(openCtx, "redis://"+proxies[i].Addr(), nil)
+			// Every call its own script run, pipelined by the client: with
+			// coalescing (two runs in flight, the others waiting to share
+			// the next) a round trip of 300 ms caps how many decisions a
+			// region gets, which would measure the coalescer, not the
+			// central counter.
+			s, err := redisstore.Open(openCtx, "redis://"+proxies[i].Addr(), &redisstore.Options{Coalesce: -1})
 			if err != nil {
 				return ModeReport{}, err
 			}
@@ -452,6 +464,23 @@ func follow(c Config, held []heldSample) float64 {
 		return share.Split(c.Limit, parties, c.Options.Policy)
 	}
 	tol := int64(math.Ceil(0.05 * float64(c.Limit)))
+	within := func(shares, want []int64) bool {
+		for i, s := range shares {
+			if s < want[i]-tol || s > want[i]+tol {
+				return false
+			}
+		}
+		return true
+	}
+	if c.Step {
+		want := target(c.Duration)
+		for _, h := range held {
+			if h.at >= c.Duration/3 && h.at <= c.Duration/3+10*time.Second && within(h.shares, want) {
+				return float64((h.at - c.Duration/3).Milliseconds())
+			}
+		}
+		return -1
+	}
 	from, to := c.Duration/3, 2*c.Duration/3+2*time.Second
 	for lag := time.Duration(0); lag <= 10*time.Second; lag += 100 * time.Millisecond {
 		ok, seen := true, false
@@ -460,10 +489,7 @@ func follow(c Config, held []heldSample) float64 {
 				continue
 			}
 			seen = true
-			want := target(h.at - lag)
-			for i, s := range h.shares {
-				ok = ok && s >= want[i]-tol && s <= want[i]+tol
-			}
+			ok = ok && within(h.shares, target(h.at-lag))
 		}
 		if ok && seen {
 			return float64(lag.Milliseconds())

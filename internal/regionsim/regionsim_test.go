@@ -53,6 +53,21 @@ func TestRegionsSim(t *testing.T) {
 			t.Errorf("%s, every region connected: %d units above the limit (most in a window %d of %d)", m.Mode, m.Overrun, m.MaxWindow, c.Limit)
 		}
 	}
+	// The shift as a step, leased shares alone: how long they take to
+	// follow it.
+	step := c
+	step.Step, step.Modes, step.Seed = true, []Mode{Leased}, c.Seed+"s"
+	if *full {
+		step.Duration = 30 * time.Second
+	}
+	stepped, err := Run(ctx, step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report(t, "step", stepped)
+	if m := stepped.Modes[0]; m.Overrun != 0 {
+		t.Errorf("leased, demand shifting in one step: %d units above the limit", m.Overrun)
+	}
 	c.Partition, c.PartitionAt, c.PartitionRegion = partition, partitionAt, 2
 	c.Seed += "p"
 	parted, err := Run(ctx, c)
