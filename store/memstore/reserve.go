@@ -52,6 +52,11 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 	if err := b.room(); err != nil {
 		return floodgate.HoldResult{}, err
 	}
+	if r.Rebuild != nil {
+		if lost := b.rebuild(r.Rebuild); lost != nil {
+			return floodgate.HoldResult{Lost: lost}, nil
+		}
+	}
 	ds, admitted := b.apply()
 	state := algorithm.Denied
 	if admitted {
@@ -287,14 +292,48 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 	if err := b.room(); err != nil {
 		return floodgate.Decision{}, err
 	}
-	it := &b.items[0]
-	m := &b.shard(0).small[kFixed]
+	b.raise(0, window.UnixMicro(), r.Cost)
+	return floodgate.FromAlgorithm(b.peek(0), b.items[0].now), nil
+}
+
+// raise is Raise on request i of the batch, a fixed window: its count
+// raised to at least units in the window that starts at window (µs).
+func (b *batch) raise(i int, window, units int64) {
+	it := &b.items[i]
+	m := &b.shard(i).small[kFixed]
 	old, w := m.find(it.ref)
-	st := algorithm.FixedWindow{Start: old.a, Count: old.b}.Raise(it.params, it.now, window.UnixMicro(), r.Cost)
+	st := algorithm.FixedWindow{Start: old.a, Count: old.b}.Raise(it.params, it.now, window, units)
 	if next := (slot{a: st.Start, b: st.Count, exp: st.Expires(it.params)}); next.a != old.a || next.b != old.b {
 		next.exp += it.skew
 		m.set(it.ref, next, w)
 	}
-	d := b.peek(0)
-	return floodgate.FromAlgorithm(d, it.now), nil
+}
+
+// rebuild applies a reserve's Rebuild (see floodgate.Rebuild): nil when
+// every checked counter is live, after raising the known ones; else the
+// requests whose counter is not, and nothing changed.
+func (b *batch) rebuild(rb []floodgate.Rebuild) []bool {
+	var lost []bool
+	for i, x := range rb {
+		if !x.Check || x.Known {
+			continue
+		}
+		it := &b.items[i]
+		old, _ := b.shard(i).small[kFixed].find(it.ref)
+		if !(algorithm.FixedWindow{Start: old.a, Count: old.b}).Live(it.params, it.now) {
+			if lost == nil {
+				lost = make([]bool, len(rb))
+			}
+			lost[i] = true
+		}
+	}
+	if lost != nil {
+		return lost
+	}
+	for i, x := range rb {
+		if x.Known {
+			b.raise(i, x.Window.UnixMicro(), x.Units)
+		}
+	}
+	return nil
 }

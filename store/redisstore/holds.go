@@ -16,12 +16,21 @@ import (
 // reservation scripts (reserve.lua, settle.lua, sweep.lua), runs them as
 // it runs every script, and checks and decodes their replies.
 
-// The status of a reserve, RESERVED ... RESERVE_CONFLICT in reserve.lua.
+// The status of a reserve, RESERVED ... RESERVE_LOST in reserve.lua.
 const (
 	reserveNew int64 = iota
 	reserveReplayed
 	reserveOtherKeys
 	reserveConflict
+	reserveLost
+)
+
+// The modes of a durable request's rebuild, REBUILD_NONE ...
+// REBUILD_KNOWN in reserve.lua.
+const (
+	rebuildNone  = "0"
+	rebuildCheck = "1"
+	rebuildKnown = "2"
 )
 
 // The status of a settle, SETTLE_DONE ... SETTLE_CONFLICT in settle.lua.
@@ -80,6 +89,9 @@ type reserved struct {
 	status  int64
 	expires int64 // µs of the requests' clock; 0 for a conflict
 	ds      []floodgate.Decision
+	// lost marks the requests whose counter must be rebuilt, for
+	// reserveLost.
+	lost []bool
 }
 
 // held reports whether the answer holds units: a new or replayed reserve
@@ -91,16 +103,30 @@ func (r *reserved) held() bool {
 // reserve runs the reserve script for cs, stamped, whose holds are at
 // holds: ttl and retention in µs, clock the sweep clock's now (-1:
 // the server's TIME); part says that cs are the requests of one slot of a
-// reservation over several, and digest is keysDigest of them all.
-func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, ttl, retention, clock int64, release, part bool, digest string) (reserved, error) {
+// reservation over several, and digest is keysDigest of them all. rb, if
+// set, is the floodgate.Rebuild of each of cs.
+func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, rb []floodgate.Rebuild, ttl, retention, clock int64, release, part bool, digest string) (reserved, error) {
 	keys := make([]string, 0, 2*len(cs))
-	args := make([]string, 0, 6+len(cs)*(1+argsPerRequest))
+	args := make([]string, 0, 6+len(cs)*(4+argsPerRequest))
 	args = append(args, strconv.FormatInt(ttl, 10), bit(release), strconv.FormatInt(retention, 10), strconv.FormatInt(clock, 10), bit(part), digest)
 	for i := range cs {
 		c := &cs[i]
 		keys = append(keys, c.key, holds[i])
 		args = append(args, string(c.alg))
 		args = appendRequest(args, &c.r, c.alg, c.now)
+	}
+	for _, b := range rb {
+		switch {
+		case b.Known && b.Units == 0:
+			// Nothing to raise: the ledger holds no units in the window.
+			args = append(args, rebuildNone, "0", "0")
+		case b.Known:
+			args = append(args, rebuildKnown, strconv.FormatInt(b.Window.UnixMicro(), 10), strconv.FormatInt(b.Units, 10))
+		case b.Check:
+			args = append(args, rebuildCheck, "0", "0")
+		default:
+			args = append(args, rebuildNone, "0", "0")
+		}
 	}
 	vals, err := rn.run(ctx, scripts.reserve, keys, args)
 	if err != nil {
@@ -117,6 +143,15 @@ func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, ttl, r
 	case reserveOtherKeys, reserveConflict:
 		if len(vals) != 2 {
 			return bad("%d integers for a conflict", len(vals))
+		}
+		return r, nil
+	case reserveLost:
+		if len(vals) != 2+len(cs) {
+			return bad("%d integers for lost counters", len(vals))
+		}
+		r.lost = make([]bool, len(cs))
+		for i, v := range vals[2:] {
+			r.lost[i] = v == 1
 		}
 		return r, nil
 	case reserveNew, reserveReplayed:

@@ -35,7 +35,10 @@
 --          part (1 when the reservation spans several Cluster slots and
 --          these are the keys of one), keys (the digest of the
 --          reservation's keys, 1 to 64 hex digits), then per request
---          BATCH_WIDTH strings, as batch.lua reads them.
+--          BATCH_WIDTH strings, as batch.lua reads them; then, for a
+--          reservation of durable quotas, per request 3 more strings
+--          (floodgate.Rebuild): rebuild (0 none, 1 check, 2 known),
+--          window_us and units (the ledger's, for known).
 -- Reply    {status, expires_us, then per request allowed 0/1, limit,
 --          remaining, reset_after_us, retry_after_us (-1 never), now_us}:
 --          status RESERVED (a new hold: the decisions say whether it is
@@ -43,7 +46,10 @@
 --          the first answer, and the state now), OTHER_KEYS (the ID holds
 --          some of the keys but not all: a conflict) or CONFLICT (the
 --          holds are of other units, params, TTL or release); expires_us
---          and the decisions are 0 and absent for the last two.
+--          and the decisions are 0 and absent for the last two. LOST
+--          (nothing changed: a checked fixed window has no count in its
+--          window, and must be rebuilt from the ledger first) has
+--          expires_us 0 and per request 1 for a lost counter, else 0.
 -- Mirrors  memstore.Store.Reserve, algorithm.Reserve; algorithm.Settle,
 --          settle and Expire (algorithm/reserve.go) for settle.lua
 
@@ -54,7 +60,10 @@ local HELD, DENIED, COMMITTED, CANCELLED, EXPIRED = 1, 2, 3, 4, 5
 local SETTLED, REPLAYED, CONFLICT, TOO_LATE = 1, 2, 3, 4
 
 -- The status of a reserve (its reply's first integer).
-local RESERVED, RESERVE_REPLAYED, RESERVE_OTHER_KEYS, RESERVE_CONFLICT = 0, 1, 2, 3
+local RESERVED, RESERVE_REPLAYED, RESERVE_OTHER_KEYS, RESERVE_CONFLICT, RESERVE_LOST = 0, 1, 2, 3, 4
+
+-- The modes of a durable request's rebuild (floodgate.Rebuild).
+local REBUILD_NONE, REBUILD_CHECK, REBUILD_KNOWN = 0, 1, 2
 
 local MAX_HOLD_TTL = 86400000000 -- floodgate.MaxHoldTTL, 24 h in µs
 
@@ -257,13 +266,61 @@ local function hold_pairs(keys)
   return states, holds
 end
 
+-- read_rebuild reads the rebuild of each request (3 strings from
+-- argv[base + 1]), checking that only a fixed window has one.
+local function read_rebuild(reqs, argv, base)
+  local rebuild = {}
+  for i, q in ipairs(reqs) do
+    local at = base + 3 * (i - 1)
+    local b = {mode = arg_int('rebuild', argv[at + 1], REBUILD_NONE, REBUILD_KNOWN),
+      window = arg_int('window_us', argv[at + 2], 0, MAX_NOW), units = arg_int('units', argv[at + 3], 0, MAX_LIMIT)}
+    if b.mode ~= REBUILD_NONE and q.name ~= 'fixed_window' then
+      fail('rebuild', 'only a fixed window is rebuilt, not ' .. q.name)
+    end
+    rebuild[i] = b
+  end
+  return rebuild
+end
+
+-- rebuild_counters is memstore's batch.rebuild: the LOST reply when a
+-- checked counter has no count in its window (nothing changed); else nil,
+-- after raising each known counter to the ledger's units
+-- (fixed_window_raise).
+local function rebuild_counters(reqs, rebuild)
+  local out = nil
+  for i, q in ipairs(reqs) do
+    if rebuild[i].mode == REBUILD_CHECK and not fixed_window_live(q.p, reserver('fixed_window').load(q.key), q.r.now) then
+      if not out then
+        out = {RESERVE_LOST, 0}
+        for j = 1, #reqs do
+          out[2 + j] = 0
+        end
+      end
+      out[2 + i] = 1
+    end
+  end
+  if out then
+    return out
+  end
+  for i, q in ipairs(reqs) do
+    local b = rebuild[i]
+    if b.mode == REBUILD_KNOWN then
+      local a = reserver('fixed_window')
+      local old = a.load(q.key)
+      a.save(q.key, q.p, old, fixed_window_raise(q.p, old, q.r.now, b.window, b.units), q.r.now)
+    end
+  end
+  return nil
+end
+
 -- reserve_main is the reserve script: see the header. Every argument,
 -- key and hold is read and checked before the first write.
 local function reserve_main(keys, argv)
   local states, holds = hold_pairs(keys)
   local n = #holds
-  if #argv ~= 6 + n * BATCH_WIDTH then
-    fail('args', 'want ' .. BATCH_WIDTH .. ' arguments per request, after 6')
+  local width = 6 + n * BATCH_WIDTH
+  if #argv ~= width and #argv ~= width + 3 * n then
+    fail('args', 'want ' .. BATCH_WIDTH .. ' arguments per request, after 6, then none or 3 per request')
   end
   local ttl = arg_int('ttl_us', argv[1], 1, MAX_HOLD_TTL)
   local release = arg_int('release', argv[2], 0, 1) == 1
@@ -278,6 +335,10 @@ local function reserve_main(keys, argv)
   for _, q in ipairs(reqs) do
     reserver(q.name)
   end
+  local rebuild = nil
+  if #argv > width then
+    rebuild = read_rebuild(reqs, argv, width)
+  end
   -- memstore's findHolds: none (a new reserve), all (a retry), or some,
   -- a conflict: the ID held other keys.
   local found, held = {}, 0
@@ -291,6 +352,12 @@ local function reserve_main(keys, argv)
     return reserve_replay(reqs, found, ttl, release, part, digest)
   elseif held > 0 then
     return {RESERVE_OTHER_KEYS, 0}
+  end
+  if rebuild then
+    local lost = rebuild_counters(reqs, rebuild)
+    if lost then
+      return lost
+    end
   end
   local ds, admitted = batch_apply(reqs, false)
   local state = DENIED
