@@ -114,6 +114,10 @@ type Settlement struct {
 	// Replayed reports a retry of the step that settled the hold: this is
 	// the first answer, and nothing changed now.
 	Replayed bool
+	// Durable reports a hold reserved under a durable limit
+	// (Limit.Durable), as the store recorded it: whatever the caller of
+	// the settle says of the limit, its commit is recorded in the ledger.
+	Durable bool
 	// Decision is the key's state after the step (a peek).
 	Decision Decision
 }
@@ -434,9 +438,39 @@ func (l *Limiter) settleHold(ctx context.Context, id string, items []Item, windo
 			return nil, err
 		}
 	}
-	ctx, cancelCtx := l.withTimeout(ctx)
+	sctx, cancelCtx := l.withTimeout(ctx)
 	defer cancelCtx()
-	return rv.Settle(ctx, SettleRequest{Requests: rs, ID: id, Actual: actual, Cancel: cancel})
+	sts, err := rv.Settle(sctx, SettleRequest{Requests: rs, ID: id, Actual: actual, Cancel: cancel})
+	if err == nil && !cancel && l.ledger != nil && !local {
+		err = l.recordHeld(ctx, id, rs, sts, actual)
+	}
+	return sts, err
+}
+
+// recordHeld records the commits of the holds that the store says were
+// reserved under a durable limit while the caller's items said otherwise
+// (a service's reservation token that was altered): the store's record
+// of the hold decides, and a commit the ledger did not take is not
+// acknowledged (a retry, which the store replays, records it).
+func (l *Limiter) recordHeld(ctx context.Context, id string, rs []Request, sts []Settlement, actual int64) error {
+	var late []Request
+	var windows []time.Time
+	for i, st := range sts {
+		if i < len(rs) && st.Durable && !rs[i].Limit.Durable {
+			r := rs[i]
+			r.Limit.Durable = true
+			late = append(late, r)
+			windows = append(windows, windowStart(r.Limit, st.Decision.Now, st.Decision.ResetAfter))
+		}
+	}
+	if late == nil {
+		return nil
+	}
+	actuals := make([]int64, len(late))
+	for i := range actuals {
+		actuals[i] = actual
+	}
+	return l.record(ctx, id, late, windows, actuals)
 }
 
 // Validate reports the first problem of r, as Request.Validate does, for

@@ -71,6 +71,10 @@ func (a *Accounts) Used(ctx context.Context, key string, limit floodgate.Limit, 
 	return u.Window.Start, u.Units, nil
 }
 
+// Ping checks that the ledger can be reached (Store.Ping), for a
+// service's readiness.
+func (a *Accounts) Ping(ctx context.Context) error { return a.s.Ping(ctx) }
+
 // Stats is what an Accounts did since it was made.
 type Stats struct {
 	// Records is the calls of Record (one per settle of a durable

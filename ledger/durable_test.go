@@ -3,6 +3,9 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,8 +13,10 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/store/memstore"
+	"github.com/floodgate-rl/floodgate/store/redisstore"
 )
 
 // paid is the durable quota of these tests: 100 units a day.
@@ -298,4 +303,125 @@ func (s *switchable) Usage(ctx context.Context, key string, period time.Duration
 		return ledger.Usage{}, errDown
 	}
 	return s.Store.Usage(ctx, key, period, at)
+}
+
+// TestDurableRedis is the rebuild against real Redis: standalone, where
+// the loss is a FLUSHALL, and a Cluster, where one reservation spans two
+// slots and only one slot's master lost its counter: the other slot's
+// hold, made before the lost one answered, is undone, and after the
+// rebuild each key is charged once.
+func TestDurableRedis(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		r := redistest.Standalone(t)
+		s := openRedis(t, "redis://"+r.Addr)
+		lg := openSQLite(t)
+		l, _ := durableLimiter(t, s, lg, nil, "")
+		for range 3 {
+			if !use(t, l, "tenant", 20, 20) {
+				t.Fatal("denied below the quota")
+			}
+		}
+		r.MustCLI(t, "FLUSHALL")
+		if use(t, l, "tenant", 41, 41) {
+			t.Fatal("41 units admitted after FLUSHALL with 60 of 100 committed: the counter was not rebuilt")
+		}
+		if !use(t, l, "tenant", 40, 40) {
+			t.Fatal("40 units denied with 60 of 100 committed")
+		}
+		if got := ledgerUnits(t, lg, "tenant", time.Now()); got != 100 {
+			t.Errorf("ledger holds %d, want 100", got)
+		}
+		testAlteredItems(t, l, lg)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t)
+		s := openRedis(t, "redis-cluster://"+strings.Join(c.Addrs(), ","))
+		lg := openSQLite(t)
+		l, _ := durableLimiter(t, s, lg, nil, "")
+		// Two keys on two masters.
+		a := "tenant-a"
+		ma, err := c.MasterFor(t.Context(), s.Key(a, paid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b string
+		for i := 0; b == "" && i < 100; i++ {
+			k := fmt.Sprintf("tenant-%d", i)
+			mk, err := c.MasterFor(t.Context(), s.Key(k, paid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mk != ma {
+				b = k
+			}
+		}
+		if b == "" {
+			t.Fatal("no key on another master than tenant-a's in 100")
+		}
+		items := func(n int64) []floodgate.Item {
+			return []floodgate.Item{{Key: a, Limit: paid, Cost: n}, {Key: b, Limit: paid, Cost: n}}
+		}
+		res, d, _, err := l.ReserveEach(t.Context(), items(30), nil)
+		if err != nil || !d.Allowed {
+			t.Fatalf("reserve: %+v, %v", d, err)
+		}
+		if _, err := res.Commit(t.Context(), 30); err != nil {
+			t.Fatal(err)
+		}
+		ma.MustCLI(t, "FLUSHALL") // a's counter is lost, b's is not
+		res, d, _, err = l.ReserveEach(t.Context(), items(10), nil)
+		if err != nil || !d.Allowed {
+			t.Fatalf("reserve after the loss: %+v, %v", d, err)
+		}
+		if _, err := res.Commit(t.Context(), 10); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{a, b} {
+			d, err := l.Peek(t.Context(), key, paid)
+			if err != nil || d.Remaining != 60 {
+				t.Errorf("%s has %d remaining after 40 committed (%v), want 60", key, d.Remaining, err)
+			}
+			if got := ledgerUnits(t, lg, key, time.Now()); got != 40 {
+				t.Errorf("ledger holds %d of %s, want 40", got, key)
+			}
+		}
+	})
+}
+
+func openRedis(t *testing.T, url string) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.Open(t.Context(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// testAlteredItems: a commit whose items say the limit is not durable (a
+// service's reservation token altered by its client) is recorded all the
+// same, because the store recorded the hold as durable.
+func testAlteredItems(t *testing.T, l *floodgate.Limiter, lg ledger.Store) {
+	t.Helper()
+	res, d, err := l.Reserve(t.Context(), "altered", paid, 10, nil)
+	if err != nil || !d.Allowed {
+		t.Fatalf("reserve: %+v, %v", d, err)
+	}
+	items := slices.Clone(res.Items)
+	items[0].Limit.Durable = false
+	sts, err := l.Reservation(res.ID, items, false).Commit(t.Context(), 7)
+	if err != nil || !sts[0].Durable {
+		t.Fatalf("commit of altered items: %+v, %v, want a durable settlement", sts, err)
+	}
+	if got := ledgerUnits(t, lg, "altered", time.Now()); got != 7 {
+		t.Errorf("the ledger holds %d units of the altered commit, want 7", got)
+	}
+}
+
+func TestDurableAlteredItems(t *testing.T) {
+	lg := openSQLite(t)
+	s := memstore.New(nil)
+	defer s.Close()
+	l, _ := durableLimiter(t, s, lg, nil, "")
+	testAlteredItems(t, l, lg)
 }

@@ -25,6 +25,8 @@ type holdKey struct {
 type holdEntry struct {
 	h    algorithm.Hold
 	p    algorithm.Params
+	// durable: reserved under a durable limit (Settlement.Durable).
+	durable bool
 	kind kind
 	ref  ref // of the state
 	skew int64
@@ -68,7 +70,7 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 			sh.holds = make(map[holdKey]*holdEntry)
 		}
 		h := algorithm.Hold{State: state, Units: b.rs[i].Cost, At: b.items[i].now, Expires: b.items[i].now + ttl, Release: r.Release}
-		sh.holds[b.holdKey(i, r.ID)] = &holdEntry{h: h, p: b.items[i].params, kind: kindOf(b.rs[i].Limit.Algorithm), ref: b.items[i].ref,
+		sh.holds[b.holdKey(i, r.ID)] = &holdEntry{h: h, p: b.items[i].params, durable: b.rs[i].Limit.Durable, kind: kindOf(b.rs[i].Limit.Algorithm), ref: b.items[i].ref,
 			skew: b.items[i].skew, keep: h.Expires + b.items[i].skew + s.retain}
 	}
 	return floodgate.HoldResult{Decisions: b.decisions(ds), Expires: time.UnixMicro(b.items[0].now + ttl)}, nil
@@ -157,7 +159,7 @@ func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodg
 	for i, e := range found {
 		st, code, d := b.shard(i).settleHold(e, b.items[i].now, r.Actual, r.Cancel, false)
 		out[i] = floodgate.Settlement{Refunded: st.Refunded, Charged: st.Charged, Short: st.Short, Replayed: code == algorithm.Replayed,
-			Decision: floodgate.FromAlgorithm(d, b.items[i].now)}
+			Durable: e.durable, Decision: floodgate.FromAlgorithm(d, b.items[i].now)}
 		late = late || code == algorithm.TooLate
 	}
 	if late {

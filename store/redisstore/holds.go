@@ -115,7 +115,19 @@ func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, rb []f
 		args = append(args, string(c.alg))
 		args = appendRequest(args, &c.r, c.alg, c.now)
 	}
-	for _, b := range rb {
+	durable := rb != nil
+	for i := range cs {
+		durable = durable || cs[i].r.Limit.Durable
+	}
+	for i := range cs {
+		if !durable {
+			break
+		}
+		args = append(args, bit(cs[i].r.Limit.Durable))
+		var b floodgate.Rebuild
+		if rb != nil {
+			b = rb[i]
+		}
 		switch {
 		case b.Known && b.Units == 0:
 			// Nothing to raise: the ledger holds no units in the window.
@@ -191,8 +203,8 @@ type settled struct {
 }
 
 // settleWidth is the integers of one hold in the settle script's reply:
-// code, refunded, charged, short, then a decision.
-const settleWidth = 4 + replyLen
+// code, refunded, charged, short, durable, then a decision.
+const settleWidth = 5 + replyLen
 
 // settle runs the settle script in mode for the holds at holds of cs,
 // stamped: a commit of actual, or a cancel.
@@ -234,19 +246,22 @@ func (rn *runner) settle(ctx context.Context, mode string, cs []call, holds []st
 	r.sts = make([]floodgate.Settlement, len(cs))
 	for i := range cs {
 		v := vals[3+i*settleWidth : 3+(i+1)*settleWidth]
-		code, refunded, charged, short := v[0], v[1], v[2], v[3]
+		code, refunded, charged, short, durable := v[0], v[1], v[2], v[3], v[4]
 		switch {
 		case code < int64(algorithm.Settled) || code > int64(algorithm.TooLate):
 			return bad("code %d", code)
+		case durable != 0 && durable != 1:
+			return bad("durable %d", durable)
 		case refunded < 0 || charged < 0 || short < 0 || refunded > algorithm.MaxLimit || charged > algorithm.MaxLimit || short > algorithm.MaxLimit:
 			return bad("settlement %d, %d, %d", refunded, charged, short)
 		}
-		d, err := decode(v[4:], cs[i].now)
+		d, err := decode(v[5:], cs[i].now)
 		if err != nil {
 			return settled{}, fmt.Errorf("redisstore: %s %s: %w", mode, holds[i], err)
 		}
 		r.codes[i] = algorithm.SettleCode(code)
-		r.sts[i] = floodgate.Settlement{Refunded: refunded, Charged: charged, Short: short, Replayed: code == int64(algorithm.Replayed), Decision: d}
+		r.sts[i] = floodgate.Settlement{Refunded: refunded, Charged: charged, Short: short, Replayed: code == int64(algorithm.Replayed),
+			Durable: durable == 1, Decision: d}
 	}
 	return r, nil
 }

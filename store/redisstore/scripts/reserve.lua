@@ -20,7 +20,7 @@
 -- expires (algorithm.Hold: µs of the request's clock), release (0/1),
 -- actual, refunded, charged, short (its Settlement), the params it was
 -- reserved under (limit, period, burst, flags: 1 first_hit, 2
--- count_rejected), which a settle uses whatever the limit is by then,
+-- count_rejected; and 4 when the limit is durable, floodgate.Limit.Durable), which a settle uses whatever the limit is by then,
 -- and skew, what turns a time of the request's clock into one of the sweep's
 -- clock (the store's Clock with ClientTime, else the server's TIME); and
 -- alg, the algorithm's name. Its TTL is set when it is made: until expires
@@ -36,9 +36,10 @@
 --          these are the keys of one), keys (the digest of the
 --          reservation's keys, 1 to 64 hex digits), then per request
 --          BATCH_WIDTH strings, as batch.lua reads them; then, for a
---          reservation of durable quotas, per request 3 more strings
---          (floodgate.Rebuild): rebuild (0 none, 1 check, 2 known),
---          window_us and units (the ledger's, for known).
+--          reservation of durable quotas, per request 4 more strings:
+--          durable (0/1: the hold's), and its floodgate.Rebuild: rebuild
+--          (0 none, 1 check, 2 known), window_us and units (the ledger's,
+--          for known).
 -- Reply    {status, expires_us, then per request allowed 0/1, limit,
 --          remaining, reset_after_us, retry_after_us (-1 never), now_us}:
 --          status RESERVED (a new hold: the decisions say whether it is
@@ -83,14 +84,17 @@ local function arg_int(field, s, lo, hi)
   return n
 end
 
--- hold_flags is the flags field of params p.
-local function hold_flags(p)
+-- hold_flags is the flags field of a hold of params p, durable or not.
+local function hold_flags(p, durable)
   local flags = 0
   if p.first_hit then
     flags = flags + 1
   end
   if p.count_rejected then
     flags = flags + 2
+  end
+  if durable then
+    flags = flags + 4
   end
   return flags
 end
@@ -121,6 +125,7 @@ local function load_hold(key)
   h.release = h.release == 1
   h.keys = h.keys or ''
   h.p = {limit = h.limit, period = h.period, burst = h.burst, first_hit = h.flags % 2 == 1, count_rejected = h.flags % 4 >= 2}
+  h.durable = h.flags % 8 >= 4
   return h
 end
 
@@ -136,7 +141,7 @@ local function save_hold(key, h, ttl)
   end
   call('HSET', key, 'alg', h.alg, 'state', h.state, 'units', h.units, 'at', h.at, 'expires', h.expires,
     'release', release, 'actual', h.actual, 'refunded', h.refunded, 'charged', h.charged, 'short', h.short,
-    'limit', h.p.limit, 'period', h.p.period, 'burst', h.p.burst, 'flags', hold_flags(h.p), 'skew', h.skew, 'keys', h.keys)
+    'limit', h.p.limit, 'period', h.p.period, 'burst', h.p.burst, 'flags', hold_flags(h.p, h.durable), 'skew', h.skew, 'keys', h.keys)
   if ttl then
     call('PEXPIRE', key, ttl)
   elseif call('PTTL', key) < 0 then
@@ -266,16 +271,17 @@ local function hold_pairs(keys)
   return states, holds
 end
 
--- read_rebuild reads the rebuild of each request (3 strings from
--- argv[base + 1]), checking that only a fixed window has one.
+-- read_rebuild reads the durability and rebuild of each request (4
+-- strings from argv[base + 1]), checking that only a fixed window has
+-- them.
 local function read_rebuild(reqs, argv, base)
   local rebuild = {}
   for i, q in ipairs(reqs) do
-    local at = base + 3 * (i - 1)
-    local b = {mode = arg_int('rebuild', argv[at + 1], REBUILD_NONE, REBUILD_KNOWN),
-      window = arg_int('window_us', argv[at + 2], 0, MAX_NOW), units = arg_int('units', argv[at + 3], 0, MAX_LIMIT)}
-    if b.mode ~= REBUILD_NONE and q.name ~= 'fixed_window' then
-      fail('rebuild', 'only a fixed window is rebuilt, not ' .. q.name)
+    local at = base + 4 * (i - 1)
+    local b = {durable = arg_int('durable', argv[at + 1], 0, 1) == 1, mode = arg_int('rebuild', argv[at + 2], REBUILD_NONE, REBUILD_KNOWN),
+      window = arg_int('window_us', argv[at + 3], 0, MAX_NOW), units = arg_int('units', argv[at + 4], 0, MAX_LIMIT)}
+    if (b.durable or b.mode ~= REBUILD_NONE) and q.name ~= 'fixed_window' then
+      fail('rebuild', 'only a fixed window is durable, not ' .. q.name)
     end
     rebuild[i] = b
   end
@@ -319,8 +325,8 @@ local function reserve_main(keys, argv)
   local states, holds = hold_pairs(keys)
   local n = #holds
   local width = 6 + n * BATCH_WIDTH
-  if #argv ~= width and #argv ~= width + 3 * n then
-    fail('args', 'want ' .. BATCH_WIDTH .. ' arguments per request, after 6, then none or 3 per request')
+  if #argv ~= width and #argv ~= width + 4 * n then
+    fail('args', 'want ' .. BATCH_WIDTH .. ' arguments per request, after 6, then none or 4 per request')
   end
   local ttl = arg_int('ttl_us', argv[1], 1, MAX_HOLD_TTL)
   local release = arg_int('release', argv[2], 0, 1) == 1
@@ -376,7 +382,8 @@ local function reserve_main(keys, argv)
       skew = server - q.r.now
     end
     local h = {alg = q.name, state = state, units = q.r.cost, at = q.r.now, expires = q.r.now + ttl, release = release,
-      actual = 0, refunded = 0, charged = 0, short = 0, p = q.p, keys = digest, skew = skew}
+      actual = 0, refunded = 0, charged = 0, short = 0, p = q.p, keys = digest, skew = skew,
+      durable = rebuild ~= nil and rebuild[i].durable}
     save_hold(holds[i], h, ttl_ms(h.expires + retention, q.r.now))
     reply(out, ds[i], q.r.now)
   end
