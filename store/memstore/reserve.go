@@ -23,14 +23,14 @@ type holdKey struct {
 // settle uses it, whatever the limit is by then), and until when the
 // store keeps it, on the store's clock.
 type holdEntry struct {
-	h    algorithm.Hold
-	p    algorithm.Params
+	h algorithm.Hold
+	p algorithm.Params
 	// durable: reserved under a durable limit (Settlement.Durable).
 	durable bool
-	kind kind
-	ref  ref // of the state
-	skew int64
-	keep int64
+	kind    kind
+	ref     ref // of the state
+	skew    int64
+	keep    int64
 }
 
 // Reserve holds the cost of every request of r, all or nothing, under r.ID:
