@@ -25,7 +25,7 @@ var paid = floodgate.Limit{Limit: 100, Period: 24 * time.Hour, Durable: true}
 // durableLimiter is a Limiter over s with the ledger lg and clock.
 func durableLimiter(t *testing.T, s floodgate.Store, lg ledger.Store, clock floodgate.Clock, policy floodgate.FailurePolicy) (*floodgate.Limiter, *ledger.Accounts) {
 	t.Helper()
-	acc := ledger.Durable(lg)
+	acc := ledger.Durable(lg, nil)
 	l, err := floodgate.New(s, &floodgate.Options{Clock: clock, Ledger: acc, LedgerPolicy: policy})
 	if err != nil {
 		t.Fatal(err)
@@ -424,4 +424,64 @@ func TestDurableAlteredItems(t *testing.T) {
 	defer s.Close()
 	l, _ := durableLimiter(t, s, lg, nil, "")
 	testAlteredItems(t, l, lg)
+}
+
+// TestDurableGroupCommit: commits that arrive while the ledger writes are
+// written together: 64 concurrent durable commits on a ledger whose
+// writes are slow take fewer writes than commits, and every one is in
+// the ledger once.
+func TestDurableGroupCommit(t *testing.T) {
+	lg := &slowLedger{Store: openSQLite(t), delay: 5 * time.Millisecond}
+	s := memstore.New(nil)
+	defer s.Close()
+	acc := ledger.Durable(lg, nil)
+	l, err := floodgate.New(s, &floodgate.Options{Ledger: acc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := paid
+	big.Limit = 1000
+	var wg sync.WaitGroup
+	errs := make([]error, 64)
+	for i := range errs {
+		wg.Go(func() {
+			res, d, err := l.Reserve(context.Background(), fmt.Sprintf("k%d", i%8), big, 2, nil)
+			if err == nil && !d.Allowed {
+				err = errors.New("denied")
+			}
+			if err == nil {
+				_, err = res.Commit(context.Background(), 1)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	st := acc.Stats()
+	if st.Written != 64 || st.Records != 64 || st.Writes >= st.Records {
+		t.Errorf("stats %+v: want 64 commits written in fewer than 64 writes", st)
+	}
+	var total int64
+	for k := range 8 {
+		total += ledgerUnits(t, lg, fmt.Sprintf("k%d", k), time.Now())
+	}
+	if total != 64 {
+		t.Errorf("the ledger holds %d units, want 64", total)
+	}
+	t.Logf("64 commits in %d writes", st.Writes)
+}
+
+// slowLedger is a ledger whose writes take delay longer.
+type slowLedger struct {
+	ledger.Store
+	delay time.Duration
+}
+
+func (s *slowLedger) Record(ctx context.Context, es []ledger.Entry) ([]bool, error) {
+	time.Sleep(s.delay) // a disk flush or a round trip
+	return s.Store.Record(ctx, es)
 }

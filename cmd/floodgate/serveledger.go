@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"time"
 
@@ -52,15 +53,20 @@ func (f *ledgerFlags) open(ctx context.Context) (*ledger.Accounts, func(), error
 	defer cancel()
 	var s ledger.Store
 	var err error
+	// Concurrent commits are written together (ledger.Accounts' group
+	// commit): SQLite takes one writer at a time, PostgreSQL as many as
+	// pgxpool's default pool.
+	o := ledger.DurableOptions{MaxWrites: 1}
 	if isPostgres(f.spec) {
 		s, err = postgres.Open(octx, f.spec, nil)
+		o.MaxWrites = max(4, runtime.NumCPU())
 	} else {
 		s, err = sqlite.Open(octx, f.spec, nil)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("ledger %s: %w", f.name(), err)
 	}
-	return ledger.Durable(s), func() { s.Close() }, nil
+	return ledger.Durable(s, &o), func() { s.Close() }, nil
 }
 
 // name is the ledger for logs: a URL without its password.

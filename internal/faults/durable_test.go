@@ -87,7 +87,7 @@ func durableKill(t *testing.T, url string, durable bool, fault func()) {
 	for i, in := range insts {
 		o := floodgate.Options{Timeout: timeout, FailurePolicy: floodgate.FailClosed}
 		if durable {
-			o.Ledger = ledger.Durable(lg)
+			o.Ledger = ledger.Durable(lg, nil)
 			limit.Durable = true
 		}
 		if lims[i], err = floodgate.New(in.store, &o); err != nil {

@@ -34,3 +34,27 @@ func BenchmarkLedger(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDurable runs ledgertest.BenchmarkDurable on the two servers of
+// BenchmarkLedger, with as many writes at once as pgxpool has
+// connections by default (4 here).
+func BenchmarkDurable(b *testing.B) {
+	for _, fsync := range []string{"off", "on"} {
+		b.Run("store=postgres/fsync="+fsync, func(b *testing.B) {
+			var server *pgtest.Server
+			if fsync == "on" {
+				server = pgtest.Start(b, &pgtest.Options{Fsync: true})
+			} else {
+				server = pgtest.Shared(b)
+			}
+			ledgertest.BenchmarkDurable(b, func(b *testing.B) ledger.Store {
+				l, err := postgres.Open(b.Context(), server.NewDatabase(b), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { l.Close() })
+				return l
+			}, &ledger.DurableOptions{MaxWrites: 4})
+		})
+	}
+}
