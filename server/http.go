@@ -224,7 +224,10 @@ type DecisionJSON struct {
 	Policy       *LimitJSON `json:"policy,omitempty"`
 	Unlimited    bool       `json:"unlimited,omitempty"`
 	ShadowMode   bool       `json:"shadow_mode,omitempty"`
-	StoreError   bool       `json:"store_error,omitempty"`
+	// QuotaMode: the descriptor was decided as a quota (its rule's
+	// quota_mode, or serve -quota-mode); see QuotaCode.
+	QuotaMode  bool `json:"quota_mode,omitempty"`
+	StoreError bool `json:"store_error,omitempty"`
 	// Fallback: decided by the failure mode local in this instance's
 	// memory, with its share of the limit, while the store is failing.
 	Fallback bool `json:"fallback,omitempty"`
@@ -249,7 +252,7 @@ func millisCeil(d time.Duration) int64 {
 
 func statusJSON(st Status) DecisionJSON {
 	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
-		NoRule: !st.Limited && st.Rule == nil}
+		NoRule: !st.Limited && st.Rule == nil, QuotaMode: st.Quota}
 	if st.Rule != nil {
 		out.Rule = st.Rule.ID
 		out.Unlimited = st.Rule.Unlimited
@@ -363,7 +366,7 @@ func allowResponse(inline bool, overall Status, statuses []Status) AllowResponse
 		return resp
 	}
 	resp.Rule, resp.Policy, resp.NoRule = "", nil, false
-	resp.Code = Combine(statuses).String()
+	resp.Code = QuotaCode(statuses).String()
 	resp.Allowed = resp.Code == "OK"
 	for _, st := range statuses {
 		resp.Descriptors = append(resp.Descriptors, statusJSON(st))
