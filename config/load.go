@@ -106,7 +106,7 @@ func (ld Loader) load(paths []string) (*Config, int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		d, err := parse(f, data, ld.MergeDomains)
+		d, err := parse(f, data, true)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -114,8 +114,23 @@ func (ld Loader) load(paths []string) (*Config, int, error) {
 		domains = append(domains, d)
 	}
 	if len(errs) > 0 {
+		// The replaces naming nothing, of the files that parsed, are
+		// problems too, where they cannot be a merge's doing.
+		names := make(map[string]int)
+		for _, d := range domains {
+			names[d.Name]++
+		}
+		for _, d := range domains {
+			if !ld.MergeDomains && names[d.Name] == 1 {
+				errs = append(errs, d.unresolvedReplaces()...)
+			}
+		}
 		return nil, len(files), errors.Join(errs...)
 	}
+	// A replaces naming no rate_limit is checked once the domains are
+	// gathered, so that under MergeDomains it may name one of another of
+	// the domain's files, and without it a domain split across two files
+	// is reported as such.
 	c, err := ld.New(domains...)
 	return c, len(files), err
 }
