@@ -8,6 +8,8 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate-rl/floodgate/server/envoyrls"
 )
 
 // shopFiles writes domain shop split across two files, as upstream's
@@ -65,18 +67,32 @@ func TestConfigValidateMerge(t *testing.T) {
 func TestServeParityFlags(t *testing.T) {
 	var stderr strings.Builder
 	c, code, ok := parseServe(nil, &stderr)
-	if !ok || code != 0 || c.parity != (parityFlags{}) {
+	if !ok || code != 0 || c.parity.quotaMode || c.parity.dynamicMetadata || c.parity.mergeDomains || c.parity.limitHeaders {
 		t.Fatalf("defaults: %+v, %d, %v: upstream's are all off", c.parity, code, ok)
 	}
-	c, _, ok = parseServe([]string{"-quota-mode", "-response-dynamic-metadata", "-merge-domain-config"}, &stderr)
-	if want := (parityFlags{quotaMode: true, dynamicMetadata: true, mergeDomains: true}); !ok || c.parity != want {
+	if c.parity.headerNames != (envoyrls.UpstreamHeaders{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}) {
+		t.Errorf("default header names %+v", c.parity.headerNames)
+	}
+	c, _, ok = parseServe([]string{"-quota-mode", "-response-dynamic-metadata", "-merge-domain-config", "-limit-response-headers", "-limit-reset-header", "X-Reset"}, &stderr)
+	names := envoyrls.UpstreamHeaders{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "X-Reset"}
+	if want := (parityFlags{quotaMode: true, dynamicMetadata: true, mergeDomains: true, limitHeaders: true, headerNames: names}); !ok || c.parity != want {
 		t.Errorf("flags: %+v, want %+v", c.parity, want)
+	}
+	if o := c.parity.envoyOptions(true); !o.DynamicMetadata || o.OmitHeaders || o.UpstreamHeaders == nil || *o.UpstreamHeaders != names {
+		t.Errorf("envoy options %+v", o)
+	}
+	stderr.Reset()
+	if _, code, ok := parseServe([]string{"-limit-limit-header", "bad name"}, &stderr); ok || code != 2 || !strings.Contains(stderr.String(), "not a header field name") {
+		t.Errorf("bad header name: %d %v %s", code, ok, stderr.String())
 	}
 	t.Setenv("FLOODGATE_QUOTA_MODE", "true")
 	t.Setenv("FLOODGATE_RESPONSE_DYNAMIC_METADATA", "true")
 	t.Setenv("FLOODGATE_MERGE_DOMAIN_CONFIG", "true")
+	t.Setenv("FLOODGATE_LIMIT_RESPONSE_HEADERS", "true")
+	t.Setenv("FLOODGATE_LIMIT_REMAINING_HEADER", "X-Left")
 	c, _, ok = parseServe(nil, &stderr)
-	if want := (parityFlags{quotaMode: true, dynamicMetadata: true, mergeDomains: true}); !ok || c.parity != want {
+	names.Reset, names.Remaining = "RateLimit-Reset", "X-Left"
+	if want := (parityFlags{quotaMode: true, dynamicMetadata: true, mergeDomains: true, limitHeaders: true, headerNames: names}); !ok || c.parity != want {
 		t.Errorf("env: %+v, want %+v", c.parity, want)
 	}
 }

@@ -426,7 +426,7 @@ type listeners struct {
 // listen opens the HTTP and gRPC listeners of the flags, with the handlers
 // of srv.
 func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *server.TLSFiles, handler slog.Handler) (*listeners, error) {
-	rls := envoyService(srv, c.headers, c.parity.dynamicMetadata)
+	rls := envoyService(srv, c.headers, c.parity)
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
 		return nil, fmt.Errorf("-http %s: %w", c.httpAddr, err)

@@ -102,7 +102,9 @@
 // one descriptor closest to its limit (the least remaining, or the last over
 // it), with no policy and no Retry-After; Options.Headers with Legacy set adds
 // Floodgate's X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
-// trio for clients that want one limit in that style.
+// trio for clients that want one limit in that style. Options.UpstreamHeaders
+// (serve -limit-response-headers) answers upstream's three fields instead,
+// exactly as upstream picks and fills them.
 //
 // With Options.DynamicMetadata (upstream's RESPONSE_DYNAMIC_METADATA),
 // dynamic_metadata holds the request's domain, descriptors and hits, and
@@ -170,6 +172,11 @@ type Options struct {
 	// RateLimit-Policy, or add the legacy X-RateLimit-* trio. Nil writes
 	// RateLimit-Policy, RateLimit and, on a denial, Retry-After.
 	Headers *ratelimitheader.Options
+	// UpstreamHeaders, when set (and OmitHeaders is not), makes
+	// response_headers_to_add upstream's three fields instead of
+	// Floodgate's (see UpstreamHeaders), and leaves POST /json's HTTP
+	// response without header fields of its own, as upstream's.
+	UpstreamHeaders *UpstreamHeaders
 	// DynamicMetadata fills the response's dynamic_metadata as upstream
 	// does with RESPONSE_DYNAMIC_METADATA=true (off by default there and
 	// here); see DynamicMetadata.
@@ -194,6 +201,10 @@ func New(srv *server.Server, opts *Options) *Service {
 		if opts.Headers != nil {
 			h := *opts.Headers
 			s.opts.Headers = &h
+		}
+		if opts.UpstreamHeaders != nil {
+			u := *opts.UpstreamHeaders
+			s.opts.UpstreamHeaders = &u
 		}
 	}
 	return s
@@ -314,7 +325,11 @@ func (s *Service) response(res server.Result) *rlsv3.RateLimitResponse {
 			ds.DurationUntilReset = &durationpb.Duration{Seconds: ratelimitheader.Seconds(st.Decision.ResetAfter)}
 		}
 	}
-	if !s.opts.OmitHeaders {
+	switch {
+	case s.opts.OmitHeaders:
+	case s.opts.UpstreamHeaders != nil:
+		resp.ResponseHeadersToAdd = upstreamHeaders(s.opts.UpstreamHeaders, res, sts)
+	default:
 		resp.ResponseHeadersToAdd = s.headers(res.Statuses)
 	}
 	return resp

@@ -3,7 +3,10 @@ package envoyrls_test
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +67,12 @@ descriptors:
 // with a fake clock, with srvOpts for the server.
 func parityService(t *testing.T, srvOpts server.Options, opts *envoyrls.Options) *envoyrls.Service {
 	t.Helper()
+	svc, _ := parityServiceClock(t, srvOpts, opts)
+	return svc
+}
+
+func parityServiceClock(t *testing.T, srvOpts server.Options, opts *envoyrls.Options) (*envoyrls.Service, *floodgatetest.FakeClock) {
+	t.Helper()
 	clock := floodgatetest.NewFakeClock(start)
 	ms := memstore.New(&memstore.Options{Clock: clock})
 	t.Cleanup(func() { ms.Close() })
@@ -72,7 +81,7 @@ func parityService(t *testing.T, srvOpts server.Options, opts *envoyrls.Options)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return envoyrls.New(srv, opts)
+	return envoyrls.New(srv, opts), clock
 }
 
 func shop(ds ...*commonv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
@@ -317,5 +326,85 @@ descriptors:
 	defer store.mu.Unlock()
 	if len(store.deadlines) != 1 || store.deadlines[0].IsZero() || store.deadlines[0].After(sent.Add(time.Second)) {
 		t.Errorf("store call deadlines %v: want one, no later than the caller's %v", store.deadlines, sent)
+	}
+}
+
+// TestUpstreamHeaders answers upstream's LIMIT_RESPONSE_HEADERS_ENABLED
+// fields: the descriptor with the least remaining, or the last over its
+// limit that is not a quota; reset to the end of the unit's window.
+func TestUpstreamHeaders(t *testing.T) {
+	t.Parallel()
+	svc, clock := parityServiceClock(t, server.Options{}, &envoyrls.Options{UpstreamHeaders: &envoyrls.UpstreamHeaders{}})
+	headers := func(r *rlsv3.RateLimitRequest) string {
+		t.Helper()
+		resp, err := svc.ShouldRateLimit(t.Context(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			out = append(out, h.GetKey()+": "+h.GetValue())
+		}
+		return strings.Join(out, ", ")
+	}
+	steps := []struct {
+		advance time.Duration
+		req     *rlsv3.RateLimitRequest
+		want    string
+	}{
+		// start is 12:00:15: 45 s to the minute's end.
+		{0, shop(desc("user", "u1")), "RateLimit-Limit: 5, RateLimit-Remaining: 4, RateLimit-Reset: 45"},
+		// premium (2 a minute) has the least remaining.
+		{0, shop(desc("user", "u1"), desc("plan", "premium")), "RateLimit-Limit: 2, RateLimit-Remaining: 1, RateLimit-Reset: 45"},
+		{10 * time.Second, shop(desc("user", "u1")), "RateLimit-Limit: 5, RateLimit-Remaining: 2, RateLimit-Reset: 35"},
+		{0, shop(desc("user", "u1")), "RateLimit-Limit: 5, RateLimit-Remaining: 1, RateLimit-Reset: 35"},
+		{0, shop(desc("user", "u1")), "RateLimit-Limit: 5, RateLimit-Remaining: 0, RateLimit-Reset: 35"},
+		// u1 is over: picked, though premium comes after it.
+		{0, shop(desc("user", "u1"), desc("plan", "premium")), "RateLimit-Limit: 5, RateLimit-Remaining: 0, RateLimit-Reset: 35"},
+		// basic is over after u1, but a quota: u1 stays the pick.
+		{0, shop(desc("plan", "basic")), "RateLimit-Limit: 1, RateLimit-Remaining: 0, RateLimit-Reset: 35"},
+		{0, shop(desc("user", "u1"), desc("plan", "basic")), "RateLimit-Limit: 5, RateLimit-Remaining: 0, RateLimit-Reset: 35"},
+		// Unlimited and unmatched descriptors have no current limit.
+		{0, shop(desc("health", "h"), desc("nothing", "x")), ""},
+	}
+	for i, s := range steps {
+		clock.Advance(s.advance)
+		if got := headers(s.req); got != s.want {
+			t.Errorf("step %d: %q, want %q", i, got, s.want)
+		}
+	}
+	// The names are the caller's; OmitHeaders wins.
+	named, _ := parityServiceClock(t, server.Options{}, &envoyrls.Options{UpstreamHeaders: &envoyrls.UpstreamHeaders{Limit: "X-L", Remaining: "X-R", Reset: "X-T"}})
+	resp, err := named.ShouldRateLimit(t.Context(), shop(desc("user", "u1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs := resp.GetResponseHeadersToAdd(); len(hs) != 3 || hs[0].GetKey() != "X-L" || hs[1].GetKey() != "X-R" || hs[2].GetKey() != "X-T" {
+		t.Errorf("named: %v", hs)
+	}
+	omitted, _ := parityServiceClock(t, server.Options{}, &envoyrls.Options{OmitHeaders: true, UpstreamHeaders: &envoyrls.UpstreamHeaders{}})
+	if resp, _ := omitted.ShouldRateLimit(t.Context(), shop(desc("user", "u1"))); len(resp.GetResponseHeadersToAdd()) != 0 {
+		t.Errorf("OmitHeaders: %v", resp.GetResponseHeadersToAdd())
+	}
+}
+
+// TestUpstreamHeadersJSON: POST /json in upstream's header mode carries the
+// three fields in its body only, as upstream's, and no HTTP fields of its
+// own.
+func TestUpstreamHeadersJSON(t *testing.T) {
+	t.Parallel()
+	svc := parityService(t, server.Options{}, &envoyrls.Options{UpstreamHeaders: &envoyrls.UpstreamHeaders{}})
+	rec := httptest.NewRecorder()
+	svc.JSONHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(`{"domain": "shop", "descriptors": [{"entries": [{"key": "user", "value": "u1"}]}]}`)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	for _, name := range []string{"RateLimit", "RateLimit-Policy", "RateLimit-Limit", "Retry-After"} {
+		if v := rec.Header().Get(name); v != "" {
+			t.Errorf("HTTP field %s: %q", name, v)
+		}
+	}
+	if body := rec.Body.String(); !strings.Contains(body, `"key":"RateLimit-Remaining"`) && !strings.Contains(body, `"key": "RateLimit-Remaining"`) {
+		t.Errorf("body without upstream's fields: %s", body)
 	}
 }
