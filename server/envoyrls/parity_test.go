@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -406,5 +407,46 @@ func TestUpstreamHeadersJSON(t *testing.T) {
 	}
 	if body := rec.Body.String(); !strings.Contains(body, `"key":"RateLimit-Remaining"`) && !strings.Contains(body, `"key": "RateLimit-Remaining"`) {
 		t.Errorf("body without upstream's fields: %s", body)
+	}
+}
+
+// TestCountRejectedAsUpstream: upstream counts the hits of a denied
+// request (INCRBY, then compare), so a client that keeps retrying stays
+// denied; Floodgate counts only admitted hits unless the rule sets
+// count_rejected, which then answers as upstream does.
+func TestCountRejectedAsUpstream(t *testing.T) {
+	t.Parallel()
+	const yaml = `
+domain: shop
+descriptors:
+  - key: floodgate
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: upstream
+    rate_limit: {unit: minute, requests_per_unit: 3, count_rejected: true}
+`
+	clock := floodgatetest.NewFakeClock(start)
+	ms := memstore.New(&memstore.Options{Clock: clock})
+	t.Cleanup(func() { ms.Close() })
+	srv, err := server.New(server.Options{Store: ms, Config: parseConfig(t, yaml), Limiter: floodgate.Options{Clock: clock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := envoyrls.New(srv, nil)
+	for key, want := range map[string][]string{
+		"floodgate": {"OK r=1", "OVER_LIMIT r=1", "OK r=0"},
+		"upstream":  {"OK r=1", "OVER_LIMIT r=0", "OVER_LIMIT r=0"},
+	} {
+		for i, hits := range []uint64{2, 2, 1} {
+			r := shop(desc(key, "k"))
+			r.HitsAddend = uint32(hits)
+			resp, err := svc.ShouldRateLimit(t.Context(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := resp.GetStatuses()[0]
+			if got := fmt.Sprintf("%s r=%d", st.GetCode(), st.GetLimitRemaining()); got != want[i] {
+				t.Errorf("%s request %d (hits %d): %s, want %s", key, i, hits, got, want[i])
+			}
+		}
 	}
 }
