@@ -492,10 +492,13 @@ type RuleJSON struct {
 	Limit       *LimitJSON `json:"limit,omitempty"`
 	Unlimited   bool       `json:"unlimited,omitempty"`
 	ShadowMode  bool       `json:"shadow_mode,omitempty"`
+	QuotaMode   bool       `json:"quota_mode,omitempty"`
 	FailureMode string     `json:"failure_mode,omitempty"`
 	Replaces    []string   `json:"replaces,omitempty"`
 	File        string     `json:"file"`
 	Line        int        `json:"line"`
+	// Metadata is the rule's metadata, as the config gives it.
+	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
@@ -505,7 +508,8 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	for _, d := range s.cfg.Load().Domains() {
 		for _, r := range d.Rules() {
 			rj := RuleJSON{ID: r.ID, Domain: r.Domain, Unlimited: r.Unlimited, ShadowMode: r.ShadowMode,
-				FailureMode: string(r.FailurePolicy), Replaces: r.Replaces, File: r.File, Line: r.Line}
+				FailureMode: string(r.FailurePolicy), Replaces: r.Replaces, File: r.File, Line: r.Line,
+				QuotaMode: r.QuotaMode, Metadata: r.Metadata}
 			if !r.Unlimited {
 				rj.Limit = limitJSON(r.Limit)
 			}

@@ -1,8 +1,10 @@
 package server_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -22,6 +24,7 @@ descriptors:
     value: basic
     quota_mode: true
     rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata: {owner: billing}
   - key: plan
     value: premium
     quota_mode: true
@@ -279,5 +282,35 @@ func TestQuotaReservation(t *testing.T) {
 	}
 	if got := codes(res); got != "OVER_LIMIT: OVER_LIMIT OK" {
 		t.Errorf("%s, want the reservation denied by the quota over its limit", got)
+	}
+}
+
+// TestConfigShowsQuotaAndMetadata: GET /v1/config lists a rule's
+// quota_mode and metadata.
+func TestConfigShowsQuotaAndMetadata(t *testing.T) {
+	t.Parallel()
+	srv := newQuotaServer(t, server.Options{})
+	rec := httptest.NewRecorder()
+	srv.Handler(nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/config", nil))
+	var out struct {
+		Rules []server.RuleJSON `json:"rules"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatalf("%d %s: %v", rec.Code, rec.Body, err)
+	}
+	found := false
+	for _, r := range out.Rules {
+		if r.ID == "q|plan=basic" {
+			found = true
+			if !r.QuotaMode || r.Metadata["owner"] != "billing" {
+				t.Errorf("rule %+v", r)
+			}
+		}
+		if r.ID == "q|user" && (r.QuotaMode || r.Metadata != nil) {
+			t.Errorf("rule %+v", r)
+		}
+	}
+	if !found {
+		t.Errorf("no rule q|plan=basic in %s", rec.Body)
 	}
 }
