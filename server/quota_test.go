@@ -314,3 +314,51 @@ func TestConfigShowsQuotaAndMetadata(t *testing.T) {
 		t.Errorf("no rule q|plan=basic in %s", rec.Body)
 	}
 }
+
+// TestLeaseIgnoresQuota: a lease holds every concurrency rule of its
+// request or none, quota_mode and -quota-mode notwithstanding: a rule
+// over its limit denies the lease, and the answer says so.
+func TestLeaseIgnoresQuota(t *testing.T) {
+	t.Parallel()
+	d, err := config.Parse("l.yaml", []byte(`
+domain: l
+descriptors:
+  - key: a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: concurrency}
+  - key: b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := floodgatetest.NewFakeClock(start)
+	ms := memstore.New(&memstore.Options{Clock: clock})
+	t.Cleanup(func() { ms.Close() })
+	srv, err := server.New(server.Options{Store: ms, Config: cfg, Limiter: floodgate.Options{Clock: clock}, GlobalQuotaMode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Handler(nil)
+	body := `{"domain": "l", "descriptors": [{"entries": [{"key": "a", "value": "x"}]}, {"entries": [{"key": "b", "value": "x"}]}]}`
+	for i, want := range []bool{true, false} {
+		resp, out := post(t, h, "/v1/leases", body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("lease %d: status %d: %v", i, resp.StatusCode, out)
+		}
+		_, hasID := out["id"]
+		if out["allowed"] != want || hasID != want {
+			t.Errorf("lease %d: allowed %v, id %v; want %v", i, out["allowed"], out["id"], want)
+		}
+		for _, d := range out["descriptors"].([]any) {
+			if d.(map[string]any)["quota_mode"] != nil {
+				t.Errorf("lease %d: a descriptor marked as a quota: %v", i, d)
+			}
+		}
+	}
+}

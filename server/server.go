@@ -410,7 +410,7 @@ func (s *Server) decidePlan(ctx context.Context, p *plan) ([]floodgate.Outcome, 
 	}
 	var together, apart []int
 	for j := range p.items {
-		if p.shadow[j] || p.quota[j] {
+		if p.shadow[j] || j < len(p.quota) && p.quota[j] {
 			apart = append(apart, j)
 		} else {
 			together = append(together, j)
@@ -559,6 +559,14 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		p.ownHits = append(p.ownHits, d.Hits != nil)
 		p.shadow = append(p.shadow, st.Rule != nil && st.Rule.ShadowMode)
 		p.quota = append(p.quota, st.Quota)
+	}
+	if lease != "" {
+		// A lease holds every concurrency rule of the request or none:
+		// quotas (quota_mode, -quota-mode) are for decisions.
+		for i := range res.Statuses {
+			res.Statuses[i].Quota = false
+		}
+		clear(p.quota)
 	}
 	return res, p, nil
 }
