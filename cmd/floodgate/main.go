@@ -1,7 +1,7 @@
 // Command floodgate runs Floodgate from the command line.
 //
 //	floodgate serve [flags]              run the rate limit service (Envoy gRPC, HTTP JSON API, metrics)
-//	floodgate config validate PATH...    check config files without starting
+//	floodgate config validate PATH...    check config files without starting (-merge-domain-config: as serve's)
 //	floodgate check [flags]              simulate a limit on the embedded store and print each decision
 //	floodgate bench [flags]              load a running service (Envoy gRPC or HTTP API) and report rate and latency
 //
