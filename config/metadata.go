@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -11,8 +12,9 @@ import (
 // metadata reads a descriptor's metadata: any YAML mapping, kept as a
 // JSON-like tree, as upstream reads it into a google.protobuf.Struct.
 // Scalars are read as upstream's yaml.v2 reads them into interface{}:
-// null, booleans (YAML 1.1 spellings too), integers (int64), floats
-// (float64) and strings (anything else: timestamps, addresses). Null or
+// null, booleans (YAML 1.1 spellings too), integers (int64; float64
+// beyond it), floats (float64) and strings (anything else: timestamps,
+// addresses). Null or
 // an empty mapping is no metadata. Upstream refuses what a Struct cannot
 // hold only when it converts it; here every problem is reported at its
 // line: a mapping is required at the top, and a float must be finite
@@ -75,6 +77,14 @@ func (p *parser) metaScalar(n *yaml.Node, path string) any {
 	case tag == "!!bool":
 		return yamlBools[n.Value]
 	case tag == "!!int":
+		text := strings.ReplaceAll(n.Value, "_", "")
+		if _, err := strconv.ParseInt(text, 0, 64); errors.Is(err, strconv.ErrRange) {
+			// Beyond int64: a number all the same, as upstream's Struct
+			// holds every number, as a float64.
+			if f, err := strconv.ParseFloat(text, 64); err == nil {
+				return f
+			}
+		}
 		v, _ := p.integer(n, path)
 		return v
 	case tag == "!!float":

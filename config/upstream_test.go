@@ -450,6 +450,7 @@ descriptors:
       name: "service_1"
       count: 3
       hex: 0x10
+      huge: 123456789012345678901234567890
       ratio: 0.5
       on: on
       quoted: "on"
@@ -471,7 +472,7 @@ descriptors:
 	rules := d.Rules()
 	want := map[string]any{
 		"team": "core", "tags": []any{"a", "b"},
-		"name": "service_1", "count": int64(3), "hex": int64(16), "ratio": 0.5,
+		"name": "service_1", "count": int64(3), "hex": int64(16), "ratio": 0.5, "huge": 1.2345678901234568e+29,
 		"on": true, "quoted": "on", "none": nil, "when": "2026-12-01", "addr": "10.0.0.1",
 		// y is YAML 1.1's true, as upstream's yaml.v2 reads it.
 		"nested": map[string]any{"list": []any{int64(1), map[string]any{"x": true}}, "empty": map[string]any{},
