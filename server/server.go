@@ -333,7 +333,8 @@ type Status struct {
 	FailurePolicy floodgate.FailurePolicy
 }
 
-// Result is the outcome of a request: OverLimit if any descriptor is.
+// Result is the outcome of a request: OverLimit if any descriptor is, but
+// for quotas (see QuotaCode).
 type Result struct {
 	Code     Code
 	Statuses []Status
