@@ -494,6 +494,7 @@ type RuleJSON struct {
 	ShadowMode  bool       `json:"shadow_mode,omitempty"`
 	QuotaMode   bool       `json:"quota_mode,omitempty"`
 	FailureMode string     `json:"failure_mode,omitempty"`
+	Durable     bool       `json:"durable,omitempty"`
 	Replaces    []string   `json:"replaces,omitempty"`
 	File        string     `json:"file"`
 	Line        int        `json:"line"`
@@ -508,7 +509,7 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	for _, d := range s.cfg.Load().Domains() {
 		for _, r := range d.Rules() {
 			rj := RuleJSON{ID: r.ID, Domain: r.Domain, Unlimited: r.Unlimited, ShadowMode: r.ShadowMode,
-				FailureMode: string(r.FailurePolicy), Replaces: r.Replaces, File: r.File, Line: r.Line,
+				FailureMode: string(r.FailurePolicy), Durable: r.Limit.Durable, Replaces: r.Replaces, File: r.File, Line: r.Line,
 				QuotaMode: r.QuotaMode, Metadata: r.Metadata}
 			if !r.Unlimited {
 				rj.Limit = limitJSON(r.Limit)

@@ -167,6 +167,9 @@ type Server struct {
 	shadowAll   bool          // Options.GlobalShadowMode
 	quotaAll    bool          // Options.GlobalQuotaMode
 	loader      config.Loader // Options.ConfigLoader
+	// ledger is Options.Limiter.Ledger, under ledgerPolicy; nil without.
+	ledger       floodgate.Ledger
+	ledgerPolicy floodgate.FailurePolicy
 	// throttle keeps repeated warnings (a store outage) to one line per
 	// rule a second.
 	throttle *logThrottle
@@ -211,6 +214,12 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.failMode, s.local, s.timeout = lo.FailurePolicy, lo.Local != nil, lo.Timeout
+	s.ledger, s.ledgerPolicy = lo.Ledger, lo.LedgerPolicy
+	if s.ledger != nil {
+		if err := registerLedger(s.reg, s.ledger); err != nil {
+			return nil, err
+		}
+	}
 	cfg := opts.Config
 	if cfg == nil {
 		cfg = &config.Config{}
@@ -220,18 +229,19 @@ func New(opts Options) (*Server, error) {
 }
 
 // CheckConfig reports the rules of c that the server cannot serve as
-// written: a failure_mode local when the server has no local store. The
-// Reloader rejects such a config; a config set by SetConfig anyway has
-// those rules answer store failures as fail_closed.
+// written: a failure_mode local when the server has no local store, and a
+// durable quota when it has no ledger. The Reloader rejects such a
+// config; a config set by SetConfig anyway has the first answer store
+// failures as fail_closed, and the second answered as invalid.
 func (s *Server) CheckConfig(c *config.Config) error {
-	if s.local {
-		return nil
-	}
 	var errs []error
 	for _, d := range c.Domains() {
 		for _, r := range d.Rules() {
-			if r.FailurePolicy == floodgate.FailLocal {
+			if r.FailurePolicy == floodgate.FailLocal && !s.local {
 				errs = append(errs, fmt.Errorf("%s:%d: rule %s: failure_mode local needs the number of instances (floodgate serve -instances)", r.File, r.Line, r.ID))
+			}
+			if r.Limit.Durable && s.ledger == nil {
+				errs = append(errs, fmt.Errorf("%s:%d: rule %s: a durable quota needs a ledger (floodgate serve -ledger)", r.File, r.Line, r.ID))
 			}
 		}
 	}
@@ -788,6 +798,16 @@ func (s *Server) readiness(ctx context.Context) (string, error) {
 				return fmt.Sprintf("ok: failure mode local decides in memory, store unreachable: %v", err), nil
 			}
 			return "", fmt.Errorf("store unreachable: %w", err)
+		}
+	}
+	if p, ok := s.ledger.(floodgate.Pinger); ok {
+		ctx, cancel := context.WithTimeout(ctx, max(s.timeout, 250*time.Millisecond))
+		defer cancel()
+		if err := p.Ping(ctx); err != nil {
+			if s.ledgerPolicy == floodgate.FailOpen {
+				return fmt.Sprintf("ok: ledger unreachable, durable quotas decided on their counters (ledger policy fail_open): %v", err), nil
+			}
+			return "", fmt.Errorf("ledger unreachable (durable quotas deny new windows and commits fail): %w", err)
 		}
 	}
 	return "ok", nil

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 	"github.com/floodgate-rl/floodgate/store/redisstore"
@@ -99,6 +100,8 @@ type serveConfig struct {
 	holdRetention       time.Duration
 	maxConns            int
 	grpcMaxIdle         time.Duration
+	// ledger: -ledger and its flags (serveledger.go).
+	ledger ledgerFlags
 
 	// parity: the settings of envoyproxy/ratelimit's (parity.go).
 	parity parityFlags
@@ -141,6 +144,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.DurationVar(&c.grpcMaxIdle, "grpc-max-idle", 5*time.Minute, "gRPC: close a connection that has had no call for this long (Envoy reconnects when it needs to) (env FLOODGATE_GRPC_MAX_IDLE)")
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
+	c.ledger.register(fs)
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
 	c.parity.register(fs)
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
@@ -201,6 +205,8 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-hold-retention: %v must be above zero", c.holdRetention)
 	case tlsProblem != "":
 		return tlsProblem
+	case c.ledger.problem() != "":
+		return c.ledger.problem()
 	case c.httpAddr == "":
 		return "-http: empty"
 	}
@@ -238,12 +244,23 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeStore()
-	srv, closeServer, err := c.newServer(store, auth, log)
+	acc, closeLedger, err := c.ledger.open(ctx)
+	if err != nil {
+		log.Error("ledger unavailable", "error", err)
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 1
+	}
+	defer closeLedger()
+	srv, closeServer, err := c.newServer(store, acc, auth, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
 		return 1
 	}
 	defer closeServer()
+	if err := c.ledger.watchDrift(ctx, srv, acc, log); err != nil {
+		log.Error("cannot start", "error", err)
+		return 1
+	}
 	if c.configPath != "" {
 		if err := watchConfig(ctx, srv, c.configPath, log); err != nil {
 			log.Error("config rejected", "error", err)
@@ -267,6 +284,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	storeName := "memory"
 	if c.redisURL != "" {
 		storeName = redactURL(c.redisURL)
+	}
+	if c.ledger.spec != "" {
+		storeName += ", ledger " + c.ledger.name()
 	}
 	log.Info("serving", "http_addr", l.httpAddr(), "grpc_addr", l.grpcAddr(), "store", storeName)
 	fmt.Fprintf(stdout, "floodgate: serving HTTP on %s, gRPC on %s, store %s\n", l.httpAddr(), l.grpcAddr(), storeName)
@@ -350,8 +370,9 @@ func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate
 // policy, deadline and, with -instances, the local store of the failure
 // mode local; and the Redis store's own counters in its registry. The
 // returned func closes the local store.
-func (c serveConfig) newServer(store floodgate.Store, auth *server.Auth, log *slog.Logger) (*server.Server, func(), error) {
+func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, auth *server.Auth, log *slog.Logger) (*server.Server, func(), error) {
 	lo := floodgate.Options{FailurePolicy: floodgate.FailurePolicy(c.failureMode), Timeout: c.timeout}
+	c.ledger.options(&lo, acc)
 	closeLocal := func() {}
 	if c.instances > 0 {
 		local := memstore.New(nil)
