@@ -119,7 +119,11 @@ func (l *level) index(n *node) bool {
 				return false
 			}
 		}
-		n.parts = strings.Split(n.lv.Value, "*")
+		if n.parts == nil {
+			// Set once, when the file is parsed: a merge adds the node to
+			// another level, and must not write to a domain in use.
+			n.parts = strings.Split(n.lv.Value, "*")
+		}
 		f.patterns = append(f.patterns, n)
 	case n.lv.Wildcard():
 		f := l.fallback(n.lv.Key)

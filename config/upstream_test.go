@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -526,4 +527,47 @@ func TestQuotaModeOnRateLimit(t *testing.T) {
 	if len(errs) != 1 || errs[0].Field != "descriptors[0].rate_limit.quota_mode" || !strings.Contains(errs[0].Problem, "it belongs in the descriptor") {
 		t.Errorf("got %v", err)
 	}
+}
+
+// TestMergeWhileMatching: merging reads the domains it merges and never
+// writes to them, so a domain in use can be merged again (the race
+// detector checks it).
+func TestMergeWhileMatching(t *testing.T) {
+	t.Parallel()
+	a, err := Parse("a.yaml", []byte("domain: d\ndescriptors:\n  - {key: p, value: \"v*z\", rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: p, value: \"a*\", rate_limit: {unit: second, requests_per_unit: 2}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Parse("b.yaml", []byte("domain: d\ndescriptors:\n  - {key: q, value: \"x*y\", rate_limit: {unit: second, requests_per_unit: 3}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if r := a.Match([]Entry{{"p", "vaz"}}); r == nil || r.Limit.Limit != 1 {
+					t.Errorf("match %v", r)
+					return
+				}
+			}
+		})
+	}
+	for range 50 {
+		c, err := Loader{MergeDomains: true}.New(a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := c.Match("d", []Entry{{"q", "x1y"}}); r == nil || r.Limit.Limit != 3 {
+			t.Fatalf("merged match %v", r)
+		}
+	}
+	close(done)
+	wg.Wait()
 }
