@@ -184,6 +184,11 @@ func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hi
 	if err != nil {
 		return nil, Result{}, err
 	}
+	for i := range res.Statuses {
+		// A reservation holds every limited descriptor or none: a quota
+		// (quota_mode, -quota-mode) is held like any other limit.
+		res.Statuses[i].Quota = false
+	}
 	var items []floodgate.Item
 	var which []int
 	for j, it := range p.items {

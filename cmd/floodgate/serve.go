@@ -102,6 +102,9 @@ type serveConfig struct {
 	grpcMaxIdle         time.Duration
 	// ledger: -ledger and its flags (serveledger.go).
 	ledger ledgerFlags
+
+	// parity: the settings of envoyproxy/ratelimit's (parity.go).
+	parity parityFlags
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -143,6 +146,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
 	c.ledger.register(fs)
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
+	c.parity.register(fs)
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, 0, false
@@ -375,7 +379,8 @@ func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, auth
 		closeLocal = func() { local.Close() }
 		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
 	}
-	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, Auth: auth, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode})
+	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, Auth: auth, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode,
+		GlobalQuotaMode: c.parity.quotaMode, ConfigLoader: c.parity.loader()})
 	if err == nil {
 		switch rs := store.(type) {
 		case *redisstore.Store:
@@ -442,7 +447,7 @@ type listeners struct {
 // listen opens the HTTP and gRPC listeners of the flags, with the handlers
 // of srv.
 func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *server.TLSFiles, handler slog.Handler) (*listeners, error) {
-	rls := envoyService(srv, c.headers)
+	rls := envoyService(srv, c.headers, c.parity)
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
 		return nil, fmt.Errorf("-http %s: %w", c.httpAddr, err)
