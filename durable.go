@@ -71,10 +71,13 @@ type Rebuild struct {
 // between.
 const maxRebuilds = 3
 
-// reserveDurable runs the reserve r in s, rebuilding each durable
-// request's counter from the ledger when the store answers it Lost. The
-// local store of FailLocal decides on shares and is not rebuilt.
-func (l *Limiter) reserveDurable(ctx context.Context, rv Reserver, r HoldRequest, local bool) (HoldResult, error) {
+// reserveDurable runs the reserve r in s under ctx (the store's deadline),
+// rebuilding each durable request's counter from the ledger when the store
+// answers it Lost: the ledger is read under outer (the caller's context)
+// and the ledger's deadline, and each reserve after it gets a deadline of
+// its own. The local store of FailLocal decides on shares and is not
+// rebuilt.
+func (l *Limiter) reserveDurable(ctx, outer context.Context, rv Reserver, r HoldRequest, local bool) (HoldResult, error) {
 	if local || l.ledger == nil {
 		return rv.Reserve(ctx, r)
 	}
@@ -88,6 +91,11 @@ func (l *Limiter) reserveDurable(ctx context.Context, rv Reserver, r HoldRequest
 		r.Rebuild[i].Check = true
 	}
 	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = l.withTimeout(outer)
+			defer cancel()
+		}
 		held, err := rv.Reserve(ctx, r)
 		if err != nil || held.Lost == nil {
 			return held, err
@@ -107,7 +115,9 @@ func (l *Limiter) reserveDurable(ctx context.Context, rv Reserver, r HoldRequest
 			if at.IsZero() {
 				at = l.wallNow()
 			}
-			window, units, err := l.ledger.Used(ctx, q.Key, q.Limit, at)
+			lctx, cancel := context.WithTimeout(outer, l.ledgerTimeout)
+			window, units, err := l.ledger.Used(lctx, q.Key, q.Limit, at)
+			cancel()
 			switch {
 			case err != nil && l.ledgerPolicy == FailOpen:
 				// Decide on the counter as it is.
@@ -167,7 +177,9 @@ func (l *Limiter) record(ctx context.Context, id string, rs []Request, windows [
 			w = windows[i]
 		}
 		if w.IsZero() && r.Limit.Window == FirstHit {
-			lw, units, err := l.ledger.Used(ctx, r.Key, r.Limit, now)
+			lctx, cancel := context.WithTimeout(ctx, l.ledgerTimeout)
+			lw, units, err := l.ledger.Used(lctx, r.Key, r.Limit, now)
+			cancel()
 			if err != nil {
 				return fmt.Errorf("floodgate: commit of %s: finding the window of %q: %w: %w", id, r.Key, ErrLedger, err)
 			}
@@ -183,6 +195,8 @@ func (l *Limiter) record(ctx context.Context, id string, rs []Request, windows [
 	if len(commits) == 0 {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, l.ledgerTimeout)
+	defer cancel()
 	if err := l.ledger.Record(ctx, commits); err != nil {
 		return fmt.Errorf("floodgate: commit of %s: %w: %w", id, ErrLedger, err)
 	}

@@ -76,7 +76,16 @@ type Options struct {
 	// the ledger: one it did not take is not acknowledged, whatever the
 	// policy. FailLocal is not a ledger policy.
 	LedgerPolicy FailurePolicy
+	// LedgerTimeout bounds each ledger call (a commit's write, a rebuild's
+	// read) on top of the caller's context, apart from Timeout, which
+	// bounds the store's calls; 0 means DefaultLedgerTimeout.
+	LedgerTimeout time.Duration
 }
+
+// DefaultLedgerTimeout is Options.LedgerTimeout's default: a ledger write
+// waits for a disk flush or a database's commit, which is slower and
+// rarer than a decision.
+const DefaultLedgerTimeout = 5 * time.Second
 
 // Observer sees what a Limiter decides. Observe is called synchronously on
 // the caller's goroutine, so it must be fast and safe for concurrent use.
@@ -110,8 +119,9 @@ type Limiter struct {
 	obs     Observer
 	fb      *fallback // FailLocal's, with Options.Local; else nil
 	// ledger accounts the durable quotas, under ledgerPolicy.
-	ledger       Ledger
-	ledgerPolicy FailurePolicy
+	ledger        Ledger
+	ledgerPolicy  FailurePolicy
+	ledgerTimeout time.Duration
 	// direct: no fallback, timeout or observer, so apply calls the store
 	// and nothing else.
 	direct bool
@@ -136,6 +146,12 @@ func New(store Store, opts *Options) (*Limiter, error) {
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("floodgate: New: negative timeout %v", o.Timeout)
 	}
+	switch {
+	case o.LedgerTimeout < 0:
+		return nil, fmt.Errorf("floodgate: New: negative ledger timeout %v", o.LedgerTimeout)
+	case o.LedgerTimeout == 0:
+		o.LedgerTimeout = DefaultLedgerTimeout
+	}
 	switch o.LedgerPolicy {
 	case "":
 		o.LedgerPolicy = FailClosed
@@ -148,7 +164,7 @@ func New(store Store, opts *Options) (*Limiter, error) {
 		return nil, err
 	}
 	return &Limiter{store: store, clock: o.Clock, prefix: o.KeyPrefix, policy: o.FailurePolicy, timeout: o.Timeout, obs: o.Observer, fb: fb,
-		ledger: o.Ledger, ledgerPolicy: o.LedgerPolicy,
+		ledger: o.Ledger, ledgerPolicy: o.LedgerPolicy, ledgerTimeout: o.LedgerTimeout,
 		direct: fb == nil && o.Timeout == 0 && o.Observer == nil}, nil
 }
 

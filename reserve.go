@@ -202,13 +202,14 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 		return nil, Decision{RetryAfter: Never}, nil, err
 	}
 	var held HoldResult
+	outer := ctx
 	c.op = func(ctx context.Context, s Store, rs []Request) ([]Decision, error) {
 		rv, ok := s.(Reserver)
 		if !ok {
 			return nil, fmt.Errorf("floodgate: Reserve: %w", ErrNotSupported)
 		}
 		var err error
-		held, err = l.reserveDurable(ctx, rv, HoldRequest{Requests: rs, ID: opts.ID, TTL: opts.TTL, Release: opts.ReleaseOnExpiry}, s != l.store)
+		held, err = l.reserveDurable(ctx, outer, rv, HoldRequest{Requests: rs, ID: opts.ID, TTL: opts.TTL, Release: opts.ReleaseOnExpiry}, s != l.store)
 		return held.Decisions, err
 	}
 	l.run(ctx, &c)

@@ -274,6 +274,18 @@ func TestDurableLedgerDown(t *testing.T) {
 	if _, d, err := open.Reserve(t.Context(), "new", paid, 1, nil); err != nil || !d.Allowed {
 		t.Fatalf("FailOpen reserve of a new window with the ledger down: %+v, %v", d, err)
 	}
+	// A store failure policy never answers a ledger's failure: fail_open
+	// for the store still denies what the ledger must check.
+	storeOpen, err := floodgate.New(s, &floodgate.Options{Clock: clock, Ledger: ledger.Durable(lg, nil), FailurePolicy: floodgate.FailOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, d, err := storeOpen.Reserve(t.Context(), "new2", paid, 1, nil); !errors.Is(err, floodgate.ErrLedger) || d.Allowed {
+		t.Fatalf("reserve with the store's policy fail_open and the ledger down: %+v, %v, want denied with ErrLedger", d, err)
+	}
+	if out, err := storeOpen.Decide(t.Context(), []floodgate.Item{{Key: "new2", Limit: paid, Cost: 1}}); err != nil || out[0].Decision.Allowed || !errors.Is(out[0].Err, floodgate.ErrLedger) {
+		t.Fatalf("Decide with the store's policy fail_open and the ledger down: %+v, %v, want denied with ErrLedger", out, err)
+	}
 	lg.down.Store(false)
 	if sts, err := res.Commit(t.Context(), 10); err != nil || sts[0].Replayed {
 		t.Fatalf("commit retried with the ledger back: %+v, %v", sts, err)

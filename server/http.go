@@ -632,6 +632,8 @@ func writeProblem(w http.ResponseWriter, err error) {
 		p.Status, p.Field = http.StatusUnprocessableEntity, "id"
 	case errors.Is(err, floodgate.ErrUnknownReservation):
 		p.Status, p.Field = http.StatusNotFound, "id"
+	case errors.Is(err, floodgate.ErrLedger):
+		p.Status, p.Detail = http.StatusServiceUnavailable, "ledger failed: "+err.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		p.Status = http.StatusServiceUnavailable
 	default:

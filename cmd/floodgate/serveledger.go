@@ -22,11 +22,13 @@ type ledgerFlags struct {
 	spec      string
 	policy    string
 	reconcile time.Duration
+	timeout   time.Duration
 }
 
 func (f *ledgerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.spec, "ledger", "", "the ledger of durable quotas (rules with durable: true): a PostgreSQL `URL` (postgres://user:password@host:5432/db) for several instances, or the path of an SQLite file for one machine, made if missing; its schema is migrated at start. Each commit of a durable quota is acknowledged once the ledger holds it, and a counter the store lost is rebuilt from it (env FLOODGATE_LEDGER)")
 	fs.StringVar(&f.policy, "ledger-policy", string(floodgate.FailClosed), "when the ledger cannot be read to check a durable quota's counter (a new window, or a counter the store lost): fail_closed denies, as a paid quota should; fail_open decides on the counter as it is. Commits always need the ledger (env FLOODGATE_LEDGER_POLICY)")
+	fs.DurationVar(&f.timeout, "ledger-timeout", floodgate.DefaultLedgerTimeout, "deadline of each ledger call (a commit's write, a rebuild's read), apart from -timeout, which bounds the store's (env FLOODGATE_LEDGER_TIMEOUT)")
 	fs.DurationVar(&f.reconcile, "ledger-reconcile", 0, "compare the counters of the current windows with the ledger this often, exporting the drift as floodgate_ledger_drift_*; repair with floodgate ledger reconcile -repair. 0 disables (env FLOODGATE_LEDGER_RECONCILE)")
 }
 
@@ -35,6 +37,8 @@ func (f *ledgerFlags) problem() string {
 	switch {
 	case f.policy != string(floodgate.FailClosed) && f.policy != string(floodgate.FailOpen):
 		return fmt.Sprintf("-ledger-policy: %q is not fail_closed or fail_open", f.policy)
+	case f.timeout <= 0:
+		return fmt.Sprintf("-ledger-timeout: %v must be above zero", f.timeout)
 	case f.reconcile < 0:
 		return fmt.Sprintf("-ledger-reconcile: %v is negative", f.reconcile)
 	case f.reconcile > 0 && f.spec == "":
@@ -86,7 +90,7 @@ func (f *ledgerFlags) options(lo *floodgate.Options, acc *ledger.Accounts) {
 	if acc == nil {
 		return
 	}
-	lo.Ledger, lo.LedgerPolicy = acc, floodgate.FailurePolicy(f.policy)
+	lo.Ledger, lo.LedgerPolicy, lo.LedgerTimeout = acc, floodgate.FailurePolicy(f.policy), f.timeout
 }
 
 // watchDrift runs ledger.Reconcile every f.reconcile until ctx ends,

@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/ledger/sqlite"
 )
@@ -123,3 +125,55 @@ func TestServeLedgerConfig(t *testing.T) {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 func ledgerQuery() ledger.Query { return ledger.Query{} }
+
+// TestServeLedgerDrift: with -ledger-reconcile, serve compares the
+// counters in Redis with the ledger and exports the drift: after Redis
+// loses a durable counter (FLUSHALL) the committed units show as behind,
+// until the next reserve rebuilds the counter from the ledger.
+func TestServeLedgerDrift(t *testing.T) {
+	redis := redistest.Standalone(t)
+	dir, _ := writeConfig(t, paidYAML)
+	in := startServe(t, "-config", dir, "-redis", "redis://"+redis.Addr, "-ledger", filepath.Join(t.TempDir(), "ledger.db"),
+		"-ledger-reconcile", "50ms", "-timeout", "2s")
+	body := `{"domain":"billing","descriptors":[{"entries":[{"key":"tenant","value":"acme"}]}],"hits":30}`
+	reserveCommit := func() {
+		t.Helper()
+		resp, err := http.Post(in.httpURL+"/v1/reservations", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			ID      string `json:"id"`
+			Allowed bool   `json:"allowed"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || !out.Allowed {
+			t.Fatalf("reserve: %+v, %v", out, err)
+		}
+		resp, err = http.Post(in.httpURL+"/v1/reservations/"+out.ID+"/commit", "application/json", strings.NewReader(`{"cost":30}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	reserveCommit()
+	// In step: no drift once a reconcile has run.
+	defer func() {
+		if t.Failed() {
+			_, mb := in.get(t, "/metrics")
+			t.Log(grepLines(string(mb), "ledger_"), in.stderr.String())
+		}
+	}()
+	waitUntil(t, 10*time.Second, func() bool {
+		return in.metric(t, `floodgate_ledger_reconciles_total{result="ok"}`) > 0 && in.metric(t, `floodgate_ledger_drift_units{direction="behind"}`) == 0
+	})
+	redis.MustCLI(t, "FLUSHALL")
+	waitUntil(t, 10*time.Second, func() bool {
+		return in.metric(t, `floodgate_ledger_drift_units{direction="behind"}`) == 30 && in.metric(t, `floodgate_ledger_drift_windows{direction="behind"}`) == 1
+	})
+	reserveCommit() // rebuilds the counter: 30 from the ledger, then 30 more
+	waitUntil(t, 10*time.Second, func() bool {
+		return in.metric(t, `floodgate_ledger_drift_units{direction="behind"}`) == 0
+	})
+}
