@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -13,11 +14,15 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/internal/pgtest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/ledger"
+	"github.com/floodgate-rl/floodgate/ledger/postgres"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 	"github.com/floodgate-rl/floodgate/store/redisstore"
 )
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // paid is the durable quota of these tests: 100 units a day.
 var paid = floodgate.Limit{Limit: 100, Period: 24 * time.Hour, Durable: true}
@@ -496,4 +501,31 @@ type slowLedger struct {
 func (s *slowLedger) Record(ctx context.Context, es []ledger.Entry) ([]bool, error) {
 	time.Sleep(s.delay) // a disk flush or a round trip
 	return s.Store.Record(ctx, es)
+}
+
+// TestDurablePostgres: the durable quota on a PostgreSQL ledger: ten
+// concurrent commits of one reservation are one entry, and a lost counter
+// is rebuilt from it.
+func TestDurablePostgres(t *testing.T) {
+	server := pgtest.Shared(t)
+	lg, err := postgres.Open(t.Context(), server.NewDatabase(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	clock := floodgatetest.NewFakeClock(base.Add(time.Hour))
+	s := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
+	defer s.Close()
+	l, acc := durableLimiter(t, s, lg, clock, "")
+	testCommitOnce(t, l, acc, lg, clock)
+
+	lost := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
+	defer lost.Close()
+	l2, _ := durableLimiter(t, lost, lg, clock, "")
+	if use(t, l2, "once", 76, 76) {
+		t.Fatal("76 units admitted after the loss with 25 of 100 committed")
+	}
+	if !use(t, l2, "once", 75, 75) {
+		t.Fatal("75 units denied after the loss with 25 of 100 committed")
+	}
 }
