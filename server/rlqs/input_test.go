@@ -322,3 +322,44 @@ func TestReloadAbandons(t *testing.T) {
 		t.Errorf("subscribed again: fill interval %ds, want 120", got)
 	}
 }
+
+// TestSentBounded: however often a client reports, a bucket remembers one
+// share per change, not one per report.
+func TestSentBounded(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	svc := newTestService(t, &Options{Clock: func() time.Time { return now }})
+	ss := svc.newSession()
+	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		usage(map[string]string{"user": "u"}, 1, 0)}}
+	for range 10_000 {
+		now = now.Add(time.Millisecond)
+		if _, err := ss.handle(t.Context(), rep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range ss.buckets {
+		if len(b.sent) > 4 {
+			t.Errorf("after 10,000 reports in 10 s the bucket remembers %d shares sent; want one per change, at most (TTL+Grace)/ChangeEvery+2 = 4", len(b.sent))
+		}
+	}
+}
+
+// TestStreamBounds: a replica serves at most MaxStreams streams
+// (ResourceExhausted beyond), and none once it drains (Unavailable).
+func TestStreamBounds(t *testing.T) {
+	svc := newTestService(t, &Options{MaxStreams: 1})
+	ss, _, err := svc.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.open(); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a second stream: %v, want ResourceExhausted", err)
+	}
+	svc.close(ss)
+	if err := svc.Drain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.open(); status.Code(err) != codes.Unavailable {
+		t.Errorf("a stream after Drain: %v, want Unavailable", err)
+	}
+}

@@ -493,7 +493,15 @@ func (ss *session) assign(b *bucket, st *strategy, now time.Time, ttl time.Durat
 			// sent after the last expired).
 			b.changed = now
 		}
-		if st.share > 0 {
+		// One entry per distinct share in a row, so the list holds at most
+		// the changes of TTL+Grace (at most one per ChangeEvery, and a
+		// resent share only moves its time), however often a client
+		// reports.
+		switch n := len(b.sent); {
+		case st.share <= 0:
+		case n > 0 && b.sent[n-1].share == st.share:
+			b.sent[n-1].at = now
+		default:
 			b.sent = append(b.sent, sentShare{st.share, now})
 		}
 	}

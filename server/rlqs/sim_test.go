@@ -2,8 +2,10 @@ package rlqs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,5 +313,48 @@ func TestBlanketAnswers(t *testing.T) {
 		if got, want := b.expires.Sub(clock.Now()), 4*time.Second; got != want {
 			t.Errorf("bucket %v: TTL %v, want %v", c.id, got, want)
 		}
+	}
+}
+
+// flakyHome is a home that fails every call while down.
+type flakyHome struct {
+	region.Home
+	down atomic.Bool
+}
+
+func (h *flakyHome) Lease(ctx context.Context, r region.LeaseRequest) (region.Lease, error) {
+	if h.down.Load() {
+		return region.Lease{}, errors.New("home unreachable")
+	}
+	return h.Home.Lease(ctx, r)
+}
+
+// TestHomeDown: while home does not answer, the reports are answered with
+// no action, so the Envoys' assignments are not renewed past their
+// leases: they expire within TTL and the Envoys fall back (DENY_ALL
+// here); the bound holds throughout, and the fleet uses the limit again
+// once home answers.
+func TestHomeDown(t *testing.T) {
+	clock := newClock()
+	home := &flakyHome{Home: &region.MemHome{}}
+	r := startReplica(t, simYAML, simOptions(clock, home))
+	s := &sim{t: t, clock: clock, step: 100 * time.Millisecond}
+	for i := range 2 {
+		s.envoys = append(s.envoys, newEnvoy(t, clock, r.addr, "edge", time.Second, time.Duration(i)*500*time.Millisecond))
+	}
+	demand := func(int, time.Duration) float64 { return 10 }
+	s.run(20*time.Second, demand, nil)
+	home.down.Store(true)
+	s.run(20*time.Second, demand, nil)
+	home.down.Store(false)
+	s.run(20*time.Second, demand, nil)
+	checkBound(t, s, 2*time.Second)
+	// The last assignment was sent at most a reporting interval before
+	// home went down, and lives TTL (4 s) from then.
+	if _, all := s.share(0, 25*time.Second, 40*time.Second); all != 0 {
+		t.Errorf("from 5 s after home went down until it came back the fleet admitted %d; want 0 (assignments expired, DENY_ALL fallback)", all)
+	}
+	if _, all := s.share(0, 50*time.Second, 60*time.Second); float64(all) < 0.85*simLimit {
+		t.Errorf("10-20 s after home came back the fleet admitted %d, under 85%% of the %d the limit allows", all, simLimit)
 	}
 }
