@@ -130,7 +130,10 @@
 // the others leave. A replica that stops is the same: Drain expires its
 // assignments (TTL 0) so that its Envoys fall back at once, and the
 // leases run out by themselves; the Envoys reconnect to another replica,
-// which shares the leases through home. Not covered: home losing its
+// which shares the leases through home (TestReplicaRestart). When home
+// does not answer, a report gets no action for the bucket: its
+// assignment is not renewed past its lease, and the Envoy falls back
+// within T (TestHomeDown). Not covered: home losing its
 // state (a Redis restart without persistence, a failover that lost
 // writes) frees every share while the Envoys still enforce theirs, up to
 // L/P more per second until their assignments expire; and an Envoy whose
