@@ -35,6 +35,7 @@ type session struct {
 	buckets   map[string]*bucket
 	done      chan struct{}
 	drainSent bool
+	warned    bool // of reports further apart than TTL
 }
 
 // bucket is what a session knows of one bucket ID.
@@ -362,6 +363,13 @@ func (ss *session) measure(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_Bucke
 	elapsed := u.GetTimeElapsed().AsDuration()
 	if elapsed <= 0 && !b.reported.IsZero() {
 		elapsed = now.Sub(b.reported)
+	}
+	if !b.reported.IsZero() && now.Sub(b.reported) > ss.svc.o.TTL && !ss.warned {
+		// Once per stream: the Envoy's assignments expire between its
+		// reports, and it runs on its fallback in between.
+		ss.warned = true
+		ss.svc.log.Warn("rlqs reports arrive less often than the assignments live; raise -rlqs-ttl above the Envoy's reporting_interval",
+			"holder", ss.holder, "gap", now.Sub(b.reported), "ttl", ss.svc.o.TTL)
 	}
 	b.reported = now
 	if b.key == "" && b.limit.Period == 0 {
