@@ -189,7 +189,9 @@ func (e *simEnvoy) open() {
 	if e.stream != nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// A stream lives well under a second of real time in these
+	// simulations; a minute bounds a server that stops answering.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	st, err := rlqsv3.NewRateLimitQuotaServiceClient(e.conn).StreamRateLimitQuotas(ctx)
 	if err != nil {
 		cancel()
