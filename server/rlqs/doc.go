@@ -89,7 +89,9 @@
 // (Options.Floor × L), so that every replica computes the same split:
 // this Envoy's target is share.Split of L over all of them
 // (Options.Policy; proportional to demand by default). The Envoy's share
-// moves to the target at most once per Options.ChangeEvery, and only by
+// moves to the target at most once per Options.ChangeEvery, not at all
+// while the target is within 1/16 of the share in force (a new token
+// bucket starts full, which costs more than the difference), and only by
 // what home grants: home never lets the live shares of a limit exceed L,
 // and hands a holder more only from what the others have given back. So
 // the shares follow demand within about TTL + Grace + a reporting
@@ -121,7 +123,7 @@
 // expired_assignment_behavior after an expiry or a drain) during the
 // span: 0 with DENY_ALL fallbacks. With the simulations' rule (L = 100
 // per 10 s, B = 20, M = 2 s) that is 220 in any 10 s: the fleet admitted
-// at most 148 there (TestFleetBoundAndFairness).
+// at most 127 there (TestFleetBoundAndFairness).
 //
 // When an Envoy's stream drops, its holder's lease is not returned: it
 // runs out T + G after the holder's last report (a window of home rounded

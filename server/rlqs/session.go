@@ -441,6 +441,11 @@ func (ss *session) lease(ctx context.Context, b *bucket, now time.Time) *strateg
 	target := share.Split(l.Limit, parties, s.o.Policy)[b.self]
 	expired := b.cur == nil || now.Sub(b.lastSent) >= s.o.TTL
 	keep := !expired && now.Sub(b.changed) < s.o.ChangeEvery
+	if !expired && b.cur.share > 0 && abs(target-b.cur.share) <= b.cur.share/16 {
+		// Within 1/16 of the share in force: not worth a new token
+		// bucket, which the Envoy would start full.
+		keep = true
+	}
 	if keep {
 		target = b.cur.share
 	} else if !b.changed.IsZero() && now.Sub(b.changed) < s.o.ChangeEvery {
@@ -459,6 +464,13 @@ func (ss *session) lease(ctx context.Context, b *bucket, now time.Time) *strateg
 		give = min(b.cur.share, out.Share)
 	}
 	return tokenBucket(l, give)
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // tokenBucket is the token bucket of share units of l: tokens_per_fill
