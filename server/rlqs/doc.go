@@ -42,7 +42,8 @@
 //     per-request protocol.
 //
 // Every report is answered at once, with one action per bucket reported,
-// in the report's order:
+// in the report's order (none for a bucket whose lease home did not
+// answer, see below):
 //
 //   - a rule of fixed_window, token_bucket or gcra: a token bucket that is
 //     this Envoy's share s of the limit L per period P: tokens_per_fill
