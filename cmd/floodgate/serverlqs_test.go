@@ -69,6 +69,11 @@ descriptors:
 	if got, want := ask(sb), `blanket_rule:DENY_ALL`; got != want {
 		t.Errorf("the second Envoy, on the other replica, got %s while the first holds the whole limit; want %s", got, want)
 	}
+	for series, want := range map[string]int64{"floodgate_rlqs_streams": 1, "floodgate_rlqs_buckets": 1, "floodgate_rlqs_assignments_total": 1, "floodgate_rlqs_leases_total": 2} {
+		if got := b.metric(t, series); got != want {
+			t.Errorf("replica b's %s = %d, want %d", series, got, want)
+		}
+	}
 	if code := a.stop(); code != 0 {
 		t.Errorf("serve exited %d", code)
 	}
