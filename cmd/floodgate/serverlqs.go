@@ -77,20 +77,24 @@ func plainRedisURL(u string) bool {
 	return strings.HasPrefix(u, "redis://") || strings.HasPrefix(u, "rediss://")
 }
 
-// open makes the quota service over srv, with its home: -rlqs-home, else
-// the -redis URL when it names one Redis, else (no -redis) the replica's
-// memory. It returns nil, with a log line, when it is off.
-func (f *rlqsFlags) open(srv *server.Server, redisURL string, log *slog.Logger) (*rlqs.Service, func(), error) {
+// openRLQS makes the quota service over srv, with its home: -rlqs-home,
+// else the -redis URL when it names one Redis, else (no -redis) the
+// replica's memory. It returns nil, with a log line, when it is off.
+func (c serveConfig) openRLQS(srv *server.Server, log *slog.Logger) (*rlqs.Service, func(), error) {
+	f := &c.rlqs
 	if f.off {
 		return nil, func() {}, nil
 	}
 	url := f.homeURL
-	if url == "" && redisURL != "" {
-		if !plainRedisURL(redisURL) {
-			log.Warn("Envoy's rate limit quota service is off: its shares need one Redis every replica reaches; give one with -rlqs-home", "store", redactURL(redisURL))
+	if url == "" && c.redisURL != "" {
+		if !plainRedisURL(c.redisURL) {
+			log.Warn("Envoy's rate limit quota service is off: its shares need one Redis every replica reaches; give one with -rlqs-home", "store", redactURL(c.redisURL))
 			return nil, func() {}, nil
 		}
-		url = redisURL
+		url = c.redisURL
+	}
+	if strings.HasPrefix(url, "rediss://") && c.redisTLS.set() {
+		log.Warn("the quota service's leases connect to Redis with the system roots and no client certificate: the -redis-tls-* files are not used for them", "home", redactURL(url))
 	}
 	var home region.Home
 	closeHome := func() {}
