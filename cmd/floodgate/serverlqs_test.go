@@ -88,3 +88,28 @@ descriptors:
 		t.Errorf("after the drain: %v, want the stream's end", err)
 	}
 }
+
+// TestServeRLQSBadFlags: each bad -rlqs-* flag is refused at start (exit
+// 2) with a message naming it.
+func TestServeRLQSBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"-rlqs-ttl", "1500ms"}, "-rlqs-ttl"},
+		{[]string{"-rlqs-ttl", "0s"}, "-rlqs-ttl"},
+		{[]string{"-rlqs-grace", "-1s"}, "-rlqs-grace"},
+		{[]string{"-rlqs-ttl", "4s", "-rlqs-change-every", "5s"}, "-rlqs-change-every"},
+		{[]string{"-rlqs-idle", "0s"}, "-rlqs-idle"},
+		{[]string{"-rlqs-floor", "1.5"}, "-rlqs-floor"},
+		{[]string{"-rlqs-floor", "NaN"}, "-rlqs-floor"},
+		{[]string{"-rlqs-policy", "fair"}, "-rlqs-policy"},
+		{[]string{"-rlqs-max-stream-buckets", "0"}, "-rlqs-max-stream-buckets"},
+		{[]string{"-rlqs-home", "redis-cluster://127.0.0.1:1"}, "-rlqs-home"},
+	} {
+		var stdout, stderr strings.Builder
+		if code := run(t.Context(), append([]string{"serve"}, c.args...), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), c.flag+":") {
+			t.Errorf("%v: exit %d, want 2 naming %s; stderr %s", c.args, code, c.flag, stderr.String())
+		}
+	}
+}
