@@ -40,8 +40,7 @@ type session struct {
 
 // bucket is what a session knows of one bucket ID.
 type bucket struct {
-	id    *rlqsv3.BucketId
-	entry []config.Entry
+	id *rlqsv3.BucketId
 	// key is the lease's key at home; empty when the bucket is answered
 	// by a blanket rule (no rule, unlimited, shadow mode, an algorithm
 	// no token bucket expresses).
@@ -302,7 +301,6 @@ func (ss *session) forget(key string) {
 func (ss *session) classify(cfg *config.Config, b *bucket) {
 	s := ss.svc
 	rule, entries := s.index.match(cfg, ss.domain, b.id.GetBucket())
-	b.entry = entries
 	oldKey := b.key
 	b.key, b.blanket = "", typev3.RateLimitStrategy_ALLOW_ALL
 	switch {
