@@ -156,9 +156,12 @@ func (s *Store) plan(k entryKey, e *entry, now time.Time) *leaseJob {
 	if want < e.share {
 		// Every decision on the share has finished: what the window used
 		// is final, and no later decision can use more than the new share.
+		// The window is the latest any decision can be in: a time taken
+		// now, with the lock held, is at or after every decision's.
+		cur := window(s.now(time.Time{}), limit.Period)
 		e.um.Lock()
 		used := e.used
-		if e.win != window(now, limit.Period) {
+		if e.win < cur {
 			used = 0
 		}
 		e.um.Unlock()

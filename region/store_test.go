@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/share"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
@@ -334,5 +335,33 @@ func TestNewRejects(t *testing.T) {
 			s.Close()
 			t.Errorf("New(%+v) = nil error", o)
 		}
+	}
+}
+
+// TestLowerCountsLatestWindow: a rebalance that began in one window and
+// lowers the share after decisions of the next window counts what the
+// next window used, so the share never drops below it.
+func TestLowerCountsLatestWindow(t *testing.T) {
+	t.Parallel()
+	clock := floodgatetest.NewFakeClock(time.Unix(1_700_000_000, 0))
+	r := newRegions(t, &MemHome{}, clock, []string{"a"}, Options{})[0]
+	limit := floodgate.Limit{Limit: 100, Period: time.Second, Global: true}
+	ctx := t.Context()
+	r.lim.Allow(ctx, "k", limit)
+	r.store.rebalance(false)
+	stale := r.store.now(time.Time{}) // the rebalance's time, in window w
+	clock.Advance(time.Second)        // window w+1
+	if d, _ := r.lim.AllowN(ctx, "k", limit, 60); !d.Allowed {
+		t.Fatal("60 of a share of 100 denied")
+	}
+	k := entryKey{"k", limit.Period}
+	r.store.mu.Lock()
+	e := r.store.entries[k]
+	r.store.mu.Unlock()
+	// Another holder with all the demand: the target is 0.
+	e.parties, e.self = []share.Party{{}, {Demand: 1000}}, 0
+	r.store.plan(k, e, stale)
+	if h := r.store.Held("k", limit); h.Leased < 60 {
+		t.Errorf("after lowering, a holds %+v: below the 60 its current window used", h)
 	}
 }

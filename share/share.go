@@ -42,6 +42,7 @@
 package share
 
 import (
+	"fmt"
 	"math/bits"
 	"slices"
 )
@@ -97,6 +98,17 @@ func (p Policy) String() string {
 		return "equal"
 	}
 	return "unknown"
+}
+
+// ParsePolicy returns the policy named s (proportional, max_min or
+// equal), as String writes it.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range []Policy{Proportional, MaxMin, Equal} {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("share: unknown policy %q (want proportional, max_min or equal)", s)
 }
 
 // Split divides limit among parties under policy p and returns each

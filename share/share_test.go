@@ -110,3 +110,15 @@ func BenchmarkSplit(b *testing.B) {
 		})
 	}
 }
+
+func TestParsePolicy(t *testing.T) {
+	t.Parallel()
+	for _, p := range []Policy{Proportional, MaxMin, Equal} {
+		if got, err := ParsePolicy(p.String()); err != nil || got != p {
+			t.Errorf("ParsePolicy(%q) = %v, %v", p.String(), got, err)
+		}
+	}
+	if _, err := ParsePolicy("fair"); err == nil {
+		t.Error("ParsePolicy(fair) = nil error")
+	}
+}

@@ -17,6 +17,8 @@ func TestServeRegionFlags(t *testing.T) {
 		{"serve", "-region", "eu", "-home", "redis://127.0.0.1:1", "-region-safe-share", "2"},
 		{"serve", "-region", "eu", "-home", "redis://127.0.0.1:1", "-region-term", "10ms"},
 		{"serve", "-region-safe-share", "0.1"},
+		{"serve", "-region", "eu", "-home", "redis://127.0.0.1:1", "-region-policy", "fair"},
+		{"serve", "-region-policy", "equal"},
 	} {
 		var stdout, stderr strings.Builder
 		if code := run(t.Context(), args, &stdout, &stderr); code != 2 {

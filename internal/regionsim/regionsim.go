@@ -292,6 +292,15 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 		regionLimit = func(int) floodgate.Limit { l := limit; l.Global = true; return l }
 	}
 
+	// One decision per region before the load, as in a service that has
+	// been running: the client connects, and a leased region takes the
+	// key's first lease, which the first decision waits for.
+	for i := range c.Regions {
+		if _, err := lims[i].Peek(ctx, key, regionLimit(i)); err != nil {
+			return ModeReport{}, fmt.Errorf("warm-up of %s: %w", c.Regions[i].Name, err)
+		}
+	}
+
 	// The load: open loop, each region's arrivals at its part of Demand,
 	// one goroutine per request (at most 5000 in flight; more are counted
 	// as errors).
