@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -38,6 +39,10 @@ type metrics struct {
 	rules        prometheus.Gauge
 	globalShadow prometheus.Counter
 	detailed     detailedLabels
+	// watchers see every event after the metrics (Server.Watch); nil
+	// when there are none, so that the common case is one atomic load.
+	watchers atomic.Pointer[[]floodgate.Observer]
+	watchMu  sync.Mutex // serializes changes of watchers
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -172,5 +177,10 @@ func (o storeObserver) Observe(e floodgate.Event) {
 	}
 	if o.next != nil {
 		o.next.Observe(e)
+	}
+	if ws := o.m.watchers.Load(); ws != nil {
+		for _, w := range *ws {
+			w.Observe(e)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/ui"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 	"github.com/floodgate-rl/floodgate/store/redisstore"
 	"github.com/peterbourgon/ff/v3"
@@ -99,6 +101,7 @@ type serveConfig struct {
 	holdRetention       time.Duration
 	maxConns            int
 	grpcMaxIdle         time.Duration
+	dashboard           bool // -ui
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -139,6 +142,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
+	fs.BoolVar(&c.dashboard, "ui", true, "serve the live dashboard at /ui on the HTTP listener (server/ui): decisions per rule, top denied keys, store health; its keys and rules need an admin token once token files are set, and so do its actions (env FLOODGATE_UI)")
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, 0, false
@@ -430,13 +434,23 @@ func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *server.
 	if ltls != nil {
 		httpLn = tls.NewListener(httpLn, ltls.Config("h2", "http/1.1"))
 	}
+	extras := httpExtras(rls)
+	var dash *ui.Dashboard
+	if c.dashboard {
+		dash = ui.New(srv, nil)
+		maps.Copy(extras, dash.Handlers())
+	}
 	l := &listeners{httpLn: httpLn, http: &http.Server{
-		Handler:           srv.Handler(httpExtras(rls)),
+		Handler:           srv.Handler(extras),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
 	}}
+	if dash != nil {
+		// The feed's streams never go idle: end them when Shutdown starts.
+		l.http.RegisterOnShutdown(dash.Close)
+	}
 	if c.debugAddr != "" {
 		if l.debugLn, err = net.Listen("tcp", c.debugAddr); err != nil {
 			httpLn.Close()
