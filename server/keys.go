@@ -33,8 +33,9 @@ type KeyState struct {
 	// inline key, or "d|" and the descriptor's key (config.Rule.Key).
 	StoreKey string
 	// Status is the key's state: Rule, Limit, and the Decision of a
-	// request of cost 0 (Remaining, ResetAfter, RetryAfter); Err when the
-	// store failed.
+	// request of cost 0 (Remaining, ResetAfter, RetryAfter), with Code
+	// OverLimit and Decision.Allowed false when a request of cost 1 would
+	// be denied (nothing remains).
 	Status Status
 }
 
@@ -99,9 +100,11 @@ func (s *Server) InspectKey(ctx context.Context, ref KeyRef) (KeyState, error) {
 	if err != nil {
 		return KeyState{}, inlineField(err)
 	}
+	// A peek takes nothing, so it is admitted even at the limit: the
+	// key is over its limit when a request of cost 1 would not be.
 	code := OK
-	if !d.Allowed {
-		code = OverLimit
+	if !d.Allowed || d.Remaining < 1 {
+		code, d.Allowed = OverLimit, false
 	}
 	return KeyState{StoreKey: key, Status: Status{Code: code, Rule: rule, Limited: true, Limit: limit, Decision: d}}, nil
 }
