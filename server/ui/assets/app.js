@@ -15,6 +15,7 @@ const state = {
   feed: null,        // the AbortController of the current stream
   retry: 0,
   admin: false,
+  armed: null, // {key, until}: the key whose Reset awaits its second click
 };
 
 const $ = (id) => document.getElementById(id);
@@ -216,8 +217,9 @@ function renderTop(id, top, admin, cells, empty) {
     const inspect = el("button", "Inspect");
     inspect.className = "inspect";
     inspect.addEventListener("click", () => act("inspect", k.ref, k.key));
-    const reset = el("button", "Reset");
-    reset.className = "reset";
+    const armed = state.armed && state.armed.key === k.key && Date.now() < state.armed.until;
+    const reset = el("button", armed ? "Confirm reset" : "Reset");
+    reset.className = armed ? "reset danger" : "reset";
     reset.addEventListener("click", () => confirmReset(reset, k));
     td.appendChild(inspect);
     td.appendChild(document.createTextNode(" "));
@@ -228,23 +230,19 @@ function renderTop(id, top, admin, cells, empty) {
   setRows(tbody, rows, empty, 6);
 }
 
-// confirmReset asks for a second click within three seconds.
+// confirmReset asks for a second click within three seconds; the armed
+// key is kept in state, since the table is drawn anew every second.
 function confirmReset(button, k) {
-  if (button.dataset.armed === "1") {
-    button.dataset.armed = "";
+  if (state.armed && state.armed.key === k.key && Date.now() < state.armed.until) {
+    state.armed = null;
     button.textContent = "Reset";
     button.classList.remove("danger");
     act("reset", k.ref, k.key);
     return;
   }
-  button.dataset.armed = "1";
+  state.armed = { key: k.key, until: Date.now() + 3000 };
   button.textContent = "Confirm reset";
   button.classList.add("danger");
-  setTimeout(() => {
-    button.dataset.armed = "";
-    button.textContent = "Reset";
-    button.classList.remove("danger");
-  }, 3000);
 }
 
 function renderConfig(c, admin) {
