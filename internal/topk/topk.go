@@ -24,7 +24,9 @@
 // times is listed, and no count is more than 7,812 too high. Bound is
 // usually far below N/k on skewed traffic, where the heavy keys stay put
 // and only the tail churns through the smallest counter. Merge combines
-// sketches (of successive time slices) with the sum of their bounds.
+// sketches of one stream's successive time slices, with the sum of their
+// bounds (at most the combined N over k); Union combines summaries of
+// disjoint sets of keys (shards), with the largest of their bounds.
 //
 // A Sketch is not safe for concurrent use; its zero value is not usable:
 // make one with New.
@@ -41,10 +43,14 @@ import (
 type Sketch[V any] struct {
 	k     int
 	total int64
-	// heap is a min-heap of the monitored keys by count; pos maps each key
-	// to its index in heap. Both hold at most k entries.
-	heap []entry[V]
-	pos  map[string]int
+	// slots hold the monitored keys, at most k, and never move; heap is a
+	// min-heap of slot indices by count, and at[slot] is the slot's
+	// index in heap; pos maps each key to its slot. A sift moves two
+	// int32s and touches no map.
+	slots []entry[V]
+	heap  []int32
+	at    []int32
+	pos   map[string]int32
 }
 
 type entry[V any] struct {
@@ -65,14 +71,14 @@ type Item[V any] struct {
 // New returns an empty Sketch of k counters; k below 1 is taken as 1.
 func New[V any](k int) *Sketch[V] {
 	k = max(k, 1)
-	return &Sketch[V]{k: k, heap: make([]entry[V], 0, k), pos: make(map[string]int, k)}
+	return &Sketch[V]{k: k, slots: make([]entry[V], 0, k), heap: make([]int32, 0, k), at: make([]int32, 0, k), pos: make(map[string]int32, k)}
 }
 
 // Cap is the sketch's number of counters, k.
 func (s *Sketch[V]) Cap() int { return s.k }
 
 // Len is the number of keys monitored, at most Cap.
-func (s *Sketch[V]) Len() int { return len(s.heap) }
+func (s *Sketch[V]) Len() int { return len(s.slots) }
 
 // Total is N, the sum of every weight added since New or Reset.
 func (s *Sketch[V]) Total() int64 { return s.total }
@@ -81,10 +87,10 @@ func (s *Sketch[V]) Total() int64 { return s.total }
 // and the most that any Count is over: the smallest count once all k
 // counters are taken (at most Total/k), 0 before.
 func (s *Sketch[V]) Bound() int64 {
-	if len(s.heap) < s.k {
+	if len(s.slots) < s.k {
 		return 0
 	}
-	return s.heap[0].count
+	return s.slots[s.heap[0]].count
 }
 
 // Add adds weight w (a weight below 1 is ignored) to key and keeps v as
@@ -95,31 +101,36 @@ func (s *Sketch[V]) Add(key string, w int64, v V) {
 	}
 	s.total += w
 	if i, ok := s.pos[key]; ok {
-		s.heap[i].count += w
-		s.heap[i].val = v
-		s.down(i)
+		e := &s.slots[i]
+		e.count += w
+		e.val = v
+		s.down(int(s.at[i]))
 		return
 	}
-	if len(s.heap) < s.k {
-		s.heap = append(s.heap, entry[V]{key: key, count: w, val: v})
-		s.pos[key] = len(s.heap) - 1
-		s.up(len(s.heap) - 1)
+	if len(s.slots) < s.k {
+		i := int32(len(s.slots))
+		s.slots = append(s.slots, entry[V]{key: key, count: w, val: v})
+		s.heap = append(s.heap, i)
+		s.at = append(s.at, i)
+		s.pos[key] = i
+		s.up(int(i))
 		return
 	}
 	// Take over the smallest counter: the new key may have been seen
 	// before, as often as the evicted one at most.
-	min := &s.heap[0]
-	delete(s.pos, min.key)
-	*min = entry[V]{key: key, count: min.count + w, err: min.count, val: v}
-	s.pos[key] = 0
+	i := s.heap[0]
+	e := &s.slots[i]
+	delete(s.pos, e.key)
+	*e = entry[V]{key: key, count: e.count + w, err: e.count, val: v}
+	s.pos[key] = i
 	s.down(0)
 }
 
 // Top returns the n monitored keys with the largest counts (all of them
 // when n < 0 or n > Len), largest first, ties by key.
 func (s *Sketch[V]) Top(n int) []Item[V] {
-	items := make([]Item[V], len(s.heap))
-	for i, e := range s.heap {
+	items := make([]Item[V], len(s.slots))
+	for i, e := range s.slots {
 		items[i] = Item[V]{Key: e.key, Count: e.count, Err: e.err, Value: e.val}
 	}
 	sortItems(items)
@@ -131,8 +142,10 @@ func (s *Sketch[V]) Top(n int) []Item[V] {
 
 // Reset forgets every key and the total, keeping the capacity.
 func (s *Sketch[V]) Reset() {
-	clear(s.heap)
+	clear(s.slots)
+	s.slots = s.slots[:0]
 	s.heap = s.heap[:0]
+	s.at = s.at[:0]
 	clear(s.pos)
 	s.total = 0
 }
@@ -146,12 +159,12 @@ func sortItems[V any](items []Item[V]) {
 	})
 }
 
-func (s *Sketch[V]) less(i, j int) bool { return s.heap[i].count < s.heap[j].count }
+func (s *Sketch[V]) less(i, j int) bool { return s.slots[s.heap[i]].count < s.slots[s.heap[j]].count }
 
 func (s *Sketch[V]) swap(i, j int) {
 	s.heap[i], s.heap[j] = s.heap[j], s.heap[i]
-	s.pos[s.heap[i].key] = i
-	s.pos[s.heap[j].key] = j
+	s.at[s.heap[i]] = int32(i)
+	s.at[s.heap[j]] = int32(j)
 }
 
 func (s *Sketch[V]) up(i int) {
@@ -211,8 +224,8 @@ func Merge[V any](sketches ...*Sketch[V]) Summary[V] {
 			continue
 		}
 		b := s.Bound()
-		seen := make(map[string]bool, len(s.heap))
-		for _, e := range s.heap {
+		seen := make(map[string]bool, len(s.slots))
+		for _, e := range s.slots {
 			seen[e.key] = true
 			if i, ok := at[e.key]; ok {
 				it := &sum.Items[i]
@@ -237,4 +250,20 @@ func Merge[V any](sketches ...*Sketch[V]) Summary[V] {
 	}
 	sortItems(sum.Items)
 	return sum
+}
+
+// Union combines summaries of disjoint streams of keys, such as the
+// shards of a sketch split by a hash of the key: each key is in at most
+// one of them, so each Count and Err holds as it is, and a key missing
+// from every summary had at most the bound of its own, at most the
+// largest Bound.
+func Union[V any](summaries ...Summary[V]) Summary[V] {
+	var u Summary[V]
+	for _, s := range summaries {
+		u.Items = append(u.Items, s.Items...)
+		u.Total += s.Total
+		u.Bound = max(u.Bound, s.Bound)
+	}
+	sortItems(u.Items)
+	return u
 }

@@ -105,8 +105,16 @@ func checkBounds(t *testing.T, s *Sketch[int], exact map[string]int64) {
 	if bound*k > n {
 		t.Fatalf("Bound() = %d is above N/k = %d/%d", bound, n, k)
 	}
-	if s.Len() > s.Cap() || len(s.pos) != s.Len() {
-		t.Fatalf("%d keys monitored (%d indexed), capacity %d", s.Len(), len(s.pos), s.Cap())
+	if s.Len() > s.Cap() || len(s.pos) != s.Len() || len(s.heap) != s.Len() {
+		t.Fatalf("%d keys monitored (%d indexed, %d in the heap), capacity %d", s.Len(), len(s.pos), len(s.heap), s.Cap())
+	}
+	for h, i := range s.heap {
+		if int(s.at[i]) != h || s.pos[s.slots[i].key] != i {
+			t.Fatalf("slot %d: at %d, heap index %d, pos %d", i, s.at[i], h, s.pos[s.slots[i].key])
+		}
+		if h > 0 && s.less(h, (h-1)/2) {
+			t.Fatalf("heap order broken at %d", h)
+		}
 	}
 	listed := map[string]Item[int]{}
 	var sum int64
@@ -209,6 +217,55 @@ func TestMergeProperty(t *testing.T) {
 		for key, c := range exact {
 			if !listed[key] && c > sum.Bound {
 				t.Fatalf("%s: true count %d above the bound %d, not listed", key, c, sum.Bound)
+			}
+		}
+	}
+}
+
+// TestUnionProperty checks Union's bound on sketches of a stream split
+// by key into shards, each sketch of k counters: the bound of the whole
+// is at most N/k.
+func TestUnionProperty(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 200 {
+		k := 1 + r.IntN(10)
+		shards := 1 + r.IntN(8)
+		sk := make([]*Sketch[int], shards)
+		for i := range sk {
+			sk[i] = New[int](k)
+		}
+		exact := map[string]int64{}
+		var n int64
+		for i, st := range stream(r, r.IntN(3000), 2+r.IntN(300), 4) {
+			var h int
+			for _, c := range st.key {
+				h = h*31 + int(c)
+			}
+			sk[h%shards].Add(st.key, st.w, i)
+			exact[st.key] += st.w
+			n += st.w
+		}
+		var sums []Summary[int]
+		for _, s := range sk {
+			sums = append(sums, Merge(s))
+		}
+		u := Union(sums...)
+		if u.Total != n || u.Bound*int64(k) > n {
+			t.Fatalf("total %d (want %d), bound %d above N/k = %d/%d", u.Total, n, u.Bound, n, k)
+		}
+		listed := map[string]bool{}
+		for i, it := range u.Items {
+			listed[it.Key] = true
+			if truth := exact[it.Key]; it.Count-it.Err > truth || truth > it.Count || it.Err > u.Bound {
+				t.Fatalf("%s: count %d err %d, true %d, bound %d", it.Key, it.Count, it.Err, truth, u.Bound)
+			}
+			if i > 0 && u.Items[i-1].Count < it.Count {
+				t.Fatalf("items out of order at %d", i)
+			}
+		}
+		for key, c := range exact {
+			if !listed[key] && c > u.Bound {
+				t.Fatalf("%s: true count %d above the bound %d, not listed", key, c, u.Bound)
 			}
 		}
 	}

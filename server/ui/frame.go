@@ -452,8 +452,8 @@ func (d *Dashboard) topList(sum topk.Summary[last], cfg *config.Config) *Top {
 	t := &Top{WindowMS: (2 * d.opts.Slice).Milliseconds(), Total: sum.Total, Bound: sum.Bound, Counters: d.opts.Counters, Keys: []Key{}}
 	for _, it := range sum.Items[:min(len(sum.Items), d.opts.Top)] {
 		v := it.Value
-		k := Key{Count: it.Count, Err: it.Err, Limit: v.decision.Limit, Remaining: v.decision.Remaining,
-			RetryAfterMS: millis(v.decision.RetryAfter), Local: v.localOnly}
+		k := Key{Count: it.Count, Err: it.Err, Limit: v.capacity, Remaining: v.remaining,
+			RetryAfterMS: millis(v.retryAfter), Local: v.localOnly}
 		k.Key, k.Ref = describeKey(it.Key, v.limit, cfg)
 		if k.Ref.Domain != "" && k.Ref.Limit == nil {
 			if r := cfg.Match(k.Ref.Domain, entries(k.Ref.Entries)); r != nil {

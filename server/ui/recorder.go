@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,7 +12,7 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultCounters = 128
+	DefaultCounters = 64
 	DefaultSlice    = 15 * time.Second
 	DefaultInterval = time.Second
 	DefaultTop      = 10
@@ -20,10 +21,13 @@ const (
 // Options configure a Dashboard. The zero value of each field is its
 // default; a nil *Options means every default.
 type Options struct {
-	// Counters is the capacity k of each heavy-hitters sketch (one for
-	// denied keys, one for keys near their limits, per time slice); default
-	// DefaultCounters. A listed count is at most N/k too high, N being
-	// the decisions the sketch counted (see internal/topk).
+	// Counters is the capacity k of each heavy-hitters sketch; default
+	// DefaultCounters. There are two sketches (denied keys, keys near
+	// their limits) per time slice and per shard (the keys are split by a
+	// hash into `shards`, so that concurrent decisions rarely wait on one
+	// lock): 2×2×8×64 = 2,048 counters by default. A listed count is at
+	// most N/k too high, N being the decisions counted (see
+	// internal/topk).
 	Counters int
 	// Slice is how long a sketch counts before the older of the two is
 	// dropped: the top lists cover the last Slice to 2×Slice; default
@@ -63,30 +67,40 @@ func (o *Options) withDefaults() Options {
 	return c
 }
 
-// last is what a sketch keeps with a key: its latest decision.
+// last is what a sketch keeps with a key: its latest decision, and the
+// limit it was decided under.
 type last struct {
-	limit     floodgate.Limit
-	decision  floodgate.Decision
-	localOnly bool // decided by the failure mode local
+	limit      floodgate.Limit
+	capacity   int64 // Decision.Limit
+	remaining  int64
+	retryAfter time.Duration
+	localOnly  bool // decided by the failure mode local
 }
 
-// recorder is the floodgate.Observer of a Dashboard: it counts denied
-// keys and keys near their limits in two sketches per time slice, and
-// the events that no metric of the server counts (the breaker's local
-// decisions, leases). Decisions that are neither denied nor near their
-// limit cost it two comparisons and no lock. It is safe for concurrent
-// use.
-type recorder struct {
-	near  float64
-	slice time.Duration
-	now   func() time.Time
+// shards is the number of parts the recorder's keys are split into, each
+// with its own lock and sketches.
+const shards = 8
 
-	mu    sync.Mutex
-	start time.Time // of the current slice
+// recorder is the floodgate.Observer of a Dashboard: it counts denied
+// keys and keys near their limits in sketches per time slice, and the
+// events that no metric of the server counts (the breaker's local
+// decisions, leases). A decision that is neither denied nor near its
+// limit costs it a few comparisons and no lock; one that is costs a hash,
+// a lock of one of `shards` and a sketch update. It is safe for
+// concurrent use.
+type recorder struct {
+	near   float64
+	seed   maphash.Seed
+	shards [shards]shard
+	counts counters
+}
+
+// shard holds the sketches of the keys whose hash falls in it.
+type shard struct {
+	mu sync.Mutex
 	// denied and nearLimit: [0] the current slice, [1] the one before.
 	denied, nearLimit [2]*topk.Sketch[last]
-
-	counts counters
+	_                 [64]byte // keep shards on separate cache lines
 }
 
 // counters are the recorder's running totals, read by each frame.
@@ -98,11 +112,13 @@ type counters struct {
 	leaseReleased atomic.Int64
 }
 
-func newRecorder(o Options, now func() time.Time) *recorder {
-	r := &recorder{near: o.NearLimitRatio, slice: o.Slice, now: now, start: now()}
-	for i := range 2 {
-		r.denied[i] = topk.New[last](o.Counters)
-		r.nearLimit[i] = topk.New[last](o.Counters)
+func newRecorder(o Options) *recorder {
+	r := &recorder{near: o.NearLimitRatio, seed: maphash.MakeSeed()}
+	for i := range r.shards {
+		for j := range 2 {
+			r.shards[i].denied[j] = topk.New[last](o.Counters)
+			r.shards[i].nearLimit[j] = topk.New[last](o.Counters)
+		}
 	}
 	return r
 }
@@ -135,45 +151,52 @@ func (r *recorder) Observe(e floodgate.Event) {
 		return
 	}
 	d := &e.Decision
-	var sk *[2]*topk.Sketch[last]
+	denied := false
 	switch {
 	case !d.Allowed && d.RetryAfter != 0:
 		// RetryAfter 0 on a denial: all or nothing, another key of the
 		// request denied it; this one had room.
-		sk = &r.denied
+		denied = true
 	case d.Allowed && d.Limit > 0 && float64(d.Limit-d.Remaining) >= r.near*float64(d.Limit):
-		sk = &r.nearLimit
 	default:
 		return
 	}
-	v := last{limit: e.Request.Limit, decision: *d, localOnly: d.Fallback}
-	now := r.now()
-	r.mu.Lock()
-	r.rotate(now)
-	sk[0].Add(e.Request.Key, 1, v)
-	r.mu.Unlock()
+	sh := &r.shards[maphash.String(r.seed, e.Request.Key)%shards]
+	sh.mu.Lock()
+	sk := sh.nearLimit[0]
+	if denied {
+		sk = sh.denied[0]
+	}
+	sk.Add(e.Request.Key, 1, last{limit: e.Request.Limit, capacity: d.Limit, remaining: d.Remaining, retryAfter: d.RetryAfter, localOnly: d.Fallback})
+	sh.mu.Unlock()
 }
 
-// rotate starts a new slice when the current one is over; r.mu is held.
-func (r *recorder) rotate(now time.Time) {
-	elapsed := now.Sub(r.start)
-	if elapsed < r.slice {
-		return
-	}
-	for _, sk := range []*[2]*topk.Sketch[last]{&r.denied, &r.nearLimit} {
-		sk[0], sk[1] = sk[1], sk[0]
-		sk[0].Reset()
-		if elapsed >= 2*r.slice {
-			sk[1].Reset() // nothing of the last slice is recent either
+// rotate starts a new time slice: the current one becomes the previous,
+// and the previous is forgotten. The Dashboard calls it every
+// Options.Slice.
+func (r *recorder) rotate() {
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		for _, sk := range []*[2]*topk.Sketch[last]{&sh.denied, &sh.nearLimit} {
+			sk[0], sk[1] = sk[1], sk[0]
+			sk[0].Reset()
 		}
+		sh.mu.Unlock()
 	}
-	r.start = now
 }
 
-// top is the merge of the two slices of each sketch.
+// top is, for each list, the union of the shards of the merge of the two
+// slices of each shard's sketch: Bound is the largest shard's, at most
+// N/k.
 func (r *recorder) top() (denied, near topk.Summary[last]) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rotate(r.now())
-	return topk.Merge(r.denied[1], r.denied[0]), topk.Merge(r.nearLimit[1], r.nearLimit[0])
+	var ds, ns []topk.Summary[last]
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		ds = append(ds, topk.Merge(sh.denied[1], sh.denied[0]))
+		ns = append(ns, topk.Merge(sh.nearLimit[1], sh.nearLimit[0]))
+		sh.mu.Unlock()
+	}
+	return topk.Union(ds...), topk.Union(ns...)
 }

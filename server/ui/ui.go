@@ -31,10 +31,12 @@
 // bounded whatever keys clients invent. Each listed count is the
 // number of denials (or admissions near the limit) of the key in the
 // last one to two Options.Slice, over by at most Err, and Err is at most
-// N/k (N the decisions the sketches counted, k the counters): with k =
-// 128 and 100,000 denials, every key denied more than 782 times is
-// listed, and no count is more than 782 too high. The frame gives N
-// and the bound; the page shows each count's ±Err.
+// N/k (N the decisions the sketches counted, k = Options.Counters): with
+// k = 64 and 100,000 denials, every key denied more than 1,562 times is
+// listed, and no count is more than 1,562 too high (the keys are split
+// by a hash into 8 shards of k counters each, and the bound holds for
+// each shard's own N, so it is usually far lower). The frame gives N and
+// the bound; the page shows each count's ±Err.
 //
 // # Access
 //
@@ -73,7 +75,7 @@ type Dashboard struct {
 	opts Options
 	rec  *recorder
 	now  func() time.Time
-	stop func() // ends the recorder's watch
+	stop func() // ends the recorder's watch and its rotation
 
 	mu     sync.Mutex
 	closed bool
@@ -84,8 +86,26 @@ type Dashboard struct {
 // (server.Server.Watch). opts may be nil. Close stops it.
 func New(srv *server.Server, opts *Options) *Dashboard {
 	d := &Dashboard{srv: srv, opts: opts.withDefaults(), now: time.Now, done: make(chan struct{})}
-	d.rec = newRecorder(d.opts, d.now)
-	d.stop = srv.Watch(d.rec)
+	d.rec = newRecorder(d.opts)
+	stopWatch := srv.Watch(d.rec)
+	rotated := make(chan struct{})
+	go func() {
+		defer close(rotated)
+		t := time.NewTicker(d.opts.Slice)
+		defer t.Stop()
+		for {
+			select {
+			case <-d.done:
+				return
+			case <-t.C:
+				d.rec.rotate()
+			}
+		}
+	}()
+	d.stop = func() {
+		stopWatch()
+		<-rotated
+	}
 	return d
 }
 

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -58,31 +57,12 @@ func decide(t *testing.T, srv *server.Server, key, value string, n int) {
 	}
 }
 
-// clock is a settable clock for the recorder's slices.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 func event(key string, cost int64, d floodgate.Decision) floodgate.Event {
 	return floodgate.Event{Request: floodgate.Request{Key: key, Cost: cost, Limit: floodgate.Limit{Limit: 10, Period: time.Minute}}, Outcome: floodgate.Outcome{Decision: d}}
 }
 
 func TestRecorderCounts(t *testing.T) {
-	c := &clock{now: time.Unix(1000, 0)}
-	r := newRecorder((&Options{Counters: 4, Slice: 10 * time.Second}).withDefaults(), c.Now)
+	r := newRecorder((&Options{Counters: 4}).withDefaults())
 	denied := floodgate.Decision{Limit: 10, RetryAfter: time.Second}
 	for _, e := range []floodgate.Event{
 		event("d|api|user=1", 1, denied),
@@ -128,18 +108,18 @@ func TestRecorderCounts(t *testing.T) {
 	}
 
 	// The next slice keeps the last one; the one after drops it.
-	c.add(10 * time.Second)
+	r.rotate()
 	r.Observe(event("d|api|user=2", 1, denied))
 	if d, _ := r.top(); fmt.Sprint(keysOf(d)) != "[d|api|user=1:2 d|api|user=2:2]" {
 		t.Errorf("a slice later: %v", keysOf(d))
 	}
-	c.add(10 * time.Second)
+	r.rotate()
 	if d, _ := r.top(); fmt.Sprint(keysOf(d)) != "[d|api|user=2:1]" {
 		t.Errorf("two slices later: %v", keysOf(d))
 	}
-	c.add(25 * time.Second)
+	r.rotate()
 	if d, _ := r.top(); len(d.Items) != 0 || d.Total != 0 {
-		t.Errorf("after a long quiet: %v, total %d", keysOf(d), d.Total)
+		t.Errorf("three slices later: %v, total %d", keysOf(d), d.Total)
 	}
 }
 
@@ -366,5 +346,41 @@ func TestCloseEndsStreams(t *testing.T) {
 	decide(t, srv, "user", "x", 5)
 	if top, _ := d.rec.top(); top.Total != 0 {
 		t.Errorf("%d denials counted after Close", top.Total)
+	}
+}
+
+// TestTopBound: with more keys than counters, every shard full, the top
+// list still holds every heavy key, and its bound is at most N/k.
+func TestTopBound(t *testing.T) {
+	const k = 4
+	r := newRecorder((&Options{Counters: k}).withDefaults())
+	denied := floodgate.Decision{Limit: 10, RetryAfter: time.Second}
+	var n int64
+	for i := range 5000 {
+		key := fmt.Sprintf("i|tail%d", i)
+		if i%5 == 0 {
+			key = fmt.Sprintf("i|heavy%d", i%3)
+		}
+		r.Observe(event(key, 1, denied))
+		n++
+	}
+	d, _ := r.top()
+	if d.Total != n || d.Bound*k > n {
+		t.Fatalf("total %d (want %d), bound %d above N/k", d.Total, n, d.Bound)
+	}
+	found := 0
+	for _, it := range d.Items {
+		if strings.HasPrefix(it.Key, "i|heavy") {
+			found++
+			if it.Count-it.Err > 334 || it.Count < 333 || it.Err > d.Bound {
+				t.Errorf("%s: count %d err %d, true 333 or 334", it.Key, it.Count, it.Err)
+			}
+		}
+	}
+	if found != 3 {
+		t.Errorf("%d of the 3 heavy keys listed: %v", found, keysOf(d)[:min(10, len(d.Items))])
+	}
+	if len(d.Items) > shards*k {
+		t.Errorf("%d keys listed from %d counters", len(d.Items), shards*k)
 	}
 }
