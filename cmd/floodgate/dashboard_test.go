@@ -418,3 +418,35 @@ func waitJSFor(t *testing.T, ctx context.Context, what, js string, timeout time.
 func jsString(s string) string {
 	return "`" + strings.NewReplacer("\\", "\\\\", "`", "\\`", "$", "\\$").Replace(s) + "`"
 }
+
+// TestServeDashboard: serve has the dashboard at /ui unless -ui=false,
+// and an open feed does not hold up a graceful shutdown (its streams
+// end when Shutdown starts: serve exits 0 at once, not after
+// -shutdown-timeout with requests cut off).
+func TestServeDashboard(t *testing.T) {
+	off := startServe(t, "-ui=false")
+	if resp, _ := off.get(t, "/ui"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("-ui=false: GET /ui is %d, want 404", resp.StatusCode)
+	}
+
+	in := startServe(t, "-shutdown-timeout", "20s")
+	if resp, b := in.get(t, "/ui"); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "Floodgate dashboard") {
+		t.Fatalf("GET /ui: %d %.100s", resp.StatusCode, b)
+	}
+	resp, err := http.Get(in.httpURL + "/ui/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64)
+	if n, err := resp.Body.Read(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "event: frame") {
+		t.Fatalf("the feed: %q, %v", buf[:n], err)
+	}
+	start := time.Now()
+	if code := in.stop(); code != 0 {
+		t.Errorf("serve exited %d with a feed open, want 0; stderr:\n%s", code, in.stderr)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("shutdown with a feed open took %v", d)
+	}
+}

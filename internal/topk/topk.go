@@ -44,19 +44,25 @@ type Sketch[V any] struct {
 	k     int
 	total int64
 	// slots hold the monitored keys, at most k, and never move; heap is a
-	// min-heap of slot indices by count, and at[slot] is the slot's
-	// index in heap; pos maps each key to its slot. A sift moves two
-	// int32s and touches no map.
+	// min-heap by count of the slots, each node holding its slot's count
+	// (so that a sift reads one small array), and at[slot] is the slot's
+	// index in heap; pos maps each key to its slot. A sift touches no map.
 	slots []entry[V]
-	heap  []int32
+	heap  []node
 	at    []int32
 	pos   map[string]int32
 }
 
 type entry[V any] struct {
-	key        string
-	count, err int64
-	val        V
+	key string
+	err int64
+	val V
+}
+
+// node is a counter of the heap: the count of slot.
+type node struct {
+	count int64
+	slot  int32
 }
 
 // Item is one monitored key: its true count is between Count-Err and
@@ -71,7 +77,7 @@ type Item[V any] struct {
 // New returns an empty Sketch of k counters; k below 1 is taken as 1.
 func New[V any](k int) *Sketch[V] {
 	k = max(k, 1)
-	return &Sketch[V]{k: k, slots: make([]entry[V], 0, k), heap: make([]int32, 0, k), at: make([]int32, 0, k), pos: make(map[string]int32, k)}
+	return &Sketch[V]{k: k, slots: make([]entry[V], 0, k), heap: make([]node, 0, k), at: make([]int32, 0, k), pos: make(map[string]int32, k)}
 }
 
 // Cap is the sketch's number of counters, k.
@@ -90,7 +96,7 @@ func (s *Sketch[V]) Bound() int64 {
 	if len(s.slots) < s.k {
 		return 0
 	}
-	return s.slots[s.heap[0]].count
+	return s.heap[0].count
 }
 
 // Add adds weight w (a weight below 1 is ignored) to key and keeps v as
@@ -101,16 +107,16 @@ func (s *Sketch[V]) Add(key string, w int64, v V) {
 	}
 	s.total += w
 	if i, ok := s.pos[key]; ok {
-		e := &s.slots[i]
-		e.count += w
-		e.val = v
-		s.down(int(s.at[i]))
+		s.slots[i].val = v
+		h := int(s.at[i])
+		s.heap[h].count += w
+		s.down(h)
 		return
 	}
 	if len(s.slots) < s.k {
 		i := int32(len(s.slots))
-		s.slots = append(s.slots, entry[V]{key: key, count: w, val: v})
-		s.heap = append(s.heap, i)
+		s.slots = append(s.slots, entry[V]{key: key, val: v})
+		s.heap = append(s.heap, node{count: w, slot: i})
 		s.at = append(s.at, i)
 		s.pos[key] = i
 		s.up(int(i))
@@ -118,11 +124,12 @@ func (s *Sketch[V]) Add(key string, w int64, v V) {
 	}
 	// Take over the smallest counter: the new key may have been seen
 	// before, as often as the evicted one at most.
-	i := s.heap[0]
-	e := &s.slots[i]
+	min := &s.heap[0]
+	e := &s.slots[min.slot]
 	delete(s.pos, e.key)
-	*e = entry[V]{key: key, count: e.count + w, err: e.count, val: v}
-	s.pos[key] = i
+	*e = entry[V]{key: key, err: min.count, val: v}
+	s.pos[key] = min.slot
+	min.count += w
 	s.down(0)
 }
 
@@ -131,7 +138,7 @@ func (s *Sketch[V]) Add(key string, w int64, v V) {
 func (s *Sketch[V]) Top(n int) []Item[V] {
 	items := make([]Item[V], len(s.slots))
 	for i, e := range s.slots {
-		items[i] = Item[V]{Key: e.key, Count: e.count, Err: e.err, Value: e.val}
+		items[i] = Item[V]{Key: e.key, Count: s.heap[s.at[i]].count, Err: e.err, Value: e.val}
 	}
 	sortItems(items)
 	if n >= 0 && n < len(items) {
@@ -159,12 +166,12 @@ func sortItems[V any](items []Item[V]) {
 	})
 }
 
-func (s *Sketch[V]) less(i, j int) bool { return s.slots[s.heap[i]].count < s.slots[s.heap[j]].count }
+func (s *Sketch[V]) less(i, j int) bool { return s.heap[i].count < s.heap[j].count }
 
 func (s *Sketch[V]) swap(i, j int) {
 	s.heap[i], s.heap[j] = s.heap[j], s.heap[i]
-	s.at[s.heap[i]] = int32(i)
-	s.at[s.heap[j]] = int32(j)
+	s.at[s.heap[i].slot] = int32(i)
+	s.at[s.heap[j].slot] = int32(j)
 }
 
 func (s *Sketch[V]) up(i int) {
@@ -225,18 +232,19 @@ func Merge[V any](sketches ...*Sketch[V]) Summary[V] {
 		}
 		b := s.Bound()
 		seen := make(map[string]bool, len(s.slots))
-		for _, e := range s.slots {
+		for slot, e := range s.slots {
+			count := s.heap[s.at[slot]].count
 			seen[e.key] = true
 			if i, ok := at[e.key]; ok {
 				it := &sum.Items[i]
-				it.Count += e.count
+				it.Count += count
 				it.Err += e.err
 				it.Value = e.val
 				continue
 			}
 			// Absent from every earlier sketch: up to their bounds there.
 			at[e.key] = len(sum.Items)
-			sum.Items = append(sum.Items, Item[V]{Key: e.key, Count: e.count + sum.Bound, Err: e.err + sum.Bound, Value: e.val})
+			sum.Items = append(sum.Items, Item[V]{Key: e.key, Count: count + sum.Bound, Err: e.err + sum.Bound, Value: e.val})
 		}
 		// The keys of earlier sketches that this one does not monitor.
 		for i := range sum.Items {

@@ -108,8 +108,8 @@ func checkBounds(t *testing.T, s *Sketch[int], exact map[string]int64) {
 	if s.Len() > s.Cap() || len(s.pos) != s.Len() || len(s.heap) != s.Len() {
 		t.Fatalf("%d keys monitored (%d indexed, %d in the heap), capacity %d", s.Len(), len(s.pos), len(s.heap), s.Cap())
 	}
-	for h, i := range s.heap {
-		if int(s.at[i]) != h || s.pos[s.slots[i].key] != i {
+	for h, n := range s.heap {
+		if i := n.slot; int(s.at[i]) != h || s.pos[s.slots[i].key] != i {
 			t.Fatalf("slot %d: at %d, heap index %d, pos %d", i, s.at[i], h, s.pos[s.slots[i].key])
 		}
 		if h > 0 && s.less(h, (h-1)/2) {
