@@ -104,6 +104,9 @@ func (l *Limiter) DecideAll(ctx context.Context, items []Item) ([]Outcome, error
 }
 
 func (l *Limiter) decide(ctx context.Context, items []Item, atomic bool) ([]Outcome, error) {
+	if hasDurable(items) {
+		return l.decideDurable(ctx, items, atomic)
+	}
 	c, err := l.newCall(items, atomic && len(items) > 1)
 	if err != nil {
 		return nil, err

@@ -43,4 +43,28 @@
 // A Limiter with no fallback, timeout or observer skips steps 3 and 6 and
 // calls the store directly from Allow, which is most of the library's
 // speed on the memory store (BENCHMARKS.md).
+//
+// # Durable quotas
+//
+// A counter decides atomically but can be lost (a Redis restart without
+// persistence, a failover, an eviction). A paid quota needs a second
+// requirement beside it: a durable record of what was used. A Limit with
+// Durable set, on a Limiter with Options.Ledger (package ledger makes one
+// from PostgreSQL or SQLite), is accounted in that ledger:
+//
+//   - admission stays on the counter: a reserve (Reserve, or the reserve
+//     and commit that an Allow or Decide of a durable quota is) is decided
+//     by the store; the store answers a counter with no count in its
+//     window Lost (HoldRequest.Rebuild, HoldResult.Lost), the Limiter reads
+//     the window's units from the ledger, and the store raises the counter
+//     to them and decides, in one atomic step;
+//   - a commit is written to the ledger (once per reservation ID) before
+//     the store settles it, and acknowledged only then;
+//   - so a lost counter re-admits at most the units that were held and not
+//     yet committed when it was lost, instead of the whole quota.
+//
+// Options.LedgerPolicy says what a ledger that cannot be read does to a
+// counter that must be rebuilt: FailClosed (the default) denies, FailOpen
+// decides on the counter as it is. docs/guarantees.md states the bound
+// and measures it under faults.
 package floodgate

@@ -171,7 +171,7 @@ func (f *fallback) report(err error) bool {
 // up.
 func isStoreFailure(err error) bool {
 	return err != nil && !errors.Is(err, ErrInvalidRequest) && !errors.Is(err, ErrInvalidLimit) && !errors.Is(err, context.Canceled) &&
-		!errors.Is(err, ErrConflict) && !errors.Is(err, ErrExpired) && !errors.Is(err, ErrUnknownReservation)
+		!errors.Is(err, ErrConflict) && !errors.Is(err, ErrExpired) && !errors.Is(err, ErrUnknownReservation) && !errors.Is(err, ErrLedger)
 }
 
 // share is r's limit as this instance holds it.

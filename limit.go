@@ -102,6 +102,17 @@ type Limit struct {
 	// (store/memstore) ignore it. Default 0: every decision reaches the
 	// store.
 	LocalBudget int64
+	// Durable marks a paid quota, whose use is accounted for in the
+	// Limiter's Ledger (Options.Ledger): a commit of a reservation is
+	// acknowledged only once the ledger holds it, and a counter that the
+	// store lost (a Redis restart without persistence, a failover, an
+	// eviction) is rebuilt from the ledger before the next decision on it.
+	// A decision that is not a reservation (Allow, Decide) is a reserve and
+	// a commit of its cost. Only an aligned or first-hit FixedWindow
+	// without LocalBudget can be durable: a window's count is the sum of
+	// its commits, which no other algorithm has. See "Durable quotas" in
+	// the package doc.
+	Durable bool
 	// Name optionally names the policy in headers, logs and metrics.
 	Name string
 }
@@ -216,6 +227,12 @@ func (l Limit) invalid() error {
 	if msg := l.budgetProblem(alg); msg != "" {
 		bad("local_budget", "%s", msg)
 	}
+	switch {
+	case l.Durable && alg != FixedWindow:
+		bad("durable", "%s cannot be durable: only a fixed_window's count is the sum of its commits, which a ledger can rebuild", name)
+	case l.Durable && l.LocalBudget != 0:
+		bad("durable", "a durable quota takes no local_budget: units claimed by an instance are outside the reservations the ledger records")
+	}
 	if len(errs) == 0 {
 		// valid() is stricter than the checks above only by mistake.
 		bad("limit", "%v is not valid", l)
@@ -232,6 +249,9 @@ func (l *Limit) valid() bool {
 	}
 	periodUS := int64(l.Period / time.Microsecond)
 	if l.LocalBudget != 0 && l.budgetProblem(l.EffectiveAlgorithm()) != "" {
+		return false
+	}
+	if l.Durable && (l.EffectiveAlgorithm() != FixedWindow || l.LocalBudget != 0) {
 		return false
 	}
 	aligned := l.Window == "" || l.Window == Aligned
@@ -326,7 +346,7 @@ func (l Limit) Params() algorithm.Params {
 // String formats the limit as "60/1m0s fixed_window", adding the options
 // that differ from the defaults: "10/1s gcra burst=20",
 // "100/1h0m0s fixed_window first_hit count_rejected",
-// "1000/1s fixed_window local_budget=100".
+// "1000/1s fixed_window local_budget=100", "10000/720h0m0s fixed_window durable".
 func (l Limit) String() string {
 	var b strings.Builder
 	if l.Name != "" {
@@ -346,6 +366,9 @@ func (l Limit) String() string {
 	}
 	if l.LocalBudget != 0 {
 		fmt.Fprintf(&b, " local_budget=%d", l.LocalBudget)
+	}
+	if l.Durable {
+		b.WriteString(" durable")
 	}
 	return b.String()
 }

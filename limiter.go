@@ -63,7 +63,29 @@ type Options struct {
 	// failure before one call tries the store again; default
 	// DefaultProbeInterval, timed by Clock when set.
 	ProbeInterval time.Duration
+	// Ledger is where durable quotas (Limit.Durable) are accounted: every
+	// commit is recorded in it before it is acknowledged, and a counter
+	// the store lost is rebuilt from it. Required for a durable limit;
+	// ledger.Durable makes one.
+	Ledger Ledger
+	// LedgerPolicy answers a ledger that cannot be read when a durable
+	// quota's counter must be rebuilt (a new window, or a counter the
+	// store lost): FailClosed (the default) denies, as a paid quota
+	// should; FailOpen decides on the counter as it is, which after a loss
+	// of the store re-admits what the ledger held. A commit always needs
+	// the ledger: one it did not take is not acknowledged, whatever the
+	// policy. FailLocal is not a ledger policy.
+	LedgerPolicy FailurePolicy
+	// LedgerTimeout bounds each ledger call (a commit's write, a rebuild's
+	// read) on top of the caller's context, apart from Timeout, which
+	// bounds the store's calls; 0 means DefaultLedgerTimeout.
+	LedgerTimeout time.Duration
 }
+
+// DefaultLedgerTimeout is Options.LedgerTimeout's default: a ledger write
+// waits for a disk flush or a database's commit, which is slower and
+// rarer than a decision.
+const DefaultLedgerTimeout = 5 * time.Second
 
 // Observer sees what a Limiter decides. Observe is called synchronously on
 // the caller's goroutine, so it must be fast and safe for concurrent use.
@@ -96,6 +118,10 @@ type Limiter struct {
 	timeout time.Duration
 	obs     Observer
 	fb      *fallback // FailLocal's, with Options.Local; else nil
+	// ledger accounts the durable quotas, under ledgerPolicy.
+	ledger        Ledger
+	ledgerPolicy  FailurePolicy
+	ledgerTimeout time.Duration
 	// direct: no fallback, timeout or observer, so apply calls the store
 	// and nothing else.
 	direct bool
@@ -120,11 +146,25 @@ func New(store Store, opts *Options) (*Limiter, error) {
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("floodgate: New: negative timeout %v", o.Timeout)
 	}
+	switch {
+	case o.LedgerTimeout < 0:
+		return nil, fmt.Errorf("floodgate: New: negative ledger timeout %v", o.LedgerTimeout)
+	case o.LedgerTimeout == 0:
+		o.LedgerTimeout = DefaultLedgerTimeout
+	}
+	switch o.LedgerPolicy {
+	case "":
+		o.LedgerPolicy = FailClosed
+	case FailClosed, FailOpen:
+	default:
+		return nil, fmt.Errorf("floodgate: New: ledger policy %q (want fail_closed or fail_open)", o.LedgerPolicy)
+	}
 	fb, err := newFallback(&o)
 	if err != nil {
 		return nil, err
 	}
 	return &Limiter{store: store, clock: o.Clock, prefix: o.KeyPrefix, policy: o.FailurePolicy, timeout: o.Timeout, obs: o.Observer, fb: fb,
+		ledger: o.Ledger, ledgerPolicy: o.LedgerPolicy, ledgerTimeout: o.LedgerTimeout,
 		direct: fb == nil && o.Timeout == 0 && o.Observer == nil}, nil
 }
 
@@ -155,6 +195,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 // along copies it, which is a large part of a decision's cost outside the
 // store (BENCHMARKS.md).
 func (l *Limiter) allow(ctx context.Context, key string, limit *Limit, n int64) (Decision, error) {
+	if limit.Durable && n > 0 {
+		out, err := l.decideDurable(ctx, []Item{{Key: key, Limit: *limit, Cost: n}}, true)
+		if err != nil {
+			return Decision{RetryAfter: Never}, unwrapItem(err)
+		}
+		return out[0].result()
+	}
 	r := Request{Key: key, Limit: *limit, Cost: n}
 	if !l.direct {
 		return l.apply(ctx, &r)
@@ -199,6 +246,13 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 // limits are applied one by one and a later denial cannot give back what an
 // earlier limit took.
 func (l *Limiter) AllowEach(ctx context.Context, key string, n int64, limits ...Limit) (Decision, []Decision, error) {
+	if n > 0 {
+		for _, lim := range limits {
+			if lim.Durable {
+				return l.allowEachDurable(ctx, key, n, limits)
+			}
+		}
+	}
 	rs := make([]Request, len(limits))
 	now := l.now()
 	for i, lim := range limits {
@@ -325,6 +379,9 @@ func (l *Limiter) prepare(r *Request, now time.Time) error {
 		r.Key = l.prefix + r.Key
 	}
 	r.Now = now
+	if r.Limit.Durable && l.ledger == nil {
+		return fieldErr(ErrInvalidLimit, "durable", "a durable quota needs a Limiter with a Ledger (Options.Ledger)")
+	}
 	return r.Validate()
 }
 

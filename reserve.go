@@ -57,6 +57,11 @@ type HoldRequest struct {
 	// by default they stay charged, as a caller that crashed between
 	// reserve and commit may have done the work.
 	Release bool
+	// Rebuild, if set, has one entry per request: how the counter of a
+	// durable quota is checked and rebuilt from the ledger (see Rebuild;
+	// only a FixedWindow request may have one). A Limiter with a Ledger
+	// sets it; stores honour it.
+	Rebuild []Rebuild
 }
 
 // HoldResult is a Reserver's answer to a HoldRequest.
@@ -71,6 +76,12 @@ type HoldResult struct {
 	// hold is the first one (Allowed as first answered), and Decisions
 	// report the state now.
 	Replayed bool
+	// Lost, when set, has one flag per request: the durable requests whose
+	// counter had no count in its window while their Rebuild asked to
+	// Check. The store changed nothing (no hold, no decision: Decisions
+	// is nil); the caller reads the ledger and reserves again with the
+	// Rebuild Known.
+	Lost []bool
 }
 
 // SettleRequest asks a Reserver to settle a hold.
@@ -103,6 +114,10 @@ type Settlement struct {
 	// Replayed reports a retry of the step that settled the hold: this is
 	// the first answer, and nothing changed now.
 	Replayed bool
+	// Durable reports a hold reserved under a durable limit
+	// (Limit.Durable), as the store recorded it: whatever the caller of
+	// the settle says of the limit, its commit is recorded in the ledger.
+	Durable bool
 	// Decision is the key's state after the step (a peek).
 	Decision Decision
 }
@@ -142,6 +157,12 @@ type Reservation struct {
 	Local bool
 	// Replayed reports a retry of a reserve the store had answered.
 	Replayed bool
+	// Windows, for a reservation of durable quotas, has one entry per
+	// item: the start of the window a durable item's units count in (zero
+	// for the others), which its commit records in the ledger. A service
+	// that settles a reservation from its ID keeps them with the items;
+	// without them a commit records the window of its own time.
+	Windows []time.Time
 
 	l *Limiter
 }
@@ -181,13 +202,14 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 		return nil, Decision{RetryAfter: Never}, nil, err
 	}
 	var held HoldResult
+	outer := ctx
 	c.op = func(ctx context.Context, s Store, rs []Request) ([]Decision, error) {
 		rv, ok := s.(Reserver)
 		if !ok {
 			return nil, fmt.Errorf("floodgate: Reserve: %w", ErrNotSupported)
 		}
 		var err error
-		held, err = rv.Reserve(ctx, HoldRequest{Requests: rs, ID: opts.ID, TTL: opts.TTL, Release: opts.ReleaseOnExpiry})
+		held, err = l.reserveDurable(ctx, outer, rv, HoldRequest{Requests: rs, ID: opts.ID, TTL: opts.TTL, Release: opts.ReleaseOnExpiry}, s != l.store)
 		return held.Decisions, err
 	}
 	l.run(ctx, &c)
@@ -216,6 +238,9 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 	// Held in one store: the shared one, or the local one for every item.
 	res.Local = c.out[0].Policy == FailLocal
 	res.Held = d.Allowed
+	if res.Held {
+		res.Windows = windowsOf(items, ds)
+	}
 	return res, d, c.out, nil
 }
 
@@ -254,10 +279,10 @@ func (l *Limiter) unsplit(ctx context.Context, id string, items []Item, out []Ou
 		return nil
 	}
 	if localHeld {
-		_, _ = l.settleHold(ctx, id, local, 0, true, true)
+		_, _ = l.settleHold(ctx, id, local, nil, 0, true, true, false)
 	}
 	if sharedHeld {
-		_, _ = l.settleHold(ctx, id, shared, 0, true, false)
+		_, _ = l.settleHold(ctx, id, shared, nil, 0, true, false, false)
 	}
 	err := fmt.Errorf("%w: %d of %d items decided locally", ErrSplitReservation, len(local), len(items))
 	if cause != nil {
@@ -343,7 +368,7 @@ func (r *Reservation) settle(ctx context.Context, actual int64, cancel bool) ([]
 	if !r.Held {
 		return make([]Settlement, len(r.Items)), nil
 	}
-	return r.l.settleHold(ctx, r.ID, r.Items, actual, cancel, r.Local)
+	return r.l.settleHold(ctx, r.ID, r.Items, r.Windows, actual, cancel, r.Local, false)
 }
 
 // Reservation is the reservation id on items, as reserved, for a caller
@@ -355,7 +380,10 @@ func (l *Limiter) Reservation(id string, items []Item, local bool) *Reservation 
 	return &Reservation{ID: id, Items: items, Held: true, Local: local, l: l}
 }
 
-func (l *Limiter) settleHold(ctx context.Context, id string, items []Item, actual int64, cancel bool, local bool) ([]Settlement, error) {
+// settleHold settles the hold id on items. A durable item's commit is
+// recorded in the ledger first (a cancel as 0 units, best effort), unless
+// recorded says the caller did.
+func (l *Limiter) settleHold(ctx context.Context, id string, items []Item, windows []time.Time, actual int64, cancel, local, recorded bool) ([]Settlement, error) {
 	if err := checkID("id", id); err != nil {
 		return nil, err
 	}
@@ -392,9 +420,58 @@ func (l *Limiter) settleHold(ctx context.Context, id string, items []Item, actua
 	if !ok {
 		return nil, fmt.Errorf("floodgate: Settle: %w", ErrNotSupported)
 	}
-	ctx, cancelCtx := l.withTimeout(ctx)
+	if l.ledger != nil && !recorded {
+		actuals := make([]int64, len(rs))
+		for i := range actuals {
+			actuals[i] = actual
+		}
+		// The rs of a local hold carry this instance's shares; the ledger
+		// records the quota.
+		full := rs
+		if local {
+			full = make([]Request, len(rs))
+			copy(full, rs)
+			for i := range full {
+				full[i].Limit = items[i].Limit
+			}
+		}
+		if err := l.record(ctx, id, full, windows, actuals); err != nil && !cancel {
+			return nil, err
+		}
+	}
+	sctx, cancelCtx := l.withTimeout(ctx)
 	defer cancelCtx()
-	return rv.Settle(ctx, SettleRequest{Requests: rs, ID: id, Actual: actual, Cancel: cancel})
+	sts, err := rv.Settle(sctx, SettleRequest{Requests: rs, ID: id, Actual: actual, Cancel: cancel})
+	if err == nil && !cancel && l.ledger != nil && !local {
+		err = l.recordHeld(ctx, id, rs, sts, actual)
+	}
+	return sts, err
+}
+
+// recordHeld records the commits of the holds that the store says were
+// reserved under a durable limit while the caller's items said otherwise
+// (a service's reservation token that was altered): the store's record
+// of the hold decides, and a commit the ledger did not take is not
+// acknowledged (a retry, which the store replays, records it).
+func (l *Limiter) recordHeld(ctx context.Context, id string, rs []Request, sts []Settlement, actual int64) error {
+	var late []Request
+	var windows []time.Time
+	for i, st := range sts {
+		if i < len(rs) && st.Durable && !rs[i].Limit.Durable {
+			r := rs[i]
+			r.Limit.Durable = true
+			late = append(late, r)
+			windows = append(windows, windowStart(r.Limit, st.Decision.Now, st.Decision.ResetAfter))
+		}
+	}
+	if late == nil {
+		return nil
+	}
+	actuals := make([]int64, len(late))
+	for i := range actuals {
+		actuals[i] = actual
+	}
+	return l.record(ctx, id, late, windows, actuals)
 }
 
 // Validate reports the first problem of r, as Request.Validate does, for
@@ -402,6 +479,9 @@ func (l *Limiter) settleHold(ctx context.Context, id string, items []Item, actua
 // reservations.
 func (r *HoldRequest) Validate() error {
 	if err := checkHoldRequests(r.Requests); err != nil {
+		return err
+	}
+	if err := checkRebuild(r.Requests, r.Rebuild); err != nil {
 		return err
 	}
 	return checkHold(r.ID, r.TTL)
@@ -453,6 +533,40 @@ func checkHoldRequests(rs []Request) error {
 			return &ItemError{Index: i, Err: fieldErr(ErrInvalidRequest, "key", "the state of request %d again (same key, algorithm and period): a reservation holds each state once", j)}
 		}
 		seen[st] = i
+	}
+	return nil
+}
+
+// checkRebuild checks the Rebuild of a HoldRequest: none, or one per
+// request, asking only of fixed windows, with a Known window that
+// CheckRaise accepts and units in [0, MaxLimit].
+func checkRebuild(rs []Request, rb []Rebuild) error {
+	if rb == nil {
+		return nil
+	}
+	if len(rb) != len(rs) {
+		return fieldErr(ErrInvalidRequest, "rebuild", "%d entries for %d requests", len(rb), len(rs))
+	}
+	for i, b := range rb {
+		if !b.Check && !b.Known {
+			continue
+		}
+		r := rs[i]
+		if !b.Known {
+			if r.Limit.EffectiveAlgorithm() != FixedWindow {
+				return &ItemError{Index: i, Err: fieldErr(ErrInvalidRequest, "rebuild", "only a fixed window's counter is rebuilt, not %s's", r.Limit.EffectiveAlgorithm())}
+			}
+			continue
+		}
+		if b.Units < 0 || b.Units > MaxLimit {
+			return &ItemError{Index: i, Err: fieldErr(ErrInvalidRequest, "rebuild", "%d units is not between 0 and %d", b.Units, MaxLimit)}
+		}
+		if b.Units == 0 {
+			continue // nothing to raise: the window is not used
+		}
+		if err := CheckRaise(r, b.Window); err != nil {
+			return &ItemError{Index: i, Err: err}
+		}
 	}
 	return nil
 }

@@ -16,9 +16,17 @@ func (s FixedWindow) Raise(p Params, now, start, units int64) FixedWindow {
 		return s
 	}
 	units = min(units, p.Limit+1)
-	if live := s.Count > 0 && now < s.Start+p.Period; !live {
+	if !s.Live(p, now) {
 		return FixedWindow{Start: start, Count: units}
 	}
 	s.Count = max(s.Count, units)
 	return s
+}
+
+// Live reports whether the window has a count at now: a count above zero
+// in a window that has not ended. A durable quota's counter that is not
+// live may have been lost by its store, and is rebuilt from the ledger
+// before it decides (floodgate.Rebuild).
+func (s FixedWindow) Live(p Params, now int64) bool {
+	return s.Count > 0 && now < s.Start+p.Period
 }

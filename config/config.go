@@ -24,8 +24,10 @@ type Level struct {
 	// Key is the descriptor key; it matches a request entry's key exactly.
 	Key string
 	// Value is "" for a key-only entry, which matches any value (each value
-	// counted on its own); a value ending in "*" matches every value that
-	// starts with the text before the "*"; any other value matches exactly.
+	// counted on its own); a value with "*" is a wildcard, each "*"
+	// standing for any text ("foo*" matches every value that starts with
+	// "foo", "/api*v1" every value from "/api" to "v1"); any other value
+	// matches exactly.
 	Value string
 	// ValueToMetric (value_to_metric) puts the request's value of this
 	// level into MetricKey.
@@ -35,8 +37,8 @@ type Level struct {
 	ShareThreshold bool
 }
 
-// Wildcard reports whether Value is a prefix pattern ("foo*").
-func (l Level) Wildcard() bool { return strings.HasSuffix(l.Value, "*") }
+// Wildcard reports whether Value is a pattern: "foo*", "/api*v1".
+func (l Level) Wildcard() bool { return strings.Contains(l.Value, "*") }
 
 // Rule is a descriptor of the config that has a rate_limit block. Rules are
 // made by Parse and never change: share them freely, do not modify them.
@@ -63,6 +65,16 @@ type Rule struct {
 	// DetailedMetric (detailed_metric) puts the request's value of every
 	// level into MetricKey.
 	DetailedMetric bool
+	// QuotaMode (quota_mode) makes the rule a quota, as upstream's
+	// quota_mode: its descriptor still says OVER_LIMIT when it denies, but
+	// the request is denied for its quotas only when every quota of the
+	// request denied it (see server.Options.GlobalQuotaMode).
+	QuotaMode bool
+	// Metadata (metadata) is the descriptor's metadata, a JSON-like tree
+	// (map[string]any, []any, string, bool, int64, float64, nil) that the
+	// Envoy adapter returns in its response's dynamic metadata when the
+	// request passes this rule; nil for none. Shared: do not modify it.
+	Metadata map[string]any
 	// FailurePolicy (rate_limit.failure_mode) is how to answer when the store
 	// fails; empty means the server's default.
 	FailurePolicy floodgate.FailurePolicy
@@ -86,6 +98,9 @@ type Domain struct {
 	col   int
 	root  level
 	rules []*Rule
+	// pending: the replaces naming no rate_limit of this file, when
+	// parsed for a merge; see parse.
+	pending []pendingReplace
 }
 
 // Rules returns the domain's rules in file order. The slice is shared: do
@@ -100,22 +115,10 @@ type Config struct {
 }
 
 // New gathers domains into a Config. Two domains with the same name are an
-// error naming both files, as upstream rejects them.
+// error naming both files, as upstream rejects them; Loader.New with
+// MergeDomains merges them instead.
 func New(domains ...*Domain) (*Config, error) {
-	c := &Config{domains: make(map[string]*Domain, len(domains))}
-	var errs []error
-	for _, d := range domains {
-		if first, ok := c.domains[d.Name]; ok {
-			errs = append(errs, newError(d.File, d.Line, d.col, "domain",
-				fmt.Sprintf("domain %q is already defined in %s:%d; each domain must be in one file", d.Name, first.File, first.Line)))
-			continue
-		}
-		c.domains[d.Name] = d
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return c, nil
+	return Loader{}.New(domains...)
 }
 
 // Domain returns the named domain, or nil.

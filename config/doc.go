@@ -46,11 +46,14 @@
 //   - A file holds one domain: domain (required, not empty) and
 //     descriptors. Each domain is in one file: a domain defined twice,
 //     across the files loaded together, is an error (upstream's default,
-//     without MERGE_DOMAIN_CONFIG).
+//     without MERGE_DOMAIN_CONFIG). Loader.MergeDomains merges them, as
+//     MERGE_DOMAIN_CONFIG=true: a later file's top-level descriptors join
+//     the domain's, and one already there (same key and value) is an error.
 //   - A descriptor has a key (required), and optionally a value,
-//     rate_limit, nested descriptors, shadow_mode, detailed_metric,
-//     value_to_metric and share_threshold. Two descriptors with the same
-//     key and value at the same level are an error.
+//     rate_limit, nested descriptors, shadow_mode, quota_mode, metadata,
+//     detailed_metric, value_to_metric and share_threshold. Two
+//     descriptors with the same key and value at the same level are an
+//     error.
 //   - rate_limit has unit and requests_per_unit, and optionally name,
 //     unlimited and replaces: [{name: ...}]. The units are second, minute,
 //     hour, day, week, month and year, in any case; as upstream's
@@ -63,20 +66,32 @@
 //     A rate_limit that is null ("rate_limit:" and nothing) is no limit.
 //   - Matching walks the request's entries down the tree. At each level it
 //     takes the most specific descriptor for the entry: the exact value,
-//     else a wildcard value (one ending in "*" matches every value that
-//     starts with the text before it), else the key-only descriptor, which
+//     else a wildcard value (each "*" stands for any text: "foo*" matches
+//     every value that starts with "foo", "/api*v1" and "svc*ep*rpc" the
+//     values made of those parts in order), else the key-only descriptor, which
 //     matches any value. It never goes back to try a less specific one. The
 //     rule applies only if the request has exactly as many entries as the
 //     rule's depth ("no match" otherwise, as upstream's Example 4).
 //   - A key-only or wildcard descriptor gives each distinct request value a
 //     counter of its own: Rule.Key holds the request's values. With
 //     share_threshold: true on a wildcard descriptor, every value matching
-//     it shares one counter (upstream's envoyproxy/ratelimit#1016).
+//     it shares one counter (upstream's envoyproxy/ratelimit#1016);
+//     share_threshold on a value without "*" is an error, as upstream.
 //   - shadow_mode: true decides and counts as usual, but the request is
 //     allowed. replaces: a rule matched by one descriptor of a request
 //     drops, for that request, every matched rule whose name it replaces
 //     (see Config.MatchAll). A replaces entry with an empty name, or naming
 //     its own rate_limit, is an error.
+//   - quota_mode: true makes the rule a quota: its descriptor still says
+//     OVER_LIMIT, but quotas deny a request only when every quota of the
+//     request is over (server.Options.GlobalQuotaMode makes every
+//     descriptor a quota, as upstream's QUOTA_MODE).
+//   - metadata: any mapping, kept in Rule.Metadata, which the Envoy
+//     adapter returns in the response's dynamic metadata (upstream's
+//     RESPONSE_DYNAMIC_METADATA) for the rules a request passed.
+//   - shadow_mode, quota_mode and metadata belong to the descriptor's
+//     rate_limit: on a descriptor without one they do nothing, as
+//     upstream.
 //   - detailed_metric and value_to_metric put request values into the
 //     rule's metric name (Rule.MetricKey).
 //   - YAML is read as upstream's yaml.v2 reads it: YAML 1.1 booleans (yes,
@@ -99,13 +114,17 @@
 //   - requests_per_unit is required unless unlimited, as upstream's README
 //     documents; upstream's loader would read a missing one as 0, denying
 //     everything.
-//   - Among wildcards of one key, the longest prefix wins; upstream takes
-//     the first in file order. Upstream matches a wildcard against the
+//   - Among wildcards of one key that match, the one with the most text
+//     besides its "*"s wins (the longest prefix, for "foo*"); upstream
+//     takes the first in file order. Upstream matches a wildcard against the
 //     text "key_value", so that key a with value b* also caught key a_b;
 //     here key and value are compared apart, and for the same reason
 //     key a_b and key a with value b are two descriptors, not a duplicate.
-//     A key is always literal ("*" means something only at the end of a
-//     value).
+//     A key is always literal ("*" means something only in a value).
+//   - Metadata is checked when the file loads: a float that is NaN or
+//     infinite is an error (upstream fails only when Envoy's metadata
+//     cannot carry it), and a key given twice in a metadata mapping is an
+//     error (yaml.v2 keeps the last).
 //   - A file holds one YAML document: a second one is an error (upstream
 //     reads the first and drops the rest). Integers with a leading zero
 //     (010) are an error, since YAML 1.1 reads them as octal and YAML 1.2
@@ -135,6 +154,10 @@
 //   - local_budget: the most units one server claims at once from a shared
 //     store's budget and admits without a round trip (fixed_window and
 //     sliding_window); see floodgate.Limit.LocalBudget.
+//   - durable: true for a paid quota (a fixed_window without local_budget)
+//     whose use is recorded in a ledger (floodgate serve -ledger): a
+//     commit is acknowledged once the ledger holds it, and a counter the
+//     store lost is rebuilt from it; see floodgate.Limit.Durable.
 //   - failure_mode: fail_open, fail_closed or local, how the server answers
 //     when the store fails; absent means the server's default. local
 //     decides in the server's memory with the limit divided by the number

@@ -18,8 +18,7 @@ import (
 // hidden directory, loads like any other directory. It reports every
 // problem of every file at once, and returns no Config if there is any.
 func Load(paths ...string) (*Config, error) {
-	c, _, err := load(paths)
-	return c, err
+	return Loader{}.Load(paths...)
 }
 
 // LoadDir reads every *.yaml and *.yml file of dir, one domain per file, as
@@ -43,10 +42,14 @@ func LoadDir(dir string) (*Config, error) {
 // holds no config file, since validating nothing is almost always a
 // mistaken path.
 func Validate(paths ...string) error {
+	return Loader{}.Validate(paths...)
+}
+
+func (ld Loader) validate(paths []string) error {
 	if len(paths) == 0 {
 		return errors.New("config: validate: no file or directory given")
 	}
-	_, n, err := load(paths)
+	_, n, err := ld.load(paths)
 	if err == nil && n == 0 {
 		err = newError(strings.Join(paths, ", "), 0, 0, "", "no config files (*.yaml or *.yml) found")
 	}
@@ -54,7 +57,7 @@ func Validate(paths ...string) error {
 }
 
 // load returns the config and the number of files read.
-func load(paths []string) (*Config, int, error) {
+func (ld Loader) load(paths []string) (*Config, int, error) {
 	var (
 		errs    []error
 		files   []string
@@ -103,7 +106,7 @@ func load(paths []string) (*Config, int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		d, err := Parse(f, data)
+		d, err := parse(f, data, true)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -111,9 +114,24 @@ func load(paths []string) (*Config, int, error) {
 		domains = append(domains, d)
 	}
 	if len(errs) > 0 {
+		// The replaces naming nothing, of the files that parsed, are
+		// problems too, where they cannot be a merge's doing.
+		names := make(map[string]int)
+		for _, d := range domains {
+			names[d.Name]++
+		}
+		for _, d := range domains {
+			if !ld.MergeDomains && names[d.Name] == 1 {
+				errs = append(errs, d.unresolvedReplaces()...)
+			}
+		}
 		return nil, len(files), errors.Join(errs...)
 	}
-	c, err := New(domains...)
+	// A replaces naming no rate_limit is checked once the domains are
+	// gathered, so that under MergeDomains it may name one of another of
+	// the domain's files, and without it a domain split across two files
+	// is reported as such.
+	c, err := ld.New(domains...)
 	return c, len(files), err
 }
 

@@ -9,27 +9,63 @@ import (
 // key/value pairs in one map; per key, the wildcard values by prefix and the
 // key-only entry. Matching a level is one map lookup when the value is
 // listed, and otherwise one more, plus one per distinct wildcard prefix
-// length of that key; no regexp, no scan of the wildcards, no allocation.
+// length of that key, and a scan of the key's patterns with a "*" before
+// their end (upstream's middle wildcards, "/api*v1"), usually none; no
+// regexp, no allocation.
 type level struct {
 	exact map[Entry]*node
 	byKey map[string]*fallback
+	nodes []*node // every node of the level, in file order
 }
 
 type fallback struct {
-	prefixes map[string]*node // wildcard values, by the text before "*"
+	prefixes map[string]*node // wildcard values with one "*", at the end, by the text before it
 	lengths  []int            // the distinct lengths of those prefixes, longest first
+	patterns []*node          // the other wildcard values, in file order
 	any      *node            // key-only entry
 }
 
 // node is one descriptor of the config.
 type node struct {
-	lv   Level
-	rule *Rule // nil without rate_limit
-	next level
+	lv    Level
+	rule  *Rule // nil without rate_limit
+	next  level
+	parts []string // a pattern's value split at each "*"
+	// file, line and col locate the descriptor's key, and index is its
+	// place in its list, for the errors of a merge (Loader.MergeDomains).
+	file             string
+	line, col, index int
+}
+
+// literal is the number of bytes of a wildcard value that are not "*": the
+// more, the more specific the pattern.
+func (n *node) literal() int { return len(n.lv.Value) - strings.Count(n.lv.Value, "*") }
+
+// matchParts reports whether value matches a wildcard value split at its
+// "*"s (parts), each "*" standing for any text, possibly empty, as
+// upstream's wildcardMatch: the first part a prefix, the last a suffix, the
+// middle ones in order between them, without overlap.
+func matchParts(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 // lookup returns the most specific node for e: the exact value, else the
-// longest wildcard prefix, else the key-only entry.
+// matching wildcard value with the most text besides its "*"s (for
+// values with one "*" at the end, the longest prefix; among equals, the
+// value with one "*" at its end, else the first in file order), else the
+// key-only entry.
 func (l *level) lookup(e Entry) *node {
 	if n := l.exact[e]; n != nil {
 		return n
@@ -38,12 +74,22 @@ func (l *level) lookup(e Entry) *node {
 	if f == nil {
 		return nil
 	}
+	var best *node
 	for _, n := range f.lengths {
 		if n <= len(e.Value) {
 			if nd := f.prefixes[e.Value[:n]]; nd != nil {
-				return nd
+				best = nd
+				break
 			}
 		}
+	}
+	for _, nd := range f.patterns {
+		if (best == nil || nd.literal() > best.literal()) && matchParts(nd.parts, e.Value) {
+			best = nd
+		}
+	}
+	if best != nil {
+		return best
 	}
 	return f.any
 }
@@ -51,6 +97,14 @@ func (l *level) lookup(e Entry) *node {
 // add inserts n, reporting false if the same key and value are already at
 // this level.
 func (l *level) add(n *node) bool {
+	if !l.index(n) {
+		return false
+	}
+	l.nodes = append(l.nodes, n)
+	return true
+}
+
+func (l *level) index(n *node) bool {
 	switch {
 	case n.lv.Value == "":
 		f := l.fallback(n.lv.Key)
@@ -58,6 +112,19 @@ func (l *level) add(n *node) bool {
 			return false
 		}
 		f.any = n
+	case n.lv.Wildcard() && strings.Index(n.lv.Value, "*") < len(n.lv.Value)-1:
+		f := l.fallback(n.lv.Key)
+		for _, o := range f.patterns {
+			if o.lv.Value == n.lv.Value {
+				return false
+			}
+		}
+		if n.parts == nil {
+			// Set once, when the file is parsed: a merge adds the node to
+			// another level, and must not write to a domain in use.
+			n.parts = strings.Split(n.lv.Value, "*")
+		}
+		f.patterns = append(f.patterns, n)
 	case n.lv.Wildcard():
 		f := l.fallback(n.lv.Key)
 		prefix := strings.TrimSuffix(n.lv.Value, "*")
@@ -99,7 +166,7 @@ func (l *level) fallback(key string) *fallback {
 // Match returns the rule for one request descriptor, or nil if none
 // applies. It walks the descriptor tree as envoyproxy/ratelimit does: at
 // each level it takes the most specific entry for the request's key and
-// value (exact value, else the longest wildcard prefix, else key-only),
+// value (exact value, else the most specific wildcard, else key-only),
 // never backtracking to a less specific one, and the rule applies only if
 // the descriptor ends exactly at a descriptor with a rate_limit. It does not
 // allocate.

@@ -37,9 +37,9 @@ const (
 // The fields of each mapping, in the order of the docs.
 var (
 	rootFields       = []string{"domain", "descriptors"}
-	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
+	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
 	rateLimitFields  = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
-		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode"}
+		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode", "durable"}
 	replacesFields = []string{"name"}
 )
 
@@ -49,7 +49,14 @@ var (
 // every problem at once, each an *Error with line, column and field. It
 // never panics, whatever data holds.
 func Parse(file string, data []byte) (*Domain, error) {
-	p := &parser{file: file, budget: min(nodesPerByte*len(data)+extraNodes, maxNodes)}
+	return parse(file, data, false)
+}
+
+// parse is Parse; with deferReplaces, a replaces naming no rate_limit of
+// the file is left for Loader.New to check once the domain's files are
+// merged.
+func parse(file string, data []byte, deferReplaces bool) (*Domain, error) {
+	p := &parser{file: file, budget: min(nodesPerByte*len(data)+extraNodes, maxNodes), deferReplaces: deferReplaces}
 	d := p.parse(data)
 	if err := p.err(); err != nil {
 		return nil, err
@@ -64,13 +71,15 @@ type parser struct {
 	stop     bool   // too many nodes or problems: the walk ends
 	stopped  *Error // why, reported after the others
 	replaces []pendingReplace
+	// deferReplaces: see parse.
+	deferReplaces bool
 }
 
 // pendingReplace is a replaces entry, checked once every name is known.
 type pendingReplace struct {
-	name string
-	node *yaml.Node
-	path string
+	name, path string
+	file       string
+	line, col  int
 }
 
 // field is one key/value pair of a mapping, aliases resolved.
@@ -395,7 +404,9 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 	var (
 		key, value, rateLimit, children *field
 		lv                              Level
-		shadow, detailed                bool
+		shadow, detailed, quota         bool
+		share                           *field
+		metadata                        map[string]any
 	)
 	for _, f := range p.fields(n, path, 0) {
 		switch f.name {
@@ -415,6 +426,11 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 			lv.ValueToMetric, _ = p.boolean(f.val, join(path, f.name))
 		case "share_threshold":
 			lv.ShareThreshold, _ = p.boolean(f.val, join(path, f.name))
+			share = &f
+		case "quota_mode":
+			quota, _ = p.boolean(f.val, join(path, f.name))
+		case "metadata":
+			metadata = p.metadata(f.val, join(path, f.name))
 		default:
 			p.unknown(f, path, "a descriptor", descriptorFields)
 		}
@@ -430,7 +446,15 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 	if value != nil {
 		lv.Value, _ = p.str(value.val, join(path, "value"))
 	}
-	nd := &node{lv: lv}
+	if lv.ShareThreshold && !lv.Wildcard() {
+		// As upstream, which refuses it: without a wildcard there is
+		// nothing to share.
+		p.errorf(share.key, join(path, "share_threshold"), "share_threshold needs a wildcard value (one with \"*\") to share; this descriptor's value is %q", lv.Value)
+	}
+	nd := &node{lv: lv, file: p.file, line: n.Line, col: n.Column, index: len(lvl.nodes)}
+	if key != nil {
+		nd.line, nd.col = key.key.Line, key.key.Column
+	}
 	if lv.Key != "" && !lvl.add(nd) {
 		what := fmt.Sprintf("key %q with value %q", lv.Key, lv.Value)
 		if lv.Value == "" {
@@ -442,6 +466,7 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 	if rateLimit != nil {
 		if r := p.rateLimit(rateLimit.val, join(path, "rate_limit"), d, levels); r != nil {
 			r.ShadowMode, r.DetailedMetric, r.Line = shadow, detailed, n.Line
+			r.QuotaMode, r.Metadata = quota, metadata
 			nd.rule = r
 			d.rules = append(d.rules, r)
 		}
@@ -484,7 +509,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	}
 	if r.Unlimited {
 		// requests_per_unit is allowed and ignored, as upstream does.
-		for _, name := range []string{"unit", "period", "algorithm", "burst", "window", "count_rejected", "local_budget", "failure_mode"} {
+		for _, name := range []string{"unit", "period", "algorithm", "burst", "window", "count_rejected", "local_budget", "failure_mode", "durable"} {
 			if f := fs[name]; f != nil {
 				p.errorf(f.key, fpath(name), "an unlimited rate limit takes no %s", name)
 			}
@@ -562,8 +587,8 @@ func (p *parser) requestsPerUnit(n *yaml.Node, fs map[string]*field, fpath func(
 }
 
 // extensions reads Floodgate's fields of a rate_limit mapping into lim and
-// r: algorithm, burst, window, count_rejected, local_budget and
-// failure_mode.
+// r: algorithm, burst, window, count_rejected, local_budget,
+// failure_mode and durable.
 func (p *parser) extensions(fs map[string]*field, fpath func(string) string, lim *floodgate.Limit, r *Rule) {
 	if f := fs["algorithm"]; f != nil {
 		s, _ := p.str(f.val, fpath("algorithm"))
@@ -581,6 +606,9 @@ func (p *parser) extensions(fs map[string]*field, fpath func(string) string, lim
 	}
 	if f := fs["local_budget"]; f != nil {
 		lim.LocalBudget, _ = p.integer(f.val, fpath("local_budget"))
+	}
+	if f := fs["durable"]; f != nil {
+		lim.Durable, _ = p.boolean(f.val, fpath("durable"))
 	}
 	if f := fs["failure_mode"]; f != nil {
 		if s, ok := p.str(f.val, fpath("failure_mode")); ok {
@@ -613,7 +641,7 @@ func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string
 		if pr.name == "algorithm" {
 			// An unknown algorithm makes every check that depends on the
 			// algorithm say "<unknown> takes no burst" and the like.
-			bad["burst"], bad["window"], bad["count_rejected"], bad["local_budget"] = true, true, true, true
+			bad["burst"], bad["window"], bad["count_rejected"], bad["local_budget"], bad["durable"] = true, true, true, true, true
 		}
 	}
 	for _, pr := range problems {
@@ -627,6 +655,7 @@ func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string
 			"window":         {"window"},
 			"count_rejected": {"count_rejected"},
 			"local_budget":   {"local_budget"},
+			"durable":        {"durable"},
 		}[pr.name]
 		at, field, located := n, path, ""
 		for _, c := range candidates {
@@ -679,7 +708,7 @@ func (p *parser) replacesList(n *yaml.Node, path, own string) []string {
 			p.errorf(name.val, join(ipath, "name"), "a rate limit cannot replace itself (%q)", s)
 		default:
 			names = append(names, s)
-			p.replaces = append(p.replaces, pendingReplace{s, name.val, join(ipath, "name")})
+			p.replaces = append(p.replaces, pendingReplace{name: s, path: join(ipath, "name"), file: p.file, line: name.val.Line, col: name.val.Column})
 		}
 	}
 	return names
@@ -695,8 +724,12 @@ func (p *parser) checkReplaces(d *Domain) {
 		}
 	}
 	for _, pr := range p.replaces {
-		if !names[pr.name] {
-			p.errorf(pr.node, pr.path, "replaces %q, but no rate_limit of domain %q has that name", pr.name, d.Name)
+		switch {
+		case names[pr.name]:
+		case p.deferReplaces:
+			d.pending = append(d.pending, pr)
+		default:
+			p.errorf(&yaml.Node{Line: pr.line, Column: pr.col}, pr.path, "replaces %q, but no rate_limit of domain %q has that name", pr.name, d.Name)
 		}
 	}
 }

@@ -42,10 +42,14 @@
 // raise it to the ledger's units, never lower it (floodgate ledger
 // reconcile).
 //
-// What is not here yet: a Limiter that writes the ledger at each commit
-// of a durable quota and rebuilds a missing counter from it, and the
-// service's -ledger flag. The contract is shaped for them: Record takes
-// the entries of one commit (one per key of a reservation) as one batch,
-// WindowOf finds an entry's window from the commit's Decision, and Usage
-// answers the rebuild.
+// # Durable quotas
+//
+// Durable makes a Store the floodgate.Ledger of a Limiter
+// (floodgate.Options.Ledger): the Limiter records each commit of a durable
+// quota (floodgate.Limit.Durable) with Record before the store settles it,
+// and rebuilds a counter that the store lost from Usage before it decides
+// on it. Accounts writes concurrent commits together (group commit) and
+// counts what it does (Stats) for the service's metrics. See "Durable
+// quotas" in the floodgate package doc, and docs/guarantees.md for the
+// bound on what a loss re-admits.
 package ledger

@@ -238,7 +238,10 @@ type DecisionJSON struct {
 	Policy       *LimitJSON `json:"policy,omitempty"`
 	Unlimited    bool       `json:"unlimited,omitempty"`
 	ShadowMode   bool       `json:"shadow_mode,omitempty"`
-	StoreError   bool       `json:"store_error,omitempty"`
+	// QuotaMode: the descriptor was decided as a quota (its rule's
+	// quota_mode, or serve -quota-mode); see QuotaCode.
+	QuotaMode  bool `json:"quota_mode,omitempty"`
+	StoreError bool `json:"store_error,omitempty"`
 	// Fallback: decided by the failure mode local in this instance's
 	// memory, with its share of the limit, while the store is failing.
 	Fallback bool `json:"fallback,omitempty"`
@@ -263,7 +266,7 @@ func millisCeil(d time.Duration) int64 {
 
 func statusJSON(st Status) DecisionJSON {
 	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
-		NoRule: !st.Limited && st.Rule == nil}
+		NoRule: !st.Limited && st.Rule == nil, QuotaMode: st.Quota}
 	if st.Rule != nil {
 		out.Rule = st.Rule.ID
 		out.Unlimited = st.Rule.Unlimited
@@ -377,7 +380,7 @@ func allowResponse(inline bool, overall Status, statuses []Status) AllowResponse
 		return resp
 	}
 	resp.Rule, resp.Policy, resp.NoRule = "", nil, false
-	resp.Code = Combine(statuses).String()
+	resp.Code = QuotaCode(statuses).String()
 	resp.Allowed = resp.Code == "OK"
 	for _, st := range statuses {
 		resp.Descriptors = append(resp.Descriptors, statusJSON(st))
@@ -476,10 +479,14 @@ type RuleJSON struct {
 	Limit       *LimitJSON `json:"limit,omitempty"`
 	Unlimited   bool       `json:"unlimited,omitempty"`
 	ShadowMode  bool       `json:"shadow_mode,omitempty"`
+	QuotaMode   bool       `json:"quota_mode,omitempty"`
 	FailureMode string     `json:"failure_mode,omitempty"`
+	Durable     bool       `json:"durable,omitempty"`
 	Replaces    []string   `json:"replaces,omitempty"`
 	File        string     `json:"file"`
 	Line        int        `json:"line"`
+	// Metadata is the rule's metadata, as the config gives it.
+	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
@@ -489,7 +496,8 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	for _, d := range s.cfg.Load().Domains() {
 		for _, r := range d.Rules() {
 			rj := RuleJSON{ID: r.ID, Domain: r.Domain, Unlimited: r.Unlimited, ShadowMode: r.ShadowMode,
-				FailureMode: string(r.FailurePolicy), Replaces: r.Replaces, File: r.File, Line: r.Line}
+				FailureMode: string(r.FailurePolicy), Durable: r.Limit.Durable, Replaces: r.Replaces, File: r.File, Line: r.Line,
+				QuotaMode: r.QuotaMode, Metadata: r.Metadata}
 			if !r.Unlimited {
 				rj.Limit = limitJSON(r.Limit)
 			}
@@ -611,6 +619,8 @@ func writeProblem(w http.ResponseWriter, err error) {
 		p.Status, p.Field = http.StatusUnprocessableEntity, "id"
 	case errors.Is(err, floodgate.ErrUnknownReservation):
 		p.Status, p.Field = http.StatusNotFound, "id"
+	case errors.Is(err, floodgate.ErrLedger):
+		p.Status, p.Detail = http.StatusServiceUnavailable, "ledger failed: "+err.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		p.Status = http.StatusServiceUnavailable
 	default:

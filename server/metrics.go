@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -183,4 +184,54 @@ func (o storeObserver) Observe(e floodgate.Event) {
 			w.Observe(e)
 		}
 	}
+}
+
+// ledgerStats is a ledger that counts what it does: ledger.Accounts.
+type ledgerStats interface {
+	Stats() ledger.Stats
+}
+
+// ledgerCollector exports a ledger's counts (ledger.Accounts.Stats) as
+// floodgate_ledger_* metrics, read at each scrape.
+type ledgerCollector struct {
+	l                                             ledgerStats
+	records, entries, reads, recordTime, readTime *prometheus.Desc
+}
+
+// registerLedger registers the metrics of lg, when it counts.
+func registerLedger(reg prometheus.Registerer, lg floodgate.Ledger) error {
+	st, ok := lg.(ledgerStats)
+	if !ok {
+		return nil
+	}
+	return reg.Register(&ledgerCollector{l: st,
+		records: prometheus.NewDesc("floodgate_ledger_records_total",
+			"Commits of durable quotas written to the ledger (one per settle of a reservation), by result: ok, or failed (not acknowledged).", []string{"result"}, nil),
+		entries: prometheus.NewDesc("floodgate_ledger_entries_total",
+			"Ledger entries of commits, by outcome: written, or replayed (the ledger held the commit already: a retry).", []string{"outcome"}, nil),
+		reads: prometheus.NewDesc("floodgate_ledger_reads_total",
+			"Reads of a window's units from the ledger (a durable counter checked at the start of its window, or rebuilt after the store lost it), by result.", []string{"result"}, nil),
+		recordTime: prometheus.NewDesc("floodgate_ledger_record_seconds_total",
+			"Time spent writing commits to the ledger; divided by floodgate_ledger_records_total, the mean latency of a write.", nil, nil),
+		readTime: prometheus.NewDesc("floodgate_ledger_read_seconds_total",
+			"Time spent reading windows from the ledger.", nil, nil),
+	})
+}
+
+func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.records, c.entries, c.reads, c.recordTime, c.readTime} {
+		ch <- d
+	}
+}
+
+func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.l.Stats()
+	ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(st.Records-st.RecordFailures), "ok")
+	ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(st.RecordFailures), "failed")
+	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.CounterValue, float64(st.Written), "written")
+	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.CounterValue, float64(st.Replayed), "replayed")
+	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.Reads-st.ReadFailures), "ok")
+	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.ReadFailures), "failed")
+	ch <- prometheus.MustNewConstMetric(c.recordTime, prometheus.CounterValue, st.RecordTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.readTime, prometheus.CounterValue, st.ReadTime.Seconds())
 }

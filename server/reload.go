@@ -42,7 +42,7 @@ func NewReloader(srv *Server, paths ...string) (*Reloader, error) {
 	}
 	r := &Reloader{srv: srv, paths: paths, debounce: 100 * time.Millisecond, watching: make(chan struct{})}
 	r.loaded = fingerprint(paths)
-	cfg, err := config.Load(paths...)
+	cfg, err := srv.loader.Load(paths...)
 	if err == nil {
 		err = srv.CheckConfig(cfg)
 	}
@@ -60,7 +60,7 @@ func (r *Reloader) Reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.loaded = fingerprint(r.paths)
-	cfg, err := config.Load(r.paths...)
+	cfg, err := r.srv.loader.Load(r.paths...)
 	if err == nil {
 		err = r.srv.CheckConfig(cfg)
 	}

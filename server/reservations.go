@@ -49,12 +49,23 @@ type token struct {
 type tokenItem struct {
 	Key   string    `json:"k"`
 	Limit LimitJSON `json:"l"`
+	// Durable and Window are a durable quota's: the window its units
+	// count in (µs since the epoch), which the commit records in the
+	// ledger. The store's record of the hold decides whether a commit is
+	// recorded (floodgate.Settlement.Durable), so an altered token cannot
+	// leave a commit out of the ledger.
+	Durable bool  `json:"d,omitempty"`
+	Window  int64 `json:"w,omitempty"`
 }
 
 func encodeToken(res *floodgate.Reservation) (string, error) {
 	t := token{ID: res.ID, Local: res.Local}
-	for _, it := range res.Items {
-		t.Items = append(t.Items, tokenItem{Key: it.Key, Limit: *limitJSON(it.Limit)})
+	for i, it := range res.Items {
+		ti := tokenItem{Key: it.Key, Limit: *limitJSON(it.Limit), Durable: it.Limit.Durable}
+		if i < len(res.Windows) && !res.Windows[i].IsZero() {
+			ti.Window = res.Windows[i].UnixMicro()
+		}
+		t.Items = append(t.Items, ti)
 	}
 	return sealToken("r1.", "reservation", t)
 }
@@ -73,6 +84,7 @@ func decodeToken(s string) (token, []floodgate.Item, error) {
 		if err != nil || ti.Key == "" {
 			return token{}, nil, badToken("reservation", "malformed item")
 		}
+		lim.Durable = ti.Durable
 		items[i] = floodgate.Item{Key: ti.Key, Limit: lim}
 	}
 	return t, items, nil
@@ -171,6 +183,11 @@ func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hi
 	res, p, err := s.plan(domain, ds, hits)
 	if err != nil {
 		return nil, Result{}, err
+	}
+	for i := range res.Statuses {
+		// A reservation holds every limited descriptor or none: a quota
+		// (quota_mode, -quota-mode) is held like any other limit.
+		res.Statuses[i].Quota = false
 	}
 	var items []floodgate.Item
 	var which []int
@@ -335,6 +352,19 @@ func (s *Server) handleSettle(cancel bool) http.HandlerFunc {
 // answers 404.
 func (s *Server) settleReservation(ctx context.Context, t token, items []floodgate.Item, cost int64, cancel bool) ([]floodgate.Settlement, error) {
 	res := s.lim.Reservation(t.ID, items, t.Local)
+	now := time.Now()
+	for i, ti := range t.Items {
+		// A window the reserve could have had: one that was open at most
+		// MaxHoldTTL ago (a hold lasts no longer). Another is not believed,
+		// and the commit records the window of its own time.
+		w := time.UnixMicro(ti.Window).UTC()
+		if ti.Window > 0 && !w.After(now.Add(time.Minute)) && w.Add(items[i].Limit.Period+floodgate.MaxHoldTTL).After(now) {
+			if res.Windows == nil {
+				res.Windows = make([]time.Time, len(items))
+			}
+			res.Windows[i] = w
+		}
+	}
 	if cancel {
 		return res.Cancel(ctx)
 	}

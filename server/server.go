@@ -128,12 +128,20 @@ type Options struct {
 	// a failure mode (fail_closed) stays denied: upstream answers a store
 	// failure with an error, which Envoy's failure_mode_deny denies.
 	GlobalShadowMode bool
+	// GlobalQuotaMode makes every descriptor of every request a quota, as
+	// envoyproxy/ratelimit's QUOTA_MODE does for the rules' quota_mode:
+	// see QuotaCode. Descriptors of unlimited rules are never quotas.
+	GlobalQuotaMode bool
 	// MaxOwnPeriod bounds the period of a limit a request brings (an
 	// inline limit of the HTTP API, Envoy's per-descriptor override): a
 	// longer one is refused as invalid, since each of its keys is kept
 	// that long. 0 means DefaultMaxOwnPeriod; negative, no bound beyond
 	// floodgate.MaxPeriod. The config's rules are not bound by it.
 	MaxOwnPeriod time.Duration
+	// ConfigLoader is how NewReloader loads the config files; the zero
+	// value is upstream's default (a domain in one file only), and
+	// MergeDomains merges a domain's files (upstream's MERGE_DOMAIN_CONFIG).
+	ConfigLoader config.Loader
 	// Auth, when set, holds the HTTP routes to the bearer tokens of their
 	// Scope (see Auth); nil serves every route to every caller. The gRPC
 	// services take Auth.GRPCOptions.
@@ -157,6 +165,11 @@ type Server struct {
 	auth        *Auth
 	maxPeriod   time.Duration // Options.MaxOwnPeriod; 0: none
 	shadowAll   bool          // Options.GlobalShadowMode
+	quotaAll    bool          // Options.GlobalQuotaMode
+	loader      config.Loader // Options.ConfigLoader
+	// ledger is Options.Limiter.Ledger, under ledgerPolicy; nil without.
+	ledger       floodgate.Ledger
+	ledgerPolicy floodgate.FailurePolicy
 	// throttle keeps repeated warnings (a store outage) to one line per
 	// rule a second.
 	throttle *logThrottle
@@ -168,7 +181,7 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("server: New: nil Store")
 	}
 	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors, auth: opts.Auth,
-		maxPeriod: opts.MaxOwnPeriod, shadowAll: opts.GlobalShadowMode,
+		maxPeriod: opts.MaxOwnPeriod, shadowAll: opts.GlobalShadowMode, quotaAll: opts.GlobalQuotaMode, loader: opts.ConfigLoader,
 		throttle: newLogThrottle(time.Second)}
 	switch {
 	case s.maxPeriod == 0:
@@ -201,6 +214,12 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.failMode, s.local, s.timeout = lo.FailurePolicy, lo.Local != nil, lo.Timeout
+	s.ledger, s.ledgerPolicy = lo.Ledger, lo.LedgerPolicy
+	if s.ledger != nil {
+		if err := registerLedger(s.reg, s.ledger); err != nil {
+			return nil, err
+		}
+	}
 	cfg := opts.Config
 	if cfg == nil {
 		cfg = &config.Config{}
@@ -210,18 +229,19 @@ func New(opts Options) (*Server, error) {
 }
 
 // CheckConfig reports the rules of c that the server cannot serve as
-// written: a failure_mode local when the server has no local store. The
-// Reloader rejects such a config; a config set by SetConfig anyway has
-// those rules answer store failures as fail_closed.
+// written: a failure_mode local when the server has no local store, and a
+// durable quota when it has no ledger. The Reloader rejects such a
+// config; a config set by SetConfig anyway has the first answer store
+// failures as fail_closed, and the second answered as invalid.
 func (s *Server) CheckConfig(c *config.Config) error {
-	if s.local {
-		return nil
-	}
 	var errs []error
 	for _, d := range c.Domains() {
 		for _, r := range d.Rules() {
-			if r.FailurePolicy == floodgate.FailLocal {
+			if r.FailurePolicy == floodgate.FailLocal && !s.local {
 				errs = append(errs, fmt.Errorf("%s:%d: rule %s: failure_mode local needs the number of instances (floodgate serve -instances)", r.File, r.Line, r.ID))
+			}
+			if r.Limit.Durable && s.ledger == nil {
+				errs = append(errs, fmt.Errorf("%s:%d: rule %s: a durable quota needs a ledger (floodgate serve -ledger)", r.File, r.Line, r.ID))
 			}
 		}
 	}
@@ -308,6 +328,11 @@ type Status struct {
 	Decision floodgate.Decision
 	// Shadow reports a denial that shadow mode turned into OK.
 	Shadow bool
+	// Quota reports a descriptor decided as a quota: its rule has
+	// quota_mode, or Options.GlobalQuotaMode is set and the descriptor is
+	// not of an unlimited rule. Its Code stays OverLimit when it is over;
+	// QuotaCode says what that does to the request.
+	Quota bool
 	// Err is the store's failure, answered by the failure mode; nil when
 	// the failure mode local decided in the local store instead (then
 	// Decision.Fallback is set and Decision is the local one, with this
@@ -318,7 +343,8 @@ type Status struct {
 	FailurePolicy floodgate.FailurePolicy
 }
 
-// Result is the outcome of a request: OverLimit if any descriptor is.
+// Result is the outcome of a request: OverLimit if any descriptor is, but
+// for quotas (see QuotaCode).
 type Result struct {
 	Code     Code
 	Statuses []Status
@@ -352,6 +378,7 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 		return Result{}, p.fieldOf(err)
 	}
 	s.settleEach(domain, ds, &res, p.which, outs)
+	res.Code = QuotaCode(res.Statuses)
 	if res.Code == OverLimit && s.shadowAll && !failedClosed(res.Statuses) {
 		res.Code, res.GlobalShadow = OK, true
 		s.m.globalShadow.Inc()
@@ -359,17 +386,42 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 	return res, nil
 }
 
+// QuotaCode is the overall code of a request's statuses, as upstream's
+// shouldRateLimitWorker makes it: OverLimit if a descriptor that is not a
+// quota is over its limit, or if the request has quotas and every one of
+// them is over; OK otherwise. A request that is over one quota of two
+// passes: quotas say what is used up (upstream's dynamic metadata names
+// the rules passed), and deny only when nothing is left.
+func QuotaCode(statuses []Status) Code {
+	quotas, overQuotas := 0, 0
+	for _, st := range statuses {
+		switch {
+		case st.Quota && st.Code == OverLimit:
+			quotas++
+			overQuotas++
+		case st.Quota:
+			quotas++
+		case st.Code == OverLimit:
+			return OverLimit
+		}
+	}
+	if quotas > 0 && quotas == overQuotas {
+		return OverLimit
+	}
+	return OK
+}
+
 // decidePlan asks the Limiter for the outcome of every item of p: all or
 // nothing unless Options.IndependentDescriptors. Items of rules in shadow
-// mode are decided apart, each on its own, since their denials must not
-// deny the request.
+// mode, and quotas, are decided apart, each on its own, since their
+// denials alone must not deny the request.
 func (s *Server) decidePlan(ctx context.Context, p *plan) ([]floodgate.Outcome, error) {
 	if s.independent {
 		return s.lim.Decide(ctx, p.items)
 	}
 	var together, apart []int
 	for j := range p.items {
-		if p.shadow[j] {
+		if p.shadow[j] || j < len(p.quota) && p.quota[j] {
 			apart = append(apart, j)
 		} else {
 			together = append(together, j)
@@ -442,6 +494,7 @@ type plan struct {
 	which   []int  // the descriptor of each item
 	ownHits []bool // whether the item's cost is the descriptor's own hits
 	shadow  []bool // whether the item's rule is in shadow mode
+	quota   []bool // whether the item is a quota (Status.Quota)
 }
 
 // plan matches each descriptor of a checked request to its rule, fills in
@@ -486,6 +539,7 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 			it.Key = "d|" + config.Key(domain, d.Entries)
 		case m.Rule == nil || m.ReplacedBy != nil || m.Rule.Unlimited:
 			st.Rule = m.Rule
+			st.Quota = s.quotaAll && (m.Rule == nil || !m.Rule.Unlimited)
 			s.m.decision(metricDomain(cfg, domain), m.Rule, d.Entries, outcomeUnlimited)
 			if m.Rule == nil {
 				// The entries' keys only: their values may be a user's.
@@ -503,16 +557,27 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 				m.Rule.ID, m.Rule.File, m.Rule.Line)
 		default:
 			st.Rule, st.Limit = m.Rule, m.Rule.Limit
+			st.Quota = m.Rule.QuotaMode
 			it.Key = "d|" + m.Rule.Key(d.Entries)
 			it.Policy = m.Rule.FailurePolicy
 			it.Lease = lease
 		}
 		st.Limited = true
+		st.Quota = st.Quota || s.quotaAll
 		it.Limit = st.Limit
 		p.items = append(p.items, it)
 		p.which = append(p.which, i)
 		p.ownHits = append(p.ownHits, d.Hits != nil)
 		p.shadow = append(p.shadow, st.Rule != nil && st.Rule.ShadowMode)
+		p.quota = append(p.quota, st.Quota)
+	}
+	if lease != "" {
+		// A lease holds every concurrency rule of the request or none:
+		// quotas (quota_mode, -quota-mode) are for decisions.
+		for i := range res.Statuses {
+			res.Statuses[i].Quota = false
+		}
+		clear(p.quota)
 	}
 	return res, p, nil
 }
@@ -733,6 +798,16 @@ func (s *Server) readiness(ctx context.Context) (string, error) {
 				return fmt.Sprintf("ok: failure mode local decides in memory, store unreachable: %v", err), nil
 			}
 			return "", fmt.Errorf("store unreachable: %w", err)
+		}
+	}
+	if p, ok := s.ledger.(floodgate.Pinger); ok {
+		ctx, cancel := context.WithTimeout(ctx, max(s.timeout, 250*time.Millisecond))
+		defer cancel()
+		if err := p.Ping(ctx); err != nil {
+			if s.ledgerPolicy == floodgate.FailOpen {
+				return fmt.Sprintf("ok: ledger unreachable, durable quotas decided on their counters (ledger policy fail_open): %v", err), nil
+			}
+			return "", fmt.Errorf("ledger unreachable (durable quotas deny new windows and commits fail): %w", err)
 		}
 	}
 	return "ok", nil

@@ -339,7 +339,11 @@ flags:
 	case cfg != nil:
 		o.Limit = func(key string, recorded floodgate.Limit) floodgate.Limit {
 			if r := ruleOf(cfg, key); r != nil {
-				return r.Limit
+				// The counter is read and raised as a plain limit: this
+				// command has no ledger to rebuild it from.
+				lim := r.Limit
+				lim.Durable = false
+				return lim
 			}
 			return recorded
 		}

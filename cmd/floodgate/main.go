@@ -1,7 +1,7 @@
 // Command floodgate runs Floodgate from the command line.
 //
 //	floodgate serve [flags]              run the rate limit service (Envoy gRPC, HTTP JSON API, metrics)
-//	floodgate config validate PATH...    check config files without starting
+//	floodgate config validate PATH...    check config files without starting (-merge-domain-config: as serve's)
 //	floodgate check [flags]              simulate a limit on the embedded store and print each decision
 //	floodgate bench [flags]              load a running service (Envoy gRPC or HTTP API) and report rate and latency
 //
@@ -75,17 +75,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// configCmd is "floodgate config validate PATH...".
+// configCmd is "floodgate config validate [-merge-domain-config] PATH...".
 func configCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) < 2 || args[0] != "validate" {
-		fmt.Fprintln(stderr, "usage: floodgate config validate FILE_OR_DIR...")
+	const use = "usage: floodgate config validate [-merge-domain-config] FILE_OR_DIR..."
+	if len(args) < 1 || args[0] != "validate" {
+		fmt.Fprintln(stderr, use)
 		return 2
 	}
-	if err := config.Validate(args[1:]...); err != nil {
+	fs := flag.NewFlagSet("floodgate config validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ld config.Loader
+	mergeFlag(fs, &ld.MergeDomains)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, use)
+		return 2
+	}
+	if err := ld.Validate(fs.Args()...); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", strings.Join(args[1:], ", "))
+	fmt.Fprintf(stdout, "%s: ok\n", strings.Join(fs.Args(), ", "))
 	return 0
 }
 

@@ -35,7 +35,7 @@ func TestServeOpenAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	extras := httpExtras(envoyService(srv, true))
+	extras := httpExtras(envoyService(srv, true, parityFlags{}))
 	if len(extras) == 0 {
 		t.Fatal("httpExtras is empty; this test checks nothing")
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/ui"
 	"github.com/floodgate-rl/floodgate/store/memstore"
@@ -101,7 +102,13 @@ type serveConfig struct {
 	holdRetention       time.Duration
 	maxConns            int
 	grpcMaxIdle         time.Duration
-	dashboard           bool // -ui
+	// ledger: -ledger and its flags (serveledger.go).
+	ledger ledgerFlags
+
+	// parity: the settings of envoyproxy/ratelimit's (parity.go).
+	parity parityFlags
+
+	dashboard bool // -ui
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -141,7 +148,9 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.DurationVar(&c.grpcMaxIdle, "grpc-max-idle", 5*time.Minute, "gRPC: close a connection that has had no call for this long (Envoy reconnects when it needs to) (env FLOODGATE_GRPC_MAX_IDLE)")
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
+	c.ledger.register(fs)
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
+	c.parity.register(fs)
 	fs.BoolVar(&c.dashboard, "ui", true, "serve the live dashboard at /ui on the HTTP listener (server/ui): decisions per rule, top denied keys, store health; its keys and rules need an admin token once token files are set, and so do its actions (env FLOODGATE_UI)")
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -201,6 +210,8 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-hold-retention: %v must be above zero", c.holdRetention)
 	case tlsProblem != "":
 		return tlsProblem
+	case c.ledger.problem() != "":
+		return c.ledger.problem()
 	case c.httpAddr == "":
 		return "-http: empty"
 	}
@@ -238,12 +249,23 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeStore()
-	srv, closeServer, err := c.newServer(store, auth, log)
+	acc, closeLedger, err := c.ledger.open(ctx)
+	if err != nil {
+		log.Error("ledger unavailable", "error", err)
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 1
+	}
+	defer closeLedger()
+	srv, closeServer, err := c.newServer(store, acc, auth, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
 		return 1
 	}
 	defer closeServer()
+	if err := c.ledger.watchDrift(ctx, srv, acc, log); err != nil {
+		log.Error("cannot start", "error", err)
+		return 1
+	}
 	if c.configPath != "" {
 		if err := watchConfig(ctx, srv, c.configPath, log); err != nil {
 			log.Error("config rejected", "error", err)
@@ -267,6 +289,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	storeName := "memory"
 	if c.redisURL != "" {
 		storeName = redactURL(c.redisURL)
+	}
+	if c.ledger.spec != "" {
+		storeName += ", ledger " + c.ledger.name()
 	}
 	log.Info("serving", "http_addr", l.httpAddr(), "grpc_addr", l.grpcAddr(), "store", storeName)
 	fmt.Fprintf(stdout, "floodgate: serving HTTP on %s, gRPC on %s, store %s\n", l.httpAddr(), l.grpcAddr(), storeName)
@@ -350,15 +375,17 @@ func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate
 // policy, deadline and, with -instances, the local store of the failure
 // mode local; and the Redis store's own counters in its registry. The
 // returned func closes the local store.
-func (c serveConfig) newServer(store floodgate.Store, auth *server.Auth, log *slog.Logger) (*server.Server, func(), error) {
+func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, auth *server.Auth, log *slog.Logger) (*server.Server, func(), error) {
 	lo := floodgate.Options{FailurePolicy: floodgate.FailurePolicy(c.failureMode), Timeout: c.timeout}
+	c.ledger.options(&lo, acc)
 	closeLocal := func() {}
 	if c.instances > 0 {
 		local := memstore.New(nil)
 		closeLocal = func() { local.Close() }
 		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
 	}
-	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, Auth: auth, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode})
+	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, Auth: auth, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode,
+		GlobalQuotaMode: c.parity.quotaMode, ConfigLoader: c.parity.loader()})
 	if err == nil {
 		switch rs := store.(type) {
 		case *redisstore.Store:
@@ -425,7 +452,7 @@ type listeners struct {
 // listen opens the HTTP and gRPC listeners of the flags, with the handlers
 // of srv.
 func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *server.TLSFiles, handler slog.Handler) (*listeners, error) {
-	rls := envoyService(srv, c.headers)
+	rls := envoyService(srv, c.headers, c.parity)
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
 		return nil, fmt.Errorf("-http %s: %w", c.httpAddr, err)

@@ -31,9 +31,10 @@ func openRedis(ctx context.Context, url string, o redisstore.Options) (floodgate
 }
 
 // envoyService is Envoy's rate limit service over srv; headers says
-// whether its answers carry RateLimit response headers.
-func envoyService(srv *server.Server, headers bool) *envoyrls.Service {
-	return envoyrls.New(srv, &envoyrls.Options{OmitHeaders: !headers})
+// whether its answers carry response headers, p which ones, and whether
+// dynamic metadata.
+func envoyService(srv *server.Server, headers bool, p parityFlags) *envoyrls.Service {
+	return envoyrls.New(srv, p.envoyOptions(headers))
 }
 
 // registerGRPC serves Envoy's rate limit service.

@@ -117,6 +117,20 @@ type Row struct {
 	// NotRun is the failed calls whose error says the script did not run
 	// (Redis's "Function not found" after the store's last reload).
 	NotRun int `json:"not_run,omitempty"`
+
+	// The durable quota faults' figures: Durable says the quota had a
+	// ledger; HeldAtFault is the units reserved and not yet committed when
+	// the fault struck, the bound of what a rebuilt counter can re-admit.
+	Durable     bool  `json:"durable,omitempty"`
+	HeldAtFault int64 `json:"held_at_fault,omitempty"`
+}
+
+// durableBounds: with the ledger, a durable quota admits at most what was
+// held and not committed at the fault above its limit.
+func durableBounds(r Row) []string {
+	return need(r.Durable, "the quota was not durable",
+		r.Overrun <= r.HeldAtFault, fmt.Sprintf("%d units above the quota, more than the %d held at the fault", r.Overrun, r.HeldAtFault),
+		r.HeldAtFault <= paidWorkers*paidCost, "more held at the fault than the workers can hold")
 }
 
 // Command is the command that reproduces the row.
@@ -126,6 +140,11 @@ func (r Row) Command() string {
 
 // extra holds the bounds particular to one fault, beyond those of every row.
 var extra = map[string]func(Row) []string{
+	"TestFaultDurableKill":     durableBounds,
+	"TestFaultDurableFailover": durableBounds,
+	"TestFaultDurableKillNoLedger": func(r Row) []string {
+		return need(r.Overrun >= r.Limit/2-paidWorkers*paidCost, "without a ledger the fault re-admitted less than half the quota: the comparison shows nothing")
+	},
 	"TestFaultKill": func(r Row) []string {
 		return need(r.Errors > 0, "no call failed while Redis was down",
 			r.RecoveryMS >= 0 && r.RecoveryMS <= 5000, "recovery not within 5 s",

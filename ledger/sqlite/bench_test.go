@@ -24,3 +24,16 @@ func BenchmarkLedger(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkDurable runs ledgertest.BenchmarkDurable on a file in a
+// temporary directory: a durable commit's cost through a Limiter.
+func BenchmarkDurable(b *testing.B) {
+	ledgertest.BenchmarkDurable(b, func(b *testing.B) ledger.Store {
+		l, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "ledger.db"), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { l.Close() })
+		return l
+	}, nil)
+}

@@ -43,8 +43,14 @@
 //
 // # The response
 //
-// overall_code is OVER_LIMIT if any descriptor is, OK otherwise, and there is
-// one status per descriptor, in the request's order:
+// overall_code is OVER_LIMIT if any descriptor is, OK otherwise, but for
+// quotas, as upstream's shouldRateLimitWorker: a descriptor whose rule has
+// quota_mode (every descriptor but those of unlimited rules, with
+// server.Options.GlobalQuotaMode, upstream's QUOTA_MODE) keeps its
+// OVER_LIMIT status, and makes the request OVER_LIMIT only when every
+// quota of the request is over. server.Options.GlobalShadowMode (upstream's
+// SHADOW_MODE) then answers OK to an OVER_LIMIT request. There is one
+// status per descriptor, in the request's order:
 //
 //   - No rule (unknown domain, no match, a rule replaced by another
 //     descriptor's rule): code OK and nothing else, as upstream's
@@ -96,7 +102,13 @@
 // one descriptor closest to its limit (the least remaining, or the last over
 // it), with no policy and no Retry-After; Options.Headers with Legacy set adds
 // Floodgate's X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
-// trio for clients that want one limit in that style.
+// trio for clients that want one limit in that style. Options.UpstreamHeaders
+// (serve -limit-response-headers) answers upstream's three fields instead,
+// exactly as upstream picks and fills them.
+//
+// With Options.DynamicMetadata (upstream's RESPONSE_DYNAMIC_METADATA),
+// dynamic_metadata holds the request's domain, descriptors and hits, and
+// the merged metadata of the rules the request passed; see DynamicMetadata.
 //
 // # What differs from upstream, and why
 //
@@ -160,6 +172,15 @@ type Options struct {
 	// RateLimit-Policy, or add the legacy X-RateLimit-* trio. Nil writes
 	// RateLimit-Policy, RateLimit and, on a denial, Retry-After.
 	Headers *ratelimitheader.Options
+	// UpstreamHeaders, when set (and OmitHeaders is not), makes
+	// response_headers_to_add upstream's three fields instead of
+	// Floodgate's (see UpstreamHeaders), and leaves POST /json's HTTP
+	// response without header fields of its own, as upstream's.
+	UpstreamHeaders *UpstreamHeaders
+	// DynamicMetadata fills the response's dynamic_metadata as upstream
+	// does with RESPONSE_DYNAMIC_METADATA=true (off by default there and
+	// here); see DynamicMetadata.
+	DynamicMetadata bool
 }
 
 // Service implements envoy.service.ratelimit.v3.RateLimitService on a
@@ -180,6 +201,10 @@ func New(srv *server.Server, opts *Options) *Service {
 		if opts.Headers != nil {
 			h := *opts.Headers
 			s.opts.Headers = &h
+		}
+		if opts.UpstreamHeaders != nil {
+			u := *opts.UpstreamHeaders
+			s.opts.UpstreamHeaders = &u
 		}
 	}
 	return s
@@ -266,7 +291,11 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	if err != nil {
 		return nil, nil, err
 	}
-	return s.response(res), res.Statuses, nil
+	resp := s.response(res)
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = DynamicMetadata(req, res.Statuses)
+	}
+	return resp, res.Statuses, nil
 }
 
 // response translates the server's result.
@@ -296,7 +325,11 @@ func (s *Service) response(res server.Result) *rlsv3.RateLimitResponse {
 			ds.DurationUntilReset = &durationpb.Duration{Seconds: ratelimitheader.Seconds(st.Decision.ResetAfter)}
 		}
 	}
-	if !s.opts.OmitHeaders {
+	switch {
+	case s.opts.OmitHeaders:
+	case s.opts.UpstreamHeaders != nil:
+		resp.ResponseHeadersToAdd = upstreamHeaders(s.opts.UpstreamHeaders, res, sts)
+	default:
 		resp.ResponseHeadersToAdd = s.headers(res.Statuses)
 	}
 	return resp

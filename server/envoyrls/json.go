@@ -102,7 +102,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := w.Header()
-	if !s.opts.OmitHeaders {
+	if !s.opts.OmitHeaders && s.opts.UpstreamHeaders == nil {
 		server.SetHeaders(h, statuses)
 		if h.Get(ratelimitheader.HeaderRetryAfter) == "" && failedClosed(statuses) {
 			h.Set(ratelimitheader.HeaderRetryAfter, "1")

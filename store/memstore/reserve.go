@@ -23,12 +23,14 @@ type holdKey struct {
 // settle uses it, whatever the limit is by then), and until when the
 // store keeps it, on the store's clock.
 type holdEntry struct {
-	h    algorithm.Hold
-	p    algorithm.Params
-	kind kind
-	ref  ref // of the state
-	skew int64
-	keep int64
+	h algorithm.Hold
+	p algorithm.Params
+	// durable: reserved under a durable limit (Settlement.Durable).
+	durable bool
+	kind    kind
+	ref     ref // of the state
+	skew    int64
+	keep    int64
 }
 
 // Reserve holds the cost of every request of r, all or nothing, under r.ID:
@@ -52,6 +54,11 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 	if err := b.room(); err != nil {
 		return floodgate.HoldResult{}, err
 	}
+	if r.Rebuild != nil {
+		if lost := b.rebuild(r.Rebuild); lost != nil {
+			return floodgate.HoldResult{Lost: lost}, nil
+		}
+	}
 	ds, admitted := b.apply()
 	state := algorithm.Denied
 	if admitted {
@@ -63,7 +70,7 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 			sh.holds = make(map[holdKey]*holdEntry)
 		}
 		h := algorithm.Hold{State: state, Units: b.rs[i].Cost, At: b.items[i].now, Expires: b.items[i].now + ttl, Release: r.Release}
-		sh.holds[b.holdKey(i, r.ID)] = &holdEntry{h: h, p: b.items[i].params, kind: kindOf(b.rs[i].Limit.Algorithm), ref: b.items[i].ref,
+		sh.holds[b.holdKey(i, r.ID)] = &holdEntry{h: h, p: b.items[i].params, durable: b.rs[i].Limit.Durable, kind: kindOf(b.rs[i].Limit.Algorithm), ref: b.items[i].ref,
 			skew: b.items[i].skew, keep: h.Expires + b.items[i].skew + s.retain}
 	}
 	return floodgate.HoldResult{Decisions: b.decisions(ds), Expires: time.UnixMicro(b.items[0].now + ttl)}, nil
@@ -152,7 +159,7 @@ func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodg
 	for i, e := range found {
 		st, code, d := b.shard(i).settleHold(e, b.items[i].now, r.Actual, r.Cancel, false)
 		out[i] = floodgate.Settlement{Refunded: st.Refunded, Charged: st.Charged, Short: st.Short, Replayed: code == algorithm.Replayed,
-			Decision: floodgate.FromAlgorithm(d, b.items[i].now)}
+			Durable: e.durable, Decision: floodgate.FromAlgorithm(d, b.items[i].now)}
 		late = late || code == algorithm.TooLate
 	}
 	if late {
@@ -287,14 +294,48 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 	if err := b.room(); err != nil {
 		return floodgate.Decision{}, err
 	}
-	it := &b.items[0]
-	m := &b.shard(0).small[kFixed]
+	b.raise(0, window.UnixMicro(), r.Cost)
+	return floodgate.FromAlgorithm(b.peek(0), b.items[0].now), nil
+}
+
+// raise is Raise on request i of the batch, a fixed window: its count
+// raised to at least units in the window that starts at window (µs).
+func (b *batch) raise(i int, window, units int64) {
+	it := &b.items[i]
+	m := &b.shard(i).small[kFixed]
 	old, w := m.find(it.ref)
-	st := algorithm.FixedWindow{Start: old.a, Count: old.b}.Raise(it.params, it.now, window.UnixMicro(), r.Cost)
+	st := algorithm.FixedWindow{Start: old.a, Count: old.b}.Raise(it.params, it.now, window, units)
 	if next := (slot{a: st.Start, b: st.Count, exp: st.Expires(it.params)}); next.a != old.a || next.b != old.b {
 		next.exp += it.skew
 		m.set(it.ref, next, w)
 	}
-	d := b.peek(0)
-	return floodgate.FromAlgorithm(d, it.now), nil
+}
+
+// rebuild applies a reserve's Rebuild (see floodgate.Rebuild): nil when
+// every checked counter is live, after raising the known ones; else the
+// requests whose counter is not, and nothing changed.
+func (b *batch) rebuild(rb []floodgate.Rebuild) []bool {
+	var lost []bool
+	for i, x := range rb {
+		if !x.Check || x.Known {
+			continue
+		}
+		it := &b.items[i]
+		old, _ := b.shard(i).small[kFixed].find(it.ref)
+		if !(algorithm.FixedWindow{Start: old.a, Count: old.b}).Live(it.params, it.now) {
+			if lost == nil {
+				lost = make([]bool, len(rb))
+			}
+			lost[i] = true
+		}
+	}
+	if lost != nil {
+		return lost
+	}
+	for i, x := range rb {
+		if x.Known {
+			b.raise(i, x.Window.UnixMicro(), x.Units)
+		}
+	}
+	return nil
 }

@@ -16,12 +16,21 @@ import (
 // reservation scripts (reserve.lua, settle.lua, sweep.lua), runs them as
 // it runs every script, and checks and decodes their replies.
 
-// The status of a reserve, RESERVED ... RESERVE_CONFLICT in reserve.lua.
+// The status of a reserve, RESERVED ... RESERVE_LOST in reserve.lua.
 const (
 	reserveNew int64 = iota
 	reserveReplayed
 	reserveOtherKeys
 	reserveConflict
+	reserveLost
+)
+
+// The modes of a durable request's rebuild, REBUILD_NONE ...
+// REBUILD_KNOWN in reserve.lua.
+const (
+	rebuildNone  = "0"
+	rebuildCheck = "1"
+	rebuildKnown = "2"
 )
 
 // The status of a settle, SETTLE_DONE ... SETTLE_CONFLICT in settle.lua.
@@ -80,6 +89,9 @@ type reserved struct {
 	status  int64
 	expires int64 // µs of the requests' clock; 0 for a conflict
 	ds      []floodgate.Decision
+	// lost marks the requests whose counter must be rebuilt, for
+	// reserveLost.
+	lost []bool
 }
 
 // held reports whether the answer holds units: a new or replayed reserve
@@ -91,16 +103,42 @@ func (r *reserved) held() bool {
 // reserve runs the reserve script for cs, stamped, whose holds are at
 // holds: ttl and retention in µs, clock the sweep clock's now (-1:
 // the server's TIME); part says that cs are the requests of one slot of a
-// reservation over several, and digest is keysDigest of them all.
-func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, ttl, retention, clock int64, release, part bool, digest string) (reserved, error) {
+// reservation over several, and digest is keysDigest of them all. rb, if
+// set, is the floodgate.Rebuild of each of cs.
+func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, rb []floodgate.Rebuild, ttl, retention, clock int64, release, part bool, digest string) (reserved, error) {
 	keys := make([]string, 0, 2*len(cs))
-	args := make([]string, 0, 6+len(cs)*(1+argsPerRequest))
+	args := make([]string, 0, 6+len(cs)*(4+argsPerRequest))
 	args = append(args, strconv.FormatInt(ttl, 10), bit(release), strconv.FormatInt(retention, 10), strconv.FormatInt(clock, 10), bit(part), digest)
 	for i := range cs {
 		c := &cs[i]
 		keys = append(keys, c.key, holds[i])
 		args = append(args, string(c.alg))
 		args = appendRequest(args, &c.r, c.alg, c.now)
+	}
+	durable := rb != nil
+	for i := range cs {
+		durable = durable || cs[i].r.Limit.Durable
+	}
+	for i := range cs {
+		if !durable {
+			break
+		}
+		args = append(args, bit(cs[i].r.Limit.Durable))
+		var b floodgate.Rebuild
+		if rb != nil {
+			b = rb[i]
+		}
+		switch {
+		case b.Known && b.Units == 0:
+			// Nothing to raise: the ledger holds no units in the window.
+			args = append(args, rebuildNone, "0", "0")
+		case b.Known:
+			args = append(args, rebuildKnown, strconv.FormatInt(b.Window.UnixMicro(), 10), strconv.FormatInt(b.Units, 10))
+		case b.Check:
+			args = append(args, rebuildCheck, "0", "0")
+		default:
+			args = append(args, rebuildNone, "0", "0")
+		}
 	}
 	vals, err := rn.run(ctx, scripts.reserve, keys, args)
 	if err != nil {
@@ -117,6 +155,15 @@ func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, ttl, r
 	case reserveOtherKeys, reserveConflict:
 		if len(vals) != 2 {
 			return bad("%d integers for a conflict", len(vals))
+		}
+		return r, nil
+	case reserveLost:
+		if len(vals) != 2+len(cs) {
+			return bad("%d integers for lost counters", len(vals))
+		}
+		r.lost = make([]bool, len(cs))
+		for i, v := range vals[2:] {
+			r.lost[i] = v == 1
 		}
 		return r, nil
 	case reserveNew, reserveReplayed:
@@ -156,8 +203,8 @@ type settled struct {
 }
 
 // settleWidth is the integers of one hold in the settle script's reply:
-// code, refunded, charged, short, then a decision.
-const settleWidth = 4 + replyLen
+// code, refunded, charged, short, durable, then a decision.
+const settleWidth = 5 + replyLen
 
 // settle runs the settle script in mode for the holds at holds of cs,
 // stamped: a commit of actual, or a cancel.
@@ -199,19 +246,22 @@ func (rn *runner) settle(ctx context.Context, mode string, cs []call, holds []st
 	r.sts = make([]floodgate.Settlement, len(cs))
 	for i := range cs {
 		v := vals[3+i*settleWidth : 3+(i+1)*settleWidth]
-		code, refunded, charged, short := v[0], v[1], v[2], v[3]
+		code, refunded, charged, short, durable := v[0], v[1], v[2], v[3], v[4]
 		switch {
 		case code < int64(algorithm.Settled) || code > int64(algorithm.TooLate):
 			return bad("code %d", code)
+		case durable != 0 && durable != 1:
+			return bad("durable %d", durable)
 		case refunded < 0 || charged < 0 || short < 0 || refunded > algorithm.MaxLimit || charged > algorithm.MaxLimit || short > algorithm.MaxLimit:
 			return bad("settlement %d, %d, %d", refunded, charged, short)
 		}
-		d, err := decode(v[4:], cs[i].now)
+		d, err := decode(v[5:], cs[i].now)
 		if err != nil {
 			return settled{}, fmt.Errorf("redisstore: %s %s: %w", mode, holds[i], err)
 		}
 		r.codes[i] = algorithm.SettleCode(code)
-		r.sts[i] = floodgate.Settlement{Refunded: refunded, Charged: charged, Short: short, Replayed: code == int64(algorithm.Replayed), Decision: d}
+		r.sts[i] = floodgate.Settlement{Refunded: refunded, Charged: charged, Short: short, Replayed: code == int64(algorithm.Replayed),
+			Durable: durable == 1, Decision: d}
 	}
 	return r, nil
 }

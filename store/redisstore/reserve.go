@@ -57,7 +57,11 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 	runs := make([]*reserveRun, len(groups))
 	runAll(len(groups), func(g int) {
 		h := &reserveRun{slotRun: slotRun{idx: groups[g]}}
-		h.res, h.err = s.runner.reserve(ctx, pick(cs, h.idx), pick(holds, h.idx), ttl, retain, clock, r.Release, len(groups) > 1, digest)
+		var rb []floodgate.Rebuild
+		if r.Rebuild != nil {
+			rb = pick(r.Rebuild, h.idx)
+		}
+		h.res, h.err = s.runner.reserve(ctx, pick(cs, h.idx), pick(holds, h.idx), rb, ttl, retain, clock, r.Release, len(groups) > 1, digest)
 		h.ds = h.res.ds
 		h.admitted = h.err == nil && h.res.held()
 		runs[g] = h
@@ -86,9 +90,19 @@ func slotRuns(runs []*reserveRun) []*slotRun {
 // so that every key ends with a Denied hold, as in memstore.
 func (s *Store) reserveResult(ctx context.Context, r floodgate.HoldRequest, cs []call, holds []string, runs []*reserveRun) (floodgate.HoldResult, error) {
 	var failure error
+	var lost []bool
 	replayed, admitted := true, true
 	for _, h := range runs {
 		switch {
+		case h.res.status == reserveLost && h.err == nil:
+			// Nothing changed in this slot: the ledger must be read. The
+			// slots that made holds undo them, as for a failure.
+			if lost == nil {
+				lost = make([]bool, len(cs))
+			}
+			for j, i := range h.idx {
+				lost[i] = h.res.lost[j]
+			}
 		case h.err != nil:
 			failure = cmpErr(failure, h.err)
 		case h.res.status == reserveOtherKeys:
@@ -102,11 +116,11 @@ func (s *Store) reserveResult(ctx context.Context, r floodgate.HoldRequest, cs [
 	if len(runs) > 1 {
 		s.crossSlot.calls.Add(1)
 	}
-	if len(runs) > 1 && (failure != nil || !admitted) {
+	if len(runs) > 1 && (failure != nil || lost != nil || !admitted) {
 		// Undo the holds this call made when it fails; else deny those
 		// that hold.
 		mode := modeDeny
-		if failure != nil {
+		if failure != nil || lost != nil {
 			mode = modeUndo
 		}
 		var undo []*slotRun
@@ -135,6 +149,9 @@ func (s *Store) reserveResult(ctx context.Context, r floodgate.HoldRequest, cs [
 	}
 	if failure != nil {
 		return floodgate.HoldResult{}, failure
+	}
+	if lost != nil {
+		return floodgate.HoldResult{Lost: lost}, nil
 	}
 	out := floodgate.HoldResult{Decisions: assemble(len(cs), slotRuns(runs)), Replayed: replayed}
 	for _, h := range runs {

@@ -165,7 +165,7 @@ func run(ctx context.Context, p plan, quick bool, root, rlBin string, out io.Wri
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "## Ceiling: redis-benchmark EVALSHA of the fixed_window script, 64 connections, 100k keys\n\n")
+	fmt.Fprintf(out, "## Ceilings: redis-benchmark EVALSHA of the minimal INCR+PEXPIRE script and of the fixed_window script, 64 connections, 100k keys\n\n")
 	fmt.Fprintf(out, "`bench/redis-ceiling.sh %s %d 64`:\n\n```\n%s```\n\n", r.Port(), p.ceilingCalls, ceilOut)
 	if err := stats.FlushAll(ctx).Err(); err != nil {
 		return err
@@ -426,18 +426,21 @@ func ratios(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []r
 	}
 	fmt.Fprintln(out)
 
-	// fixed_window ÷ ceiling.
-	fmt.Fprintf(out, "fixed_window ÷ the redis-benchmark ceiling (100k keys; target: at least 0.7 of the pipelined one):\n\n")
-	fmt.Fprintln(out, "| callers | fixed_window /s | ÷ unpipelined (P1) | ÷ pipelined (P16) |")
-	fmt.Fprintln(out, "|---:|---:|---:|---:|")
+	// Every Redis row ÷ the physical ceiling.
+	fmt.Fprintf(out, "Floodgate's Redis store ÷ the minimal INCR+PEXPIRE script (100k keys): decisions/s against the script's -P 16 calls/s (target for fixed_window at 256 callers: at least 0.5), and Redis CPU per decision against the script's per call (target for the O(1) algorithms: at most 2):\n\n")
+	fmt.Fprintln(out, "| floodgate | callers | decisions/s | ÷ minimal P16 | ÷ fixed_window script P16 | Redis µs/decision | ÷ minimal's µs/call |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range redisRows {
-		if r.lib != "floodgate fixed_window" || r.keys != 100_000 {
+		if !strings.HasPrefix(r.lib, "floodgate ") || r.keys != 100_000 {
 			continue
 		}
-		fmt.Fprintf(out, "| %d | %s | %.2f | %.2f |\n", r.callers, thousands(r.sum.DecisionsPerSec),
-			r.sum.DecisionsPerSec/ceil.p1, r.sum.DecisionsPerSec/ceil.p16)
+		us := redisMicros(r)
+		fmt.Fprintf(out, "| %s | %d | %s | %.2f | %.2f | %s | %s |\n", strings.TrimPrefix(r.lib, "floodgate "), r.callers, thousands(r.sum.DecisionsPerSec),
+			r.sum.DecisionsPerSec/ceil.minP16, r.sum.DecisionsPerSec/ceil.p16, num(us, 2), num(us/ceil.minCPU[1], 2))
 	}
-	fmt.Fprintf(out, "\nCeiling: %s calls/s unpipelined, %s with -P 16.\n\n", thousands(ceil.p1), thousands(ceil.p16))
+	fmt.Fprintf(out, "\nCeilings: the minimal script %s calls/s unpipelined, %s with -P 16 (Redis %s and %s µs per call); floodgate's fixed_window script %s and %s (%s and %s µs).\n\n",
+		thousands(ceil.minP1), thousands(ceil.minP16), num(ceil.minCPU[0], 2), num(ceil.minCPU[1], 2),
+		thousands(ceil.p1), thousands(ceil.p16), num(ceil.cpu[0], 2), num(ceil.cpu[1], 2))
 
 	// serve ÷ envoyproxy/ratelimit.
 	fmt.Fprintf(out, "`floodgate serve` ÷ envoyproxy/ratelimit on the same gRPC load (target: at least 3 on decisions/s, at most 0.5 on p99):\n\n")
@@ -457,6 +460,25 @@ func ratios(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []r
 	}
 	if !anyServe {
 		fmt.Fprintln(out, "| (no envoyproxy/ratelimit rows in this run) | | | | | | | |")
+	}
+	fmt.Fprintln(out)
+
+	// serve ÷ the no-op servers.
+	fmt.Fprintf(out, "`floodgate serve` ÷ a no-op server of the same protocol on the same load (noopserver: answers OK, decides nothing; target: at least 0.8 on decisions/s, at most 1.25 on the service's CPU per decision):\n\n")
+	fmt.Fprintln(out, "| protocol | keys | callers | serve /s | no-op /s | decisions/s ratio | serve CPU µs/decision | no-op CPU µs/decision | CPU ratio | serve p99 | no-op p99 |")
+	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, pair := range [][2]string{{serveName, noopName}, {serveHTTPName, noopHTTPName}} {
+		for _, r := range serveRows {
+			if r.lib != pair[0] {
+				continue
+			}
+			if peer, ok := find(serveRows, pair[1], r.keys, r.callers); ok {
+				sc, nc := serviceMicros(r), serviceMicros(peer)
+				fmt.Fprintf(out, "| %s | %s | %d | %s | %s | %.2f | %s | %s | %.2f | %s | %s |\n", protocolOf(r.lib), keysName(r.keys), r.callers,
+					thousands(r.sum.DecisionsPerSec), thousands(peer.sum.DecisionsPerSec), r.sum.DecisionsPerSec/peer.sum.DecisionsPerSec,
+					num(sc, 1), num(nc, 1), sc/nc, loadgen.FormatMS(r.sum.LatencyMS.P99), loadgen.FormatMS(peer.sum.LatencyMS.P99))
+			}
+		}
 	}
 	fmt.Fprintln(out)
 
@@ -499,8 +521,31 @@ func ratios(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []r
 	fmt.Fprintln(out)
 }
 
-// ceilingResult is what redis-ceiling.sh measured.
-type ceilingResult struct{ p1, p16 float64 }
+// redisMicros is Redis's CPU per decision of a row, in µs.
+func redisMicros(r row) float64 {
+	return r.redisCPU / 100 / r.sum.DecisionsPerSec * 1e6
+}
+
+// serviceMicros is the service's CPU per decision of an external row, in µs.
+func serviceMicros(r row) float64 {
+	return r.serviceCPU / 100 / r.sum.DecisionsPerSec * 1e6
+}
+
+// protocolOf names the protocol of a service row.
+func protocolOf(lib string) string {
+	if strings.HasSuffix(lib, "(HTTP)") {
+		return "HTTP /v1/allow"
+	}
+	return "gRPC RLS"
+}
+
+// ceilingResult is what redis-ceiling.sh measured: calls per second of
+// the minimal INCR+PEXPIRE script and of floodgate's fixed_window script,
+// unpipelined (p1) and 16 deep (p16), and Redis's CPU per call of each.
+type ceilingResult struct {
+	minP1, minP16, p1, p16 float64
+	minCPU, cpu            [2]float64 // µs per call: P1, P16
+}
 
 // ceiling runs redis-ceiling.sh against the shared server and reads its
 // two calls-per-second figures.
@@ -510,30 +555,51 @@ func ceiling(ctx context.Context, root, port string, calls int) (ceilingResult, 
 	if err != nil {
 		return ceilingResult{}, "", fmt.Errorf("redis-ceiling.sh: %w\n%s", err, b)
 	}
-	var rates []float64
-	for line := range strings.SplitSeq(string(b), "\n") {
-		before, _, ok := strings.Cut(line, " requests per second")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(before)
+	c, err := parseCeiling(string(b))
+	if err != nil {
+		return ceilingResult{}, "", fmt.Errorf("redis-ceiling.sh: %w:\n%s", err, b)
+	}
+	return c, string(b), nil
+}
+
+// parseCeiling reads redis-ceiling.sh's output: in order, the minimal
+// script P1 and P16, then fixed_window P1 and P16, each a line of
+// requests per second and one of redis-cpu-µs/op.
+func parseCeiling(out string) (ceilingResult, error) {
+	var rates, cpus []float64
+	last := func(s string) (float64, bool) {
+		f := strings.Fields(s)
 		if len(f) == 0 {
-			continue
+			return 0, false
 		}
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			rates = append(rates, v)
+		v, err := strconv.ParseFloat(strings.TrimSuffix(f[len(f)-1], ":"), 64)
+		return v, err == nil
+	}
+	for line := range strings.SplitSeq(out, "\n") {
+		if before, _, ok := strings.Cut(line, " requests per second"); ok {
+			if v, ok := last(before); ok {
+				rates = append(rates, v)
+			}
+		}
+		if after, ok := strings.CutPrefix(line, "redis-cpu-µs/op: "); ok {
+			if v, ok := last(after); ok {
+				cpus = append(cpus, v)
+			}
 		}
 	}
-	if len(rates) != 2 {
-		return ceilingResult{}, "", fmt.Errorf("redis-ceiling.sh: want 2 figures of requests per second, got %d:\n%s", len(rates), b)
+	if len(rates) != 4 || len(cpus) != 4 {
+		return ceilingResult{}, fmt.Errorf("want 4 figures of requests per second and 4 of CPU per call, got %d and %d", len(rates), len(cpus))
 	}
-	return ceilingResult{rates[0], rates[1]}, string(b), nil
+	return ceilingResult{minP1: rates[0], minP16: rates[1], p1: rates[2], p16: rates[3],
+		minCPU: [2]float64{cpus[0], cpus[1]}, cpu: [2]float64{cpus[2], cpus[3]}}, nil
 }
 
 const (
-	serveName = "floodgate serve"
-	envoyName = "envoyproxy/ratelimit"
+	serveName     = "floodgate serve"
+	envoyName     = "envoyproxy/ratelimit"
+	noopName      = "no-op gRPC server"
+	serveHTTPName = "floodgate serve (HTTP)"
+	noopHTTPName  = "no-op net/http (HTTP)"
 )
 
 const serviceYAML = `domain: bench
@@ -563,7 +629,7 @@ func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Re
 	}
 
 	var rows []row
-	measure := func(name string, pid int, grpcAddr, metricsURL string) error {
+	measure := func(name string, pid int, target []string, metricsURL string) error {
 		for _, nkeys := range p.keys {
 			for _, c := range p.serveCallers {
 				var fo0 int64
@@ -573,7 +639,7 @@ func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Re
 						return err
 					}
 				}
-				rw, err := external(ctx, fg, name, pid, grpcAddr, nkeys, c, p.serveDur, p.serveWarm, r, stats)
+				rw, err := external(ctx, fg, name, pid, target, nkeys, c, p.serveDur, p.serveWarm, r, stats)
 				if err != nil {
 					return err
 				}
@@ -617,8 +683,25 @@ func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Re
 		stopSrv()
 		return nil, "", fmt.Errorf("floodgate serve: %w; log %s", err, readFile(srvLog.Name()))
 	}
-	err = measure(serveName, srv.Process.Pid, grpcAddr, "http://127.0.0.1:"+httpPort+"/metrics")
+	err = measure(serveName, srv.Process.Pid, []string{"-grpc", grpcAddr}, "http://127.0.0.1:"+httpPort+"/metrics")
+	if err == nil {
+		err = measure(serveHTTPName, srv.Process.Pid, []string{"-http", "http://127.0.0.1:" + httpPort}, "http://127.0.0.1:"+httpPort+"/metrics")
+	}
 	stopSrv()
+	if err != nil {
+		return nil, "", err
+	}
+
+	// The no-op servers: the floor of each protocol.
+	noop, noopGRPC, noopHTTP, stopNoop, err := startNoop(ctx, work)
+	if err != nil {
+		return nil, "", err
+	}
+	err = measure(noopName, noop, []string{"-grpc", noopGRPC}, "")
+	if err == nil {
+		err = measure(noopHTTPName, noop, []string{"-http", noopHTTP}, "")
+	}
+	stopNoop()
 	if err != nil {
 		return nil, "", err
 	}
@@ -657,7 +740,7 @@ func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Re
 		stopRL()
 		return nil, "", fmt.Errorf("envoyproxy/ratelimit: %w; log %s", err, readFile(rlLog.Name()))
 	}
-	err = measure(envoyName, rl.Process.Pid, grpcAddr, "")
+	err = measure(envoyName, rl.Process.Pid, []string{"-grpc", grpcAddr}, "")
 	stopRL()
 	if err != nil {
 		return nil, "", err
@@ -665,11 +748,53 @@ func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Re
 	return rows, fmt.Sprintf("envoyproxy/ratelimit: %s.", bin), nil
 }
 
+// startNoop builds and starts bench/cmd/noopserver, returning its pid,
+// its gRPC address and HTTP URL, and a func that stops it.
+func startNoop(ctx context.Context, work string) (pid int, grpcAddr, httpURL string, stop func(), err error) {
+	bin := filepath.Join(work, "noopserver")
+	logf("building cmd/noopserver")
+	if b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/noopserver").CombinedOutput(); err != nil {
+		return 0, "", "", nil, fmt.Errorf("go build ./cmd/noopserver: %w\n%s", err, b)
+	}
+	cmd := exec.Command(bin)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, "", "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, "", "", nil, err
+	}
+	stop = func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }
+	line := make(chan string, 1)
+	go func() {
+		b := make([]byte, 256)
+		n, _ := io.ReadAtLeast(stdout, b, 1)
+		line <- string(b[:n])
+		io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case l := <-line:
+		// "noopserver: grpc ADDR http ADDR"
+		f := strings.Fields(l)
+		if len(f) != 5 {
+			stop()
+			return 0, "", "", nil, fmt.Errorf("noopserver said %q", l)
+		}
+		return cmd.Process.Pid, f[2], "http://" + f[4], stop, nil
+	case <-time.After(30 * time.Second):
+		stop()
+		return 0, "", "", nil, errors.New("noopserver did not start within 30 s")
+	}
+}
+
 // external runs one row: a warmup `floodgate bench`, then the measured
 // one, reading the CPU of the bench process, the service and Redis.
-func external(ctx context.Context, fg, name string, pid int, grpcAddr string, nkeys, callers int,
+// target is the flag and address of what to load: "-grpc" ADDR or
+// "-http" URL.
+func external(ctx context.Context, fg, name string, pid int, target []string, nkeys, callers int,
 	dur, warm time.Duration, r *bench.Redis, stats *redis.Client) (row, error) {
-	args := []string{"bench", "-grpc", grpcAddr, "-c", strconv.Itoa(callers), "-keys", strconv.Itoa(nkeys), "-quiet", "-json"}
+	args := append([]string{"bench"}, target...)
+	args = append(args, "-c", strconv.Itoa(callers), "-keys", strconv.Itoa(nkeys), "-quiet", "-json")
 	if warm > 0 {
 		w := exec.CommandContext(ctx, fg, append(args, "-d", warm.String())...)
 		if b, err := w.CombinedOutput(); err != nil {

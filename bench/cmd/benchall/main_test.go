@@ -47,12 +47,12 @@ func TestVariantRatios(t *testing.T) {
 	}
 	rows := []row{mk("floodgate fixed_window", 1000, 1), mk("floodgate fixed_window+local_budget", 5000, 0.1)}
 	var out bytes.Buffer
-	ratios(&out, ceilingResult{1, 1}, rows, nil, nil)
+	ratios(&out, ceilingResult{minP1: 1, minP16: 1, p1: 1, p16: 1, minCPU: [2]float64{1, 1}, cpu: [2]float64{1, 1}}, rows, nil, nil)
 	if want := "| fixed_window+local_budget | 1 (hot) | 64 | 10.0 | 10.0 | 5.00 | 1.00 |"; !strings.Contains(out.String(), want) {
 		t.Errorf("ratios lack %q:\n%s", want, &out)
 	}
 	out.Reset()
-	ratios(&out, ceilingResult{1, 1}, rows[:1], nil, nil)
+	ratios(&out, ceilingResult{minP1: 1, minP16: 1, p1: 1, p16: 1, minCPU: [2]float64{1, 1}, cpu: [2]float64{1, 1}}, rows[:1], nil, nil)
 	if !strings.Contains(out.String(), "(none in bench.FloodgateVariants)") {
 		t.Errorf("no variant, no note:\n%s", &out)
 	}
@@ -87,5 +87,34 @@ floodgate_decisions_total{algorithm="gcra",domain="bench",outcome="failed_open",
 	defer srv.Close()
 	if n, err := failedOpen(srv.URL); err != nil || n != 12 {
 		t.Errorf("failedOpen = %d, %v; want 12", n, err)
+	}
+}
+
+// TestParseCeiling reads redis-ceiling.sh's output: four rates and four
+// CPU figures, in order.
+func TestParseCeiling(t *testing.T) {
+	out := `== minimal P1: redis-benchmark ...
+evalsha 04 1 min:user:__rand_int__ 60000: 128205.12 requests per second, p50=0.415 msec
+redis-cpu-µs/op: 3.90
+== minimal P16: ...
+evalsha 04 1 min:user:__rand_int__ 60000: 425531.94 requests per second, p50=2.295 msec
+redis-cpu-µs/op: 2.15
+== fixed_window P1: ...
+evalsha 77 1 fw:user:__rand_int__ -1 1000000 60000000 1 0 0 : 93457.95 requests per second, p50=0.703 msec
+redis-cpu-µs/op: 10.64
+== fixed_window P16: ...
+evalsha 77 1 fw:user:__rand_int__ -1 1000000 60000000 1 0 0 : 118343.20 requests per second, p50=8.935 msec
+redis-cpu-µs/op: 8.44
+`
+	c, err := parseCeiling(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ceilingResult{minP1: 128205.12, minP16: 425531.94, p1: 93457.95, p16: 118343.20, minCPU: [2]float64{3.90, 2.15}, cpu: [2]float64{10.64, 8.44}}
+	if c != want {
+		t.Errorf("parseCeiling = %+v, want %+v", c, want)
+	}
+	if _, err := parseCeiling("nothing"); err == nil {
+		t.Error("parseCeiling of nothing: no error")
 	}
 }

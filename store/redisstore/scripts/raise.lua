@@ -5,7 +5,8 @@
 -- the same names.
 --
 -- The Go side builds it from common.lua, state.lua, rate.lua, zset.lua,
--- every algorithm's functions, batch.lua's and refund.lua's functions and
+-- every algorithm's functions, batch.lua's and refund.lua's functions
+-- (refund.lua holds fixed_window_raise, which reserve.lua uses too) and
 -- this file.
 --
 -- KEYS[1]  the state of a fixed window, as in fixed_window.lua.
@@ -15,19 +16,6 @@
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}: a peek at the state after.
 -- Mirrors  algorithm.FixedWindow.Raise (algorithm/raise.go)
-
--- fixed_window_raise is FixedWindow.Raise.
-local function fixed_window_raise(p, s, now, start, units)
-  if units <= 0 or now < start or now >= start + p.period then
-    return s
-  end
-  units = min(units, p.limit + 1)
-  local live = s.count > 0 and now < s.start + p.period
-  if not live then
-    return {start = start, count = units}
-  end
-  return {start = s.start, count = max(s.count, units)}
-end
 
 -- raise_main is the raise script: see the header. The key's type is
 -- checked before the write.

@@ -28,6 +28,24 @@
 --          SlidingWindowLog.Refund, TokenBucket.Refund, GCRA.Refund
 --          (algorithm/refund.go)
 
+-- fixed_window_live is FixedWindow.Live (algorithm/raise.go).
+local function fixed_window_live(p, s, now)
+  return s.count > 0 and now < s.start + p.period
+end
+
+-- fixed_window_raise is FixedWindow.Raise (algorithm/raise.go): raise.lua
+-- runs it, and reserve.lua rebuilds a durable quota's counter with it.
+local function fixed_window_raise(p, s, now, start, units)
+  if units <= 0 or now < start or now >= start + p.period then
+    return s
+  end
+  units = min(units, p.limit + 1)
+  if not fixed_window_live(p, s, now) then
+    return {start = start, count = units}
+  end
+  return {start = s.start, count = max(s.count, units)}
+end
+
 -- fixed_window_refund is FixedWindow.Refund.
 local function fixed_window_refund(p, s, now, at, units)
   local live = s.count > 0 and now < s.start + p.period

@@ -20,7 +20,7 @@
 -- expires (algorithm.Hold: µs of the request's clock), release (0/1),
 -- actual, refunded, charged, short (its Settlement), the params it was
 -- reserved under (limit, period, burst, flags: 1 first_hit, 2
--- count_rejected), which a settle uses whatever the limit is by then,
+-- count_rejected; and 4 when the limit is durable, floodgate.Limit.Durable), which a settle uses whatever the limit is by then,
 -- and skew, what turns a time of the request's clock into one of the sweep's
 -- clock (the store's Clock with ClientTime, else the server's TIME); and
 -- alg, the algorithm's name. Its TTL is set when it is made: until expires
@@ -35,7 +35,11 @@
 --          part (1 when the reservation spans several Cluster slots and
 --          these are the keys of one), keys (the digest of the
 --          reservation's keys, 1 to 64 hex digits), then per request
---          BATCH_WIDTH strings, as batch.lua reads them.
+--          BATCH_WIDTH strings, as batch.lua reads them; then, for a
+--          reservation of durable quotas, per request 4 more strings:
+--          durable (0/1: the hold's), and its floodgate.Rebuild: rebuild
+--          (0 none, 1 check, 2 known), window_us and units (the ledger's,
+--          for known).
 -- Reply    {status, expires_us, then per request allowed 0/1, limit,
 --          remaining, reset_after_us, retry_after_us (-1 never), now_us}:
 --          status RESERVED (a new hold: the decisions say whether it is
@@ -43,7 +47,10 @@
 --          the first answer, and the state now), OTHER_KEYS (the ID holds
 --          some of the keys but not all: a conflict) or CONFLICT (the
 --          holds are of other units, params, TTL or release); expires_us
---          and the decisions are 0 and absent for the last two.
+--          and the decisions are 0 and absent for the last two. LOST
+--          (nothing changed: a checked fixed window has no count in its
+--          window, and must be rebuilt from the ledger first) has
+--          expires_us 0 and per request 1 for a lost counter, else 0.
 -- Mirrors  memstore.Store.Reserve, algorithm.Reserve; algorithm.Settle,
 --          settle and Expire (algorithm/reserve.go) for settle.lua
 
@@ -54,7 +61,10 @@ local HELD, DENIED, COMMITTED, CANCELLED, EXPIRED = 1, 2, 3, 4, 5
 local SETTLED, REPLAYED, CONFLICT, TOO_LATE = 1, 2, 3, 4
 
 -- The status of a reserve (its reply's first integer).
-local RESERVED, RESERVE_REPLAYED, RESERVE_OTHER_KEYS, RESERVE_CONFLICT = 0, 1, 2, 3
+local RESERVED, RESERVE_REPLAYED, RESERVE_OTHER_KEYS, RESERVE_CONFLICT, RESERVE_LOST = 0, 1, 2, 3, 4
+
+-- The modes of a durable request's rebuild (floodgate.Rebuild).
+local REBUILD_NONE, REBUILD_CHECK, REBUILD_KNOWN = 0, 1, 2
 
 local MAX_HOLD_TTL = 86400000000 -- floodgate.MaxHoldTTL, 24 h in µs
 
@@ -74,14 +84,17 @@ local function arg_int(field, s, lo, hi)
   return n
 end
 
--- hold_flags is the flags field of params p.
-local function hold_flags(p)
+-- hold_flags is the flags field of a hold of params p, durable or not.
+local function hold_flags(p, durable)
   local flags = 0
   if p.first_hit then
     flags = flags + 1
   end
   if p.count_rejected then
     flags = flags + 2
+  end
+  if durable then
+    flags = flags + 4
   end
   return flags
 end
@@ -112,6 +125,7 @@ local function load_hold(key)
   h.release = h.release == 1
   h.keys = h.keys or ''
   h.p = {limit = h.limit, period = h.period, burst = h.burst, first_hit = h.flags % 2 == 1, count_rejected = h.flags % 4 >= 2}
+  h.durable = h.flags % 8 >= 4
   return h
 end
 
@@ -127,7 +141,7 @@ local function save_hold(key, h, ttl)
   end
   call('HSET', key, 'alg', h.alg, 'state', h.state, 'units', h.units, 'at', h.at, 'expires', h.expires,
     'release', release, 'actual', h.actual, 'refunded', h.refunded, 'charged', h.charged, 'short', h.short,
-    'limit', h.p.limit, 'period', h.p.period, 'burst', h.p.burst, 'flags', hold_flags(h.p), 'skew', h.skew, 'keys', h.keys)
+    'limit', h.p.limit, 'period', h.p.period, 'burst', h.p.burst, 'flags', hold_flags(h.p, h.durable), 'skew', h.skew, 'keys', h.keys)
   if ttl then
     call('PEXPIRE', key, ttl)
   elseif call('PTTL', key) < 0 then
@@ -257,13 +271,62 @@ local function hold_pairs(keys)
   return states, holds
 end
 
+-- read_rebuild reads the durability and rebuild of each request (4
+-- strings from argv[base + 1]), checking that only a fixed window has
+-- them.
+local function read_rebuild(reqs, argv, base)
+  local rebuild = {}
+  for i, q in ipairs(reqs) do
+    local at = base + 4 * (i - 1)
+    local b = {durable = arg_int('durable', argv[at + 1], 0, 1) == 1, mode = arg_int('rebuild', argv[at + 2], REBUILD_NONE, REBUILD_KNOWN),
+      window = arg_int('window_us', argv[at + 3], 0, MAX_NOW), units = arg_int('units', argv[at + 4], 0, MAX_LIMIT)}
+    if (b.durable or b.mode ~= REBUILD_NONE) and q.name ~= 'fixed_window' then
+      fail('rebuild', 'only a fixed window is durable, not ' .. q.name)
+    end
+    rebuild[i] = b
+  end
+  return rebuild
+end
+
+-- rebuild_counters is memstore's batch.rebuild: the LOST reply when a
+-- checked counter has no count in its window (nothing changed); else nil,
+-- after raising each known counter to the ledger's units
+-- (fixed_window_raise).
+local function rebuild_counters(reqs, rebuild)
+  local out = nil
+  for i, q in ipairs(reqs) do
+    if rebuild[i].mode == REBUILD_CHECK and not fixed_window_live(q.p, reserver('fixed_window').load(q.key), q.r.now) then
+      if not out then
+        out = {RESERVE_LOST, 0}
+        for j = 1, #reqs do
+          out[2 + j] = 0
+        end
+      end
+      out[2 + i] = 1
+    end
+  end
+  if out then
+    return out
+  end
+  for i, q in ipairs(reqs) do
+    local b = rebuild[i]
+    if b.mode == REBUILD_KNOWN then
+      local a = reserver('fixed_window')
+      local old = a.load(q.key)
+      a.save(q.key, q.p, old, fixed_window_raise(q.p, old, q.r.now, b.window, b.units), q.r.now)
+    end
+  end
+  return nil
+end
+
 -- reserve_main is the reserve script: see the header. Every argument,
 -- key and hold is read and checked before the first write.
 local function reserve_main(keys, argv)
   local states, holds = hold_pairs(keys)
   local n = #holds
-  if #argv ~= 6 + n * BATCH_WIDTH then
-    fail('args', 'want ' .. BATCH_WIDTH .. ' arguments per request, after 6')
+  local width = 6 + n * BATCH_WIDTH
+  if #argv ~= width and #argv ~= width + 4 * n then
+    fail('args', 'want ' .. BATCH_WIDTH .. ' arguments per request, after 6, then none or 4 per request')
   end
   local ttl = arg_int('ttl_us', argv[1], 1, MAX_HOLD_TTL)
   local release = arg_int('release', argv[2], 0, 1) == 1
@@ -278,6 +341,10 @@ local function reserve_main(keys, argv)
   for _, q in ipairs(reqs) do
     reserver(q.name)
   end
+  local rebuild = nil
+  if #argv > width then
+    rebuild = read_rebuild(reqs, argv, width)
+  end
   -- memstore's findHolds: none (a new reserve), all (a retry), or some,
   -- a conflict: the ID held other keys.
   local found, held = {}, 0
@@ -291,6 +358,12 @@ local function reserve_main(keys, argv)
     return reserve_replay(reqs, found, ttl, release, part, digest)
   elseif held > 0 then
     return {RESERVE_OTHER_KEYS, 0}
+  end
+  if rebuild then
+    local lost = rebuild_counters(reqs, rebuild)
+    if lost then
+      return lost
+    end
   end
   local ds, admitted = batch_apply(reqs, false)
   local state = DENIED
@@ -309,7 +382,8 @@ local function reserve_main(keys, argv)
       skew = server - q.r.now
     end
     local h = {alg = q.name, state = state, units = q.r.cost, at = q.r.now, expires = q.r.now + ttl, release = release,
-      actual = 0, refunded = 0, charged = 0, short = 0, p = q.p, keys = digest, skew = skew}
+      actual = 0, refunded = 0, charged = 0, short = 0, p = q.p, keys = digest, skew = skew,
+      durable = rebuild ~= nil and rebuild[i].durable}
     save_hold(holds[i], h, ttl_ms(h.expires + retention, q.r.now))
     reply(out, ds[i], q.r.now)
   end

@@ -31,7 +31,8 @@
 --          mode expire: each hold HELD whose expiry has come at clock_us
 --            (less the hold's skew) expires (Expire).
 -- Reply    settle, deny, undo: {status, state, actual, then per hold code,
---          refunded, charged, short, allowed 0/1, limit, remaining,
+--          refunded, charged, short, durable 0/1 (the hold's), allowed
+--          0/1, limit, remaining,
 --          reset_after_us, retry_after_us (-1 never), now_us}: status
 --          SETTLE_DONE, SETTLE_UNKNOWN (no hold: the rest is absent),
 --          SETTLE_OTHER_KEYS (some holds but not all: a conflict) or
@@ -190,6 +191,7 @@ local function settle_main(keys, argv)
     out[#out + 1] = refunded
     out[#out + 1] = charged
     out[#out + 1] = short
+    out[#out + 1] = (h and h.durable) and 1 or 0
     reply(out, d, now)
   end
   return out
