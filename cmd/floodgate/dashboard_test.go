@@ -18,7 +18,8 @@ import (
 )
 
 // dashboardYAML is the config of the browser test: users with room, one
-// user with almost none (mallory), and a rule in shadow mode.
+// user with almost none (mallory), one who soon reaches her limit
+// (carol), and a rule in shadow mode.
 const dashboardYAML = `domain: shop
 descriptors:
   - key: user
@@ -26,6 +27,9 @@ descriptors:
   - key: user
     value: mallory
     rate_limit: {name: mallory, unit: hour, requests_per_unit: 5}
+  - key: user
+    value: carol
+    rate_limit: {name: carol, unit: minute, requests_per_unit: 300}
   - key: tenant
     shadow_mode: true
     rate_limit: {name: per_tenant, unit: hour, requests_per_unit: 10}
@@ -136,6 +140,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		for i := 0; loadCtx.Err() == nil; i++ {
 			post(fmt.Sprintf(`{"key": "user", "value": "u%d"}`, i%20))
+			post(`{"key": "user", "value": "carol"}`)
 			if heavy.Load() {
 				post(`{"key": "user", "value": "mallory"}`)
 				post(`{"key": "user", "value": "mallory"}`)
@@ -149,13 +154,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	}()
 
 	// quiet stops the heavy load, and returns once an iteration that may
-	// have read the flag before has finished: five more requests.
+	// have read the flag before has finished: six more requests.
 	quiet := func() {
 		t.Helper()
 		heavy.Store(false)
 		n := sent.Load()
 		deadline := time.Now().Add(browserTimeout)
-		for sent.Load() < n+5 {
+		for sent.Load() < n+6 {
 			if time.Now().After(deadline) {
 				t.Fatalf("the load sent %d requests in %v", sent.Load()-n, browserTimeout)
 			}
@@ -232,7 +237,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		click("#token-save"),
 	)
 	waitJS(t, ctx, "the admin view", `document.getElementById("access").textContent === "admin" &&
-		document.querySelectorAll("#rules tbody tr").length === 3 &&
+		document.querySelectorAll("#rules tbody tr").length === 4 &&
 		document.querySelector("#rules tbody").textContent.includes("shop.yaml:")`)
 	if n := evalInt(t, ctx, `document.querySelectorAll('#top-denied tr[data-key="shop|user=mallory"]').length`); n != 0 {
 		t.Fatalf("mallory is in the top denied keys before any load denied it")
@@ -244,6 +249,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		Number(document.getElementById("chart-total").dataset.shadow) > 0`)
 	waitJS(t, ctx, "the shadow rule's key in the top denied keys", `document.querySelector('#top-denied tr[data-key="shop|tenant=acme"]') !== null &&
 		document.querySelector('#top-denied tr[data-key="shop|tenant=acme"]').textContent.includes("(shadow)")`)
+	waitJS(t, ctx, "carol among the keys nearest their limits", `document.querySelector('#near-limit tr[data-key="shop|user=carol"]') !== null`)
 	count := evalString(t, ctx, mallory+`.cells[2].textContent`)
 	waitJS(t, ctx, "mallory's count grows", mallory+`.cells[2].textContent !== `+jsString(count))
 	waitJS(t, ctx, "the rule's row shows denials", `[...document.querySelectorAll("#series tbody tr")].some(r => r.dataset.rule === "shop|user=mallory" && Number(r.cells[3].textContent) > 0)`)
