@@ -8,6 +8,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -382,5 +384,56 @@ func TestTopBound(t *testing.T) {
 	}
 	if len(d.Items) > shards*k {
 		t.Errorf("%d keys listed from %d counters", len(d.Items), shards*k)
+	}
+}
+
+// TestFeedRedacted: with token files, a client token gets the rates and
+// the store's health but neither the keys nor the rules; an admin token
+// gets them; no token gets a 401.
+func TestFeedRedacted(t *testing.T) {
+	dir := t.TempDir()
+	const client, admin = "client-0123456789abcdef", "admin-0123456789abcdef"
+	for name, tok := range map[string]string{"client": client, "admin": admin} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	auth, err := server.LoadAuth(filepath.Join(dir, "client"), filepath.Join(dir, "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := config.Parse("api.yaml", []byte(testYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memstore.New(nil)
+	t.Cleanup(func() { store.Close() })
+	srv, err := server.New(server.Options{Store: store, Config: cfg, Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dash := New(srv, nil)
+	t.Cleanup(dash.Close)
+	hs := httptest.NewServer(srv.Handler(dash.Handlers()))
+	t.Cleanup(hs.Close)
+	decide(t, srv, "user", "hot", 5)
+
+	if resp, err := http.Get(hs.URL + "/ui/events?frames=1"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %v %v, want 401", resp.StatusCode, err)
+	}
+	if resp, err := http.Get(hs.URL + "/ui"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the page without a token: %v %v, want 200", resp.StatusCode, err)
+	}
+	f := readFrames(t, hs.URL+"/ui/events?frames=1", client, 1)[0]
+	if f.Admin || f.TopDenied != nil || f.NearLimit != nil || len(f.Config.List) != 0 || f.Config.Rules != 2 {
+		t.Errorf("client frame: admin %v, top denied %v, near %v, rules %d listed of %d", f.Admin, f.TopDenied, f.NearLimit, len(f.Config.List), f.Config.Rules)
+	}
+	f = readFrames(t, hs.URL+"/ui/events?frames=1", admin, 1)[0]
+	if !f.Admin || f.TopDenied == nil || len(f.TopDenied.Keys) != 1 || len(f.Config.List) != 2 {
+		t.Errorf("admin frame: admin %v, top denied %+v, rules %d", f.Admin, f.TopDenied, len(f.Config.List))
 	}
 }
