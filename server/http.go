@@ -242,6 +242,9 @@ type DecisionJSON struct {
 	// quota_mode, or serve -quota-mode); see QuotaCode.
 	QuotaMode  bool `json:"quota_mode,omitempty"`
 	StoreError bool `json:"store_error,omitempty"`
+	// LedgerError: a durable quota's ledger failed (floodgate.ErrLedger),
+	// which denies whatever the failure mode.
+	LedgerError bool `json:"ledger_error,omitempty"`
 	// Fallback: decided by the failure mode local in this instance's
 	// memory, with its share of the limit, while the store is failing.
 	Fallback bool `json:"fallback,omitempty"`
@@ -265,7 +268,8 @@ func millisCeil(d time.Duration) int64 {
 }
 
 func statusJSON(st Status) DecisionJSON {
-	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
+	ledger := errors.Is(st.Err, floodgate.ErrLedger)
+	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil && !ledger, LedgerError: ledger, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
 		NoRule: !st.Limited && st.Rule == nil, QuotaMode: st.Quota}
 	if st.Rule != nil {
 		out.Rule = st.Rule.ID

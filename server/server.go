@@ -660,6 +660,15 @@ func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *fl
 	shadow := st.Rule != nil && st.Rule.ShadowMode
 	st.Limit, st.FailurePolicy = o.Limit, o.Policy
 	local := o.Policy == floodgate.FailLocal
+	if o.Err != nil && !local && errors.Is(o.Err, floodgate.ErrLedger) {
+		st.Err = o.Err
+		if !shadow {
+			st.Code = OverLimit
+		}
+		s.m.decision(label, st.Rule, entries, outcomeLedgerFailed)
+		s.throttle.log(s.log, slog.LevelWarn, "ledger failed|"+ruleID(st.Rule), "ledger failed: durable quota denied", "domain", label, "rule", ruleID(st.Rule), "error", errorCause(o.Err))
+		return
+	}
 	if o.Err != nil && !local {
 		st.Err = o.Err
 		if st.FailurePolicy == floodgate.FailClosed && !shadow {

@@ -195,7 +195,8 @@ type StoreHealth struct {
 	// Errors are store calls per second that failed or timed out.
 	Errors float64 `json:"errors_per_second"`
 	// FailureModes are the failure modes' answers per second: failed_open,
-	// failed_closed, local_allowed, local_denied.
+	// failed_closed, local_allowed, local_denied, and ledger_failed (a
+	// durable quota denied because its ledger failed).
 	FailureModes map[string]float64 `json:"failure_modes"`
 	// Breaker is the failure mode local's circuit breaker as the
 	// interval's decisions show it: "open" (decided locally without asking
@@ -352,7 +353,7 @@ func (d *Dashboard) rates(f *Frame, prev, cur *sample) {
 		}
 		f.Totals[k.outcome] += r
 		switch k.outcome {
-		case "failed_open", "failed_closed", "local_allowed", "local_denied":
+		case "failed_open", "failed_closed", "local_allowed", "local_denied", "ledger_failed":
 			f.Store.FailureModes[k.outcome] += r
 		}
 		s := bySeries[[2]string{k.domain, k.rule}]
