@@ -49,7 +49,7 @@ function split(rates) {
   const r = { allowed: 0, denied: 0, shadow: 0, other: 0 };
   for (const [o, v] of Object.entries(rates || {})) {
     if (o === "allowed" || o === "local_allowed") r.allowed += v;
-    else if (o === "denied" || o === "local_denied" || o === "failed_closed") r.denied += v;
+    else if (o === "denied" || o === "local_denied" || o === "failed_closed" || o === "ledger_failed") r.denied += v;
     else if (o === "shadow_denied") r.shadow += v;
     else r.other += v;
   }
