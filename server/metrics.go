@@ -42,6 +42,7 @@ type metrics struct {
 	reloadTime   prometheus.Gauge
 	rules        prometheus.Gauge
 	globalShadow prometheus.Counter
+	reservations *prometheus.CounterVec
 	detailed     detailedLabels
 	// watchers see every event after the metrics (Server.Watch); nil
 	// when there are none, so that the common case is one atomic load.
@@ -84,9 +85,13 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "floodgate_global_shadow_mode_total",
 			Help: "Requests over their limits answered OK because of the global shadow mode (floodgate serve -shadow-mode; upstream's global_shadow_mode stat).",
 		}),
+		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_reservations_total",
+			Help: "Steps of the HTTP API's reservations, by step (reserve, commit, cancel) and result: reserve held, denied or failed; commit and cancel settled, replayed (a retry answered as first), expired, or failed (unknown, conflicting, or the store or ledger failed).",
+		}, []string{"step", "result"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.decisions, m.nearLimit, m.storeLatency, m.storeErrors, m.reloads, m.reloadTime, m.rules, m.globalShadow,
+		m.decisions, m.nearLimit, m.storeLatency, m.storeErrors, m.reloads, m.reloadTime, m.rules, m.globalShadow, m.reservations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		if err := reg.Register(c); err != nil {
