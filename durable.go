@@ -56,10 +56,12 @@ type Rebuild struct {
 	// request's time (a new window, or a counter the store lost): the
 	// ledger must be read first.
 	Check bool
-	// Known, with Window and Units, is what the ledger holds for that
-	// window: a counter with no count in it is first raised to Units in
-	// the window that starts at Window, as Raiser.Raise does, and then the
-	// request decided. Known takes precedence over Check.
+	// Known, with Window and Units, is what the ledger holds for the
+	// window that starts at Window: a counter with no count in its window
+	// is first raised to Units there, as Raiser.Raise does, and then the
+	// request decided; if that window does not hold the store's time (it
+	// ended since the ledger was read), the store answers Lost again.
+	// Known takes precedence over Check.
 	Known  bool
 	Window time.Time
 	Units  int64
@@ -104,17 +106,17 @@ func (l *Limiter) reserveDurable(ctx, outer context.Context, rv Reserver, r Hold
 			return HoldResult{}, fmt.Errorf("%w: %d lost flags for %d requests", ErrUnexpectedReply, len(held.Lost), len(r.Requests))
 		}
 		if attempt == maxRebuilds {
-			return HoldResult{}, fmt.Errorf("floodgate: Reserve: %w: the store answered a counter lost %d times", ErrUnexpectedReply, attempt+1)
+			// Denied, whatever the store's failure policy: a counter that
+			// cannot be rebuilt must not be decided as empty.
+			return HoldResult{}, fmt.Errorf("floodgate: Reserve: %w: the store answered a counter lost %d times", ErrLedger, attempt+1)
 		}
-		for i, lost := range held.Lost {
-			if !lost {
+		for i, at := range held.Lost {
+			if at.IsZero() {
 				continue
 			}
+			// The ledger is read at the store's time, by which the store
+			// counts its windows (Redis's TIME, or the store's Clock).
 			q := r.Requests[i]
-			at := q.Now
-			if at.IsZero() {
-				at = l.wallNow()
-			}
 			lctx, cancel := context.WithTimeout(outer, l.ledgerTimeout)
 			window, units, err := l.ledger.Used(lctx, q.Key, q.Limit, at)
 			cancel()
@@ -125,6 +127,10 @@ func (l *Limiter) reserveDurable(ctx, outer context.Context, rv Reserver, r Hold
 				continue
 			case err != nil:
 				return HoldResult{}, fmt.Errorf("floodgate: Reserve: rebuilding the counter of %q from the ledger: %w: %w", q.Key, ErrLedger, err)
+			}
+			if units == 0 {
+				// Nothing recorded: the window the store's time opens.
+				window = windowStart(q.Limit, at, 0)
 			}
 			r.Rebuild[i] = Rebuild{Known: true, Window: window, Units: units}
 		}
@@ -152,8 +158,11 @@ func windowsOf(items []Item, ds []Decision) []time.Time {
 // window that contains now, or for FirstHit the window that ends then.
 func windowStart(limit Limit, now time.Time, resetAfter time.Duration) time.Time {
 	us, p := now.UnixMicro(), limit.Period.Microseconds()
-	if limit.Window == FirstHit && resetAfter > 0 {
+	switch {
+	case limit.Window == FirstHit && resetAfter > 0:
 		return time.UnixMicro(us + resetAfter.Microseconds() - p).UTC()
+	case limit.Window == FirstHit:
+		return time.UnixMicro(us).UTC() // no count: a window would start now
 	}
 	return time.UnixMicro(us - us%p).UTC()
 }
@@ -223,7 +232,8 @@ const durableHoldTTL = time.Minute
 // durable quota: each durable item of Decide, or all the items of
 // DecideAll, is a reservation of its cost, committed at once, so that the
 // ledger records it before the decision is answered. A commit the ledger
-// does not take cancels the reservation and denies (ErrLedger).
+// does not take denies (ErrLedger), its hold left charged until it
+// expires.
 func (l *Limiter) decideDurable(ctx context.Context, items []Item, atomic bool) ([]Outcome, error) {
 	if atomic {
 		return l.reserveCommit(ctx, items)
@@ -296,10 +306,22 @@ func (l *Limiter) reserveCommit(ctx context.Context, items []Item) ([]Outcome, e
 	for i := range items {
 		costs[i] = items[i].Cost
 	}
-	cerr := l.recordItems(ctx, res.ID, items, res.Windows, costs)
+	if err := l.recordItems(ctx, res.ID, items, res.Windows, costs); err != nil {
+		// Not acknowledged: denied. The hold is left as it is, charged in
+		// full at its expiry: a write that timed out may still land in the
+		// ledger, and giving the units back would then leave a billed use
+		// uncounted.
+		for i := range out {
+			out[i] = Outcome{Decision: failed(FailClosed), Limit: out[i].Limit, Err: err, Policy: FailClosed}
+		}
+		return out, nil
+	}
+	// The ledger holds the commit: the decision stands. A settle that
+	// fails leaves the hold, charged in full at its expiry, which is the
+	// cost committed.
 	done := make([]bool, len(items))
 	for i := range items {
-		if done[i] || cerr != nil {
+		if done[i] {
 			continue
 		}
 		var group []Item
@@ -309,16 +331,7 @@ func (l *Limiter) reserveCommit(ctx context.Context, items []Item) ([]Outcome, e
 				group = append(group, items[j])
 			}
 		}
-		_, cerr = l.settleHold(ctx, res.ID, group, nil, items[i].Cost, false, res.Local, true)
-	}
-	if cerr == nil {
-		return out, nil
-	}
-	// Not acknowledged: give the units back (best effort; what a failed
-	// cancel leaves stays charged at the hold's expiry) and deny.
-	_, _ = l.settleHold(ctx, res.ID, items, res.Windows, 0, true, res.Local, false)
-	for i := range out {
-		out[i] = Outcome{Decision: failed(FailClosed), Limit: out[i].Limit, Err: cerr, Policy: FailClosed}
+		_, _ = l.settleHold(ctx, res.ID, group, nil, items[i].Cost, false, res.Local, true)
 	}
 	return out, nil
 }

@@ -76,12 +76,14 @@ type HoldResult struct {
 	// hold is the first one (Allowed as first answered), and Decisions
 	// report the state now.
 	Replayed bool
-	// Lost, when set, has one flag per request: the durable requests whose
-	// counter had no count in its window while their Rebuild asked to
-	// Check. The store changed nothing (no hold, no decision: Decisions
-	// is nil); the caller reads the ledger and reserves again with the
+	// Lost, when set, has one entry per request: for a durable request
+	// whose counter had no count in its window while its Rebuild asked to
+	// Check (or knew a window that does not hold the store's time), the
+	// time the store decided at, by which the caller reads the ledger;
+	// zero for the others. The store changed nothing (no hold, no
+	// decision: Decisions is nil); the caller reserves again with the
 	// Rebuild Known.
-	Lost []bool
+	Lost []time.Time
 }
 
 // SettleRequest asks a Reserver to settle a hold.
@@ -215,9 +217,10 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 	l.run(ctx, &c)
 	for _, o := range c.out {
 		if o.Err != nil && !isStoreFailure(o.Err) {
-			// A conflict with an earlier reserve of the same ID: no failure
-			// policy answers it.
-			return nil, Decision{}, nil, o.Err
+			// A conflict with an earlier reserve of the same ID, or a
+			// ledger that could not rebuild a counter: no failure policy
+			// answers it.
+			return nil, Decision{RetryAfter: Never}, nil, o.Err
 		}
 	}
 	res := &Reservation{ID: opts.ID, Items: items, Expires: held.Expires, Replayed: held.Replayed, l: l}
@@ -560,9 +563,6 @@ func checkRebuild(rs []Request, rb []Rebuild) error {
 		}
 		if b.Units < 0 || b.Units > MaxLimit {
 			return &ItemError{Index: i, Err: fieldErr(ErrInvalidRequest, "rebuild", "%d units is not between 0 and %d", b.Units, MaxLimit)}
-		}
-		if b.Units == 0 {
-			continue // nothing to raise: the window is not used
 		}
 		if err := CheckRaise(r, b.Window); err != nil {
 			return &ItemError{Index: i, Err: err}

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,15 +35,18 @@ type Accounts struct {
 
 	mu       sync.Mutex
 	queue    []*pendingRecord
+	queued   int // entries in queue
 	inflight int
 
-	records, written, replayed, recordFailures, writes atomic.Int64
-	reads, readFailures                                atomic.Int64
-	recordNanos, readNanos                             atomic.Int64
+	records, written, replayed, recordFailures, writes, dropped atomic.Int64
+	writeFailures                                               atomic.Int64
+	reads, readFailures                                         atomic.Int64
+	recordNanos, readNanos                                      atomic.Int64
 }
 
 // pendingRecord is the commits of one Record call, waiting for a write.
 type pendingRecord struct {
+	ctx     context.Context
 	entries []Entry
 	done    chan error
 }
@@ -55,6 +60,10 @@ type DurableOptions struct {
 	MaxWrites int
 	// MaxBatch is the most entries in one write; 0 means 512.
 	MaxBatch int
+	// MaxQueue is the most entries waiting for a write; a Record that
+	// would queue more fails at once (ErrBusy) instead of waiting on a
+	// ledger that is down. 0 means 16 × MaxBatch.
+	MaxQueue int
 	// WriteTimeout bounds each write, which serves every commit of its
 	// group whatever their callers' deadlines; 0 means 30 s.
 	WriteTimeout time.Duration
@@ -78,6 +87,9 @@ func Durable(s Store, o *DurableOptions) *Accounts {
 	if a.o.MaxBatch <= 0 {
 		a.o.MaxBatch = 512
 	}
+	if a.o.MaxQueue <= 0 {
+		a.o.MaxQueue = 16 * a.o.MaxBatch
+	}
 	if a.o.WriteTimeout <= 0 {
 		a.o.WriteTimeout = 30 * time.Second
 	}
@@ -93,8 +105,7 @@ func (a *Accounts) Store() Store { return a.s }
 // first, Record returns its error and the commits may still be written:
 // not acknowledged, and a retry finds them.
 func (a *Accounts) Record(ctx context.Context, commits []floodgate.Commit) error {
-	a.records.Add(1)
-	p := &pendingRecord{entries: make([]Entry, len(commits)), done: make(chan error, 1)}
+	p := &pendingRecord{ctx: ctx, entries: make([]Entry, len(commits)), done: make(chan error, 1)}
 	for i, c := range commits {
 		p.entries[i] = Entry{Key: c.Key, Limit: c.Limit, Window: c.Window, Units: c.Units, ID: c.ID, At: c.At.Truncate(time.Microsecond)}
 	}
@@ -103,48 +114,81 @@ func (a *Accounts) Record(ctx context.Context, commits []floodgate.Commit) error
 		return err
 	}
 	a.mu.Lock()
+	if a.queued+len(p.entries) > a.o.MaxQueue {
+		a.mu.Unlock()
+		a.recordFailures.Add(1)
+		return fmt.Errorf("ledger: %d entries wait for the ledger already (DurableOptions.MaxQueue): %w", a.queued, ErrBusy)
+	}
 	a.queue = append(a.queue, p)
+	a.queued += len(p.entries)
 	lead := a.inflight < a.o.MaxWrites
 	if lead {
 		a.inflight++
 	}
 	a.mu.Unlock()
 	if lead {
-		a.flush()
+		// The write runs apart, so that this caller waits no longer than
+		// its context, whatever the write takes.
+		go a.flush()
 	}
+	var err error
 	select {
-	case err := <-p.done:
-		if err != nil {
-			a.recordFailures.Add(1)
-		}
-		return err
+	case err = <-p.done:
 	case <-ctx.Done():
-		a.recordFailures.Add(1)
-		return ctx.Err()
+		// A write may have answered at the same moment: its answer wins.
+		select {
+		case err = <-p.done:
+		default:
+			err = ctx.Err()
+		}
 	}
+	if err != nil {
+		a.recordFailures.Add(1)
+	} else {
+		a.records.Add(1)
+	}
+	return err
 }
 
-// flush writes the waiting commits, one group of at most MaxBatch entries
-// (and at least one caller's), and hands on: if more wait, another
-// goroutine writes them, so that no caller waits for groups after its
-// own.
+// ErrBusy is wrapped by Accounts.Record's error when more commits wait for
+// the ledger than DurableOptions.MaxQueue: the ledger is down or too slow,
+// and waiting longer would only grow the queue.
+var ErrBusy = errors.New("ledger: busy")
+
+// flush writes the waiting commits, a group of at most MaxBatch entries
+// (and at least one caller's) at a time, until none waits. A caller whose
+// context ended before its commits were taken is left out: it was
+// answered with its context's error, so its commits must not be written
+// behind its back. It runs on a goroutine of its own, one of MaxWrites.
 func (a *Accounts) flush() {
-	a.mu.Lock()
-	n, size := 0, 0
-	for n < len(a.queue) && (n == 0 || size+len(a.queue[n].entries) <= a.o.MaxBatch) {
-		size += len(a.queue[n].entries)
-		n++
-	}
-	group := a.queue[:n:n]
-	a.queue = a.queue[n:]
-	if n == 0 {
-		a.inflight--
+	for {
+		a.mu.Lock()
+		var group []*pendingRecord
+		size := 0
+		for len(a.queue) > 0 {
+			p := a.queue[0]
+			if p.ctx.Err() != nil {
+				a.queue = a.queue[1:]
+				a.queued -= len(p.entries)
+				a.dropped.Add(1)
+				continue
+			}
+			if len(group) > 0 && size+len(p.entries) > a.o.MaxBatch {
+				break
+			}
+			a.queue = a.queue[1:]
+			a.queued -= len(p.entries)
+			size += len(p.entries)
+			group = append(group, p)
+		}
+		if len(group) == 0 {
+			a.inflight--
+			a.mu.Unlock()
+			return
+		}
 		a.mu.Unlock()
-		return
+		a.write(group)
 	}
-	a.mu.Unlock()
-	a.write(group)
-	go a.flush()
 }
 
 // write records a group's entries in one Store.Record, and answers each
@@ -173,7 +217,11 @@ func (a *Accounts) write(group []*pendingRecord) {
 	start := time.Now()
 	written, err := a.s.Record(ctx, batch)
 	a.recordNanos.Add(int64(time.Since(start)))
-	a.writes.Add(1)
+	if err != nil {
+		a.writeFailures.Add(1)
+	} else {
+		a.writes.Add(1)
+	}
 	counted := make([]bool, len(batch))
 	for i, p := range group {
 		if err == nil {
@@ -198,7 +246,9 @@ func (a *Accounts) Used(ctx context.Context, key string, limit floodgate.Limit, 
 	start := time.Now()
 	u, err := a.s.Usage(ctx, key, limit.Period, at)
 	a.readNanos.Add(int64(time.Since(start)))
-	a.reads.Add(1)
+	if err == nil {
+		a.reads.Add(1)
+	}
 	if err != nil {
 		a.readFailures.Add(1)
 		return time.Time{}, 0, err
@@ -210,18 +260,24 @@ func (a *Accounts) Used(ctx context.Context, key string, limit floodgate.Limit, 
 // service's readiness.
 func (a *Accounts) Ping(ctx context.Context) error { return a.s.Ping(ctx) }
 
-// Stats is what an Accounts did since it was made.
+// Stats is what an Accounts did since it was made. Every count only
+// grows.
 type Stats struct {
-	// Records is the calls of Record (one per settle of a durable
-	// reservation); RecordFailures those that failed, and were not
-	// acknowledged. Writes is the Store.Record calls that wrote them:
-	// fewer than Records when commits were written together.
-	Records, RecordFailures, Writes int64
+	// Records is the calls of Record that succeeded (one per settle of a
+	// durable reservation); RecordFailures those that failed and were not
+	// acknowledged; Dropped those of the failures whose commits were never
+	// written because their caller had given up before a write took them.
+	Records, RecordFailures, Dropped int64
+	// Writes is the Store.Record calls that succeeded, fewer than Records
+	// when commits were written together; WriteFailures those that failed.
+	// RecordTime / (Writes + WriteFailures) is the mean time of a write.
+	Writes, WriteFailures int64
 	// Written is the entries written; Replayed those the ledger held
 	// already (a retried commit).
 	Written, Replayed int64
-	// Reads is the reads of a window's units (a counter checked at the
-	// start of its window, or rebuilt); ReadFailures those that failed.
+	// Reads is the reads of a window's units that succeeded (a counter
+	// checked at the start of its window, or rebuilt); ReadFailures those
+	// that failed.
 	Reads, ReadFailures int64
 	// RecordTime and ReadTime are the time spent in writes and reads, in
 	// total.
@@ -231,7 +287,8 @@ type Stats struct {
 // Stats returns the counts so far.
 func (a *Accounts) Stats() Stats {
 	return Stats{
-		Records: a.records.Load(), RecordFailures: a.recordFailures.Load(), Writes: a.writes.Load(),
+		Records: a.records.Load(), RecordFailures: a.recordFailures.Load(), Dropped: a.dropped.Load(),
+		Writes: a.writes.Load(), WriteFailures: a.writeFailures.Load(),
 		Written: a.written.Load(), Replayed: a.replayed.Load(),
 		Reads: a.reads.Load(), ReadFailures: a.readFailures.Load(),
 		RecordTime: time.Duration(a.recordNanos.Load()), ReadTime: time.Duration(a.readNanos.Load()),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -495,11 +496,21 @@ func TestDurableGroupCommit(t *testing.T) {
 // slowLedger is a ledger whose writes take delay longer.
 type slowLedger struct {
 	ledger.Store
+	mu    sync.Mutex
 	delay time.Duration
 }
 
+func (s *slowLedger) setDelay(d time.Duration) {
+	s.mu.Lock()
+	s.delay = d
+	s.mu.Unlock()
+}
+
 func (s *slowLedger) Record(ctx context.Context, es []ledger.Entry) ([]bool, error) {
-	time.Sleep(s.delay) // a disk flush or a round trip
+	s.mu.Lock()
+	d := s.delay
+	s.mu.Unlock()
+	time.Sleep(d) // a disk flush or a round trip
 	return s.Store.Record(ctx, es)
 }
 
@@ -527,5 +538,86 @@ func TestDurablePostgres(t *testing.T) {
 	}
 	if !use(t, l2, "once", 75, 75) {
 		t.Fatal("75 units denied after the loss with 25 of 100 committed")
+	}
+}
+
+// TestDurableStoreClock: the ledger is read at the store's time, by which
+// the store counts its windows, not the process's: a memory store whose
+// clock is ten days behind a Limiter without a clock (as Redis's TIME may
+// differ from the application's) rebuilds a lost counter from its own
+// window.
+func TestDurableStoreClock(t *testing.T) {
+	clock := floodgatetest.NewFakeClock(base.Add(time.Hour)) // 2026-01-05, far from today
+	lg := openSQLite(t)
+	big := paid
+	big.Limit = 300
+	s1 := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
+	defer s1.Close()
+	l1, _ := durableLimiter(t, s1, lg, nil, "")
+	if d, err := l1.AllowN(t.Context(), "skew", big, 200); err != nil || !d.Allowed {
+		t.Fatalf("AllowN 200: %+v, %v", d, err)
+	}
+	s2 := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
+	defer s2.Close()
+	l2, _ := durableLimiter(t, s2, lg, nil, "")
+	if d, err := l2.AllowN(t.Context(), "skew", big, 101); err != nil || d.Allowed {
+		t.Fatalf("AllowN 101 after the loss with 200 of 300 committed in the store's window: %+v, %v, want denied", d, err)
+	}
+	if d, err := l2.AllowN(t.Context(), "skew", big, 100); err != nil || !d.Allowed {
+		t.Fatalf("AllowN 100 after the loss: %+v, %v", d, err)
+	}
+}
+
+// TestDurableLedgerLate: a ledger slower than the Limiter's LedgerTimeout
+// denies (ErrLedger) and never bills what the counter does not count: the
+// hold of a denied decision stays charged, a commit whose caller gave up
+// before a write took it is never written, and one that was being written
+// may land, charged on the counter too.
+func TestDurableLedgerLate(t *testing.T) {
+	lg := &slowLedger{Store: openSQLite(t)}
+	s := memstore.New(nil)
+	defer s.Close()
+	acc := ledger.Durable(lg, nil)
+	l, err := floodgate.New(s, &floodgate.Options{Ledger: acc, LedgerTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lost checks read the ledger first: give both keys a live counter.
+	for _, k := range []string{"late-a", "late-b"} {
+		if d, err := l.AllowN(t.Context(), k, paid, 1); err != nil || !d.Allowed {
+			t.Fatalf("AllowN 1 of %s: %+v, %v", k, d, err)
+		}
+	}
+	lg.setDelay(300 * time.Millisecond)
+	var wg sync.WaitGroup
+	for _, k := range []string{"late-a", "late-b"} {
+		wg.Go(func() {
+			d, err := l.AllowN(context.Background(), k, paid, 7)
+			if !errors.Is(err, floodgate.ErrLedger) || d.Allowed {
+				t.Errorf("AllowN 7 of %s on a late ledger: %+v, %v, want denied with ErrLedger", k, d, err)
+			}
+		})
+	}
+	wg.Wait()
+	// Wait for the write in progress to end, bounded.
+	deadline := time.Now().Add(10 * time.Second)
+	for acc.Stats().Writes+acc.Stats().WriteFailures < 3 && time.Now().Before(deadline) {
+		runtime.Gosched()
+		time.Sleep(10 * time.Millisecond)
+	}
+	lg.setDelay(0)
+	st := acc.Stats()
+	if st.Dropped < 1 {
+		t.Errorf("stats %+v: the commit queued behind the late write was not dropped", st)
+	}
+	for _, k := range []string{"late-a", "late-b"} {
+		billed := ledgerUnits(t, lg, k, time.Now())
+		d, err := l.Peek(t.Context(), k, paid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counted := d.Limit - d.Remaining; billed > counted {
+			t.Errorf("%s: the ledger bills %d units, the counter counts %d", k, billed, counted)
+		}
 	}
 }

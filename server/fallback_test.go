@@ -128,18 +128,28 @@ func TestFailureModeLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Minute) // a new window, and past the probe interval
-	for n := 0; ; n++ {
-		clock.Advance(probe)
-		if st, _ := decide("local"); !st[0].Decision.Fallback {
-			break
+	// Back on Redis: each decision Redis made takes one of its 10 in this
+	// window. A connection the client has not yet remade after the restart
+	// can fail one more call, which the breaker then answers locally for a
+	// probe interval: count Redis's decisions rather than expect them in a
+	// row.
+	onRedis, fellBack := int64(0), true
+	for n := 0; onRedis < 2; n++ {
+		if n == 40 {
+			t.Fatalf("%d decisions on Redis in 40 calls with Redis back", onRedis)
 		}
-		if n == 20 {
-			t.Fatal("still local after 20 probes with Redis back")
+		if fellBack {
+			clock.Advance(probe) // let the breaker probe Redis
 		}
-	}
-	st, _ = decide("local")
-	if st[0].Decision.Fallback || st[0].Decision.Limit != 10 || st[0].Decision.Remaining != 8 {
-		t.Errorf("back on Redis: %+v, want Redis's limit 10 and remaining 8", st[0].Decision)
+		st, _ := decide("local")
+		d := st[0].Decision
+		fellBack = d.Fallback
+		if !fellBack {
+			onRedis++
+			if d.Limit != 10 || d.Remaining < 10-onRedis || d.Remaining > 10-1 {
+				t.Errorf("back on Redis: %+v, want Redis's limit 10 and at most %d taken", d, onRedis)
+			}
+		}
 	}
 }
 

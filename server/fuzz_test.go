@@ -89,6 +89,9 @@ func FuzzReset(f *testing.F) {
 		if err := json.Unmarshal([]byte(body), &req); err != nil {
 			t.Fatalf("204 for a body that is not a ResetRequest: %v", err)
 		}
+		if req.Domain != "" || req.Entries != nil {
+			return // a descriptor's key: /v1/allow peeks at it only through its rule.
+		}
 		if req.Limit.Algorithm == string(floodgate.Concurrency) {
 			return // /v1/allow takes no lease, so it cannot peek at one.
 		}

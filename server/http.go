@@ -25,7 +25,8 @@ import (
 // Handler returns the HTTP API:
 //
 //	POST /v1/allow      decide an inline limit or a domain's descriptors
-//	POST /v1/reset      forget an inline key's state
+//	POST /v1/reset      forget a key's state (inline, or a descriptor's)
+//	POST /v1/inspect    a key's state, taking nothing
 //	POST /v1/reservations              hold a request's upper bound
 //	POST /v1/reservations/{id}/commit  settle its actual cost
 //	POST /v1/reservations/{id}/cancel  give the hold back
@@ -66,6 +67,7 @@ func (s *Server) routes(extra map[string]http.Handler) []route {
 	rs := []route{
 		{"POST /v1/allow", http.HandlerFunc(s.handleAllow), ScopeClient},
 		{"POST /v1/reset", http.HandlerFunc(s.handleReset), ScopeAdmin},
+		{"POST /v1/inspect", http.HandlerFunc(s.handleInspect), ScopeAdmin},
 		{"POST /v1/reservations", http.HandlerFunc(s.handleReserve), ScopeClient},
 		{"POST /v1/reservations/{id}/commit", s.handleSettle(false), ScopeClient},
 		{"POST /v1/reservations/{id}/cancel", s.handleSettle(true), ScopeClient},
@@ -99,9 +101,21 @@ func (s *Server) routes(extra map[string]http.Handler) []route {
 		{"GET /openapi.yaml", http.HandlerFunc(serveOpenAPI), ScopeOpen},
 	}
 	for _, pattern := range slices.Sorted(maps.Keys(extra)) {
-		rs = append(rs, route{pattern, extra[pattern], ScopeClient})
+		scope := ScopeClient
+		if sh, ok := extra[pattern].(Scoped); ok {
+			scope = sh.Scope()
+		}
+		rs = append(rs, route{pattern, extra[pattern], scope})
 	}
 	return rs
+}
+
+// Scoped is a handler of Handler's extras that says what it asks of its
+// callers (the dashboard's page, which holds no data, is ScopeOpen);
+// extras that are not Scoped need ScopeClient.
+type Scoped interface {
+	http.Handler
+	Scope() Scope
 }
 
 // DebugHandler serves Go's profiler at /debug/pprof/. Serve it on a
@@ -228,6 +242,9 @@ type DecisionJSON struct {
 	// quota_mode, or serve -quota-mode); see QuotaCode.
 	QuotaMode  bool `json:"quota_mode,omitempty"`
 	StoreError bool `json:"store_error,omitempty"`
+	// LedgerError: a durable quota's ledger failed (floodgate.ErrLedger),
+	// which denies whatever the failure mode.
+	LedgerError bool `json:"ledger_error,omitempty"`
 	// Fallback: decided by the failure mode local in this instance's
 	// memory, with its share of the limit, while the store is failing.
 	Fallback bool `json:"fallback,omitempty"`
@@ -251,7 +268,8 @@ func millisCeil(d time.Duration) int64 {
 }
 
 func statusJSON(st Status) DecisionJSON {
-	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
+	ledger := errors.Is(st.Err, floodgate.ErrLedger)
+	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil && !ledger, LedgerError: ledger, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
 		NoRule: !st.Limited && st.Rule == nil, QuotaMode: st.Quota}
 	if st.Rule != nil {
 		out.Rule = st.Rule.ID
@@ -456,33 +474,6 @@ func SetHeaders(h http.Header, statuses []Status) {
 	if len(limits) > 0 {
 		ratelimitheader.SetEach(h, limits, ds, nil)
 	}
-}
-
-// ResetRequest is the body of POST /v1/reset.
-type ResetRequest struct {
-	Key   string     `json:"key"`
-	Limit *LimitJSON `json:"limit"`
-}
-
-func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
-	var req ResetRequest
-	if !decodeJSON(w, r, &req) {
-		return
-	}
-	if req.Limit == nil {
-		writeProblem(w, invalid("limit", "required"))
-		return
-	}
-	lim, err := req.Limit.toLimit("limit")
-	if err != nil {
-		writeProblem(w, err)
-		return
-	}
-	if err := s.ResetInline(r.Context(), req.Key, lim); err != nil {
-		writeProblem(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // RuleJSON is one rule in GET /v1/config.

@@ -3,11 +3,14 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
@@ -43,5 +46,42 @@ func TestReadyLedger(t *testing.T) {
 			t.Errorf("policy %q: Status = %q, %v; want unready, naming the ledger", c.policy, status, err)
 		}
 		s.Close()
+	}
+}
+
+// TestDecideLedgerDown: a durable rule whose ledger is down is denied on
+// every decision path, whatever the failure mode (fail_open here): the
+// HTTP API answers 503 with ledger_error, not store_error; Decide, which
+// Envoy's gRPC answers from, says OVER_LIMIT with the ledger's error.
+func TestDecideLedgerDown(t *testing.T) {
+	d, err := config.Parse("billing.yaml", []byte("domain: billing\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: day, requests_per_unit: 100, durable: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := memstore.New(nil)
+	defer s.Close()
+	srv, err := server.New(server.Options{Store: s, Config: cfg, Limiter: floodgate.Options{FailurePolicy: floodgate.FailOpen, Ledger: downLedger{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"domain": "billing", "descriptors": [{"entries": [{"key": "tenant", "value": "acme"}]}]}`
+	resp, out := post(t, srv.Handler(nil), "/v1/allow", body)
+	if resp.StatusCode != http.StatusServiceUnavailable || out["allowed"] != false || out["ledger_error"] != true || out["store_error"] == true {
+		t.Errorf("POST /v1/allow with the ledger down: %d %v, want 503 with ledger_error", resp.StatusCode, out)
+	}
+	res, err := srv.Decide(t.Context(), "billing", []server.Descriptor{{Entries: []config.Entry{{Key: "tenant", Value: "acme"}}}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Code != server.OverLimit || !errors.Is(res.Statuses[0].Err, floodgate.ErrLedger) {
+		t.Errorf("Decide with the ledger down: %+v, want OVER_LIMIT with ErrLedger", res)
+	}
+	resp, out = post(t, srv.Handler(nil), "/v1/reservations", body)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(out["detail"]), "ledger failed") {
+		t.Errorf("POST /v1/reservations with the ledger down: %d %v, want 503 naming the ledger", resp.StatusCode, out)
 	}
 }

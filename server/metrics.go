@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -20,6 +21,9 @@ const (
 	outcomeUnlimited    = "unlimited"
 	outcomeFailedOpen   = "failed_open"
 	outcomeFailedClosed = "failed_closed"
+	// A durable quota whose ledger failed: denied whatever the failure
+	// mode (floodgate.ErrLedger).
+	outcomeLedgerFailed = "ledger_failed"
 	// A descriptor with room in a request that another descriptor denied:
 	// all or nothing, so nothing was taken.
 	outcomeOtherDenied = "other_denied"
@@ -38,14 +42,19 @@ type metrics struct {
 	reloadTime   prometheus.Gauge
 	rules        prometheus.Gauge
 	globalShadow prometheus.Counter
+	reservations *prometheus.CounterVec
 	detailed     detailedLabels
+	// watchers see every event after the metrics (Server.Watch); nil
+	// when there are none, so that the common case is one atomic load.
+	watchers atomic.Pointer[[]floodgate.Observer]
+	watchMu  sync.Mutex // serializes changes of watchers
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",
-			Help: "Descriptors decided, by domain, rule (its ID, or its metric key with detailed_metric; empty for no rule or an inline limit), algorithm and outcome (allowed, denied, shadow_denied, unlimited, failed_open, failed_closed, and local_allowed and local_denied for decisions of the failure mode local while the store fails, and other_denied for a descriptor with room in a request another descriptor denied, from which nothing was taken).",
+			Help: "Descriptors decided, by domain, rule (its ID, or its metric key with detailed_metric; empty for no rule or an inline limit), algorithm and outcome (allowed, denied, shadow_denied, unlimited, failed_open, failed_closed, ledger_failed for a durable quota whose ledger failed, and local_allowed and local_denied for decisions of the failure mode local while the store fails, and other_denied for a descriptor with room in a request another descriptor denied, from which nothing was taken).",
 		}, []string{"domain", "rule", "algorithm", "outcome"}),
 		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_near_limit_total",
@@ -76,9 +85,13 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "floodgate_global_shadow_mode_total",
 			Help: "Requests over their limits answered OK because of the global shadow mode (floodgate serve -shadow-mode; upstream's global_shadow_mode stat).",
 		}),
+		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_reservations_total",
+			Help: "Steps of the HTTP API's reservations, by step (reserve, commit, cancel) and result: reserve held, denied or failed; commit and cancel settled, replayed (a retry answered as first), expired, or failed (unknown, conflicting, or the store or ledger failed).",
+		}, []string{"step", "result"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.decisions, m.nearLimit, m.storeLatency, m.storeErrors, m.reloads, m.reloadTime, m.rules, m.globalShadow,
+		m.decisions, m.nearLimit, m.storeLatency, m.storeErrors, m.reloads, m.reloadTime, m.rules, m.globalShadow, m.reservations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		if err := reg.Register(c); err != nil {
@@ -174,6 +187,11 @@ func (o storeObserver) Observe(e floodgate.Event) {
 	if o.next != nil {
 		o.next.Observe(e)
 	}
+	if ws := o.m.watchers.Load(); ws != nil {
+		for _, w := range *ws {
+			w.Observe(e)
+		}
+	}
 }
 
 // ledgerStats is a ledger that counts what it does: ledger.Accounts.
@@ -184,8 +202,8 @@ type ledgerStats interface {
 // ledgerCollector exports a ledger's counts (ledger.Accounts.Stats) as
 // floodgate_ledger_* metrics, read at each scrape.
 type ledgerCollector struct {
-	l                                             ledgerStats
-	records, entries, reads, recordTime, readTime *prometheus.Desc
+	l                                                     ledgerStats
+	records, writes, entries, reads, recordTime, readTime *prometheus.Desc
 }
 
 // registerLedger registers the metrics of lg, when it counts.
@@ -196,31 +214,35 @@ func registerLedger(reg prometheus.Registerer, lg floodgate.Ledger) error {
 	}
 	return reg.Register(&ledgerCollector{l: st,
 		records: prometheus.NewDesc("floodgate_ledger_records_total",
-			"Commits of durable quotas written to the ledger (one per settle of a reservation), by result: ok, or failed (not acknowledged).", []string{"result"}, nil),
+			"Commits of durable quotas recorded in the ledger (one per settle of a reservation), by result: ok, or failed (not acknowledged; the ledger was down, busy or late).", []string{"result"}, nil),
 		entries: prometheus.NewDesc("floodgate_ledger_entries_total",
 			"Ledger entries of commits, by outcome: written, or replayed (the ledger held the commit already: a retry).", []string{"outcome"}, nil),
 		reads: prometheus.NewDesc("floodgate_ledger_reads_total",
 			"Reads of a window's units from the ledger (a durable counter checked at the start of its window, or rebuilt after the store lost it), by result.", []string{"result"}, nil),
+		writes: prometheus.NewDesc("floodgate_ledger_writes_total",
+			"Writes to the ledger (one transaction each, holding the commits that waited for it: group commit), by result.", []string{"result"}, nil),
 		recordTime: prometheus.NewDesc("floodgate_ledger_record_seconds_total",
-			"Time spent writing commits to the ledger; divided by floodgate_ledger_records_total, the mean latency of a write.", nil, nil),
+			"Time spent writing to the ledger; divided by floodgate_ledger_writes_total (both results), the mean time of a write.", nil, nil),
 		readTime: prometheus.NewDesc("floodgate_ledger_read_seconds_total",
 			"Time spent reading windows from the ledger.", nil, nil),
 	})
 }
 
 func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.entries, c.reads, c.recordTime, c.readTime} {
+	for _, d := range []*prometheus.Desc{c.records, c.writes, c.entries, c.reads, c.recordTime, c.readTime} {
 		ch <- d
 	}
 }
 
 func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.l.Stats()
-	ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(st.Records-st.RecordFailures), "ok")
+	ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(st.Records), "ok")
 	ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(st.RecordFailures), "failed")
+	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(st.Writes), "ok")
+	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(st.WriteFailures), "failed")
 	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.CounterValue, float64(st.Written), "written")
 	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.CounterValue, float64(st.Replayed), "replayed")
-	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.Reads-st.ReadFailures), "ok")
+	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.Reads), "ok")
 	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.ReadFailures), "failed")
 	ch <- prometheus.MustNewConstMetric(c.recordTime, prometheus.CounterValue, st.RecordTime.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.readTime, prometheus.CounterValue, st.ReadTime.Seconds())

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +27,7 @@ import (
 	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/envoyrls"
+	"github.com/floodgate-rl/floodgate/server/ui"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
@@ -125,7 +129,40 @@ func openAPIServer(t *testing.T, setup func(opts *server.Options, mem func() flo
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv, map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)}
+	extra := map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)}
+	dash := ui.New(srv, nil)
+	t.Cleanup(dash.Close)
+	maps.Copy(extra, dash.Handlers())
+	return srv, extra
+}
+
+// The tokens of the "auth" fixture.
+const (
+	clientToken = "client-0123456789abcdef"
+	adminToken  = "admin-0123456789abcdef"
+)
+
+var (
+	asClient = map[string]string{"Authorization": "Bearer " + clientToken}
+	asAdmin  = map[string]string{"Authorization": "Bearer " + adminToken}
+)
+
+// tokenAuth is a server.Auth of one client and one admin token.
+func tokenAuth(t *testing.T) *server.Auth {
+	t.Helper()
+	dir := t.TempDir()
+	client, admin := filepath.Join(dir, "client"), filepath.Join(dir, "admin")
+	if err := os.WriteFile(client, []byte(clientToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(admin, []byte(adminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := server.LoadAuth(client, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // exchange is one request of the OpenAPI test and what must come back.
@@ -222,6 +259,62 @@ var exchanges = []exchange{
 		want: []string{`"limit":2`, `"remaining":1`}, header: map[string]string{"RateLimit-Policy": `"login";q=2;w=120`}},
 	{name: "unknown domain", method: "POST", path: "/v1/allow", body: `{"domain": "nope", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`, status: 200,
 		want: []string{`"allowed":true`}, header: map[string]string{"RateLimit-Policy": "", "RateLimit": ""}},
+
+	// POST /v1/inspect and POST /v1/reset of a descriptor's key.
+	{name: "inspect descriptor", method: "POST", path: "/v1/inspect", body: `{"domain": "api", "entries": [{"key": "user", "value": "42"}]}`, status: 200,
+		want:   []string{`"allowed":true`, `"remaining":1`, `"limit":2`, `"rule":"api|user"`, `"store_key":"d|api|user=42"`, `"policy":{"algorithm":"fixed_window","limit":2,"period":"1m0s","name":"per_user"}`},
+		header: map[string]string{"Cache-Control": "no-store", "RateLimit": ""}},
+	{name: "inspect takes nothing", method: "POST", path: "/v1/inspect", body: `{"domain": "api", "entries": [{"key": "user", "value": "42"}]}`, status: 200,
+		want: []string{`"remaining":1`}},
+	{name: "inspect inline", method: "POST", path: "/v1/inspect", body: inlineLimit, status: 200,
+		want: []string{`"remaining":1`, `"store_key":"i|user:42"`}},
+	{name: "inspect over limit", method: "POST", path: "/v1/inspect", body: `{"domain": "api", "entries": [{"key": "user", "value": "7"}]}`, status: 200,
+		want: []string{`"allowed":false`, `"code":"OVER_LIMIT"`, `"remaining":0`}},
+	{name: "reset descriptor", method: "POST", path: "/v1/reset", body: `{"domain": "api", "entries": [{"key": "user", "value": "7"}]}`, status: 204},
+	{name: "inspect after reset", method: "POST", path: "/v1/inspect", body: `{"domain": "api", "entries": [{"key": "user", "value": "7"}]}`, status: 200,
+		want: []string{`"allowed":true`, `"remaining":2`}},
+	{name: "inspect override", method: "POST", path: "/v1/inspect", body: `{"domain": "api", "entries": [{"key": "plan", "value": "trial"}], "limit": {"limit": 5, "period": "1m"}}`, status: 200,
+		want: []string{`"remaining":4`, `"store_key":"d|api|plan=trial"`}},
+	{name: "inspect no rule", method: "POST", path: "/v1/inspect", body: `{"domain": "api", "entries": [{"key": "nothing", "value": "x"}]}`, status: 400,
+		want: []string{`"field":"entries"`, "no rule"}},
+	{name: "inspect unlimited", method: "POST", path: "/v1/inspect", body: `{"domain": "api", "entries": [{"key": "path", "value": "/health"}]}`, status: 400,
+		want: []string{`"field":"entries"`, "unlimited"}},
+	{name: "inspect both forms", method: "POST", path: "/v1/inspect", body: `{"key": "k", "domain": "api", "entries": [{"key": "user", "value": "1"}]}`, invalid: true, status: 400,
+		want: []string{`"field":"body"`}},
+	{name: "inspect without limit", method: "POST", path: "/v1/inspect", body: `{"key": "k"}`, invalid: true, status: 400,
+		want: []string{`"field":"limit"`}},
+	{name: "inspect empty entry key", method: "POST", path: "/v1/inspect", body: `{"domain": "api", "entries": [{"key": "", "value": "1"}]}`, invalid: true, status: 400,
+		want: []string{`"field":"entries[0].key"`}},
+	{name: "inspect too large", method: "POST", path: "/v1/inspect", body: big(`{"key": "`, `", "limit": {"limit": 1, "period": "1s"}}`), status: 413,
+		want: []string{`"field":"body"`}},
+	{name: "inspect store down", fixture: "down", method: "POST", path: "/v1/inspect", body: `{"domain": "api", "entries": [{"key": "user", "value": "1"}]}`, status: 503,
+		want: []string{"store failed"}},
+	{name: "inspect without token", fixture: "auth", method: "POST", path: "/v1/inspect", body: inlineLimit, status: 401,
+		want: []string{"bearer token is required"}, header: map[string]string{"WWW-Authenticate": `Bearer realm="floodgate"`}},
+	{name: "inspect as client", fixture: "auth", method: "POST", path: "/v1/inspect", body: inlineLimit, reqHeader: asClient, status: 403,
+		want: []string{"needs an admin token"}},
+	{name: "inspect as admin", fixture: "auth", method: "POST", path: "/v1/inspect", body: inlineLimit, reqHeader: asAdmin, status: 200,
+		want: []string{`"remaining":2`}},
+	{name: "reset without token", fixture: "auth", method: "POST", path: "/v1/reset", body: inlineLimit, status: 401,
+		want: []string{"bearer token is required"}},
+	{name: "reset as client", fixture: "auth", method: "POST", path: "/v1/reset", body: inlineLimit, reqHeader: asClient, status: 403,
+		want: []string{"needs an admin token"}},
+
+	// The dashboard.
+	{name: "dashboard", method: "GET", path: "/ui", status: 200,
+		want:   []string{"<title>Floodgate dashboard</title>", `src="/ui/app.js"`},
+		header: map[string]string{"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}},
+	{name: "dashboard script", method: "GET", path: "/ui/app.js", status: 200, want: []string{`fetch("/ui/events"`}},
+	{name: "dashboard style", method: "GET", path: "/ui/app.css", status: 200, want: []string{".card"}},
+	{name: "dashboard icon", method: "GET", path: "/ui/favicon.svg", status: 200, want: []string{"<svg"}},
+	{name: "dashboard no such file", method: "GET", path: "/ui/nope.js", status: 404, want: []string{`"field":"asset"`}},
+	{name: "dashboard feed", method: "GET", path: "/ui/events?frames=1", status: 200,
+		want: []string{"event: frame\ndata: {", `"admin":true`, `"rates":false`, `"top_denied":{`, `"id":"api|user"`, `"source":"api.yaml:`}},
+	{name: "dashboard feed bad frames", method: "GET", path: "/ui/events?frames=0", invalid: true, status: 400, want: []string{`"field":"frames"`}},
+	{name: "dashboard feed without token", fixture: "auth", method: "GET", path: "/ui/events?frames=1", status: 401},
+	{name: "dashboard feed as client", fixture: "auth", method: "GET", path: "/ui/events?frames=1", reqHeader: asClient, status: 200,
+		want: []string{`"admin":false`, `"series":[]`}},
+	{name: "dashboard page without token", fixture: "auth", method: "GET", path: "/ui", status: 200},
 
 	// POST /v1/allow, bad input.
 	{name: "allow unknown field", method: "POST", path: "/v1/allow", body: `{"key": "k", "limit": {"limit": 1, "period": "1s"}, "colour": "red"}`, invalid: true, status: 400,
@@ -413,6 +506,10 @@ var exchanges = []exchange{
 // one side only fails here.
 func TestOpenAPI(t *testing.T) {
 	ctx := t.Context()
+	// The dashboard's bodies are text, which the validator reads as such.
+	for _, mt := range []string{"text/html", "text/javascript", "text/css", "image/svg+xml", "text/event-stream"} {
+		openapi3filter.RegisterBodyDecoder(mt, openapi3filter.PlainBodyDecoder)
+	}
 	srv, extra := openAPIServer(t, nil)
 	handlers := map[string]http.Handler{"": srv.Handler(extra)}
 	for name, setup := range map[string]func(*server.Options, func() floodgate.Store){
@@ -423,6 +520,7 @@ func TestOpenAPI(t *testing.T) {
 		},
 		"no reset": func(o *server.Options, mem func() floodgate.Store) { o.Store = applyOnly{mem()} },
 		"hourly":   func(o *server.Options, _ func() floodgate.Store) { o.Limiter.Clock = &hourly{now: start} },
+		"auth":     func(o *server.Options, _ func() floodgate.Store) { o.Auth = tokenAuth(t) },
 	} {
 		s, x := openAPIServer(t, setup)
 		handlers[name] = s.Handler(x)
@@ -581,6 +679,10 @@ func checkExchange(t *testing.T, doc *openapi3.T, h http.Handler, ex exchange) (
 // pathTemplate is the document's path of a request path, and its
 // parameters: /v1/reservations/ID/commit is /v1/reservations/{id}/commit.
 func pathTemplate(path string) (string, map[string]string) {
+	path, _, _ = strings.Cut(path, "?")
+	if asset, ok := strings.CutPrefix(path, "/ui/"); ok && asset != "events" {
+		return "/ui/{asset}", map[string]string{"asset": asset}
+	}
 	for _, prefix := range []string{"/v1/reservations/", "/v1/leases/"} {
 		if rest, ok := strings.CutPrefix(path, prefix); ok {
 			id, op, _ := strings.Cut(rest, "/")

@@ -252,9 +252,11 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 		statuses, overall = result.Statuses, Binding(result)
 	}
 	if err != nil {
+		s.m.reservations.WithLabelValues("reserve", "failed").Inc()
 		writeProblem(w, err)
 		return
 	}
+	s.m.reservations.WithLabelValues("reserve", pick(res != nil && res.Held, "held", "denied")).Inc()
 	resp := ReserveResponse{AllowResponse: allowResponse(inline, overall, statuses)}
 	if res != nil && res.Held {
 		if resp.ID, err = encodeToken(res); err != nil {
@@ -329,11 +331,14 @@ func (s *Server) handleSettle(cancel bool) http.HandlerFunc {
 			cost = *body.Cost
 		}
 		sts, err := s.settleReservation(r.Context(), t, items, cost, cancel)
+		step := pick(cancel, "cancel", "commit")
 		switch {
 		case errors.Is(err, floodgate.ErrExpired):
+			s.m.reservations.WithLabelValues(step, "expired").Inc()
 			writeProblem(w, &httpError{status: http.StatusGone, field: "id", msg: expiredDetail(sts)})
 			return
 		case err != nil:
+			s.m.reservations.WithLabelValues(step, "failed").Inc()
 			writeProblem(w, err)
 			return
 		}
@@ -343,6 +348,7 @@ func (s *Server) handleSettle(cancel bool) http.HandlerFunc {
 			resp.Settlements[i] = SettlementJSON{Refunded: st.Refunded, Charged: st.Charged, Short: st.Short,
 				Remaining: st.Decision.Remaining, Limit: st.Decision.Limit}
 		}
+		s.m.reservations.WithLabelValues(step, pick(resp.Replayed, "replayed", "settled")).Inc()
 		writeJSON(w, http.StatusOK, resp)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/ui"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 	"github.com/floodgate-rl/floodgate/store/redisstore"
 	"github.com/peterbourgon/ff/v3"
@@ -107,6 +109,8 @@ type serveConfig struct {
 
 	// parity: the settings of envoyproxy/ratelimit's (parity.go).
 	parity parityFlags
+
+	dashboard bool // -ui
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -151,6 +155,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	c.region.register(fs)
 	c.rlqs.register(fs)
 	c.parity.register(fs)
+	fs.BoolVar(&c.dashboard, "ui", true, "serve the live dashboard at /ui on the HTTP listener (server/ui): decisions per rule, top denied keys, store health; its keys and rules need an admin token once token files are set, and so do its actions (env FLOODGATE_UI)")
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, 0, false
@@ -480,13 +485,23 @@ func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *server.
 	if ltls != nil {
 		httpLn = tls.NewListener(httpLn, ltls.Config("h2", "http/1.1"))
 	}
+	extras := httpExtras(rls)
+	var dash *ui.Dashboard
+	if c.dashboard {
+		dash = ui.New(srv, nil)
+		maps.Copy(extras, dash.Handlers())
+	}
 	l := &listeners{httpLn: httpLn, http: &http.Server{
-		Handler:           srv.Handler(httpExtras(rls)),
+		Handler:           srv.Handler(extras),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
 	}}
+	if dash != nil {
+		// The feed's streams never go idle: end them when Shutdown starts.
+		l.http.RegisterOnShutdown(dash.Close)
+	}
 	if c.debugAddr != "" {
 		if l.debugLn, err = net.Listen("tcp", c.debugAddr); err != nil {
 			httpLn.Close()

@@ -80,6 +80,15 @@ func TestServeLedger(t *testing.T) {
 	if got := in.metric(t, `floodgate_ledger_entries_total{outcome="written"}`); got != 3 {
 		t.Errorf("floodgate_ledger_entries_total written = %d, want 3", got)
 	}
+	for series, want := range map[string]int64{
+		`floodgate_reservations_total{result="held",step="reserve"}`:   3,
+		`floodgate_reservations_total{result="settled",step="commit"}`: 3,
+		`floodgate_ledger_writes_total{result="ok"}`:                   3,
+	} {
+		if got := in.metric(t, series); got != want {
+			t.Errorf("%s = %d, want %d", series, got, want)
+		}
+	}
 	if code := in.stop(); code != 0 {
 		t.Fatalf("serve exited %d", code)
 	}

@@ -312,22 +312,28 @@ func (b *batch) raise(i int, window, units int64) {
 }
 
 // rebuild applies a reserve's Rebuild (see floodgate.Rebuild): nil when
-// every checked counter is live, after raising the known ones; else the
-// requests whose counter is not, and nothing changed.
-func (b *batch) rebuild(rb []floodgate.Rebuild) []bool {
-	var lost []bool
+// every checked counter is live and every known window holds now, after
+// raising the known ones; else, for the requests whose counter must be
+// (re)read from the ledger, the time of the store's decision, and
+// nothing changed.
+func (b *batch) rebuild(rb []floodgate.Rebuild) []time.Time {
+	var lost []time.Time
 	for i, x := range rb {
-		if !x.Check || x.Known {
+		if !x.Check && !x.Known {
 			continue
 		}
 		it := &b.items[i]
 		old, _ := b.shard(i).small[kFixed].find(it.ref)
-		if !(algorithm.FixedWindow{Start: old.a, Count: old.b}).Live(it.params, it.now) {
-			if lost == nil {
-				lost = make([]bool, len(rb))
-			}
-			lost[i] = true
+		if (algorithm.FixedWindow{Start: old.a, Count: old.b}).Live(it.params, it.now) {
+			continue
 		}
+		if w := x.Window.UnixMicro(); x.Known && it.now >= w && it.now < w+it.params.Period {
+			continue
+		}
+		if lost == nil {
+			lost = make([]time.Time, len(rb))
+		}
+		lost[i] = time.UnixMicro(it.now)
 	}
 	if lost != nil {
 		return lost

@@ -89,9 +89,10 @@ type reserved struct {
 	status  int64
 	expires int64 // µs of the requests' clock; 0 for a conflict
 	ds      []floodgate.Decision
-	// lost marks the requests whose counter must be rebuilt, for
-	// reserveLost.
-	lost []bool
+	// lost is, for reserveLost, the store's time (µs of the requests'
+	// clock) of each request whose counter must be rebuilt, 0 for the
+	// others.
+	lost []int64
 }
 
 // held reports whether the answer holds units: a new or replayed reserve
@@ -129,9 +130,6 @@ func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, rb []f
 			b = rb[i]
 		}
 		switch {
-		case b.Known && b.Units == 0:
-			// Nothing to raise: the ledger holds no units in the window.
-			args = append(args, rebuildNone, "0", "0")
 		case b.Known:
 			args = append(args, rebuildKnown, strconv.FormatInt(b.Window.UnixMicro(), 10), strconv.FormatInt(b.Units, 10))
 		case b.Check:
@@ -161,9 +159,12 @@ func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, rb []f
 		if len(vals) != 2+len(cs) {
 			return bad("%d integers for lost counters", len(vals))
 		}
-		r.lost = make([]bool, len(cs))
+		r.lost = make([]int64, len(cs))
 		for i, v := range vals[2:] {
-			r.lost[i] = v == 1
+			if v < 0 || v > algorithm.MaxExact {
+				return bad("lost at %d", v)
+			}
+			r.lost[i] = v
 		}
 		return r, nil
 	case reserveNew, reserveReplayed:

@@ -90,7 +90,7 @@ func slotRuns(runs []*reserveRun) []*slotRun {
 // so that every key ends with a Denied hold, as in memstore.
 func (s *Store) reserveResult(ctx context.Context, r floodgate.HoldRequest, cs []call, holds []string, runs []*reserveRun) (floodgate.HoldResult, error) {
 	var failure error
-	var lost []bool
+	var lost []time.Time
 	replayed, admitted := true, true
 	for _, h := range runs {
 		switch {
@@ -98,10 +98,12 @@ func (s *Store) reserveResult(ctx context.Context, r floodgate.HoldRequest, cs [
 			// Nothing changed in this slot: the ledger must be read. The
 			// slots that made holds undo them, as for a failure.
 			if lost == nil {
-				lost = make([]bool, len(cs))
+				lost = make([]time.Time, len(cs))
 			}
 			for j, i := range h.idx {
-				lost[i] = h.res.lost[j]
+				if at := h.res.lost[j]; at > 0 {
+					lost[i] = time.UnixMicro(at)
+				}
 			}
 		case h.err != nil:
 			failure = cmpErr(failure, h.err)

@@ -49,8 +49,9 @@
 --          holds are of other units, params, TTL or release); expires_us
 --          and the decisions are 0 and absent for the last two. LOST
 --          (nothing changed: a checked fixed window has no count in its
---          window, and must be rebuilt from the ledger first) has
---          expires_us 0 and per request 1 for a lost counter, else 0.
+--          window, and must be rebuilt from the ledger first; or a known
+--          one's window does not hold now) has expires_us 0 and per
+--          request its now_us for a lost counter, else 0.
 -- Mirrors  memstore.Store.Reserve, algorithm.Reserve; algorithm.Settle,
 --          settle and Expire (algorithm/reserve.go) for settle.lua
 
@@ -289,20 +290,25 @@ local function read_rebuild(reqs, argv, base)
 end
 
 -- rebuild_counters is memstore's batch.rebuild: the LOST reply when a
--- checked counter has no count in its window (nothing changed); else nil,
--- after raising each known counter to the ledger's units
--- (fixed_window_raise).
+-- checked counter has no count in its window, or a known one has none and
+-- its known window does not hold now (nothing changed); else nil, after
+-- raising each known counter to the ledger's units (fixed_window_raise).
 local function rebuild_counters(reqs, rebuild)
   local out = nil
   for i, q in ipairs(reqs) do
-    if rebuild[i].mode == REBUILD_CHECK and not fixed_window_live(q.p, reserver('fixed_window').load(q.key), q.r.now) then
+    local b, now = rebuild[i], q.r.now
+    local lost = false
+    if b.mode ~= REBUILD_NONE and not fixed_window_live(q.p, reserver('fixed_window').load(q.key), now) then
+      lost = b.mode == REBUILD_CHECK or now < b.window or now >= b.window + q.p.period
+    end
+    if lost then
       if not out then
         out = {RESERVE_LOST, 0}
         for j = 1, #reqs do
           out[2 + j] = 0
         end
       end
-      out[2 + i] = 1
+      out[2 + i] = now
     end
   end
   if out then

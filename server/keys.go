@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+// Auth returns the server's Options.Auth: nil when every route is open.
+func (s *Server) Auth() *Auth { return s.auth }
+
+// KeyRef names the state of one key, as POST /v1/reset and POST
+// /v1/inspect take it: an inline key and its limit (Key and Limit), or a
+// descriptor of a domain (Domain and Entries), whose rule gives the limit,
+// or Limit for a descriptor that brings its own (Envoy's descriptor-level
+// limit).
+type KeyRef struct {
+	Key     string
+	Domain  string
+	Entries []config.Entry
+	Limit   *floodgate.Limit
+}
+
+// KeyState is the state of a key, as Limiter.Peek reports it.
+type KeyState struct {
+	// StoreKey is the key the store holds the state under: "i|" and an
+	// inline key, or "d|" and the descriptor's key (config.Rule.Key).
+	StoreKey string
+	// Status is the key's state: Rule, Limit, and the Decision of a
+	// request of cost 0 (Remaining, ResetAfter, RetryAfter), with Code
+	// OverLimit and Decision.Allowed false when a request of cost 1 would
+	// be denied (nothing remains).
+	Status Status
+}
+
+// resolve is the store key, limit and rule of ref.
+func (s *Server) resolve(ref KeyRef) (string, floodgate.Limit, *config.Rule, error) {
+	if ref.Domain == "" && ref.Entries == nil {
+		if ref.Limit == nil {
+			return "", floodgate.Limit{}, nil, invalid("limit", "required with key")
+		}
+		if err := checkInlineKey(ref.Key); err != nil {
+			return "", floodgate.Limit{}, nil, err
+		}
+		if ref.Key == "" {
+			return "", floodgate.Limit{}, nil, invalid("key", "empty")
+		}
+		return inlineKey(ref.Key), *ref.Limit, nil, nil
+	}
+	if ref.Key != "" {
+		return "", floodgate.Limit{}, nil, invalid("body", "give either key and limit, or domain and entries, not both")
+	}
+	if err := checkRequest(ref.Domain, []Descriptor{{Entries: ref.Entries}}); err != nil {
+		if fe, ok := errors.AsType[*floodgate.FieldError](err); ok {
+			return "", floodgate.Limit{}, nil, invalid(strings.Replace(fe.Field, "descriptors[0].", "", 1), "%s", fe.Problem)
+		}
+		return "", floodgate.Limit{}, nil, err
+	}
+	if ref.Limit != nil {
+		return "d|" + config.Key(ref.Domain, ref.Entries), *ref.Limit, nil, nil
+	}
+	m := s.cfg.Load().MatchAll(ref.Domain, [][]config.Entry{ref.Entries})[0]
+	switch {
+	case m.Rule == nil:
+		return "", floodgate.Limit{}, nil, invalid("entries", "no rule of domain %q matches them", ref.Domain)
+	case m.Rule.Unlimited:
+		return "", floodgate.Limit{}, nil, invalid("entries", "rule %s is unlimited: it keeps no state", m.Rule.ID)
+	}
+	return "d|" + m.Rule.Key(ref.Entries), m.Rule.Limit, m.Rule, nil
+}
+
+// ResetKey gives the key of ref its whole budget back, through the
+// Limiter (Limiter.Reset).
+func (s *Server) ResetKey(ctx context.Context, ref KeyRef) error {
+	key, limit, _, err := s.resolve(ref)
+	if err != nil {
+		return err
+	}
+	if err := s.lim.Reset(ctx, key, limit); err != nil {
+		return inlineField(err)
+	}
+	return nil
+}
+
+// InspectKey reports the state of the key of ref without taking anything,
+// through the Limiter (Limiter.Peek): an error is the caller's, or the
+// store's failure.
+func (s *Server) InspectKey(ctx context.Context, ref KeyRef) (KeyState, error) {
+	key, limit, rule, err := s.resolve(ref)
+	if err != nil {
+		return KeyState{}, err
+	}
+	d, err := s.lim.Peek(ctx, key, limit)
+	if err != nil {
+		return KeyState{}, inlineField(err)
+	}
+	// A peek takes nothing, so it is admitted even at the limit: the
+	// key is over its limit when a request of cost 1 would not be.
+	code := OK
+	if !d.Allowed || d.Remaining < 1 {
+		code, d.Allowed = OverLimit, false
+	}
+	return KeyState{StoreKey: key, Status: Status{Code: code, Rule: rule, Limited: true, Limit: limit, Decision: d}}, nil
+}
+
+// ResetRequest is the body of POST /v1/reset and POST /v1/inspect: key
+// and limit for an inline key; or domain and entries for a descriptor of
+// the config, with limit only for a descriptor that brings its own.
+type ResetRequest struct {
+	Key     string      `json:"key,omitempty"`
+	Limit   *LimitJSON  `json:"limit,omitempty"`
+	Domain  string      `json:"domain,omitempty"`
+	Entries []EntryJSON `json:"entries,omitempty"`
+}
+
+// keyRef converts the JSON form, naming the field of any problem.
+func (req *ResetRequest) keyRef() (KeyRef, error) {
+	ref := KeyRef{Key: req.Key, Domain: req.Domain}
+	if req.Entries != nil {
+		ref.Entries = make([]config.Entry, len(req.Entries))
+		for i, e := range req.Entries {
+			ref.Entries[i] = config.Entry{Key: e.Key, Value: e.Value}
+		}
+	}
+	if ref.Domain == "" && ref.Entries != nil {
+		return ref, invalid("domain", "required with entries")
+	}
+	if req.Limit == nil {
+		if ref.Domain == "" {
+			return ref, invalid("limit", "required with key")
+		}
+		return ref, nil
+	}
+	lim, err := req.Limit.toLimit("limit")
+	if err != nil {
+		return ref, err
+	}
+	ref.Limit = &lim
+	return ref, nil
+}
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	var req ResetRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	ref, err := req.keyRef()
+	if err == nil {
+		err = s.ResetKey(r.Context(), ref)
+	}
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// InspectResponse is the answer of POST /v1/inspect: the key's state as a
+// decision of cost 0, and the key the store holds it under.
+type InspectResponse struct {
+	DecisionJSON
+	StoreKey string `json:"store_key"`
+	// At is when the state was read, RFC 3339.
+	At string `json:"at"`
+}
+
+func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
+	var req ResetRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	ref, err := req.keyRef()
+	var st KeyState
+	if err == nil {
+		st, err = s.InspectKey(r.Context(), ref)
+	}
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	resp := InspectResponse{DecisionJSON: statusJSON(st.Status), StoreKey: st.StoreKey, At: time.Now().UTC().Format(time.RFC3339Nano)}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// Watch has obs see every decision of the server's Limiter from now on,
+// after the server's own metrics and Options.Limiter.Observer, until the
+// returned stop is called: the dashboard (server/ui) counts denied keys
+// this way. Observe is called on the deciding goroutine, so it must be
+// fast and safe for concurrent use.
+func (s *Server) Watch(obs floodgate.Observer) (stop func()) {
+	s.m.watchMu.Lock()
+	defer s.m.watchMu.Unlock()
+	var ws []floodgate.Observer
+	if old := s.m.watchers.Load(); old != nil {
+		ws = append(ws, *old...)
+	}
+	// A box of its own: the pointer tells this call's entry apart, even
+	// when obs is watching twice or is of a type that == cannot compare.
+	box := &watcher{obs}
+	ws = append(ws, box)
+	s.m.watchers.Store(&ws)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.m.watchMu.Lock()
+			defer s.m.watchMu.Unlock()
+			var rest []floodgate.Observer
+			for _, w := range *s.m.watchers.Load() {
+				if w != floodgate.Observer(box) {
+					rest = append(rest, w)
+				}
+			}
+			if len(rest) == 0 {
+				s.m.watchers.Store(nil)
+				return
+			}
+			s.m.watchers.Store(&rest)
+		})
+	}
+}
+
+type watcher struct{ floodgate.Observer }
