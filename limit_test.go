@@ -20,6 +20,7 @@ var validLimits = []struct {
 	{"limit 0 denies all", Limit{Limit: 0, Period: time.Second}},
 	{"explicit fixed window", Limit{Algorithm: FixedWindow, Limit: 1, Period: time.Microsecond}},
 	{"aligned window", Limit{Limit: 10, Period: time.Hour, Window: Aligned}},
+	{"global", Limit{Limit: 10, Period: time.Hour, Global: true}},
 	{"first hit", Limit{Limit: 10, Period: time.Hour, Window: FirstHit}},
 	{"fixed window count rejected", Limit{Limit: 10, Period: time.Hour, CountRejected: true}},
 	{"fixed window longest period", Limit{Limit: MaxLimit, Period: MaxPeriod}},
@@ -84,6 +85,8 @@ func TestLimitValidateRejects(t *testing.T) {
 		{"sliding window log above MaxLogLimit", Limit{Algorithm: SlidingWindowLog, Limit: MaxLogLimit + 1, Period: time.Second}, []string{"limit"}},
 		{"concurrency above MaxLogLimit", Limit{Algorithm: Concurrency, Limit: MaxLogLimit + 1, Period: time.Second}, []string{"limit"}},
 		{"burst on fixed window", Limit{Limit: 10, Period: time.Second, Burst: 10}, []string{"burst"}},
+		{"global gcra", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Global: true}, []string{"global"}},
+		{"global first hit", Limit{Limit: 10, Period: time.Second, Window: FirstHit, Global: true}, []string{"global"}},
 		{"burst on sliding window", Limit{Algorithm: SlidingWindow, Limit: 10, Period: time.Second, Burst: 10}, []string{"burst"}},
 		{"burst on sliding window log", Limit{Algorithm: SlidingWindowLog, Limit: 10, Period: time.Second, Burst: 10}, []string{"burst"}},
 		{"burst on concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: time.Second, Burst: 10}, []string{"burst"}},
@@ -146,7 +149,7 @@ func TestLimitValidateRejects(t *testing.T) {
 
 // limitFields are the names a Validate error may give a field, as in config
 // files and the HTTP API.
-var limitFields = []string{"algorithm", "limit", "period", "burst", "window", "count_rejected", "local_budget"}
+var limitFields = []string{"algorithm", "limit", "period", "burst", "window", "count_rejected", "local_budget", "global"}
 
 // checkLimitError checks the shape of a Validate error: one line per
 // problem, each "floodgate: invalid limit: <field>: <why>" and each wrapping
@@ -321,6 +324,7 @@ func TestLimitString(t *testing.T) {
 		{Limit{Algorithm: Concurrency, Limit: 3, Period: 30 * time.Second, Name: "uploads"}, `"uploads" 3/30s concurrency`},
 		{Limit{Name: "a \"b\"", Limit: 1, Period: time.Second}, `"a \"b\"" 1/1s fixed_window`},
 		{Limit{Limit: 1000, Period: time.Second, LocalBudget: 100}, "1000/1s fixed_window local_budget=100"},
+		{Limit{Limit: 1000, Period: time.Second, Global: true}, "1000/1s fixed_window global"},
 		// Invalid limits still print, for error messages.
 		{Limit{Algorithm: "x", Limit: -1, Window: "rolling"}, `-1/0s x window="rolling"`},
 	}

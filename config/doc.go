@@ -158,6 +158,11 @@
 //     whose use is recorded in a ledger (floodgate serve -ledger): a
 //     commit is acknowledged once the ledger holds it, and a counter the
 //     store lost is rebuilt from it; see floodgate.Limit.Durable.
+//   - global: true makes the limit one budget shared by every region of a
+//     deployment (floodgate serve -region and -home): each region decides
+//     it on a share leased from the home store (package region). Only an
+//     aligned fixed_window can be global; without -region the field
+//     changes nothing.
 //   - failure_mode: fail_open, fail_closed or local, how the server answers
 //     when the store fails; absent means the server's default. local
 //     decides in the server's memory with the limit divided by the number

@@ -688,3 +688,30 @@ descriptors:
 		t.Errorf("Limit.LocalBudget = %d, want 50", got)
 	}
 }
+
+// TestParseGlobal checks that global reaches floodgate.Limit.Global, and
+// that a limit that cannot be global is an error at the field.
+func TestParseGlobal(t *testing.T) {
+	d, err := Parse("global.yaml", []byte(`
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1000, global: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules := d.Rules(); len(rules) != 1 || !rules[0].Limit.Global {
+		t.Fatalf("rules %+v, want one global rule", rules)
+	}
+	_, err = Parse("global.yaml", []byte(`
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 1000, global: true}
+`))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Field != "descriptors[0].rate_limit.global" || ce.Line != 5 {
+		t.Fatalf("Parse of a global gcra = %v, want an error at descriptors[0].rate_limit.global, line 5", err)
+	}
+}

@@ -109,6 +109,7 @@ type serveConfig struct {
 	parity parityFlags
 
 	dashboard bool // -ui
+	region    regionFlags
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -152,6 +153,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
 	c.parity.register(fs)
 	fs.BoolVar(&c.dashboard, "ui", true, "serve the live dashboard at /ui on the HTTP listener (server/ui): decisions per rule, top denied keys, store health; its keys and rules need an admin token once token files are set, and so do its actions (env FLOODGATE_UI)")
+	c.region.register(fs)
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, 0, false
@@ -208,6 +210,8 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-grpc-max-idle: %v must be above zero", c.grpcMaxIdle)
 	case c.holdRetention <= 0:
 		return fmt.Sprintf("-hold-retention: %v must be above zero", c.holdRetention)
+	case c.region.problem() != "":
+		return c.region.problem()
 	case tlsProblem != "":
 		return tlsProblem
 	case c.ledger.problem() != "":
@@ -256,6 +260,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeLedger()
+	store, closeRegion, err := c.region.wrap(store, log)
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		return 1
+	}
+	defer closeRegion()
 	srv, closeServer, err := c.newServer(store, acc, auth, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
@@ -387,7 +397,7 @@ func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, auth
 	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, Auth: auth, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode,
 		GlobalQuotaMode: c.parity.quotaMode, ConfigLoader: c.parity.loader()})
 	if err == nil {
-		switch rs := store.(type) {
+		switch rs := regionalStore(store).(type) {
 		case *redisstore.Store:
 			err = registerLocalStats(srv.Registry(), func() *redisstore.Store { return rs })
 		case *pendingRedis:

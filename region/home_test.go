@@ -1,0 +1,163 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// newRedisHome starts a redis-server and returns a RedisHome on it.
+func newRedisHome(t *testing.T) (*RedisHome, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Standalone(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	h, err := OpenHome(ctx, "redis://"+srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h, srv
+}
+
+// TestHomeScriptMatchesStep runs random calls of three holders on two keys
+// through home.lua on a real Redis and through step, its Go twin, and
+// checks that they answer alike and that the live shares never add up to
+// more than the limit.
+func TestHomeScriptMatchesStep(t *testing.T) {
+	t.Parallel()
+	rh, _ := newRedisHome(t)
+	mh := &MemHome{}
+	rng := rand.New(rand.NewPCG(7, 11))
+	start := time.Unix(1_700_000_000, 123456)
+	holders := []string{"a#1", "b#2", "c#3"}
+	keys := []string{"k", "weird {key} %#"}
+	ctx := t.Context()
+	now := start
+	for i := range 2000 {
+		now = now.Add(time.Duration(rng.IntN(400_000)) * time.Microsecond)
+		at := now
+		if rng.IntN(10) == 0 {
+			at = now.Add(-time.Duration(rng.IntN(2_000_000)) * time.Microsecond) // a late message or a slow clock
+		}
+		limit := int64(100)
+		if rng.IntN(50) == 0 {
+			limit = int64(rng.IntN(100)) // a limit lowered by a config change
+		}
+		r := LeaseRequest{
+			Key:     keys[rng.IntN(len(keys))],
+			Limit:   floodgate.Limit{Limit: limit, Period: time.Second},
+			Holder:  holders[rng.IntN(len(holders))],
+			Now:     at,
+			Term:    time.Duration(1+rng.IntN(3)) * time.Second,
+			Grace:   500 * time.Millisecond,
+			Want:    int64(rng.IntN(120)),
+			Demand:  int64(rng.IntN(1000)),
+			Floor:   int64(rng.IntN(10)),
+			Release: rng.IntN(20) == 0,
+		}
+		want, err := mh.Lease(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := rh.Lease(ctx, r)
+		if err != nil {
+			t.Fatalf("call %d %+v: %v", i, r, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("call %d %+v:\nhome.lua %+v\nstep     %+v", i, r, got, want)
+		}
+		var sum int64
+		for _, s := range got.Shares {
+			sum += s
+		}
+		if sum > 100 {
+			t.Fatalf("call %d: live shares %v add up to %d, above the limit", i, got.Shares, sum)
+		}
+	}
+}
+
+// TestHomeKeysHaveTTL: every key home.lua writes expires.
+func TestHomeKeysHaveTTL(t *testing.T) {
+	t.Parallel()
+	rh, srv := newRedisHome(t)
+	ctx := t.Context()
+	for i := range 20 {
+		_, err := rh.Lease(ctx, LeaseRequest{Key: fmt.Sprint("k", i), Limit: floodgate.Limit{Limit: 10, Period: time.Second},
+			Holder: "a#1", Now: time.Now(), Term: time.Second, Grace: time.Second, Want: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := strings.Fields(srv.MustCLI(t, "--scan"))
+	if len(keys) != 20 {
+		t.Fatalf("%d keys, want 20: %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		if ttl := strings.TrimSpace(srv.MustCLI(t, "PTTL", k)); ttl == "-1" || ttl == "-2" {
+			t.Errorf("key %s has PTTL %s", k, ttl)
+		}
+	}
+}
+
+// TestHomeNoScript: after SCRIPT FLUSH the next call runs the script again
+// without an error.
+func TestHomeNoScript(t *testing.T) {
+	t.Parallel()
+	rh, srv := newRedisHome(t)
+	r := LeaseRequest{Key: "k", Limit: floodgate.Limit{Limit: 10, Period: time.Second}, Holder: "a#1", Now: time.Now(),
+		Term: time.Second, Grace: time.Second, Want: 5}
+	for range 3 {
+		if _, err := rh.Lease(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+		srv.MustCLI(t, "SCRIPT", "FLUSH")
+	}
+}
+
+func TestDecodeLeaseRejects(t *testing.T) {
+	t.Parallel()
+	for _, v := range [][]int64{nil, {1, 2, 3, 1}, {1, 2, 3, 2, 1, 0, 0, 0}, {1, 2, 3, 1, 1, 0, 0}, {1, 2, 3, -1, 0}} {
+		if _, err := decodeLease(v); err == nil {
+			t.Errorf("decodeLease(%v) = nil error", v)
+		}
+	}
+}
+
+// TestDialHomeLater: a home dialled while down fails each call, and
+// answers once it is up.
+func TestDialHomeLater(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := DialHome("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	r := LeaseRequest{Key: "k", Limit: floodgate.Limit{Limit: 10, Period: time.Second}, Holder: "a#1", Now: time.Now(),
+		Term: time.Second, Grace: time.Second, Want: 5}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := h.Lease(ctx, r); err == nil {
+		t.Fatal("Lease with home down = nil error")
+	}
+	if err := srv.Restart(t); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.Lease(t.Context(), r); err != nil || got.Share != 5 {
+		t.Fatalf("Lease with home up = %+v, %v; want a share of 5", got, err)
+	}
+	if _, err := DialHome("bogus://x"); err == nil {
+		t.Error("DialHome(bogus://x) = nil error")
+	}
+}
