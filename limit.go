@@ -102,14 +102,6 @@ type Limit struct {
 	// (store/memstore) ignore it. Default 0: every decision reaches the
 	// store.
 	LocalBudget int64
-	// Global marks one limit shared by every region of a deployment
-	// (package region): a region.Store decides it on the share of Limit
-	// its region holds as a lease from the home store, so that all
-	// regions together admit at most Limit per window. Every other store
-	// ignores it and decides the limit as a local one, which is today's
-	// behaviour. Only an aligned FixedWindow can be global: the package
-	// doc of region says why. Default false.
-	Global bool
 	// Durable marks a paid quota, whose use is accounted for in the
 	// Limiter's Ledger (Options.Ledger): a commit of a reservation is
 	// acknowledged only once the ledger holds it, and a counter that the
@@ -121,6 +113,14 @@ type Limit struct {
 	// its commits, which no other algorithm has. See "Durable quotas" in
 	// the package doc.
 	Durable bool
+	// Global marks one limit shared by every region of a deployment
+	// (package region): a region.Store decides it on the share of Limit
+	// its region holds as a lease from the home store, so that all
+	// regions together admit at most Limit per window. Every other store
+	// ignores it and decides the limit as a local one, which is today's
+	// behaviour. Only an aligned FixedWindow can be global: the package
+	// doc of region says why. Default false.
+	Global bool
 	// Name optionally names the policy in headers, logs and metrics.
 	Name string
 }
@@ -236,14 +236,18 @@ func (l Limit) invalid() error {
 		bad("local_budget", "%s", msg)
 	}
 	switch {
-	case l.Global && alg != FixedWindow:
-		bad("global", "only an aligned fixed_window can be global, not %s", name)
-	case l.Global && l.Window == FirstHit:
-		bad("global", "only an aligned fixed_window can be global, not a first_hit one")
 	case l.Durable && alg != FixedWindow:
 		bad("durable", "%s cannot be durable: only a fixed_window's count is the sum of its commits, which a ledger can rebuild", name)
 	case l.Durable && l.LocalBudget != 0:
 		bad("durable", "a durable quota takes no local_budget: units claimed by an instance are outside the reservations the ledger records")
+	case l.Durable && l.Global:
+		bad("durable", "a global limit cannot be durable: a region decides it on its leased share, which takes no reservations, and a durable quota is accounted by reservations")
+	}
+	switch {
+	case l.Global && alg != FixedWindow:
+		bad("global", "only an aligned fixed_window can be global, not %s", name)
+	case l.Global && l.Window == FirstHit:
+		bad("global", "only an aligned fixed_window can be global, not a first_hit one")
 	}
 	if len(errs) == 0 {
 		// valid() is stricter than the checks above only by mistake.
@@ -263,7 +267,7 @@ func (l *Limit) valid() bool {
 	if l.LocalBudget != 0 && l.budgetProblem(l.EffectiveAlgorithm()) != "" {
 		return false
 	}
-	if l.Durable && (l.EffectiveAlgorithm() != FixedWindow || l.LocalBudget != 0) {
+	if l.Durable && (l.EffectiveAlgorithm() != FixedWindow || l.LocalBudget != 0 || l.Global) {
 		return false
 	}
 	aligned := l.Window == "" || l.Window == Aligned
@@ -382,11 +386,11 @@ func (l Limit) String() string {
 	if l.LocalBudget != 0 {
 		fmt.Fprintf(&b, " local_budget=%d", l.LocalBudget)
 	}
-	if l.Global {
-		b.WriteString(" global")
-	}
 	if l.Durable {
 		b.WriteString(" durable")
+	}
+	if l.Global {
+		b.WriteString(" global")
 	}
 	return b.String()
 }

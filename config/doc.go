@@ -154,15 +154,15 @@
 //   - local_budget: the most units one server claims at once from a shared
 //     store's budget and admits without a round trip (fixed_window and
 //     sliding_window); see floodgate.Limit.LocalBudget.
+//   - durable: true for a paid quota (a fixed_window without local_budget)
+//     whose use is recorded in a ledger (floodgate serve -ledger): a
+//     commit is acknowledged once the ledger holds it, and a counter the
+//     store lost is rebuilt from it; see floodgate.Limit.Durable.
 //   - global: true makes the limit one budget shared by every region of a
 //     deployment (floodgate serve -region and -home): each region decides
 //     it on a share leased from the home store (package region). Only an
 //     aligned fixed_window can be global; without -region the field
 //     changes nothing.
-//   - durable: true for a paid quota (a fixed_window without local_budget)
-//     whose use is recorded in a ledger (floodgate serve -ledger): a
-//     commit is acknowledged once the ledger holds it, and a counter the
-//     store lost is rebuilt from it; see floodgate.Limit.Durable.
 //   - failure_mode: fail_open, fail_closed or local, how the server answers
 //     when the store fails; absent means the server's default. local
 //     decides in the server's memory with the limit divided by the number

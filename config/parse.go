@@ -39,7 +39,7 @@ var (
 	rootFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
 	rateLimitFields  = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
-		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode", "global", "durable"}
+		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global"}
 	replacesFields = []string{"name"}
 )
 
@@ -509,7 +509,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	}
 	if r.Unlimited {
 		// requests_per_unit is allowed and ignored, as upstream does.
-		for _, name := range []string{"unit", "period", "algorithm", "burst", "window", "count_rejected", "local_budget", "failure_mode", "global", "durable"} {
+		for _, name := range []string{"unit", "period", "algorithm", "burst", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global"} {
 			if f := fs[name]; f != nil {
 				p.errorf(f.key, fpath(name), "an unlimited rate limit takes no %s", name)
 			}
@@ -587,8 +587,8 @@ func (p *parser) requestsPerUnit(n *yaml.Node, fs map[string]*field, fpath func(
 }
 
 // extensions reads Floodgate's fields of a rate_limit mapping into lim and
-// r: algorithm, burst, window, count_rejected, local_budget, global,
-// failure_mode and durable.
+// r: algorithm, burst, window, count_rejected, local_budget,
+// failure_mode, durable and global.
 func (p *parser) extensions(fs map[string]*field, fpath func(string) string, lim *floodgate.Limit, r *Rule) {
 	if f := fs["algorithm"]; f != nil {
 		s, _ := p.str(f.val, fpath("algorithm"))
@@ -607,11 +607,11 @@ func (p *parser) extensions(fs map[string]*field, fpath func(string) string, lim
 	if f := fs["local_budget"]; f != nil {
 		lim.LocalBudget, _ = p.integer(f.val, fpath("local_budget"))
 	}
-	if f := fs["global"]; f != nil {
-		lim.Global, _ = p.boolean(f.val, fpath("global"))
-	}
 	if f := fs["durable"]; f != nil {
 		lim.Durable, _ = p.boolean(f.val, fpath("durable"))
+	}
+	if f := fs["global"]; f != nil {
+		lim.Global, _ = p.boolean(f.val, fpath("global"))
 	}
 	if f := fs["failure_mode"]; f != nil {
 		if s, ok := p.str(f.val, fpath("failure_mode")); ok {
@@ -658,7 +658,8 @@ func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string
 			"window":         {"window"},
 			"count_rejected": {"count_rejected"},
 			"local_budget":   {"local_budget"},
-			"global":         {"global", "durable"},
+			"durable":        {"durable"},
+			"global":         {"global"},
 		}[pr.name]
 		at, field, located := n, path, ""
 		for _, c := range candidates {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -144,6 +143,7 @@ func TestDurableNeedsLedger(t *testing.T) {
 	for _, lim := range []floodgate.Limit{
 		{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Durable: true},
 		{Limit: 10, Period: time.Second, Durable: true, LocalBudget: 5},
+		{Limit: 10, Period: time.Second, Durable: true, Global: true},
 	} {
 		err := lim.Validate()
 		if !errors.Is(err, floodgate.ErrInvalidLimit) || !errors.As(err, &fe) || fe.Field != "durable" {
@@ -496,21 +496,11 @@ func TestDurableGroupCommit(t *testing.T) {
 // slowLedger is a ledger whose writes take delay longer.
 type slowLedger struct {
 	ledger.Store
-	mu    sync.Mutex
 	delay time.Duration
 }
 
-func (s *slowLedger) setDelay(d time.Duration) {
-	s.mu.Lock()
-	s.delay = d
-	s.mu.Unlock()
-}
-
 func (s *slowLedger) Record(ctx context.Context, es []ledger.Entry) ([]bool, error) {
-	s.mu.Lock()
-	d := s.delay
-	s.mu.Unlock()
-	time.Sleep(d) // a disk flush or a round trip
+	time.Sleep(s.delay) // a disk flush or a round trip
 	return s.Store.Record(ctx, es)
 }
 
@@ -570,11 +560,11 @@ func TestDurableStoreClock(t *testing.T) {
 
 // TestDurableLedgerLate: a ledger slower than the Limiter's LedgerTimeout
 // denies (ErrLedger) and never bills what the counter does not count: the
-// hold of a denied decision stays charged, a commit whose caller gave up
-// before a write took it is never written, and one that was being written
-// may land, charged on the counter too.
+// hold of a denied decision stays charged; a commit being written when its
+// caller gave up may land, charged on the counter too; one that waited
+// behind that write is dropped unwritten.
 func TestDurableLedgerLate(t *testing.T) {
-	lg := &slowLedger{Store: openSQLite(t)}
+	lg := &gatedLedger{Store: openSQLite(t)}
 	s := memstore.New(nil)
 	defer s.Close()
 	acc := ledger.Durable(lg, nil)
@@ -582,42 +572,68 @@ func TestDurableLedgerLate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Lost checks read the ledger first: give both keys a live counter.
+	// Give both keys a live counter first (a new window reads the ledger).
 	for _, k := range []string{"late-a", "late-b"} {
 		if d, err := l.AllowN(t.Context(), k, paid, 1); err != nil || !d.Allowed {
 			t.Fatalf("AllowN 1 of %s: %+v, %v", k, d, err)
 		}
 	}
-	lg.setDelay(300 * time.Millisecond)
-	var wg sync.WaitGroup
-	for _, k := range []string{"late-a", "late-b"} {
-		wg.Go(func() {
-			d, err := l.AllowN(context.Background(), k, paid, 7)
-			if !errors.Is(err, floodgate.ErrLedger) || d.Allowed {
-				t.Errorf("AllowN 7 of %s on a late ledger: %+v, %v, want denied with ErrLedger", k, d, err)
-			}
-		})
+	lg.gate() // from now on a write waits for release
+	late := func(k string) {
+		d, err := l.AllowN(context.Background(), k, paid, 7)
+		if !errors.Is(err, floodgate.ErrLedger) || d.Allowed {
+			t.Errorf("AllowN 7 of %s on a late ledger: %+v, %v, want denied with ErrLedger", k, d, err)
+		}
 	}
-	wg.Wait()
-	// Wait for the write in progress to end, bounded.
+	late("late-a") // its write is in progress, held at the gate
+	<-lg.entered
+	late("late-b") // queued behind it, given up before a write takes it
+	lg.release()
 	deadline := time.Now().Add(10 * time.Second)
-	for acc.Stats().Writes+acc.Stats().WriteFailures < 3 && time.Now().Before(deadline) {
-		runtime.Gosched()
-		time.Sleep(10 * time.Millisecond)
+	for acc.Stats().Dropped == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // polling the write's end, bounded
 	}
-	lg.setDelay(0)
-	st := acc.Stats()
-	if st.Dropped < 1 {
-		t.Errorf("stats %+v: the commit queued behind the late write was not dropped", st)
+	if st := acc.Stats(); st.Dropped != 1 || st.Writes != 3 {
+		t.Errorf("stats %+v: want the queued commit dropped and the gated one written (3 writes in all)", st)
 	}
-	for _, k := range []string{"late-a", "late-b"} {
+	for k, want := range map[string]int64{"late-a": 8, "late-b": 1} {
 		billed := ledgerUnits(t, lg, k, time.Now())
 		d, err := l.Peek(t.Context(), k, paid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if counted := d.Limit - d.Remaining; billed > counted {
-			t.Errorf("%s: the ledger bills %d units, the counter counts %d", k, billed, counted)
+		if counted := d.Limit - d.Remaining; billed != want || counted != 8 {
+			t.Errorf("%s: the ledger bills %d units (want %d), the counter counts %d (want 8: the denied hold stays charged)", k, billed, want, counted)
 		}
 	}
+}
+
+// gatedLedger is a ledger whose writes, once gated, wait for release.
+type gatedLedger struct {
+	ledger.Store
+	mu      sync.Mutex
+	gated   chan struct{} // closed by release; nil before gate
+	entered chan struct{}
+}
+
+func (g *gatedLedger) gate() {
+	g.mu.Lock()
+	g.gated, g.entered = make(chan struct{}), make(chan struct{}, 1)
+	g.mu.Unlock()
+}
+
+func (g *gatedLedger) release() { close(g.gated) }
+
+func (g *gatedLedger) Record(ctx context.Context, es []ledger.Entry) ([]bool, error) {
+	g.mu.Lock()
+	gated, entered := g.gated, g.entered
+	g.mu.Unlock()
+	if gated != nil {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-gated
+	}
+	return g.Store.Record(ctx, es)
 }

@@ -102,8 +102,6 @@ type serveConfig struct {
 	holdRetention       time.Duration
 	maxConns            int
 	grpcMaxIdle         time.Duration
-	region              regionFlags
-	rlqs                rlqsFlags
 	// ledger: -ledger and its flags (serveledger.go).
 	ledger ledgerFlags
 
@@ -111,6 +109,8 @@ type serveConfig struct {
 	parity parityFlags
 
 	dashboard bool // -ui
+	region    regionFlags
+	rlqs      rlqsFlags
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -152,10 +152,10 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
 	c.ledger.register(fs)
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
-	c.region.register(fs)
-	c.rlqs.register(fs)
 	c.parity.register(fs)
 	fs.BoolVar(&c.dashboard, "ui", true, "serve the live dashboard at /ui on the HTTP listener (server/ui): decisions per rule, top denied keys, store health; its keys and rules need an admin token once token files are set, and so do its actions (env FLOODGATE_UI)")
+	c.region.register(fs)
+	c.rlqs.register(fs)
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, 0, false
@@ -257,12 +257,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeStore()
-	store, closeRegion, err := c.region.wrap(store, log)
-	if err != nil {
-		log.Error("cannot start", "error", err)
-		return 1
-	}
-	defer closeRegion()
 	acc, closeLedger, err := c.ledger.open(ctx)
 	if err != nil {
 		log.Error("ledger unavailable", "error", err)
@@ -270,6 +264,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeLedger()
+	store, closeRegion, err := c.region.wrap(store, log)
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		return 1
+	}
+	defer closeRegion()
 	srv, closeServer, err := c.newServer(store, acc, auth, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
