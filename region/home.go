@@ -188,6 +188,11 @@ func checkLease(r LeaseRequest) error {
 	return nil
 }
 
+// homeKeyEscaper escapes a key's hash-tag braces, its escape character and
+// the mark of a hashed key; built once (a Replacer per call was about 30%
+// of a lease's CPU with the memory home).
+var homeKeyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "#", "%23")
+
 // homeKey is the Redis key of key's leases under period:
 //
 //	<prefix>:v1:home:<period µs>:{<escaped key>}
@@ -200,7 +205,7 @@ func homeKey(prefix, key string, period time.Duration) string {
 		sum := sha1.Sum([]byte(key))
 		enc = "#" + hex.EncodeToString(sum[:])
 	} else {
-		enc = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "#", "%23").Replace(key)
+		enc = homeKeyEscaper.Replace(key)
 	}
 	return prefix + ":v1:home:" + strconv.FormatInt(period.Microseconds(), 10) + ":{" + enc + "}"
 }

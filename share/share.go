@@ -1,7 +1,7 @@
 // Package share splits a limit among parties by their demand, with a
 // floor for each: the allocation math of regional budgets (package region)
-// and of any other layer that hands out parts of one budget (Envoy's rate
-// limit quota service, later). It is pure arithmetic on int64 units: no
+// and of Envoy's rate limit quota service (package server/rlqs), which
+// splits a limit among the Envoys that report a bucket. It is pure arithmetic on int64 units: no
 // clock, no I/O, the standard library only.
 //
 // Split is the one entry point. Every policy keeps three promises, which
