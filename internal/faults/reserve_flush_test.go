@@ -28,10 +28,26 @@ const (
 	// flushEvery paces the flushes, at most maxFlushes of them.
 	flushEvery = 200 * time.Microsecond
 	maxFlushes = 20000
-	// commitTries bounds a caller's reserves, and commits, of one hold:
-	// the first and the retries after a failure.
-	commitTries = 20
+	// retryFor bounds how long a caller retries a reserve, or a commit,
+	// of one hold after a failure: longer than the flushes last
+	// (maxFlushes × flushEvery), so that every call is answered in the
+	// end however often the flushes beat the reloads (each call reloads at
+	// most three times; how often a reload loses the race depends on the
+	// machine and the library's size).
+	retryFor = 2*maxFlushes*flushEvery + 5*time.Second
 )
+
+// retry calls f until it succeeds or retryFor has passed since the first
+// call, and returns its last error.
+func retry(f func() error) error {
+	start := time.Now()
+	for {
+		err := f()
+		if err == nil || time.Since(start) > retryFor {
+			return err
+		}
+	}
+}
 
 // settleLimits are the limits of the keys whose count the flush tests
 // read after the load: a minute from the first hit, and a trailing
@@ -153,16 +169,13 @@ func reserveFlush(t *testing.T, flush string, opts redisstore.Options) {
 				// deadline): the caller reserves again with the same ID,
 				// and gets the first answer if it did.
 				var rv *floodgate.Reservation
-				var err error
-				for range commitTries {
-					if err = timed(func(ctx context.Context) error {
+				err := retry(func() error {
+					return timed(func(ctx context.Context) error {
 						var err error
 						rv, _, err = insts[inst].lim.Reserve(ctx, targets[tg].key, targets[tg].limit, resCost, &floodgate.ReserveOptions{ID: id})
 						return err
-					}); err == nil {
-						break
-					}
-				}
+					})
+				})
 				if err != nil {
 					res.unsettled++
 					res.lastErr = err
@@ -178,12 +191,11 @@ func reserveFlush(t *testing.T, flush string, opts redisstore.Options) {
 				actual := int64(w*7+i) % (resCost + 1)
 				cancelIt := actual == 0 && i%2 == 0
 				// settle commits (or cancels) through rv, again after a
-				// failure, as a caller retries, at most commitTries times.
+				// failure, as a caller retries, for at most retryFor.
 				settle := func(rv *floodgate.Reservation) ([]floodgate.Settlement, error) {
 					var sts []floodgate.Settlement
-					var err error
-					for range commitTries {
-						if err = timed(func(ctx context.Context) error {
+					err := retry(func() error {
+						return timed(func(ctx context.Context) error {
 							var err error
 							if cancelIt {
 								sts, err = rv.Cancel(ctx)
@@ -191,10 +203,8 @@ func reserveFlush(t *testing.T, flush string, opts redisstore.Options) {
 								sts, err = rv.Commit(ctx, actual)
 							}
 							return err
-						}); err == nil {
-							break
-						}
-					}
+						})
+					})
 					return sts, err
 				}
 				if cancelIt {
@@ -285,7 +295,7 @@ func reserveFlush(t *testing.T, flush string, opts redisstore.Options) {
 		}
 	}
 	if unsettled > 0 {
-		t.Errorf("%d reservations not answered after %d reserves, or not settled after %d commits", unsettled, commitTries, commitTries)
+		t.Errorf("%d reservations not answered, or not settled, after retrying for %v", unsettled, retryFor)
 	}
 	if differ > 0 {
 		t.Errorf("%d commits sent twice at once answered different refunds", differ)
