@@ -74,6 +74,7 @@ func BenchmarkAllow(b *testing.B) {
 func runCallers(b *testing.B, c rueidis.Client, callers int, op func(i int, lease string)) {
 	b.ReportAllocs()
 	before, beforeUsec := scriptStats(b, c)
+	cpu0 := serverCPU(b, c)
 	if callers == 1 {
 		lease := fmt.Sprint("g", benchLeases.Add(1))
 		i := 0
@@ -98,6 +99,7 @@ func runCallers(b *testing.B, c rueidis.Client, callers int, op func(i int, leas
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	b.ReportMetric(float64(calls-before)/float64(b.N), "roundtrips/op")
 	b.ReportMetric(float64(usec-beforeUsec)/float64(b.N), "server-µs/op")
+	b.ReportMetric((serverCPU(b, c)-cpu0)*1e6/float64(b.N), "server-cpu-µs/op")
 }
 
 // commandStats is the server's INFO commandstats (redistest.ParseCommandStats).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,12 +135,14 @@ func pauseWrites(t *testing.T, c rueidis.Client) func() {
 	return unpause
 }
 
-// loadMulti loads the multi script, so that its first run is one call, not
+// loadMulti loads the multi scripts, so that a first run is one call, not
 // NOSCRIPT and EVAL.
 func loadMulti(t *testing.T, c rueidis.Client) {
 	t.Helper()
-	if err := c.Do(t.Context(), c.B().ScriptLoad().Script(scripts.multi.src).Build()).Error(); err != nil {
-		t.Fatal(err)
+	for _, sc := range append([]*script{scripts.multi}, slices.Collect(maps.Values(scripts.multiOf))...) {
+		if err := c.Do(t.Context(), c.B().ScriptLoad().Script(sc.src).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

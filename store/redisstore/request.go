@@ -46,10 +46,16 @@ const (
 	flagRelease       = 4
 )
 
-// appendRequest appends the ARGV of one request, in the layout of
-// parse_request in common.lua.
-func appendRequest(args []string, r *floodgate.Request, alg floodgate.Algorithm, now int64) []string {
-	p := r.Limit.Params()
+// multiSetWidth and multiReqWidth are MULTI_SET_WIDTH and MULTI_REQ_WIDTH
+// in multi.lua: the ARGV strings of one parameter set and of one request.
+const (
+	multiSetWidth = 6
+	multiReqWidth = 3
+)
+
+// requestFlags is the flags argument of r under params p, as common.lua
+// reads it.
+func requestFlags(p algorithm.Params, r *floodgate.Request) int {
 	flags := 0
 	if p.FirstHit {
 		flags |= flagFirstHit
@@ -60,13 +66,27 @@ func appendRequest(args []string, r *floodgate.Request, alg floodgate.Algorithm,
 	if r.Release {
 		flags |= flagRelease
 	}
-	id := ""
+	return flags
+}
+
+// requestIDOf is the id argument of r under alg: a new random id for a
+// sliding log's entries, the lease of a concurrency limit, else empty.
+func requestIDOf(r *floodgate.Request, alg floodgate.Algorithm) string {
 	switch alg {
 	case floodgate.SlidingWindowLog:
-		id = requestID()
+		return requestID()
 	case floodgate.Concurrency:
-		id = r.Lease
+		return r.Lease
 	}
+	return ""
+}
+
+// appendRequest appends the ARGV of one request, in the layout of
+// parse_request in common.lua.
+func appendRequest(args []string, r *floodgate.Request, alg floodgate.Algorithm, now int64) []string {
+	p := r.Limit.Params()
+	flags := requestFlags(p, r)
+	id := requestIDOf(r, alg)
 	// The five numbers are written into one string and sliced from it: one
 	// allocation instead of one per number above 99.
 	var buf [5 * 20]byte

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -87,14 +88,15 @@ const multiFailed = 2
 // own. The error is the run's; without one, each result is its call's
 // decision, its call's error, or errAlone.
 func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
-	keys := make([]string, len(cs))
-	args := make([]string, 0, len(cs)*(1+argsPerRequest))
-	for i, c := range cs {
-		keys[i] = c.key
-		args = append(args, string(c.alg))
-		args = appendRequest(args, &c.r, c.alg, c.now)
+	keys, args := multiArgs(cs)
+	sc := scripts.multiOf[cs[0].alg]
+	for _, c := range cs[1:] {
+		if c.alg != cs[0].alg {
+			sc = scripts.multi
+			break
+		}
 	}
-	vals, err := rn.run(ctx, scripts.multi, keys, args)
+	vals, err := rn.run(ctx, sc, keys, args)
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +113,58 @@ func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 		out[i].d, out[i].err = decode(v, c.now)
 	}
 	return out, nil
+}
+
+// multiSet is a parameter set of multi.lua: what the requests of one run
+// that share it have in common.
+type multiSet struct {
+	alg                       floodgate.Algorithm
+	now, limit, period, burst int64
+	flags                     int
+}
+
+// multiIndex holds the decimal strings of the indexes of multi.lua's
+// parameter sets, so that a run allocates none.
+var multiIndex = func() (s [maxCoalesced + 1]string) {
+	for i := range s {
+		s[i] = strconv.Itoa(i)
+	}
+	return s
+}()
+
+// multiArgs is the KEYS and ARGV of one run of multi.lua for cs: the
+// parameter sets (each distinct algorithm, time and limit of cs once, in
+// the order first seen), then each call's set, cost and id.
+func multiArgs(cs []*call) (keys, args []string) {
+	keys = make([]string, len(cs))
+	var setsBuf [4]multiSet
+	sets := setsBuf[:0]
+	idx := make([]int, len(cs))
+	for i, c := range cs {
+		keys[i] = c.key
+		p := c.r.Limit.Params()
+		set := multiSet{alg: c.alg, now: c.now, limit: p.Limit, period: p.Period, burst: p.Burst, flags: requestFlags(p, &c.r)}
+		j := slices.Index(sets, set)
+		if j < 0 {
+			j = len(sets)
+			sets = append(sets, set)
+		}
+		idx[i] = j + 1
+	}
+	args = make([]string, 0, 1+len(sets)*multiSetWidth+len(cs)*multiReqWidth)
+	args = append(args, multiIndex[len(sets)])
+	for _, set := range sets {
+		args = append(args, string(set.alg),
+			strconv.FormatInt(set.now, 10),
+			strconv.FormatInt(set.limit, 10),
+			strconv.FormatInt(set.period, 10),
+			strconv.FormatInt(set.burst, 10),
+			strconv.Itoa(set.flags))
+	}
+	for i, c := range cs {
+		args = append(args, multiIndex[idx[i]], strconv.FormatInt(c.r.Cost, 10), requestIDOf(&c.r, c.alg))
+	}
+	return keys, args
 }
 
 // stampAll stamps every call of cs (see stamp), reading the Clock once:

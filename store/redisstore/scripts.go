@@ -49,8 +49,11 @@ type scriptSet struct {
 	single map[floodgate.Algorithm]*script
 	batch  *script
 	// multi decides independent requests in one run (multi.lua), for
-	// coalescing concurrent calls.
-	multi *script
+	// coalescing concurrent calls; multiOf[alg] is the same script with
+	// only alg's code, for a run whose requests are all of alg (see
+	// multiOnly).
+	multi   *script
+	multiOf map[floodgate.Algorithm]*script
 	// budget claims units of a local budget and gives them back
 	// (budget.lua), for the algorithms that take a
 	// floodgate.Limit.LocalBudget.
@@ -157,7 +160,8 @@ func buildScripts() (scriptSet, error) {
 		}
 		return f, m, nil
 	}
-	set := scriptSet{single: make(map[floodgate.Algorithm]*script), budget: make(map[floodgate.Algorithm]*script)}
+	set := scriptSet{single: make(map[floodgate.Algorithm]*script), budget: make(map[floodgate.Algorithm]*script),
+		multiOf: make(map[floodgate.Algorithm]*script)}
 	var mains []mainPart
 	var funcs []string
 	for _, alg := range floodgate.Algorithms {
@@ -222,6 +226,18 @@ func buildScripts() (scriptSet, error) {
 	}
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
+	for i, alg := range floodgate.Algorithms {
+		var src strings.Builder
+		for _, name := range append([]string{"common.lua"}, helpers(alg)...) {
+			src.WriteString(files[name] + "\n")
+		}
+		only, err := multiOnly(multiFuncs, alg)
+		if err != nil {
+			return scriptSet{}, err
+		}
+		src.WriteString(funcs[i] + "\n" + only + mainMarker + multiMain)
+		set.multiOf[alg] = newScript("multi_"+string(alg), src.String())
+	}
 	// The scripts of refunds and reservations add to shared the batch's
 	// helpers, which they use, the refunds, and the holds' helpers.
 	set.refund = newScript("refund", shared.String()+batchFuncs+"\n"+refundFuncs+mainMarker+refundMain)
@@ -256,7 +272,46 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise} {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
+	// With functions, the library's multi serves every run: its helpers
+	// are made once per load, so leaving out other algorithms saves nothing.
+	for _, sc := range set.multiOf {
+		sc.fn = set.multi.fn
+	}
 	return set, nil
+}
+
+// multiOnly is the functions part of multi.lua for runs of alg alone: its
+// tables of algorithms (MULTI_APPLY and MULTI_STATE, one entry per line)
+// keep only alg's entry, so that the script needs only alg's functions.
+// Redis runs a script's whole body at each call, so the helpers and the
+// entries of every other algorithm, which such a run never uses, would be
+// made for nothing: about a sixth of a run's CPU for a fixed window
+// (BENCHMARKS.md, "Round two").
+func multiOnly(funcs string, alg floodgate.Algorithm) (string, error) {
+	var out strings.Builder
+	inTable, kept := false, 0
+	for line := range strings.Lines(funcs) {
+		switch {
+		case line == "local MULTI_APPLY = {\n" || line == "local MULTI_STATE = {\n":
+			inTable = true
+		case inTable && line == "}\n":
+			inTable = false
+		case inTable:
+			name, _, ok := strings.Cut(strings.TrimSpace(line), " = ")
+			if !ok || !slices.Contains(floodgate.Algorithms, floodgate.Algorithm(name)) {
+				return "", fmt.Errorf("redisstore: scripts/multi.lua: unexpected line in a table of algorithms: %q", line)
+			}
+			if floodgate.Algorithm(name) != alg {
+				continue
+			}
+			kept++
+		}
+		out.WriteString(line)
+	}
+	if kept != 1 {
+		return "", fmt.Errorf("redisstore: scripts/multi.lua: %d entries for %s in its tables of algorithms, want 1", kept, alg)
+	}
+	return out.String(), nil
 }
 
 // mainPart is the main part of a script, by the script's name: the body of

@@ -93,17 +93,91 @@ end
 -- each '^%-?%d+$' (a field holding ':' would make a seventh).
 local NUMBERS = '^%-?%d+:%-?%d+:%-?%d+:%-?%d+:%-?%d+:%-?%d+$'
 
--- parse_request reads and checks the ARGS_PER_REQUEST arguments of one
--- request of algorithm alg starting at argv[base+1]. It returns the params p
--- (limit, period, burst, first_hit, count_rejected) and the request r
--- (now, cost, id, release); r.now is -1 for the server clock.
+-- check_id fails unless id is a request's id argument: empty, or 1 to
+-- MAX_ID_LEN bytes of [A-Za-z0-9_-].
+local function check_id(id)
+  if id ~= '' and (type(id) ~= 'string' or #id > MAX_ID_LEN or not match(id, '^[%w_%-]+$')) then
+    fail('id', 'not 0 to 64 bytes of [A-Za-z0-9_-]')
+  end
+end
+
+-- check_params checks what a request's parameters (limit, period, burst,
+-- flags, each already in its numeric range) allow together under alg, and
+-- returns the params p (limit, period, burst, first_hit, count_rejected)
+-- and whether the flags ask for a release: what parse_request checks that
+-- depends on neither the request's cost nor its id, which multi.lua checks
+-- once per set of requests that share them.
+local function check_params(alg, limit, period, burst, flags)
+  local first_hit = flags % 2 == 1
+  local count_rejected = flags % 4 >= 2
+  local release = flags >= 4
+  if first_hit and alg ~= 'fixed_window' then
+    fail('flags', alg .. ' takes no first_hit window')
+  end
+  if count_rejected and alg ~= 'fixed_window' and alg ~= 'sliding_window' then
+    fail('flags', alg .. ' does not count rejected requests')
+  end
+  if release and alg ~= 'concurrency' then
+    fail('flags', alg .. ' takes no release')
+  end
+  if alg == 'token_bucket' or alg == 'gcra' then
+    if limit > 0 then
+      -- floodgate's bucketFits: burst*limit <= MAX_EXACT, and refilling
+      -- the whole bucket, burst*period/limit rounded up, takes at most
+      -- MAX_PERIOD.
+      if burst > floor_div(MAX_EXACT, limit) then
+        fail('burst', 'burst times limit is above 2^52')
+      end
+      local q = floor_div(period, limit)
+      local r = period - q * limit
+      if (q > 0 and burst > floor_div(MAX_PERIOD, q)) or burst * q + floor_div(burst * r + limit - 1, limit) > MAX_PERIOD then
+        fail('burst', 'burst takes longer than 2^48 us to refill')
+      end
+    end
+  elseif burst ~= 0 then
+    fail('burst', alg .. ' takes no burst')
+  end
+  if (alg == 'sliding_window_log' or alg == 'concurrency') and limit > MAX_LOG_LIMIT then
+    fail('limit', str(limit) .. ' is above ' .. str(MAX_LOG_LIMIT) .. ' for ' .. alg)
+  end
+  if alg == 'sliding_window' then
+    if limit + 1 > floor_div(MAX_EXACT, period) then
+      fail('limit', '(limit+1) * period is above 2^52 for sliding_window')
+    end
+    if period > MAX_PERIOD / 2 then
+      fail('period', 'above 2^47 us for sliding_window, which keeps a key for two periods')
+    end
+  end
+  return {limit = limit, period = period, burst = burst, first_hit = first_hit, count_rejected = count_rejected}, release
+end
+
+-- check_use checks a request's cost and id (check_id) against its
+-- algorithm: the log algorithms need an id to add entries, the others take
+-- none.
+local function check_use(alg, cost, id, release)
+  if alg == 'sliding_window_log' then
+    if cost > 0 and id == '' then
+      fail('id', 'sliding_window_log needs a request id')
+    end
+  elseif alg == 'concurrency' then
+    if id == '' and (cost > 0 or release) then
+      fail('id', 'concurrency needs a lease ID to acquire or release')
+    end
+  elseif id ~= '' then
+    fail('id', alg .. ' takes no id')
+  end
+end
+
+-- parse_numbers reads and checks the six numbers of a request starting at
+-- argv[base+1] (now_us, limit, period, cost, burst, flags; see the
+-- header), each in its range.
 --
 -- The fast path checks the six numbers with one match of their
 -- concatenation and reads them by arithmetic coercion, which the match
 -- makes safe; anything it does not accept goes through int, field by field,
 -- which accepts exactly the same and fails naming the field. int is made
 -- only then: a closure costs CPU on every run of a script.
-local function parse_request(alg, argv, base)
+local function parse_numbers(argv, base)
   local a1, a2, a3, a4, a5, a6 = argv[base + 1], argv[base + 2], argv[base + 3], argv[base + 4], argv[base + 5], argv[base + 6]
   local now, limit, period, cost, burst, flags
   if #a1 <= 17 and #a2 <= 17 and #a3 <= 17 and #a4 <= 17 and #a5 <= 17 and #a6 <= 17
@@ -131,65 +205,21 @@ local function parse_request(alg, argv, base)
     burst = int('burst', a5, 0, MAX_LIMIT)
     flags = int('flags', a6, 0, 7)
   end
+  return now, limit, period, cost, burst, flags
+end
+
+-- parse_request reads and checks the ARGS_PER_REQUEST arguments of one
+-- request of algorithm alg starting at argv[base+1] (see the header). It
+-- returns the params p (limit, period, burst, first_hit, count_rejected)
+-- and the request r (now, cost, id, release); r.now is -1 for the server
+-- clock.
+local function parse_request(alg, argv, base)
+  local now, limit, period, cost, burst, flags = parse_numbers(argv, base)
   local id = argv[base + 7]
-  if id ~= '' and (type(id) ~= 'string' or #id > MAX_ID_LEN or not match(id, '^[%w_%-]+$')) then
-    fail('id', 'not 0 to 64 bytes of [A-Za-z0-9_-]')
-  end
-  local first_hit = flags % 2 == 1
-  local count_rejected = flags % 4 >= 2
-  local release = flags >= 4
-  local bucket = alg == 'token_bucket' or alg == 'gcra'
-  local log = alg == 'sliding_window_log' or alg == 'concurrency'
-  if first_hit and alg ~= 'fixed_window' then
-    fail('flags', alg .. ' takes no first_hit window')
-  end
-  if count_rejected and alg ~= 'fixed_window' and alg ~= 'sliding_window' then
-    fail('flags', alg .. ' does not count rejected requests')
-  end
-  if release and alg ~= 'concurrency' then
-    fail('flags', alg .. ' takes no release')
-  end
-  if bucket then
-    if limit > 0 then
-      -- floodgate's bucketFits: burst*limit <= MAX_EXACT, and refilling
-      -- the whole bucket, burst*period/limit rounded up, takes at most
-      -- MAX_PERIOD.
-      if burst > floor_div(MAX_EXACT, limit) then
-        fail('burst', 'burst times limit is above 2^52')
-      end
-      local q = floor_div(period, limit)
-      local r = period - q * limit
-      if (q > 0 and burst > floor_div(MAX_PERIOD, q)) or burst * q + floor_div(burst * r + limit - 1, limit) > MAX_PERIOD then
-        fail('burst', 'burst takes longer than 2^48 us to refill')
-      end
-    end
-  elseif burst ~= 0 then
-    fail('burst', alg .. ' takes no burst')
-  end
-  if log then
-    if limit > MAX_LOG_LIMIT then
-      fail('limit', str(limit) .. ' is above ' .. str(MAX_LOG_LIMIT) .. ' for ' .. alg)
-    end
-    if alg == 'sliding_window_log' then
-      if cost > 0 and id == '' then
-        fail('id', 'sliding_window_log needs a request id')
-      end
-    elseif id == '' and (cost > 0 or release) then
-      fail('id', 'concurrency needs a lease ID to acquire or release')
-    end
-  elseif id ~= '' then
-    fail('id', alg .. ' takes no id')
-  end
-  if alg == 'sliding_window' then
-    if limit + 1 > floor_div(MAX_EXACT, period) then
-      fail('limit', '(limit+1) * period is above 2^52 for sliding_window')
-    end
-    if period > MAX_PERIOD / 2 then
-      fail('period', 'above 2^47 us for sliding_window, which keeps a key for two periods')
-    end
-  end
-  return {limit = limit, period = period, burst = burst, first_hit = first_hit, count_rejected = count_rejected},
-    {now = now, cost = cost, id = id, release = release}
+  check_id(id)
+  local p, release = check_params(alg, limit, period, burst, flags)
+  check_use(alg, cost, id, release)
+  return p, {now = now, cost = cost, id = id, release = release}
 end
 
 -- server_now is the Redis server's clock in µs. Redis 7 replicates a

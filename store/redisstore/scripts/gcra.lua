@@ -14,50 +14,57 @@
 
 local GCRA_FIELDS = {'tat', 'tat_frac'}
 
--- gcra_step is GCRA.Step.
+-- gcra_step is GCRA.Step. Instants are pairs of values (see rate.lua):
+-- tat, tat_f is the instant tat.
 local function gcra_step(p, s, now, cost)
   if p.limit <= 0 then
     return {tat = 0, tat_frac = 0}, deny_all(cost)
   end
-  local t = new_rate(p.limit, p.period)
-  local now_i = instant(now, 0)
-  local tat = norm(t, instant(s.tat, s.tat_frac))
-  if less(tat, now_i) then
-    tat = now_i
+  local t = rate_of(p)
+  local tat, tat_f = norm(t, s.tat, s.tat_frac)
+  if less(tat, tat_f, now, 0) then
+    tat, tat_f = now, 0
   end
-  local burst_t = times(t, p.burst)
+  -- Burst*T, once per params p, as rate_of.
+  local burst_t, burst_t_f = p.burst_t, p.burst_t_f
+  if not burst_t then
+    burst_t, burst_t_f = times(t, p.burst)
+    p.burst_t, p.burst_t_f = burst_t, burst_t_f
+  end
   -- allow_at = tat + cost*T - Burst*T is the earliest instant the request
   -- fits; a cost above Burst never fits (and cost*T is not computed).
-  local allow_at = instant(0, 0)
+  local allow_at, allow_at_f = 0, 0
   local allowed = false
   if cost <= p.burst then
-    local next = add(t, tat, times(t, cost))
-    allow_at = sub(t, next, burst_t)
-    allowed = not less(now_i, allow_at)
+    local cost_t, cost_t_f = times(t, cost)
+    local next, next_f = add(t, tat, tat_f, cost_t, cost_t_f)
+    allow_at, allow_at_f = sub(t, next, next_f, burst_t, burst_t_f)
+    allowed = not less(now, 0, allow_at, allow_at_f)
     if allowed then
-      tat = next
+      tat, tat_f = next, next_f
     end
   end
   -- The tokens left are floor((Burst*T - (tat - now)) / T).
   local remaining = 0
-  local ahead = sub(t, tat, now_i)
-  if less(ahead, burst_t) then
-    remaining = count(t, sub(t, burst_t, ahead), p.burst)
+  local ahead, ahead_f = sub(t, tat, tat_f, now, 0)
+  if less(ahead, ahead_f, burst_t, burst_t_f) then
+    local left, left_f = sub(t, burst_t, burst_t_f, ahead, ahead_f)
+    remaining = count(t, left, left_f, p.burst)
   end
   local d = decision(allowed, p.burst, remaining)
-  if less(now_i, tat) then
-    d.reset_after = ceil(tat) - now
+  if less(now, 0, tat, tat_f) then
+    d.reset_after = ceil(tat, tat_f) - now
   end
   if allowed then
   elseif cost > p.burst then
     d.retry_after = NEVER
   else
-    d.retry_after = ceil(allow_at) - now
+    d.retry_after = ceil(allow_at, allow_at_f) - now
   end
-  if not less(now_i, tat) then
+  if not less(now, 0, tat, tat_f) then
     return {tat = 0, tat_frac = 0}, d
   end
-  return {tat = tat.us, tat_frac = tat.frac}, d
+  return {tat = tat, tat_frac = tat_f}, d
 end
 
 -- gcra_expires is GCRA.Expires.
@@ -65,7 +72,7 @@ local function gcra_expires(p, s)
   if s.tat <= 0 and s.tat_frac <= 0 then
     return 0
   end
-  return ceil(instant(s.tat, s.tat_frac))
+  return ceil(s.tat, s.tat_frac)
 end
 
 -- gcra_apply loads the state, steps it and stores it, as memstore does.

@@ -12,14 +12,25 @@
 -- KEYS[i]  the state of request i, as in its algorithm's script. On a
 --          Redis Cluster the store sends only keys of one hash tag
 --          together, so they are in one slot.
--- ARGV     per request, (1 + ARGS_PER_REQUEST) strings: the algorithm name,
---          then the request as parse_request in common.lua reads it.
+-- ARGV     the parameter sets, then the requests:
+--            n_sets    the number of sets, 1 to #KEYS
+--            per set   MULTI_SET_WIDTH strings: the algorithm name, then
+--                      now_us, limit, period, burst and flags as
+--                      parse_request in common.lua reads them
+--            per key   MULTI_REQ_WIDTH strings: the index of its set (1 to
+--                      n_sets, in decimal), its cost and its id (as
+--                      parse_request reads them)
+--          The requests of one run mostly share their limit and their time
+--          (the server's), so each set is read and checked once per run,
+--          not once per request: what a request alone carries, its cost and
+--          id, is most of what a request costs Redis to read.
 -- Reply    per request, {allowed 0/1, limit, remaining, reset_after_us,
 --          retry_after_us (-1 never), now_us}, one flat array; allowed is
 --          MULTI_FAILED (2) and the rest 0 for a request that failed. A
 --          request fails before its first write, as in its own script (its
---          arguments and its key's type are checked first), so it changed
---          nothing: the store runs it again alone, to report its error.
+--          arguments, its set's and its key's type are checked first), so
+--          it changed nothing: the store runs it again alone, to report its
+--          error.
 --
 -- Requests of the server's time (now_us -1) are all decided at one call of
 -- TIME, made only if one of them needs it: the script runs atomically, so
@@ -48,30 +59,68 @@ local MULTI_STATE = {
   gcra = {fields = GCRA_FIELDS, step = gcra_step, expires = gcra_expires},
 }
 
--- multi_one decides the request of key whose arguments start at
--- argv[base+1]; clock.now is the server's time, read (TIME) by the first
--- request that needs it, so that a run of requests that all carry their
--- own time never calls TIME (Options.ClientTime, for a Redis that forbids
--- it in scripts). A state algorithm's key is
--- read into states[key] on its first request (and appended to order), and
--- stepped there: st.old is what was read, st.s the state now, st.p and
--- st.now the params and time of the last step that changed it. It returns
--- the decision and the time it was made at.
-local function multi_one(key, argv, base, clock, states, order)
+local MULTI_SET_WIDTH, MULTI_REQ_WIDTH = 6, 3
+
+-- multi_set reads and checks the parameter set whose strings start at
+-- argv[base+1] (see the header). It returns the set: the algorithm's name,
+-- m (of MULTI_STATE) or apply (of MULTI_APPLY), the params p, the time now
+-- (-1 for the server's) and release (flags 4).
+local function multi_set(argv, base)
   local name = argv[base + 1]
   local m, apply = MULTI_STATE[name], MULTI_APPLY[name]
   if not m and not apply then
     fail('algorithm', 'unknown algorithm ' .. tostring(name))
   end
-  local p, r = parse_request(name, argv, base + 1)
-  local now = r.now
+  -- parse_numbers reads a request's six numbers: the set's five, and cost 0.
+  local now, limit, period, _, burst, flags = parse_numbers({argv[base + 2], argv[base + 3], argv[base + 4], '0', argv[base + 5], argv[base + 6]}, 0)
+  local p, release = check_params(name, limit, period, burst, flags)
+  return {name = name, m = m, apply = apply, p = p, now = now, release = release}
+end
+
+-- multi_cost reads a request's cost, as parse_numbers reads it.
+local function multi_cost(s)
+  if type(s) ~= 'string' or #s > 17 or not match(s, '^%-?%d+$') then
+    fail('cost', 'not an integer: ' .. tostring(s))
+  end
+  local n = s + 0
+  if not (n >= 0 and n <= MAX_LIMIT) then
+    fail('cost', s .. ' is outside [0, ' .. str(MAX_LIMIT) .. ']')
+  end
+  return n
+end
+
+-- multi_one decides the request of key whose arguments start at
+-- argv[base+1], of a set in sets (by its index string; false for a set
+-- that failed its checks); clock.now is the server's time, read (TIME) by
+-- the first request that needs it, so that a run of requests that all
+-- carry their own time never calls TIME (Options.ClientTime, for a Redis
+-- that forbids it in scripts). A state algorithm's key is read into
+-- states[key] on its first request (and appended to order), and stepped
+-- there: st.old is what was read, st.s the state now, st.p and st.now the
+-- params and time of the last step that changed it. It returns the
+-- decision and the time it was made at.
+local function multi_one(key, argv, base, sets, clock, states, order)
+  local set = sets[argv[base + 1]]
+  if not set then
+    fail('args', 'no parameter set ' .. tostring(argv[base + 1]))
+  end
+  local cost, id = argv[base + 2], argv[base + 3]
+  if cost == '1' and id == '' and set.m then
+    cost = 1 -- the usual request, which the checks below always pass
+  else
+    cost = multi_cost(cost)
+    check_id(id)
+    check_use(set.name, cost, id, set.release)
+  end
+  local now = set.now
   if now < 0 then
     clock.now = clock.now or server_now()
     now = clock.now
   end
-  if apply then
-    return apply(key, p, r, now), now
+  if set.apply then
+    return set.apply(key, set.p, {now = set.now, cost = cost, id = id, release = set.release}, now), now
   end
+  local m = set.m
   local st = states[key]
   if not st then
     local old = load_state(key, m.fields)
@@ -79,10 +128,10 @@ local function multi_one(key, argv, base, clock, states, order)
     states[key] = st
     order[#order + 1] = key
   end
-  local s, d = m.step(p, st.s, now, r.cost)
+  local s, d = m.step(set.p, st.s, now, cost)
   for _, f in ipairs(m.fields) do
     if s[f] ~= st.s[f] then
-      st.p, st.now, st.server = p, now, r.now < 0
+      st.p, st.now, st.server = set.p, now, set.now < 0
       break
     end
   end
@@ -108,9 +157,17 @@ end
 
 -- main
 local n = #KEYS
-local width = 1 + ARGS_PER_REQUEST
-if n == 0 or #ARGV ~= n * width then
-  fail('args', 'want ' .. width .. ' arguments per key')
+local n_sets = tonumber(ARGV[1])
+if n == 0 or not n_sets or n_sets < 1 or n_sets > n or n_sets % 1 ~= 0
+  or #ARGV ~= 1 + n_sets * MULTI_SET_WIDTH + n * MULTI_REQ_WIDTH then
+  fail('args', 'want a number of sets, ' .. MULTI_SET_WIDTH .. ' arguments per set and ' .. MULTI_REQ_WIDTH .. ' per key')
+end
+-- A set that fails its checks fails each of its requests, as they would
+-- alone (the store runs them alone to report the error).
+local sets = {}
+for j = 1, n_sets do
+  local ok, set = pcall(multi_set, ARGV, 1 + (j - 1) * MULTI_SET_WIDTH)
+  sets[str(j)] = ok and set or false
 end
 local clock = {}
 local out, states, order = {}, {}, {}
@@ -118,8 +175,9 @@ local function failed(i)
   local k = (i - 1) * 6
   out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6] = MULTI_FAILED, 0, 0, 0, 0, 0
 end
+local base = 1 + n_sets * MULTI_SET_WIDTH
 for i = 1, n do
-  local ok, d, now = pcall(multi_one, KEYS[i], ARGV, (i - 1) * width, clock, states, order)
+  local ok, d, now = pcall(multi_one, KEYS[i], ARGV, base + (i - 1) * MULTI_REQ_WIDTH, sets, clock, states, order)
   if ok then
     reply(out, d, now)
   else

@@ -115,38 +115,41 @@ local function token_bucket_refund(p, s, now, _, units)
   if p.limit <= 0 or units <= 0 then
     return s, 0
   end
-  local taken, last = token_bucket_credit(p, new_rate(p.limit, p.period), s, now)
+  local taken, last, last_f = token_bucket_credit(p, rate_of(p), s, now)
   local back = min(units, taken)
   taken = taken - back
   if taken == 0 then
     return {taken = 0, last = 0, last_frac = 0}, back
   end
-  return {taken = taken, last = last.us, last_frac = last.frac}, back
+  return {taken = taken, last = last, last_frac = last_f}, back
 end
 
--- gcra_refund is GCRA.Refund.
+-- gcra_refund is GCRA.Refund. Instants are pairs of values (see rate.lua).
 local function gcra_refund(p, s, now, _, units)
   if p.limit <= 0 or units <= 0 then
     return s, 0
   end
-  local t = new_rate(p.limit, p.period)
-  local now_i = instant(now, 0)
-  local tat = norm(t, instant(s.tat, s.tat_frac))
-  if not less(now_i, tat) then
+  local t = rate_of(p)
+  local tat, tat_f = norm(t, s.tat, s.tat_frac)
+  if not less(now, 0, tat, tat_f) then
     return {tat = 0, tat_frac = 0}, 0
   end
   -- The whole tokens missing: those not yet earned back, ceil((tat-now)/T).
-  local owed = count(t, sub(t, tat, now_i), p.burst)
-  if less(add(t, now_i, times(t, owed)), tat) then
+  local ahead, ahead_f = sub(t, tat, tat_f, now, 0)
+  local owed = count(t, ahead, ahead_f, p.burst)
+  local owed_t, owed_t_f = times(t, owed)
+  local at, at_f = add(t, now, 0, owed_t, owed_t_f)
+  if less(at, at_f, tat, tat_f) then
     owed = owed + 1
   end
   owed = min(owed, p.burst)
   local back = min(units, owed)
-  tat = sub(t, tat, times(t, back))
-  if not less(now_i, tat) then
+  local back_t, back_t_f = times(t, back)
+  tat, tat_f = sub(t, tat, tat_f, back_t, back_t_f)
+  if not less(now, 0, tat, tat_f) then
     return {tat = 0, tat_frac = 0}, back
   end
-  return {tat = tat.us, tat_frac = tat.frac}, back
+  return {tat = tat, tat_frac = tat_f}, back
 end
 
 -- string_reserver is an algorithm whose state is a string (state.lua) as

@@ -17,19 +17,21 @@ local TOKEN_BUCKET_FIELDS = {'taken', 'last', 'last_frac'}
 
 -- token_bucket_credit is TokenBucket.credit: the tokens missing at now
 -- once those earned since last are credited, and the instant the last of
--- them was. A state kept under a larger Burst (a store shares it when a
--- limit changes) is read under this one: the bucket is at most empty,
--- which also keeps taken*T within the bounds parse_request checks for p.
+-- them was (two values: see rate.lua). A state kept under a larger Burst
+-- (a store shares it when a limit changes) is read under this one: the
+-- bucket is at most empty, which also keeps taken*T within the bounds
+-- parse_request checks for p.
 local function token_bucket_credit(p, t, s, now)
   local taken = min(max(0, s.taken), p.burst)
-  local last = norm(t, instant(s.last, s.last_frac))
-  local now_i = instant(now, 0)
-  if taken > 0 and less(last, now_i) then
-    local n = count(t, sub(t, now_i, last), taken)
+  local last, last_f = norm(t, s.last, s.last_frac)
+  if taken > 0 and less(last, last_f, now, 0) then
+    local since, since_f = sub(t, now, 0, last, last_f)
+    local n = count(t, since, since_f, taken)
     taken = taken - n
-    last = add(t, last, times(t, n))
+    local n_t, n_t_f = times(t, n)
+    last, last_f = add(t, last, last_f, n_t, n_t_f)
   end
-  return taken, last
+  return taken, last, last_f
 end
 
 -- token_bucket_step is TokenBucket.Step.
@@ -37,11 +39,10 @@ local function token_bucket_step(p, s, now, cost)
   if p.limit <= 0 then
     return {taken = 0, last = 0, last_frac = 0}, deny_all(cost)
   end
-  local t = new_rate(p.limit, p.period)
-  local taken, last = token_bucket_credit(p, t, s, now)
-  local now_i = instant(now, 0)
+  local t = rate_of(p)
+  local taken, last, last_f = token_bucket_credit(p, t, s, now)
   if taken == 0 then
-    last = now_i
+    last, last_f = now, 0
   end
   local allowed = p.burst - taken >= cost
   if allowed then
@@ -49,18 +50,20 @@ local function token_bucket_step(p, s, now, cost)
   end
   local d = decision(allowed, p.burst, max(0, p.burst - taken))
   if taken > 0 then
-    d.reset_after = ceil(add(t, last, times(t, taken))) - now
+    local x, x_f = times(t, taken)
+    d.reset_after = ceil(add(t, last, last_f, x, x_f)) - now
   end
   if allowed then
   elseif cost > p.burst then
     d.retry_after = NEVER
   else
-    d.retry_after = ceil(add(t, last, times(t, cost - (p.burst - taken)))) - now
+    local x, x_f = times(t, cost - (p.burst - taken))
+    d.retry_after = ceil(add(t, last, last_f, x, x_f)) - now
   end
   if taken == 0 then
     return {taken = 0, last = 0, last_frac = 0}, d
   end
-  return {taken = taken, last = last.us, last_frac = last.frac}, d
+  return {taken = taken, last = last, last_frac = last_f}, d
 end
 
 -- token_bucket_expires is TokenBucket.Expires.
@@ -68,8 +71,10 @@ local function token_bucket_expires(p, s)
   if s.taken <= 0 or p.limit <= 0 then
     return 0
   end
-  local t = new_rate(p.limit, p.period)
-  return ceil(add(t, norm(t, instant(s.last, s.last_frac)), times(t, min(s.taken, p.burst))))
+  local t = rate_of(p)
+  local last, last_f = norm(t, s.last, s.last_frac)
+  local x, x_f = times(t, min(s.taken, p.burst))
+  return ceil(add(t, last, last_f, x, x_f))
 end
 
 -- token_bucket_apply loads the state, steps it and stores it, as memstore does.
