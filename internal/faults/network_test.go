@@ -111,6 +111,66 @@ func TestFaultLatencyAboveDeadline(t *testing.T) {
 	})
 }
 
+// TestFaultBlackhole makes the network path to Redis stop delivering
+// (the proxy holds every byte sent to Redis for an hour, with no reset or
+// close, as a dropped route or a stale NAT entry would), then restores it.
+// Calls end at their deadline and are answered by their policy; the
+// connections that waited through the blackhole never get their answers,
+// so the store recovers only once the client closes them and dials again:
+// within redisstore.DefaultConnTimeout (2 s), a keepalive ping (1 s) and 1
+// s of the repair, which the row's bounds assert (with rueidis's default
+// of 10 s it took 11.5 s). No script runs twice.
+func TestFaultBlackhole(t *testing.T) {
+	r, p, insts := proxied(t)
+	l := startLoad(t, insts, 6, ownKeys("blackhole"), onceLimit)
+	waitFor(t, 10*time.Second, "successes before the blackhole", func() bool {
+		return l.count(func(c call) bool { return c.err == nil }) >= 100
+	})
+	cut := time.Now()
+	p.SetLatency(time.Hour)
+	waitFor(t, 10*time.Second, "failed calls in the blackhole", func() bool {
+		return l.count(func(c call) bool { return c.err != nil && c.start.After(cut) }) >= 60
+	})
+	p.SetLatency(0)
+	healed := time.Now()
+	// Recovered: no call has failed for a second, and every instance has
+	// succeeded since the last failure. A client may dial a new connection
+	// and succeed while calls still wait on an old one, so the last
+	// failure, not the first success, marks the end.
+	var settled time.Time
+	waitFor(t, 30*time.Second, "a second without failures after the repair", func() bool {
+		settled = healed
+		for _, c := range l.Calls() {
+			if c.err != nil && c.end.After(settled) {
+				settled = c.end
+			}
+		}
+		first, _ := recovery(l.Calls(), len(insts), settled)
+		return time.Since(settled) > time.Second && !latest(first).IsZero()
+	})
+	l.Stop()
+	calls := l.Calls()
+	st := measure(l, insts)
+	first, errsAfter := recovery(calls, len(insts), settled)
+	other, late := afterRecovery(t, settled, errsAfter)
+	double, countedFailed, missing := counted(t, r.Addr, insts, calls)
+	if missing > 0 {
+		t.Errorf("%d allowed calls left no count in Redis", missing)
+	}
+	rec := latest(first).Sub(healed)
+	record(t, Row{
+		Fault: "the path to Redis stops delivering (a TCP proxy holds every byte, no reset) under load, then is restored",
+		Saw: fmt.Sprintf("%d of %d calls failed (%d at the deadline, the others when the client closed their connection), each answered by its policy; max latency %s against a %s deadline (process stalled up to %s); "+
+			"recovered %s after the repair (the connections that waited are closed after conn_timeout, 2 s); no script ran twice",
+			st.errors, st.calls, st.deadlines, ms(st.maxLatency), ms(timeout), ms(st.stall), ms(rec)),
+		Calls: st.calls, Errors: st.errors, Deadlines: st.deadlines,
+		TimeoutMS: msf(timeout), MaxLatencyMS: msf(st.maxLatency), StallMS: msf(st.stall),
+		WrongPolicy: st.wrongPolicy, ErrorsAfterRecovery: other, TimeoutsAfterRecovery: late, NoScript: st.noscript,
+		RecoveryMS: msf(rec), OutageMS: msf(latest(first).Sub(cut)),
+		Uncounted: st.uncounted, DoubleCounted: double, ServerCountedFailed: countedFailed,
+	})
+}
+
 // TestFaultConnectionReset resets every client connection (TCP RST) five
 // times under load, as a dropped NAT entry or a restarted load balancer
 // would: calls in flight fail, the clients reconnect, and no script runs

@@ -165,6 +165,12 @@ var extra = map[string]func(Row) []string{
 		return need(r.Errors > 0, "no call failed although the added latency is above the deadline",
 			r.RecoveryMS >= 0, "no recovery after the latency was removed")
 	},
+	"TestFaultBlackhole": func(r Row) []string {
+		// redisstore.DefaultConnTimeout (2 s) until the waiting connections
+		// are closed, a keepalive ping (1 s), and 1 s for the rest.
+		return need(r.Errors > 0, "no call failed in the blackhole",
+			r.RecoveryMS >= 0 && r.RecoveryMS <= 4000+r.StallMS, "recovery not within 4 s of the repair")
+	},
 	"TestFaultConnectionReset": func(r Row) []string {
 		return need(r.RecoveryMS >= 0, "no recovery after the resets")
 	},
@@ -353,7 +359,7 @@ func rewriteDoc() error {
 // order is the order of the rows in the table.
 var order = []string{
 	"TestFaultKill", "TestFaultPauseSIGSTOP", "TestFaultClientPause",
-	"TestFaultLatencyBelowDeadline", "TestFaultLatencyAboveDeadline", "TestFaultConnectionReset",
+	"TestFaultLatencyBelowDeadline", "TestFaultLatencyAboveDeadline", "TestFaultBlackhole", "TestFaultConnectionReset",
 	"TestScriptFlush", "TestFaultSentinelFailover", "TestFaultSentinelMasterKill", "TestFaultClusterFailover", "TestFaultMaxmemory",
 	"TestFaultSentinelFailoverWait", "TestFaultSentinelFailoverWaitOneOfTwo", "TestFaultSentinelFailoverWaitAll",
 	"TestFaultReserveScriptFlush", "TestFaultReserveFunctionFlush",

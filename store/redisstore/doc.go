@@ -119,7 +119,10 @@
 //	    The same over TLS; each node is verified by its own name.
 //
 // Every form takes dial_timeout, a Go duration (default 5s, or less when
-// Open's context has a shorter deadline).
+// Open's context has a shorter deadline), and conn_timeout, how long a
+// connection may wait for an answer before it is closed and dialled again
+// (default DefaultConnTimeout, 2s: it bounds how long calls keep failing
+// after a network path that silently dropped packets comes back).
 //
 // Options.TLS replaces the TLS configuration of the rediss forms: a private
 // CA in RootCAs, a client certificate for servers that require one

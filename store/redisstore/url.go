@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -43,6 +44,9 @@ type urlConfig struct {
 	SentinelUsername string
 	SentinelPassword string
 	DialTimeout      time.Duration
+	// ConnTimeout is rueidis's ConnWriteTimeout: how long a connection
+	// may go without an answer it waits for before it is closed.
+	ConnTimeout time.Duration
 
 	dbInPath bool
 }
@@ -62,9 +66,9 @@ var schemes = map[string]struct {
 
 // query parameters each topology accepts.
 var queryParams = map[topology][]string{
-	standalone: {"db", "dial_timeout"},
-	sentinel:   {"db", "dial_timeout", "master", "sentinel_username", "sentinel_password"},
-	cluster:    {"dial_timeout"},
+	standalone: {"db", "dial_timeout", "conn_timeout"},
+	sentinel:   {"db", "dial_timeout", "conn_timeout", "master", "sentinel_username", "sentinel_password"},
+	cluster:    {"dial_timeout", "conn_timeout"},
 }
 
 func badURL(format string, args ...any) error {
@@ -260,10 +264,25 @@ func (c *urlConfig) parseQuery(raw string) error {
 			if c.DialTimeout, err = time.ParseDuration(v); err != nil || c.DialTimeout <= 0 {
 				return badURL("dial_timeout %q is not a positive duration such as 2s", v)
 			}
+		case "conn_timeout":
+			if c.ConnTimeout, err = time.ParseDuration(v); err != nil || c.ConnTimeout <= 0 {
+				return badURL("conn_timeout %q is not a positive duration such as 2s", v)
+			}
 		}
 	}
 	return nil
 }
+
+// DefaultConnTimeout is the default conn_timeout of a URL: a connection
+// that has waited this long for an answer is closed, failing the calls in
+// flight on it, and the next calls dial again. rueidis's own default is 10
+// s (its keepalive times the Linux default of 9 probes, plus one), which
+// after a network path that stopped delivering and came back (a
+// blackholed route, a dropped NAT entry without a reset) left every call
+// failing at its deadline for 11.5 s (TestFaultBlackhole). No script the
+// store runs takes near 2 s, and a caller that waits that long has
+// usually long given up, so 2 s only shortens that outage.
+const DefaultConnTimeout = 2 * time.Second
 
 // clientOption is the rueidis configuration of the URL. With TLS it speaks
 // TLS with a clone of custom (Options.TLS), or with the default if custom
@@ -280,6 +299,7 @@ func (c urlConfig) clientOption(custom *tls.Config) rueidis.ClientOption {
 		ForceSingleClient: c.Topology == standalone,
 	}
 	o.Dialer.Timeout = c.DialTimeout
+	o.ConnWriteTimeout = cmp.Or(c.ConnTimeout, DefaultConnTimeout)
 	if c.TLS {
 		o.TLSConfig = tlsConfig(custom)
 	}

@@ -32,6 +32,7 @@ func TestParseURL(t *testing.T) {
 		{"redis-cluster://n1:7000", urlConfig{Topology: cluster, Addrs: []string{"n1:7000"}}},
 		{"redis-cluster://u:p@n1:7000,n2:7001,[::1]:7002/", urlConfig{Topology: cluster, Addrs: []string{"n1:7000", "n2:7001", "[::1]:7002"}, Username: "u", Password: "p"}},
 		{"rediss-cluster://n1:7000/0?dial_timeout=500ms", urlConfig{Topology: cluster, TLS: true, Addrs: []string{"n1:7000"}, DialTimeout: 500 * time.Millisecond}},
+		{"redis://h?conn_timeout=5s", urlConfig{Topology: standalone, Addrs: []string{"h:6379"}, ConnTimeout: 5 * time.Second}},
 	} {
 		got, err := parseURL(tc.url)
 		if err != nil {
@@ -71,6 +72,8 @@ func TestParseURLErrors(t *testing.T) {
 		{"redis://h?master=m", "unknown parameter"},
 		{"redis://h?dial_timeout=0s", "dial_timeout"},
 		{"redis://h?dial_timeout=soon", "dial_timeout"},
+		{"redis://h?conn_timeout=-1s", "conn_timeout"},
+		{"redis-cluster://h?conn_timeout=x", "conn_timeout"},
 		{"redis://h?%zz", "query"},
 		{"redis://u:p%zz@h", "password"},
 		{"redis://u%zz:p@h", "username"},
