@@ -250,6 +250,8 @@ func ledgerReconcile(ctx context.Context, args []string, stdout, stderr io.Write
 	redisURL := fs.String("redis", "", "the Redis `URL` of the counters, as given to floodgate serve -redis; empty: the counters are in a serve process's memory, out of reach, and there is nothing to reconcile")
 	limitSpec := fs.String("limit", "", "the quota the counters run under now, for every key: `UNITS/PERIOD[,first_hit]` (10000/month, 500/24h); default the quota recorded with each window's latest commit")
 	configPath := fs.String("config", "", "config `file or directory` of floodgate serve: each key whose counter is a rule's takes that rule's limit; other keys the recorded one")
+	var ld config.Loader
+	mergeFlag(fs, &ld.MergeDomains)
 	prefix := fs.String("key", "", "the keys that start with this `prefix`; default every key")
 	repair := fs.Bool("repair", false, "raise each counter that is behind the ledger to the ledger's units (a counter is never lowered)")
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of each Redis call")
@@ -302,7 +304,7 @@ flags:
 			problem = fmt.Sprintf("-limit: %v", err)
 		}
 	case *configPath != "":
-		if cfg, err = config.Load(*configPath); err != nil {
+		if cfg, err = ld.Load(*configPath); err != nil {
 			problem = fmt.Sprintf("-config: %v", err)
 		}
 	}

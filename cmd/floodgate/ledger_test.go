@@ -96,6 +96,17 @@ d|billing|tenant=globex,fixed_window,1000,24h0m0s,86400000000,aligned,2026-01-05
 
 func TestLedgerBadFlags(t *testing.T) {
 	path := sqliteLedger(t)
+	// One domain in two files, as envoyproxy/ratelimit's
+	// MERGE_DOMAIN_CONFIG takes it.
+	split := t.TempDir()
+	for name, text := range map[string]string{
+		"a.yaml": "domain: shop\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+		"b.yaml": "domain: shop\ndescriptors:\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(split, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, c := range []struct {
 		name   string
 		args   []string
@@ -117,6 +128,8 @@ func TestLedgerBadFlags(t *testing.T) {
 		{"bad config", []string{"ledger", "reconcile", "-ledger", path, "-config", filepath.Join(t.TempDir(), "none.yaml")}, 2, "-config"},
 		{"memory", []string{"ledger", "reconcile", "-ledger", path}, 0, "nothing to reconcile"},
 		{"missing file", []string{"ledger", "reconcile", "-ledger", filepath.Join(t.TempDir(), "nope.db"), "-redis", "redis://127.0.0.1:1"}, 2, "no ledger at"},
+		{"split domain", []string{"ledger", "reconcile", "-ledger", path, "-config", split}, 2, "already defined"},
+		{"split domain merged", []string{"ledger", "reconcile", "-ledger", path, "-config", split, "-merge-domain-config"}, 0, "nothing to reconcile"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, errOut := runCmd(t, c.args...)
