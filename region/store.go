@@ -606,13 +606,47 @@ func (s *Store) Held(key string, limit floodgate.Limit) Held {
 	return Held{Share: e.effective(now, s.safe(limit.Limit)), Leased: e.share, Until: e.until, Target: e.target}
 }
 
-// Stats counts the calls to home and those that failed.
+// Stats counts the calls to home and those that failed, and sums up the
+// region's leases now.
 type Stats struct {
 	Calls, Failures int64
+	// Keys is the global keys the region holds an entry for; Failing, those
+	// whose latest call to home failed (decided on the safe share, or on a
+	// lease that has not ended yet).
+	Keys, Failing int
+	// Share is the units decided on now summed over the keys (each key's
+	// Held.Share), and Limit their global limits summed: Share/Limit is the
+	// part of the global budget this region holds.
+	Share, Limit int64
 }
 
-// Stats reports the calls to home so far.
-func (s *Store) Stats() Stats { return Stats{Calls: s.calls.Load(), Failures: s.failures.Load()} }
+// Stats reports the calls to home so far and the leases held now.
+func (s *Store) Stats() Stats {
+	st := Stats{Calls: s.calls.Load(), Failures: s.failures.Load()}
+	s.mu.Lock()
+	entries := make([]*entry, 0, len(s.entries))
+	for _, e := range s.entries {
+		entries = append(entries, e)
+	}
+	s.mu.Unlock()
+	now := s.now(time.Time{})
+	for _, e := range entries {
+		e.um.Lock()
+		limit := e.limit.Limit
+		e.um.Unlock()
+		e.mu.RLock()
+		if !e.gone {
+			st.Keys++
+			st.Share += e.effective(now, s.safe(limit))
+			st.Limit += limit
+			if e.failed {
+				st.Failing++
+			}
+		}
+		e.mu.RUnlock()
+	}
+	return st
+}
 
 // Reserve holds units in the regional store, which must be a
 // floodgate.Reserver; a Global limit takes no reservation

@@ -82,6 +82,9 @@ func TestFirstLeaseAndDecision(t *testing.T) {
 	if h := rs[0].store.Held("k", limit); h.Share != 100 {
 		t.Fatalf("after the first claim, a holds %+v, want all 100 (nobody else holds any)", h)
 	}
+	if st := rs[0].store.Stats(); st.Calls != 1 || st.Failures != 0 || st.Keys != 1 || st.Failing != 0 || st.Share != 100 || st.Limit != 100 {
+		t.Fatalf("a's Stats after the first claim = %+v, want 1 call, 1 key, share 100 of 100", st)
+	}
 	d, err = rs[0].lim.AllowN(ctx, "k", limit, 60)
 	if err != nil || !d.Allowed || d.Limit != 100 || d.Remaining != 40 {
 		t.Fatalf("AllowN(60) = %+v, %v; want allowed, 40 left", d, err)
@@ -232,6 +235,9 @@ func TestPartitionBound(t *testing.T) {
 		// Within the lease c decides on the share it held; after it, on
 		// the safe share.
 		h := rs[2].store.Held("k", limit)
+		if st := rs[2].store.Stats(); st.Keys != 1 || st.Share != h.Share || st.Limit != L || (st.Failing == 1) != (sec >= cutAt && sec < healAt) {
+			t.Errorf("at %d s, c's Stats = %+v, want 1 key of limit %d, share %d, failing only while cut off", sec, st, L, h.Share)
+		}
 		switch now := clock.Now(); {
 		case sec >= cutAt && sec < healAt && now.Before(h.Until):
 			if h.Share != cShareAtCut {

@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/ledger"
+	"github.com/floodgate-rl/floodgate/region"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -192,6 +193,49 @@ func (o storeObserver) Observe(e floodgate.Event) {
 			w.Observe(e)
 		}
 	}
+}
+
+// regionCollector exports a region's leases of global limits
+// (region.Store.Stats) as floodgate_region_* metrics, read at each scrape.
+type regionCollector struct {
+	s                                  *region.Store
+	calls, keys, failing, share, limit *prometheus.Desc
+}
+
+// registerRegion registers the metrics of store, when it is a region's.
+func registerRegion(reg prometheus.Registerer, store floodgate.Store) error {
+	rs, ok := store.(*region.Store)
+	if !ok {
+		return nil
+	}
+	return reg.Register(&regionCollector{s: rs,
+		calls: prometheus.NewDesc("floodgate_region_home_calls_total",
+			"Calls to home (lease, renew, lower, release of a global key's share), by result: ok, or failed (home unreachable or refusing; the region decides on its lease until it ends, then on the safe share).", []string{"result"}, nil),
+		keys: prometheus.NewDesc("floodgate_region_keys",
+			"Global keys this region holds a lease entry for.", nil, nil),
+		failing: prometheus.NewDesc("floodgate_region_keys_failing",
+			"Global keys whose latest call to home failed.", nil, nil),
+		share: prometheus.NewDesc("floodgate_region_share_units",
+			"Units of the global limits this region decides on now, summed over its keys; divided by floodgate_region_limit_units, the part of the global budget it holds.", nil, nil),
+		limit: prometheus.NewDesc("floodgate_region_limit_units",
+			"The global limits of this region's keys, summed.", nil, nil),
+	})
+}
+
+func (c *regionCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.calls, c.keys, c.failing, c.share, c.limit} {
+		ch <- d
+	}
+}
+
+func (c *regionCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(st.Calls-st.Failures), "ok")
+	ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(st.Failures), "failed")
+	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys))
+	ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, float64(st.Failing))
+	ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, float64(st.Share))
+	ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(st.Limit))
 }
 
 // ledgerStats is a ledger that counts what it does: ledger.Accounts.

@@ -215,6 +215,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s.failMode, s.local, s.timeout = lo.FailurePolicy, lo.Local != nil, lo.Timeout
 	s.ledger, s.ledgerPolicy = lo.Ledger, lo.LedgerPolicy
+	if err := registerRegion(s.reg, opts.Store); err != nil {
+		return nil, err
+	}
 	if s.ledger != nil {
 		if err := registerLedger(s.reg, s.ledger); err != nil {
 			return nil, err

@@ -93,5 +93,20 @@ func TestServeRegions(t *testing.T) {
 	if np != 20 {
 		t.Errorf("without -region the global rule admitted %d of 25, want 20 (a local limit)", np)
 	}
+	// The regions' metrics: one key each, of limit 20, shares that sum to
+	// at most 20, and home answered; the plain instance has none.
+	var shares int64
+	for _, in := range []*instance{a, b} {
+		if keys, limit, ok := in.metric(t, "floodgate_region_keys"), in.metric(t, "floodgate_region_limit_units"), in.metric(t, `floodgate_region_home_calls_total{result="ok"}`); keys != 1 || limit != 20 || ok <= 0 {
+			t.Errorf("region metrics: %d keys, limit %d, %d home calls ok; want 1, 20 and some", keys, limit, ok)
+		}
+		shares += in.metric(t, "floodgate_region_share_units")
+	}
+	if shares < 0 || shares > 20 {
+		t.Errorf("the regions' shares sum to %d, want 0 to 20", shares)
+	}
+	if v := plain.metric(t, "floodgate_region_keys"); v != -1 {
+		t.Errorf("without -region, floodgate_region_keys = %d, want no such metric", v)
+	}
 	t.Logf("a admitted %d, b %d, of 20", na, nb)
 }
