@@ -118,6 +118,20 @@ func (c *coalescer) decide(ctx context.Context, cl call) (floodgate.Decision, er
 	}
 	w := &waiter{ctx: ctx, c: cl, done: make(chan result, 1)}
 	g.queue = append(g.queue, w)
+	if len(g.queue) >= maxCoalesced {
+		// A full run goes out at once, past the limit: the limit makes
+		// calls wait so that they share a run, and these already fill
+		// one. Without this, the runs in flight capped a store's
+		// decisions at limit*maxCoalesced per round trip (853 a second
+		// for 2 runs over a 300 ms round trip to another region), while
+		// calls waited with Redis idle.
+		run := make([]*waiter, len(g.queue))
+		copy(run, g.queue)
+		clear(g.queue)
+		g.queue = g.queue[:0]
+		g.inflight++
+		go c.send(g, tag, run)
+	}
 	c.mu.Unlock()
 	select {
 	case res := <-w.done:

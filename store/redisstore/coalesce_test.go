@@ -244,6 +244,52 @@ func TestCoalesceRun(t *testing.T) {
 	}
 }
 
+// TestCoalesceFullRun checks that calls that fill a run go out at once,
+// past the runs-in-flight limit: with Coalesce 1 and the only run held on
+// a paused server, maxCoalesced+5 calls make a second run of maxCoalesced
+// while the last 5 wait; once resumed, every call is decided, in three
+// script runs.
+func TestCoalesceFullRun(t *testing.T) {
+	addr := standaloneAddr(t)
+	s, _ := testStore(t, addr, &Options{Coalesce: 1})
+	l := limitOf(floodgate.FixedWindow, 1000, time.Hour)
+	if _, err := s.Apply(t.Context(), request("warm", l, t0)); err != nil {
+		t.Fatal(err)
+	}
+	admin := newRueidis(t, addr)
+	loadMulti(t, admin)
+	before := scriptCalls(t, admin)
+	first, unpause := holdRun(t, s, admin, "first", l)
+	const n = maxCoalesced + 5
+	out := make(chan error, n)
+	for i := range n {
+		go func() {
+			d, err := s.Apply(t.Context(), request(fmt.Sprint("k", i%7), l, t0))
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("denied: %+v", d)
+			}
+			out <- err
+		}()
+	}
+	waitQueued(t, s, n-maxCoalesced)
+	waitInflight(t, s, 2)
+	unpause()
+	if res := <-first; res.err != nil {
+		t.Fatal(res.err)
+	}
+	for range n {
+		if err := <-out; err != nil {
+			t.Error(err)
+		}
+	}
+	if st := s.CoalesceStats(); st.Runs != 2 || st.Decisions != n {
+		t.Errorf("%+v, want two shared runs of %d requests in all", st, n)
+	}
+	if got := scriptCalls(t, admin) - before; got != 3 {
+		t.Errorf("%d scripts ran, want 3: the first call, a full run, the rest", got)
+	}
+}
+
 // TestCoalesceDropsExpired checks that a call whose context ends while it
 // waits for a run is never sent: it returns its context's error at its
 // deadline, and Redis never counts it.

@@ -59,7 +59,7 @@ type Options struct {
 	// group of keys (the whole store, or one subject on a Redis Cluster)
 	// before a concurrent call waits for one to come back; the calls that
 	// waited then go together in one script run that decides each on its
-	// own. Under load this costs Redis far less CPU per decision, so one
+	// own (128 waiting calls, a full run, go out at once). Under load this costs Redis far less CPU per decision, so one
 	// Redis decides more per second; with fewer calls at once every call
 	// goes out on its own at once. Decisions are the same either way: see
 	// "Coalescing" in the package doc. 0 means DefaultCoalesce; a negative
