@@ -39,19 +39,6 @@
 -- start (an aligned window): it then takes off units the new state never
 -- counted, at most the local budget, which the package doc says.
 
--- int parses the decimal integer argument s of field in [lo, hi] (as
--- parse_request's slow path does).
-local function int(field, s, lo, hi)
-  if type(s) ~= 'string' or not match(s, '^%-?%d+$') or #s > 17 then
-    fail(field, 'not an integer: ' .. tostring(s))
-  end
-  local n = tonumber(s)
-  if n < lo or n > hi then
-    fail(field, s .. ' is outside [' .. str(lo) .. ', ' .. str(hi) .. ']')
-  end
-  return n
-end
-
 local function budget_main(alg, step, fields, expires, counted, keys, argv)
   if #keys ~= 1 or #argv ~= ARGS_PER_REQUEST + 2 then
     fail('args', 'want 1 key and ' .. (ARGS_PER_REQUEST + 2) .. ' arguments')
@@ -61,7 +48,7 @@ local function budget_main(alg, step, fields, expires, counted, keys, argv)
   local op = argv[ARGS_PER_REQUEST + 1]
   local now = r.now
   if op == 'claim' then
-    local extra = int('n', argv[ARGS_PER_REQUEST + 2], 0, MAX_LIMIT)
+    local extra = arg_int('n', argv[ARGS_PER_REQUEST + 2], 0, MAX_LIMIT)
     if now < 0 then
       now = server_now()
     end
@@ -84,7 +71,7 @@ local function budget_main(alg, step, fields, expires, counted, keys, argv)
     out[#out + 1] = s.start
     return out
   elseif op == 'return' then
-    local start = int('n', argv[ARGS_PER_REQUEST + 2], 0, MAX_EXACT)
+    local start = arg_int('n', argv[ARGS_PER_REQUEST + 2], 0, MAX_EXACT)
     if now < 0 then
       now = server_now()
     end

@@ -77,17 +77,7 @@ local function multi_set(argv, base)
   return {name = name, m = m, apply = apply, p = p, now = now, release = release}
 end
 
--- multi_cost reads a request's cost, as parse_numbers reads it.
-local function multi_cost(s)
-  if type(s) ~= 'string' or #s > 17 or not match(s, '^%-?%d+$') then
-    fail('cost', 'not an integer: ' .. tostring(s))
-  end
-  local n = s + 0
-  if not (n >= 0 and n <= MAX_LIMIT) then
-    fail('cost', s .. ' is outside [0, ' .. str(MAX_LIMIT) .. ']')
-  end
-  return n
-end
+
 
 -- multi_one decides the request of key whose arguments start at
 -- argv[base+1], of a set in sets (by its index string; false for a set
@@ -108,7 +98,7 @@ local function multi_one(key, argv, base, sets, clock, states, order)
   if cost == '1' and id == '' and set.m then
     cost = 1 -- the usual request, which the checks below always pass
   else
-    cost = multi_cost(cost)
+    cost = arg_int('cost', cost, 0, MAX_LIMIT)
     check_id(id)
     check_use(set.name, cost, id, set.release)
   end

@@ -73,18 +73,6 @@ local MAX_HOLD_TTL = 86400000000 -- floodgate.MaxHoldTTL, 24 h in µs
 local HOLD_FIELDS = {'state', 'units', 'at', 'expires', 'release', 'actual', 'refunded', 'charged', 'short',
   'limit', 'period', 'burst', 'flags', 'skew'}
 
--- arg_int reads the integer argument s of field in [lo, hi], or fails.
-local function arg_int(field, s, lo, hi)
-  if type(s) ~= 'string' or not match(s, '^%-?%d+$') or #s > 17 then
-    fail(field, 'not an integer: ' .. tostring(s))
-  end
-  local n = tonumber(s)
-  if n < lo or n > hi then
-    fail(field, s .. ' is outside [' .. str(lo) .. ', ' .. str(hi) .. ']')
-  end
-  return n
-end
-
 -- hold_flags is the flags field of a hold of params p, durable or not.
 local function hold_flags(p, durable)
   local flags = 0
