@@ -240,9 +240,9 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 		case Central:
 			// Every call its own script run, pipelined by the client: with
 			// coalescing (two runs in flight, the others waiting to share
-			// the next) a round trip of 300 ms caps how many decisions a
-			// region gets, which would measure the coalescer, not the
-			// central counter.
+			// the next, or until 128 wait) a call would also wait up to a
+			// round trip of 300 ms for a run, which would measure the
+			// coalescer, not the central counter.
 			s, err := redisstore.Open(openCtx, "redis://"+proxies[i].Addr(), &redisstore.Options{Coalesce: -1})
 			if err != nil {
 				return ModeReport{}, err
