@@ -114,13 +114,16 @@ local function multi_one(key, argv, base, sets, clock, states, order)
   local st = states[key]
   if not st then
     local old = load_state(key, m.fields)
-    st = {m = m, old = old, s = old}
+    -- Every field up front: a table that grows past its size is rehashed.
+    st = {m = m, old = old, s = old, p = false, now = 0, server = false}
     states[key] = st
     order[#order + 1] = key
   end
   local s, d = m.step(set.p, st.s, now, cost)
-  for _, f in ipairs(m.fields) do
-    if s[f] ~= st.s[f] then
+  local fields, prev = m.fields, st.s
+  for i = 1, #fields do
+    local f = fields[i]
+    if s[f] ~= prev[f] then
       st.p, st.now, st.server = set.p, now, set.now < 0
       break
     end
