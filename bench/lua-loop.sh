@@ -16,6 +16,15 @@
 #   ./bench/lua-loop.sh 6471 /tmp/fw.lua 100000 30000 -1 1000000 1000000 1 0 0 ''
 # It runs FLUSHALL on that server. Arguments must not contain a quote.
 #
+# With LUA_LOOP_RUN=<n>, each run has n keys, KEYS[j] = b:{(i*n+j) mod
+# KEYS}, for the coalesced runs of multi.lua, and the figure is also given
+# per key (per decision), e.g. for a run of 16 fixed-window requests of
+# one parameter set, over keys that already hold a count:
+#   go test -run TestDumpLibrary ./store/redisstore/ -scripts /tmp/sc
+#   set -- 1 fixed_window -1 1000000 60000000 0 0
+#   for j in $(seq 16); do set -- "$@" 1 1 ''; done
+#   LUA_LOOP_RUN=16 ./bench/lua-loop.sh 6471 /tmp/sc/multi_fixed_window.lua 8000 5000 "$@"
+#
 # With LUA_LOOP_FUNCTION=<script name> (fixed_window, batch, ...), FILE is
 # the function library of redisstore.Options.Functions (scripts.lib.src)
 # and each run calls that script's main part once, after the library's
@@ -28,6 +37,7 @@ f=$2
 keys=$3
 n=$4
 shift 4
+run=${LUA_LOOP_RUN:-1}
 cli="redis-cli -h 127.0.0.1 -p $port"
 argv=""
 for a in "$@"; do argv="$argv'$a', "; done
@@ -40,7 +50,7 @@ if [ -n "${LUA_LOOP_FUNCTION:-}" ]; then
 		sed -e '1d' -e '/^redis.register_function/,$d' "$f"
 		echo "local m = init()"
 		echo "for i = 1, $n do"
-		echo "local KEYS = {'b:{' .. (i % $keys) .. '}'}"
+		echo "local KEYS = {} for j = 1, $run do KEYS[j] = 'b:{' .. ((i * $run + j) % $keys) .. '}' end"
 		echo "m.$LUA_LOOP_FUNCTION(KEYS, ARGV)"
 		echo "end"
 		echo "return 1"
@@ -48,7 +58,7 @@ if [ -n "${LUA_LOOP_FUNCTION:-}" ]; then
 else {
 	echo "local ARGV = {$argv}"
 	echo "for i = 1, $n do"
-	echo "local KEYS = {'b:{' .. (i % $keys) .. '}'}"
+	echo "local KEYS = {} for j = 1, $run do KEYS[j] = 'b:{' .. ((i * $run + j) % $keys) .. '}' end"
 	echo "local function body()"
 	cat "$f"
 	echo
@@ -63,7 +73,12 @@ cpu() {
 }
 $cli FLUSHALL >/dev/null
 before=$(cpu)
-$cli EVAL "$(cat "$w")" 0 >/dev/null
+out=$($cli EVAL "$(cat "$w")" 0 2>&1)
+if [ "$out" != 1 ]; then
+	echo "lua-loop.sh: the script failed: $out" >&2
+	exit 1
+fi
 after=$(cpu)
-printf '%s keys=%s runs=%s redis-cpu-µs/run=%.2f\n' "$(basename "$f")" "$keys" "$n" \
-	"$(awk -v a="$after" -v b="$before" -v n="$n" 'BEGIN { print (a - b) * 1e6 / n }')"
+printf '%s keys=%s runs=%s keys/run=%s redis-cpu-µs/run=%.2f redis-cpu-µs/key=%.2f\n' "$(basename "$f")" "$keys" "$n" "$run" \
+	"$(awk -v a="$after" -v b="$before" -v n="$n" 'BEGIN { print (a - b) * 1e6 / n }')" \
+	"$(awk -v a="$after" -v b="$before" -v n="$n" -v r="$run" 'BEGIN { print (a - b) * 1e6 / n / r }')"

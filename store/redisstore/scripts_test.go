@@ -3,6 +3,7 @@ package redisstore
 import (
 	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -40,6 +41,25 @@ func TestScripts(t *testing.T) {
 			t.Errorf("the library defines %s_step %d times", alg, n)
 		}
 	}
+	// A run of one algorithm: only its code, and the library's multi.
+	for _, alg := range floodgate.Algorithms {
+		sc := set.multiOf[alg]
+		if sc == nil || sc.fn != set.multi.fn || !strings.HasSuffix(sc.src, set.multi.src[strings.LastIndex(set.multi.src, mainMarker):]) {
+			t.Fatalf("multi_%s: not the multi script's main part and function", alg)
+		}
+		for _, other := range floodgate.Algorithms {
+			want := 0
+			if other == alg {
+				want = 1
+			}
+			if n := strings.Count(sc.src, "local function "+string(other)+"_step("); n != want {
+				t.Errorf("multi_%s defines %s_step %d times, want %d", alg, other, n, want)
+			}
+			if n := strings.Count(sc.src, "\n  "+string(other)+" = "); n != want {
+				t.Errorf("multi_%s has %d entries for %s in its tables, want %d", alg, n, other, want)
+			}
+		}
+	}
 	for _, sc := range []*script{set.batch, set.multi} {
 		if strings.Contains(sc.src, "return single(") {
 			t.Errorf("the %s script holds an algorithm's main part", sc.name)
@@ -69,14 +89,34 @@ func TestScripts(t *testing.T) {
 	}
 }
 
-var libOut = flag.String("lib", "", "TestDumpLibrary writes the function library (Options.Functions) to this file, for bench/lua-loop.sh")
+var (
+	libOut  = flag.String("lib", "", "TestDumpLibrary writes the function library (Options.Functions) to this file, for bench/lua-loop.sh")
+	dumpDir = flag.String("scripts", "", "TestDumpLibrary writes every script, as EVALSHA sends it, to <name>.lua in this directory, for bench/lua-loop.sh")
+)
 
-// TestDumpLibrary writes the function library to the file -lib names.
+// TestDumpLibrary writes the function library to the file -lib names, and
+// every script to the directory -scripts names.
 func TestDumpLibrary(t *testing.T) {
-	if *libOut == "" {
-		t.Skip("no -lib file")
+	if *libOut == "" && *dumpDir == "" {
+		t.Skip("no -lib file or -scripts directory")
 	}
-	if err := os.WriteFile(*libOut, []byte(scripts.lib.src), 0o644); err != nil {
-		t.Fatal(err)
+	if *libOut != "" {
+		if err := os.WriteFile(*libOut, []byte(scripts.lib.src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if *dumpDir == "" {
+		return
+	}
+	all := []*script{scripts.batch, scripts.multi, scripts.refund, scripts.reserve, scripts.settle, scripts.sweep, scripts.raise}
+	for _, m := range []map[floodgate.Algorithm]*script{scripts.single, scripts.budget, scripts.multiOf} {
+		for _, sc := range m {
+			all = append(all, sc)
+		}
+	}
+	for _, sc := range all {
+		if err := os.WriteFile(filepath.Join(*dumpDir, sc.name+".lua"), []byte(sc.src), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
