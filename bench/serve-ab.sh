@@ -14,7 +14,8 @@
 #   ROUNDS=5 DURATION=4s STORES="memory redis" PROTOS="grpc http" ./serve-ab.sh
 #
 # Without BEFORE_BIN only "after" and the no-op server are loaded.
-# AFTER_ARGS adds flags to the "after" serve (e.g. AFTER_ARGS="-gogc 200").
+# AFTER_ARGS adds flags to the "after" serve (e.g. AFTER_ARGS="-gogc 200"),
+# AFTER_ENV variables to its environment (e.g. AFTER_ENV="GOGC=400").
 # Everything listens on 127.0.0.1; every process it starts it stops.
 set -euo pipefail
 
@@ -28,6 +29,7 @@ STORES=${STORES:-"memory redis"}
 PROTOS=${PROTOS:-"grpc http"}
 BEFORE_BIN=${BEFORE_BIN:-}
 AFTER_ARGS=${AFTER_ARGS:-}
+AFTER_ENV=${AFTER_ENV:-}
 
 WORK=$(mktemp -d /tmp/serve-ab.XXXXXX)
 PIDS=()
@@ -84,16 +86,18 @@ PIDS+=($NOOP_PID)
 for _ in $(seq 1 100); do grep -q noopserver "$WORK/noop.out" && break; sleep 0.1; done
 read -r _ _ NOOP_GRPC _ NOOP_HTTP <"$WORK/noop.out"
 
-# serve NAME BIN STORE ARGS...: starts floodgate serve; sets NAME_pid,
-# NAME_grpc, NAME_http.
+# serve NAME BIN STORE ENV ARGS...: starts floodgate serve with the
+# variables ENV (space-separated, may be empty); sets NAME_pid, NAME_grpc,
+# NAME_http.
 serve() {
-	local name=$1 bin=$2 store=$3 http grpc
-	shift 3
+	local name=$1 bin=$2 store=$3 envs=$4 http grpc
+	shift 4
 	http=$(freeport)
 	grpc=$(freeport)
 	local args=(serve -http "127.0.0.1:$http" -grpc "127.0.0.1:$grpc" -config "$WORK/config" -log-level error -timeout 1s)
 	[ "$store" = redis ] && args+=(-redis "redis://127.0.0.1:$REDIS_PORT")
-	"$bin" "${args[@]}" "$@" >"$WORK/$name.log" 2>&1 &
+	# shellcheck disable=SC2086
+	env $envs "$bin" "${args[@]}" "$@" >"$WORK/$name.log" 2>&1 &
 	PIDS+=($!)
 	printf -v "${name}_pid" %s $!
 	printf -v "${name}_grpc" %s "127.0.0.1:$grpc"
@@ -120,11 +124,11 @@ echo -e "store\tproto\tserver\tdecisions/s\tservice_cpu_us/decision\tp99_ms\terr
 for store in $STORES; do
 	names=(noop)
 	if [ -n "$BEFORE_BIN" ]; then
-		serve before "$BEFORE_BIN" "$store"
+		serve before "$BEFORE_BIN" "$store" ""
 		names+=(before)
 	fi
 	# shellcheck disable=SC2086
-	serve after "$FG" "$store" $AFTER_ARGS
+	serve after "$FG" "$store" "$AFTER_ENV" $AFTER_ARGS
 	names+=(after)
 	for round in $(seq 1 "$ROUNDS"); do
 		for proto in $PROTOS; do
@@ -145,6 +149,8 @@ for store in $STORES; do
 	for name in before after; do
 		[ "$name" = before ] && [ -z "$BEFORE_BIN" ] && continue
 		pid_var=${name}_pid
+		# Peak resident memory: what a higher GOGC costs.
+		echo "# $store $name: peak RSS $(awk '/VmHWM/ {print $2, $3}' "/proc/${!pid_var}/status")"
 		kill "${!pid_var}"
 		wait "${!pid_var}" 2>/dev/null || true
 	done
