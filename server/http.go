@@ -11,9 +11,11 @@ import (
 	"maps"
 	"net/http"
 	"net/http/pprof"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -267,7 +269,10 @@ func millisCeil(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-func statusJSON(st Status) DecisionJSON {
+func statusJSON(st Status) DecisionJSON { return decisionJSON(st, true) }
+
+// decisionJSON is statusJSON, with the policy only if policy is set.
+func decisionJSON(st Status, policy bool) DecisionJSON {
 	ledger := errors.Is(st.Err, floodgate.ErrLedger)
 	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil && !ledger, LedgerError: ledger, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
 		NoRule: !st.Limited && st.Rule == nil, QuotaMode: st.Quota}
@@ -276,7 +281,9 @@ func statusJSON(st Status) DecisionJSON {
 		out.Unlimited = st.Rule.Unlimited
 	}
 	if st.Limited {
-		out.Policy = limitJSON(st.Limit)
+		if policy {
+			out.Policy = limitJSON(st.Limit)
+		}
 		d := st.Decision
 		out.Limit, out.Remaining = d.Limit, d.Remaining
 		out.ResetAfterMS, out.RetryAfterMS = millisCeil(d.ResetAfter), millisCeil(d.RetryAfter)
@@ -379,15 +386,19 @@ func (req *AllowRequest) inlineLimit() (floodgate.Limit, int64, error) {
 // allowResponse is the body answering statuses: the overall decision
 // and, for the descriptor form, one per descriptor.
 func allowResponse(inline bool, overall Status, statuses []Status) AllowResponse {
-	resp := AllowResponse{DecisionJSON: statusJSON(overall)}
+	// The overall decision of the descriptor form has no policy of its
+	// own (each descriptor has its own): it is left out rather than built
+	// and dropped.
+	resp := AllowResponse{DecisionJSON: decisionJSON(overall, inline)}
 	if inline {
 		return resp
 	}
-	resp.Rule, resp.Policy, resp.NoRule = "", nil, false
+	resp.Rule, resp.NoRule = "", false
 	resp.Code = QuotaCode(statuses).String()
 	resp.Allowed = resp.Code == "OK"
-	for _, st := range statuses {
-		resp.Descriptors = append(resp.Descriptors, statusJSON(st))
+	resp.Descriptors = make([]DecisionJSON, len(statuses))
+	for i, st := range statuses {
+		resp.Descriptors[i] = statusJSON(st)
 	}
 	return resp
 }
@@ -457,10 +468,12 @@ func failedClosed(statuses []Status) bool {
 
 // SetHeaders writes the RateLimit-Policy and RateLimit fields of every
 // limited descriptor that the store answered, and Retry-After when one of
-// them denied.
+// them denied, as ratelimitheader.SetEach does (with the values of every
+// field in one allocation: this runs at every decision).
 func SetHeaders(h http.Header, statuses []Status) {
-	var limits []floodgate.Limit
-	var ds []floodgate.Decision
+	var limitBuf [maxStackHeaders]floodgate.Limit
+	var decisionBuf [maxStackHeaders]floodgate.Decision
+	limits, ds := limitBuf[:0], decisionBuf[:0]
 	for _, st := range statuses {
 		if st.Limited && st.Err == nil {
 			limits = append(limits, st.Limit)
@@ -471,10 +484,27 @@ func SetHeaders(h http.Header, statuses []Status) {
 			ds = append(ds, d)
 		}
 	}
-	if len(limits) > 0 {
-		ratelimitheader.SetEach(h, limits, ds, nil)
+	if len(limits) == 0 {
+		return
+	}
+	for _, name := range headerNames {
+		delete(h, name)
+	}
+	fields := ratelimitheader.Fields(limits, ds, nil)
+	values := make([]string, len(fields))
+	for i, f := range fields {
+		values[i] = f.Value
+		h[f.Name] = values[i : i+1 : i+1]
 	}
 }
+
+// maxStackHeaders is how many limited descriptors SetHeaders gathers
+// without allocating.
+const maxStackHeaders = 4
+
+// headerNames are the fields ratelimitheader.SetEach replaces.
+var headerNames = [...]string{ratelimitheader.HeaderPolicy, ratelimitheader.HeaderRateLimit, ratelimitheader.HeaderRetryAfter,
+	ratelimitheader.HeaderLegacyLimit, ratelimitheader.HeaderLegacyRemaining, ratelimitheader.HeaderLegacyReset}
 
 // RuleJSON is one rule in GET /v1/config.
 type RuleJSON struct {
@@ -516,7 +546,10 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 // Content-Type is not checked: `curl -d` sends a form type, and the body
 // must be JSON whatever it says.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	buf := getBuffer()
+	defer putBuffer(buf)
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body := buf.Bytes()
 	if err != nil {
 		writeProblem(w, jsonError(err))
 		return false
@@ -528,9 +561,46 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeProblem(w, invalid("body", "not valid UTF-8 (at byte %d)", invalidUTF8At(body)))
 		return false
 	}
+	if err := decodeStrict(body, v); err != nil {
+		writeProblem(w, jsonError(err))
+		return false
+	}
+	return true
+}
+
+// decodeStrict decodes body, a whole JSON value and nothing after it,
+// into v, refusing unknown fields.
+//
+// A json.Decoder allocates about ten times before its first value (itself,
+// its buffer, its scanners' stacks, which grow with each level of nesting):
+// half of what decoding a small body allocates. So a decoder that decoded
+// a body without error is kept, reading the next body from the same
+// bytes.Reader once reset, its buffer and stacks grown. One that failed is
+// dropped (its state is not the start of a stream), and a failure is
+// always decoded again by a new decoder, so that an error, its byte
+// offset included, is exactly that of a decoder that saw only this body.
+func decodeStrict(body []byte, v any) error {
+	d := decoders.Get().(*decoder)
+	d.src.Reset(body)
+	err := decodeOne(d.dec, v)
+	d.src.Reset(nil)
+	if err == nil {
+		if len(body) <= maxPooledBuffer {
+			decoders.Put(d)
+		}
+		return nil
+	}
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() {
+		rv.Elem().SetZero()
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	err = dec.Decode(v)
+	return decodeOne(dec, v)
+}
+
+// decodeOne decodes the next value of dec into v, which must be the last.
+func decodeOne(dec *json.Decoder, v any) error {
+	err := dec.Decode(v)
 	if err == nil && dec.More() {
 		err = errors.New("trailing data after the JSON value")
 	}
@@ -539,12 +609,21 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 			err = errors.New("trailing data after the JSON value")
 		}
 	}
-	if err != nil {
-		writeProblem(w, jsonError(err))
-		return false
-	}
-	return true
+	return err
 }
+
+// decoder is a json.Decoder kept by decodeStrict, with its source.
+type decoder struct {
+	src bytes.Reader
+	dec *json.Decoder
+}
+
+var decoders = sync.Pool{New: func() any {
+	d := new(decoder)
+	d.dec = json.NewDecoder(&d.src)
+	d.dec.DisallowUnknownFields()
+	return d
+}}
 
 // invalidUTF8At is the offset of the first byte of b that is not valid
 // UTF-8.
@@ -640,13 +719,38 @@ func writeProblem(w http.ResponseWriter, err error) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(v); err != nil {
+	buf := getBuffer()
+	defer putBuffer(buf)
+	if err := json.NewEncoder(buf).Encode(v); err != nil {
 		writeProblem(w, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	// Shared values (their capacity is their length, so that an Add
+	// elsewhere copies rather than writes into them): Header.Set would
+	// allocate a slice for each at every answer.
+	h := w.Header()
+	h["Content-Type"], h["Cache-Control"] = jsonType, noStore
 	w.WriteHeader(status)
 	w.Write(buf.Bytes())
+}
+
+var (
+	jsonType = []string{"application/json"}
+	noStore  = []string{"no-store"}
+)
+
+// buffers holds the buffers of request and response bodies; one larger
+// than maxPooledBuffer is dropped rather than kept.
+var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBuffer = 64 << 10
+
+func getBuffer() *bytes.Buffer { return buffers.Get().(*bytes.Buffer) }
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() > maxPooledBuffer {
+		return
+	}
+	b.Reset()
+	buffers.Put(b)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -227,6 +228,7 @@ func TestServeBadFlags(t *testing.T) {
 		{"serve", "-redis", "redis://127.0.0.1:1", "-redis-wait-replicas", "-1"},
 		{"serve", "-redis", "redis://127.0.0.1:1", "-redis-wait-replicas", "1", "-redis-wait-timeout", "0s"},
 		{"serve", "-redis-wait-replicas", "1"},
+		{"serve", "-gogc", "-1"},
 	} {
 		var stdout, stderr strings.Builder
 		if code := run(t.Context(), args, &stdout, &stderr); code != 2 {
@@ -762,5 +764,24 @@ func TestServeWaitReplicas(t *testing.T) {
 				t.Errorf("the log does not say why the calls failed:\n%s", in.stderr.String())
 			}
 		})
+	}
+}
+
+// TestServeGOGC: -gogc sets the garbage collector's target while serve
+// runs, and serve puts the process's back when it returns.
+func TestServeGOGC(t *testing.T) {
+	gogc := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := gogc()
+	in := startServe(t, "-gogc", "375")
+	if got := gogc(); got != 375 {
+		t.Errorf("GOGC while serving with -gogc 375: %d", got)
+	}
+	in.stop()
+	if got := gogc(); got != before {
+		t.Errorf("GOGC after serve returned: %d, want %d as before", got, before)
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate-rl/floodgate/server/envoyrls"
 )
 
 // BenchmarkShouldRateLimit calls ShouldRateLimit through a real gRPC
@@ -48,5 +50,26 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkService calls the Service directly, without gRPC, on the memory
+// store, with one descriptor per request, a new address each time (every
+// decision admitted, as in benchall's gRPC rows): the
+// translation, the decision and the response, with its header fields, per
+// request, and nothing of the protocol.
+func BenchmarkService(b *testing.B) {
+	srv, _ := newServer(b, nil)
+	svc := envoyrls.New(srv, nil)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "")}}
+	ctx := b.Context()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		req.Descriptors[0].Entries[0].Value = strconv.Itoa(i)
+		if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -253,10 +253,11 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		}
 		n += len(pd.GetEntries())
 	}
-	// One array for the entries of every descriptor, one for the costs.
+	// One array for the entries of every descriptor, one for the costs
+	// (only when a descriptor has its own).
 	all := make([]config.Entry, 0, n)
 	ds := make([]server.Descriptor, len(pds))
-	hitsOf := make([]int64, len(pds))
+	var hitsOf []int64
 	for i, pd := range pds {
 		if pd.GetIsNegativeHits() {
 			return nil, nil, invalid(fmt.Sprintf("descriptors[%d].is_negative_hits", i), "returning hits to the budget is not supported")
@@ -264,6 +265,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if h := pd.GetHitsAddend(); h != nil {
 			if h.GetValue() > uint64(floodgate.MaxLimit) {
 				return nil, nil, invalid(fmt.Sprintf("descriptors[%d].hits_addend", i), "%d is more than the %d allowed", h.GetValue(), floodgate.MaxLimit)
+			}
+			if hitsOf == nil {
+				hitsOf = make([]int64, len(pds))
 			}
 			hitsOf[i] = int64(h.GetValue())
 			ds[i].Hits = &hitsOf[i]
@@ -300,14 +304,19 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 
 // response translates the server's result.
 func (s *Service) response(res server.Result) *rlsv3.RateLimitResponse {
+	n := len(res.Statuses)
+	// One allocation for every status of the request, with its current
+	// limit and its duration until reset, and one for their pointers:
+	// allocations are most of what the service adds to gRPC's own cost
+	// (the garbage collector's work grows with them).
+	slab := make([]statusSlab, n)
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: code(res.Code),
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(res.Statuses)),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
 	}
-	// One allocation for every status of the request.
-	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(res.Statuses))
 	for i, st := range res.Statuses {
-		ds := &sts[i]
+		sl := &slab[i]
+		ds := &sl.status
 		resp.Statuses[i] = ds
 		ds.Code = code(st.Code)
 		switch {
@@ -317,28 +326,48 @@ func (s *Service) response(res server.Result) *rlsv3.RateLimitResponse {
 			}
 		case st.Err != nil:
 			if st.Code == server.OverLimit {
-				ds.CurrentLimit = currentLimit(st.Limit)
+				ds.CurrentLimit = sl.currentLimit(st.Limit)
 			}
 		default:
-			ds.CurrentLimit = currentLimit(st.Limit)
+			ds.CurrentLimit = sl.currentLimit(st.Limit)
 			ds.LimitRemaining = clampUint32(st.Decision.Remaining)
-			ds.DurationUntilReset = &durationpb.Duration{Seconds: ratelimitheader.Seconds(st.Decision.ResetAfter)}
+			sl.reset.Seconds = ratelimitheader.Seconds(st.Decision.ResetAfter)
+			ds.DurationUntilReset = &sl.reset
 		}
 	}
 	switch {
 	case s.opts.OmitHeaders:
 	case s.opts.UpstreamHeaders != nil:
-		resp.ResponseHeadersToAdd = upstreamHeaders(s.opts.UpstreamHeaders, res, sts)
+		resp.ResponseHeadersToAdd = upstreamHeaders(s.opts.UpstreamHeaders, res, resp.Statuses)
 	default:
 		resp.ResponseHeadersToAdd = s.headers(res.Statuses)
 	}
 	return resp
 }
 
+// statusSlab holds the messages of one descriptor's status, so that a
+// response allocates them all at once.
+type statusSlab struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// currentLimit fills the slab's current limit with l and returns it.
+func (sl *statusSlab) currentLimit(l floodgate.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	sl.limit.Name, sl.limit.RequestsPerUnit, sl.limit.Unit = l.Name, clampUint32(l.Limit), unitOf(l.Period)
+	return &sl.limit
+}
+
+// maxStackHeaders is how many limited descriptors headers gathers without
+// allocating: Envoy's requests hold a few.
+const maxStackHeaders = 4
+
 // headers returns the RateLimit fields of the statuses the store answered.
 func (s *Service) headers(statuses []server.Status) []*corev3.HeaderValue {
-	var limits []floodgate.Limit
-	var ds []floodgate.Decision
+	var limitBuf [maxStackHeaders]floodgate.Limit
+	var decisionBuf [maxStackHeaders]floodgate.Decision
+	limits, ds := limitBuf[:0], decisionBuf[:0]
 	for _, st := range statuses {
 		if !st.Limited || st.Err != nil {
 			continue
@@ -368,14 +397,6 @@ func code(c server.Code) rlsv3.RateLimitResponse_Code {
 		return rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	return rlsv3.RateLimitResponse_OK
-}
-
-func currentLimit(l floodgate.Limit) *rlsv3.RateLimitResponse_RateLimit {
-	return &rlsv3.RateLimitResponse_RateLimit{
-		Name:            l.Name,
-		RequestsPerUnit: clampUint32(l.Limit),
-		Unit:            unitOf(l.Period),
-	}
 }
 
 // unitOf is the unit whose length is exactly p (config's table of units,

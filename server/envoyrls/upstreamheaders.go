@@ -38,10 +38,10 @@ const (
 // the time the store decided at; for a period that is no unit (Floodgate's
 // period extension, where upstream has none), duration_until_reset. No
 // fields when no descriptor has a current limit.
-func upstreamHeaders(names *UpstreamHeaders, res server.Result, sts []rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+func upstreamHeaders(names *UpstreamHeaders, res server.Result, sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	pick, least := -1, uint32(math.MaxUint32)
 	for i := range sts {
-		ds := &sts[i]
+		ds := sts[i]
 		if ds.CurrentLimit != nil && ds.LimitRemaining < least {
 			pick, least = i, ds.LimitRemaining
 		}
@@ -52,7 +52,7 @@ func upstreamHeaders(names *UpstreamHeaders, res server.Result, sts []rlsv3.Rate
 	if pick < 0 || sts[pick].CurrentLimit == nil {
 		return nil
 	}
-	ds, st := &sts[pick], res.Statuses[pick]
+	ds, st := sts[pick], res.Statuses[pick]
 	reset := ds.GetDurationUntilReset().GetSeconds()
 	if unit := st.Limit.Period; ds.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_UNKNOWN && unit >= time.Second {
 		now := st.Decision.Now

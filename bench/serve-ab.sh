@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# serve-ab.sh: the serve rows of benchall (`floodgate serve` and the no-op
+# servers of bench/cmd/noopserver, gRPC and HTTP POST /v1/allow, 100k keys,
+# 64 callers) as an interleaved A/B: a floodgate binary built before a
+# change (BEFORE_BIN) and this checkout's, each on the memory store and on
+# one local redis-server, every round loading the no-op server, "before"
+# and "after" in turn, so that the noise of a shared machine falls on all
+# three alike. Each run reports decisions/s and the service's CPU per
+# decision (user+system from /proc/PID/stat, in µs), as benchall does; the
+# summary gives the median of each over the rounds and its ratio to the
+# no-op server's median.
+#
+#   cd bench && BEFORE_BIN=/tmp/floodgate-old ./serve-ab.sh
+#   ROUNDS=5 DURATION=4s STORES="memory redis" PROTOS="grpc http" ./serve-ab.sh
+#
+# Without BEFORE_BIN only "after" and the no-op server are loaded.
+# AFTER_ARGS adds flags to the "after" serve (e.g. AFTER_ARGS="-gogc 200"),
+# AFTER_ENV variables to its environment (e.g. AFTER_ENV="GOGC=400").
+# Everything listens on 127.0.0.1; every process it starts it stops.
+set -euo pipefail
+
+cd "$(dirname "$0")"
+DURATION=${DURATION:-3s}
+WARMUP=${WARMUP:-500ms}
+ROUNDS=${ROUNDS:-3}
+CALLERS=${CALLERS:-64}
+KEYS=${KEYS:-100000}
+STORES=${STORES:-"memory redis"}
+PROTOS=${PROTOS:-"grpc http"}
+BEFORE_BIN=${BEFORE_BIN:-}
+AFTER_ARGS=${AFTER_ARGS:-}
+AFTER_ENV=${AFTER_ENV:-}
+
+WORK=$(mktemp -d /tmp/serve-ab.XXXXXX)
+PIDS=()
+cleanup() {
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+freeport() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+# waitport PORT: up to 10 s for something to listen on 127.0.0.1:PORT.
+waitport() {
+	for _ in $(seq 1 100); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+		sleep 0.1
+	done
+	echo "nothing listens on 127.0.0.1:$1" >&2
+	return 1
+}
+# cpu PID: the process's user+system CPU in clock ticks (1/100 s).
+cpu() {
+	sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+}
+
+echo "# serve-ab.sh $(date -u +%FT%TZ); $(nproc) CPUs; $(go version)"
+echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $CALLERS callers, $KEYS keys, $DURATION per run after $WARMUP of warmup, $ROUNDS rounds"
+(cd .. && go build -o "$WORK/floodgate" ./cmd/floodgate)
+go build -o "$WORK/noopserver" ./cmd/noopserver
+FG=$WORK/floodgate
+
+mkdir -p "$WORK/config"
+cat >"$WORK/config/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000000000
+YAML
+
+REDIS_PORT=$(freeport)
+redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+	--protected-mode yes --logfile "$WORK/redis.log" &
+PIDS+=($!)
+waitport "$REDIS_PORT"
+
+"$WORK/noopserver" >"$WORK/noop.out" &
+NOOP_PID=$!
+PIDS+=($NOOP_PID)
+for _ in $(seq 1 100); do grep -q noopserver "$WORK/noop.out" && break; sleep 0.1; done
+read -r _ _ NOOP_GRPC _ NOOP_HTTP <"$WORK/noop.out"
+
+# serve NAME BIN STORE ENV ARGS...: starts floodgate serve with the
+# variables ENV (space-separated, may be empty); sets NAME_pid, NAME_grpc,
+# NAME_http.
+serve() {
+	local name=$1 bin=$2 store=$3 envs=$4 http grpc
+	shift 4
+	http=$(freeport)
+	grpc=$(freeport)
+	local args=(serve -http "127.0.0.1:$http" -grpc "127.0.0.1:$grpc" -config "$WORK/config" -log-level error -timeout 1s)
+	[ "$store" = redis ] && args+=(-redis "redis://127.0.0.1:$REDIS_PORT")
+	# shellcheck disable=SC2086
+	env $envs "$bin" "${args[@]}" "$@" >"$WORK/$name.log" 2>&1 &
+	PIDS+=($!)
+	printf -v "${name}_pid" %s $!
+	printf -v "${name}_grpc" %s "127.0.0.1:$grpc"
+	printf -v "${name}_http" %s "http://127.0.0.1:$http"
+	waitport "$grpc"
+	waitport "$http"
+}
+
+RESULTS=$WORK/results.tsv
+# run STORE PROTO NAME PID TARGET: one warmup and one measured run.
+run() {
+	local store=$1 proto=$2 name=$3 pid=$4 target=$5 c0 c1 out
+	local args=(bench "-$proto" "$target" -domain bench -keys "$KEYS" -c "$CALLERS" -quiet -json)
+	"$FG" "${args[@]}" -d "$WARMUP" >/dev/null
+	c0=$(cpu "$pid")
+	out=$("$FG" "${args[@]}" -d "$DURATION")
+	c1=$(cpu "$pid")
+	echo "$out" | jq -r --arg s "$store" --arg p "$proto" --arg n "$name" --argjson t $((c1 - c0)) \
+		'[$s, $p, $n, (.decisions_per_second|floor), (if .decisions > 0 then ($t * 10000 / .decisions * 100 | round / 100) else -1 end), .latency_ms.p99, .errors] | @tsv' |
+		tee -a "$RESULTS"
+}
+
+echo -e "store\tproto\tserver\tdecisions/s\tservice_cpu_us/decision\tp99_ms\terrors"
+for store in $STORES; do
+	names=(noop)
+	if [ -n "$BEFORE_BIN" ]; then
+		serve before "$BEFORE_BIN" "$store" ""
+		names+=(before)
+	fi
+	# shellcheck disable=SC2086
+	serve after "$FG" "$store" "$AFTER_ENV" $AFTER_ARGS
+	names+=(after)
+	for round in $(seq 1 "$ROUNDS"); do
+		for proto in $PROTOS; do
+			# Rotate the order each round.
+			n=${#names[@]}
+			for k in $(seq 0 $((n - 1))); do
+				name=${names[$(((k + round) % n))]}
+				case $name in
+				noop) pid=$NOOP_PID grpc=$NOOP_GRPC http=http://$NOOP_HTTP ;;
+				before) pid=$before_pid grpc=$before_grpc http=$before_http ;;
+				after) pid=$after_pid grpc=$after_grpc http=$after_http ;;
+				esac
+				if [ "$proto" = grpc ]; then target=$grpc; else target=$http; fi
+				run "$store" "$proto" "$name" "$pid" "$target"
+			done
+		done
+	done
+	for name in before after; do
+		[ "$name" = before ] && [ -z "$BEFORE_BIN" ] && continue
+		pid_var=${name}_pid
+		# Peak resident memory: what a higher GOGC costs.
+		echo "# $store $name: peak RSS $(awk '/VmHWM/ {print $2, $3}' "/proc/${!pid_var}/status")"
+		kill "${!pid_var}"
+		wait "${!pid_var}" 2>/dev/null || true
+	done
+	[ "$store" = redis ] && redis-cli -p "$REDIS_PORT" flushall >/dev/null
+done
+
+echo
+echo "## medians over $ROUNDS rounds (ratio: to the no-op server of the same protocol, in the same store's rounds)"
+echo
+python3 - "$RESULTS" <<'PY'
+import sys, statistics as st
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+groups = {}
+for s, p, n, dps, us, p99, errs in rows:
+    groups.setdefault((s, p, n), []).append((float(dps), float(us), float(p99)))
+print("| store | protocol | server | decisions/s | ratio | service CPU µs/decision | ratio | p99 ms |")
+print("|---|---|---|---:|---:|---:|---:|---:|")
+for (s, p, n), v in groups.items():
+    dps = st.median(x[0] for x in v); us = st.median(x[1] for x in v); p99 = st.median(x[2] for x in v)
+    noop = groups.get((s, p, "noop"))
+    ndps = st.median(x[0] for x in noop); nus = st.median(x[1] for x in noop)
+    print(f"| {s} | {p} | {n} | {dps:.0f} | {dps/ndps:.2f} | {us:.2f} | {us/nus:.2f} | {p99:.2f} |")
+PY
+echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
