@@ -70,7 +70,10 @@ func TestAllOrNothing(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s/independent=%v", tc.store, proto, tc.independent), func(t *testing.T) {
 				store := stores[tc.store](t)
 				srv, err := server.New(server.Options{Store: store, Config: parseConfig(t, tenantYAML),
-					Limiter: floodgate.Options{Clock: floodgatetest.NewFakeClock(start)}, IndependentDescriptors: tc.independent})
+					// A deadline far above the server's default 10 ms: on a
+					// loaded host a Cluster call can take longer, and its
+					// failure would be answered fail_open, which admits.
+					Limiter: floodgate.Options{Clock: floodgatetest.NewFakeClock(start), Timeout: 5 * time.Second}, IndependentDescriptors: tc.independent})
 				if err != nil {
 					t.Fatal(err)
 				}
