@@ -172,9 +172,21 @@ func New(store Store, opts *Options) (*Limiter, error) {
 func (l *Limiter) Store() Store { return l.store }
 
 // Allow takes one unit for key under limit. See AllowN.
-func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (d Decision, err error) {
-	err = l.allowTo(&d, ctx, key, &limit, 1)
-	return d, err
+func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision, error) {
+	if !l.direct || limit.Durable {
+		return l.allow(ctx, key, &limit, 1)
+	}
+	// AllowN's common case, repeated here rather than called: see AllowN.
+	var r Request
+	r.Key, r.Limit, r.Cost = key, limit, 1
+	if err := l.prepare(&r, l.now()); err != nil {
+		return Decision{RetryAfter: Never}, err
+	}
+	d, err := l.store.Apply(ctx, r)
+	if err != nil {
+		return failed(l.policy), err
+	}
+	return d, nil
 }
 
 // AllowN takes n units for key under limit if the limit admits them.
@@ -186,53 +198,32 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (d Decisio
 // decision has Fallback set. An
 // invalid key, limit or n returns an error wrapping ErrInvalidRequest or
 // ErrInvalidLimit and a denial, whatever the policy.
-func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (d Decision, err error) {
-	err = l.allowTo(&d, ctx, key, &limit, n)
-	return d, err
-}
-
-// allowTo is AllowN, writing the Decision to *d. The common case, a
-// Limiter with no fallback, timeout or observer and a limit that is not
-// durable, builds the Request and calls the store in this one frame.
-//
-// Most of a decision's cost outside the store was the copying of the
-// 168-byte Request and the 72-byte Decision from frame to frame, and
-// above all copies that read with wide loads what was just written with
-// narrow stores (a field at a time), which wait for those stores to
-// complete (BENCHMARKS.md, "Why the embedded store is not yet as cheap as
-// x/time/rate"). So the limit comes in and the Decision goes out by
-// pointer, the Request is filled a field at a time rather than built as a
-// composite literal (which the compiler builds in a temporary and copies),
-// and the store's Decision is copied out a field at a time.
-func (l *Limiter) allowTo(d *Decision, ctx context.Context, key string, limit *Limit, n int64) error {
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
 	if !l.direct || limit.Durable && n > 0 {
-		x, err := l.allow(ctx, key, limit, n)
-		d.set(&x)
-		return err
+		return l.allow(ctx, key, &limit, n)
 	}
+	// The common case, a Limiter with no fallback, timeout or observer
+	// and a limit that is not durable, builds the Request and calls the
+	// store in this one frame, and Allow repeats these lines rather than
+	// call AllowN. Most of a decision's cost outside the store was
+	// copying the 168-byte Request and the 72-byte Decision from frame to
+	// frame, above all copies that read with 16-byte loads what was just
+	// written a field at a time, which wait for those stores to reach the
+	// cache: one more frame between the caller and the store cost about
+	// 10 ns per decision, the Request built as a composite literal (which
+	// the compiler builds in a temporary and copies) a few more
+	// (BENCHMARKS.md, "Why the embedded store is not yet as cheap as
+	// x/time/rate").
 	var r Request
-	r.Key, r.Limit, r.Cost = key, *limit, n
+	r.Key, r.Limit, r.Cost = key, limit, n
 	if err := l.prepare(&r, l.now()); err != nil {
-		d.RetryAfter = Never
-		return err
+		return Decision{RetryAfter: Never}, err
 	}
-	x, err := l.store.Apply(ctx, r)
+	d, err := l.store.Apply(ctx, r)
 	if err != nil {
-		x = failed(l.policy)
+		return failed(l.policy), err
 	}
-	d.set(&x)
-	return err
-}
-
-// set copies x to d a field at a time (see allowTo).
-func (d *Decision) set(x *Decision) {
-	d.Allowed = x.Allowed
-	d.Limit = x.Limit
-	d.Remaining = x.Remaining
-	d.ResetAfter = x.ResetAfter
-	d.RetryAfter = x.RetryAfter
-	d.Now = x.Now
-	d.Fallback = x.Fallback
+	return d, nil
 }
 
 // allow is AllowN for a Limiter with a fallback, a timeout or an

@@ -262,7 +262,7 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (out floodgate.D
 	if k < kLog {
 		// The O(1) algorithms, most decisions, skip step's switch:
 		// stepSlot takes the limit's Params in registers.
-		d = stepSlot(&sh.small[k], k, r.Limit.Params(), ref, now, skew, r.Cost, true)
+		stepSlot(&d, &sh.small[k], k, r.Limit.Params(), ref, now, skew, r.Cost, true)
 	} else {
 		d = sh.step(&r, r.Limit.Params(), ref, now, skew, true)
 	}
@@ -351,7 +351,7 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, mk ref, now, ske
 			sh.conc.del(mk)
 		}
 	default:
-		d = stepSlot(&sh.small[k], k, p, mk, now, skew, r.Cost, commit)
+		stepSlot(&d, &sh.small[k], k, p, mk, now, skew, r.Cost, commit)
 	}
 	return d
 }
@@ -360,7 +360,7 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, mk ref, now, ske
 // in t, the table of kind k: it decides cost units under p at now and, if
 // commit is set, stores the new state with its sweeping deadline moved by
 // skew.
-func stepSlot(t *table[slot], k kind, p algorithm.Params, mk ref, now, skew, cost int64, commit bool) (d algorithm.Decision) {
+func stepSlot(d *algorithm.Decision, t *table[slot], k kind, p algorithm.Params, mk ref, now, skew, cost int64, commit bool) {
 	old, w := t.find(mk)
 	// Each Step's Decision is assigned straight to the result: every
 	// further copy of it costs a wait (see setDecision).
@@ -368,25 +368,25 @@ func stepSlot(t *table[slot], k kind, p algorithm.Params, mk ref, now, skew, cos
 	switch k {
 	case kFixed:
 		var st algorithm.FixedWindow
-		st, d = algorithm.FixedWindow{Start: old.a, Count: old.b}.Step(p, now, cost)
+		st, *d = algorithm.FixedWindow{Start: old.a, Count: old.b}.Step(p, now, cost)
 		next = slot{a: st.Start, b: st.Count, exp: st.Expires(p)}
 	case kSliding:
 		var st algorithm.SlidingWindow
-		st, d = algorithm.SlidingWindow{Start: old.a, Prev: old.b, Curr: old.c}.Step(p, now, cost)
+		st, *d = algorithm.SlidingWindow{Start: old.a, Prev: old.b, Curr: old.c}.Step(p, now, cost)
 		next = slot{a: st.Start, b: st.Prev, c: st.Curr, exp: st.Expires(p)}
 	case kToken:
 		var st algorithm.TokenBucket
-		st, d = algorithm.TokenBucket{Taken: old.a, Last: old.b, LastFrac: old.c}.Step(p, now, cost)
+		st, *d = algorithm.TokenBucket{Taken: old.a, Last: old.b, LastFrac: old.c}.Step(p, now, cost)
 		next = slot{a: st.Taken, b: st.Last, c: st.LastFrac, exp: st.Expires(p)}
 	case kGCRA:
 		var st algorithm.GCRA
-		st, d = algorithm.GCRA{TAT: old.a, TATFrac: old.b}.Step(p, now, cost)
+		st, *d = algorithm.GCRA{TAT: old.a, TATFrac: old.b}.Step(p, now, cost)
 		next = slot{a: st.TAT, b: st.TATFrac, exp: st.Expires(p)}
 	}
 	// A decision that changes no state (a denial, a peek) leaves the
 	// deadline as the last change set it, as a Redis TTL would.
 	if !commit || next.a == old.a && next.b == old.b && next.c == old.c {
-		return d
+		return
 	}
 	if next.exp > 0 {
 		next.exp += skew
@@ -394,7 +394,6 @@ func stepSlot(t *table[slot], k kind, p algorithm.Params, mk ref, now, skew, cos
 	} else if w != absent {
 		t.del(mk)
 	}
-	return d
 }
 
 // ApplyBatch decides rs all or nothing: see floodgate.Batcher. The shards
