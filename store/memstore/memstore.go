@@ -242,7 +242,7 @@ func (s *Store) times(r *floodgate.Request) (now, skew int64) {
 }
 
 // Apply decides r atomically: see floodgate.Store.
-func (s *Store) Apply(ctx context.Context, r floodgate.Request) (out floodgate.Decision, err error) {
+func (s *Store) Apply(ctx context.Context, r floodgate.Request) (out floodgate.Decision, _ error) {
 	if err := r.Validate(); err != nil {
 		return floodgate.Decision{}, err
 	}
