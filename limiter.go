@@ -173,7 +173,20 @@ func (l *Limiter) Store() Store { return l.store }
 
 // Allow takes one unit for key under limit. See AllowN.
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision, error) {
-	return l.allow(ctx, key, &limit, 1)
+	if !l.direct || limit.Durable {
+		return l.allow(ctx, key, &limit, 1)
+	}
+	// AllowN's common case, repeated here rather than called: see AllowN.
+	var r Request
+	r.Key, r.Limit, r.Cost = key, limit, 1
+	if err := l.prepare(&r, l.now()); err != nil {
+		return Decision{RetryAfter: Never}, err
+	}
+	d, err := l.store.Apply(ctx, r)
+	if err != nil {
+		return failed(l.policy), err
+	}
+	return d, nil
 }
 
 // AllowN takes n units for key under limit if the limit admits them.
@@ -186,26 +199,23 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision,
 // invalid key, limit or n returns an error wrapping ErrInvalidRequest or
 // ErrInvalidLimit and a denial, whatever the policy.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
-	return l.allow(ctx, key, &limit, n)
-}
-
-// allow is AllowN. The common case, a Limiter with no fallback, timeout or
-// observer, builds the Request and calls the store in this one frame:
-// every further layer that passes the 160-byte Request or the Decision
-// along copies it, which is a large part of a decision's cost outside the
-// store (BENCHMARKS.md).
-func (l *Limiter) allow(ctx context.Context, key string, limit *Limit, n int64) (Decision, error) {
-	if limit.Durable && n > 0 {
-		out, err := l.decideDurable(ctx, []Item{{Key: key, Limit: *limit, Cost: n}}, true)
-		if err != nil {
-			return Decision{RetryAfter: Never}, unwrapItem(err)
-		}
-		return out[0].result()
+	if !l.direct || limit.Durable && n > 0 {
+		return l.allow(ctx, key, &limit, n)
 	}
-	r := Request{Key: key, Limit: *limit, Cost: n}
-	if !l.direct {
-		return l.apply(ctx, &r)
-	}
+	// The common case, a Limiter with no fallback, timeout or observer
+	// and a limit that is not durable, builds the Request and calls the
+	// store in this one frame, and Allow repeats these lines rather than
+	// call AllowN. Most of a decision's cost outside the store was
+	// copying the 168-byte Request and the 72-byte Decision from frame to
+	// frame, above all copies that read with 16-byte loads what was just
+	// written a field at a time, which wait for those stores to reach the
+	// cache: one more frame between the caller and the store cost about
+	// 10 ns per decision, the Request built as a composite literal (which
+	// the compiler builds in a temporary and copies) a few more
+	// (BENCHMARKS.md, "Why the embedded store is not yet as cheap as
+	// x/time/rate").
+	var r Request
+	r.Key, r.Limit, r.Cost = key, limit, n
 	if err := l.prepare(&r, l.now()); err != nil {
 		return Decision{RetryAfter: Never}, err
 	}
@@ -214,6 +224,19 @@ func (l *Limiter) allow(ctx context.Context, key string, limit *Limit, n int64) 
 		return failed(l.policy), err
 	}
 	return d, nil
+}
+
+// allow is AllowN for a Limiter with a fallback, a timeout or an
+// observer, or for a durable quota.
+func (l *Limiter) allow(ctx context.Context, key string, limit *Limit, n int64) (Decision, error) {
+	if limit.Durable && n > 0 {
+		out, err := l.decideDurable(ctx, []Item{{Key: key, Limit: *limit, Cost: n}}, true)
+		if err != nil {
+			return Decision{RetryAfter: Never}, unwrapItem(err)
+		}
+		return out[0].result()
+	}
+	return l.apply(ctx, &Request{Key: key, Limit: *limit, Cost: n})
 }
 
 // Peek reports the state of key under limit without taking anything:

@@ -62,6 +62,49 @@ func TestFailurePolicy(t *testing.T) {
 	}
 }
 
+// failingAllowStore fails every call with err and a Decision that allows,
+// which a Limiter must replace with its failure policy's.
+type failingAllowStore struct{ err error }
+
+func (s failingAllowStore) Apply(context.Context, floodgate.Request) (floodgate.Decision, error) {
+	return floodgate.Decision{Allowed: true, Limit: 2, Remaining: 1}, s.err
+}
+
+// TestFailurePolicyDirect is TestFailurePolicy for a Limiter with no
+// observer, fallback or timeout, whose Allow and AllowN call the store in
+// their own frames, each with its own copy of that path: the store's
+// Decision is dropped for the policy's.
+func TestFailurePolicyDirect(t *testing.T) {
+	down := errors.New("connection refused")
+	for _, tc := range []struct {
+		policy      floodgate.FailurePolicy
+		wantAllowed bool
+	}{
+		{"", false},
+		{floodgate.FailClosed, false},
+		{floodgate.FailOpen, true},
+	} {
+		l, err := floodgate.New(failingAllowStore{err: down}, &floodgate.Options{FailurePolicy: tc.policy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, call := range map[string]func() (floodgate.Decision, error){
+			"Allow":  func() (floodgate.Decision, error) { return l.Allow(t.Context(), "k", perSecond) },
+			"AllowN": func() (floodgate.Decision, error) { return l.AllowN(t.Context(), "k", perSecond, 2) },
+		} {
+			t.Run(string(tc.policy)+"/"+name, func(t *testing.T) {
+				d, err := call()
+				if !errors.Is(err, down) {
+					t.Errorf("err = %v, want %v", err, down)
+				}
+				if got, want := d, (floodgate.Decision{Allowed: tc.wantAllowed}); got != want {
+					t.Errorf("Decision = %+v, want %+v", got, want)
+				}
+			})
+		}
+	}
+}
+
 func TestNewRejectsBadOptions(t *testing.T) {
 	if _, err := floodgate.New(nil, nil); err == nil {
 		t.Error("New(nil store) succeeded")

@@ -17,7 +17,8 @@ type FixedWindow struct {
 // stops at Limit+1: every count above Limit decides alike (all denied,
 // Remaining 0), and the cap keeps the count below MaxExact and away from
 // int64 overflow however long a client keeps retrying.
-func (s FixedWindow) Step(p Params, now, cost int64) (FixedWindow, Decision) {
+func (s FixedWindow) Step(p Params, now, cost int64) (_ FixedWindow, d Decision) {
+	// d is the named result, set a field at a time, as in GCRA.Step.
 	start, count := s.Start, s.Count
 	if count <= 0 || now >= start+p.Period {
 		count = 0
@@ -33,7 +34,7 @@ func (s FixedWindow) Step(p Params, now, cost int64) (FixedWindow, Decision) {
 	} else if p.CountRejected {
 		count = min(count+cost, p.Limit+1)
 	}
-	d := Decision{Allowed: allowed, Limit: p.Limit, Remaining: max(0, p.Limit-count)}
+	d.Allowed, d.Limit, d.Remaining = allowed, p.Limit, max(0, p.Limit-count)
 	if count > 0 {
 		d.ResetAfter = start + p.Period - now
 	} else {

@@ -16,7 +16,12 @@ type GCRA struct {
 // Step decides a request of cost units at now, with T = Period/Limit:
 // tat = max(TAT, now); the request is admitted if tat + cost*T - Burst*T <= now,
 // and then TAT becomes tat + cost*T.
-func (s GCRA) Step(p Params, now, cost int64) (GCRA, Decision) {
+func (s GCRA) Step(p Params, now, cost int64) (_ GCRA, d Decision) {
+	// d is the named result, set a field at a time: a Decision built in a
+	// variable of its own is copied to the result on return, with wide
+	// loads that wait for the narrow stores that just wrote it, which cost
+	// the memory store more than this arithmetic (see setDecision in
+	// store/memstore).
 	if p.Limit <= 0 {
 		return GCRA{}, denyAll(cost)
 	}
@@ -52,7 +57,7 @@ func (s GCRA) Step(p Params, now, cost int64) (GCRA, Decision) {
 	case ahead.less(burstT):
 		remaining = t.count(t.sub(burstT, ahead), p.Burst)
 	}
-	d := Decision{Allowed: allowed, Limit: p.Burst, Remaining: remaining}
+	d.Allowed, d.Limit, d.Remaining = allowed, p.Burst, remaining
 	if nowI.less(tat) {
 		d.ResetAfter = tat.ceil() - now
 	}

@@ -19,7 +19,8 @@ type SlidingWindow struct {
 // largest cost that would be admitted. Counts never exceed Limit
 // (CountRejected saturates at Limit), so every product stays below
 // (Limit+1)*Period <= MaxExact.
-func (s SlidingWindow) Step(p Params, now, cost int64) (SlidingWindow, Decision) {
+func (s SlidingWindow) Step(p Params, now, cost int64) (_ SlidingWindow, d Decision) {
+	// d is the named result, set a field at a time, as in GCRA.Step.
 	start, prev, curr := now-now%p.Period, int64(0), int64(0)
 	switch {
 	case s.Prev <= 0 && s.Curr <= 0:
@@ -40,7 +41,7 @@ func (s SlidingWindow) Step(p Params, now, cost int64) (SlidingWindow, Decision)
 	} else if p.CountRejected {
 		curr = min(curr+cost, p.Limit)
 	}
-	d := Decision{Allowed: allowed, Limit: p.Limit, Remaining: max(0, p.Limit-weighted-curr)}
+	d.Allowed, d.Limit, d.Remaining = allowed, p.Limit, max(0, p.Limit-weighted-curr)
 	switch {
 	case curr > 0:
 		d.ResetAfter = start + 2*p.Period - now

@@ -20,7 +20,8 @@ type TokenBucket struct {
 // if the tokens in the bucket, Burst - Taken, are at least cost. A request
 // taken from a full bucket starts the refill clock at now. Taken is read as
 // at most Burst: a bucket never holds fewer than 0 tokens.
-func (s TokenBucket) Step(p Params, now, cost int64) (TokenBucket, Decision) {
+func (s TokenBucket) Step(p Params, now, cost int64) (_ TokenBucket, d Decision) {
+	// d is the named result, set a field at a time, as in GCRA.Step.
 	if p.Limit <= 0 {
 		return TokenBucket{}, denyAll(cost)
 	}
@@ -34,7 +35,7 @@ func (s TokenBucket) Step(p Params, now, cost int64) (TokenBucket, Decision) {
 	if allowed {
 		taken += cost
 	}
-	d := Decision{Allowed: allowed, Limit: p.Burst, Remaining: max(0, p.Burst-taken)}
+	d.Allowed, d.Limit, d.Remaining = allowed, p.Burst, max(0, p.Burst-taken)
 	if taken > 0 {
 		d.ResetAfter = t.add(last, t.times(taken)).ceil() - now
 	}

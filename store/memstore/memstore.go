@@ -242,25 +242,59 @@ func (s *Store) times(r *floodgate.Request) (now, skew int64) {
 }
 
 // Apply decides r atomically: see floodgate.Store.
-func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
+func (s *Store) Apply(ctx context.Context, r floodgate.Request) (out floodgate.Decision, _ error) {
 	if err := r.Validate(); err != nil {
 		return floodgate.Decision{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return floodgate.Decision{}, err
 	}
-	p := r.Limit.Params()
-	i, ref := s.locate(r.Key, p.Period)
-	now, skew := s.times(&r)
+	k := kindOf(r.Limit.Algorithm)
+	i, ref := s.locate(r.Key, int64(r.Limit.Period/time.Microsecond))
+	var now, skew int64
+	if r.Now.IsZero() && s.system {
+		now = systemMicros() // s.times, without its two calls
+	} else {
+		now, skew = s.times(&r)
+	}
 	sh := &s.shards[i]
 	sh.mu.Lock()
-	if !s.room(sh, kindOf(r.Limit.Algorithm), ref) {
+	if s.perShard != 0 && !s.room(sh, k, ref) {
 		sh.mu.Unlock()
 		return floodgate.Decision{}, s.fullError()
 	}
-	d := sh.step(&r, p, ref, now, skew, true)
+	var d algorithm.Decision
+	if k < kLog {
+		// The O(1) algorithms, most decisions, skip step's switch:
+		// stepSlot takes the limit's Params in registers.
+		stepSlot(&d, &sh.small[k], k, r.Limit.Params(), ref, now, skew, r.Cost, true)
+	} else {
+		d = sh.step(&r, r.Limit.Params(), ref, now, skew, true)
+	}
 	sh.mu.Unlock()
-	return floodgate.FromAlgorithm(d, now), nil
+	setDecision(&out, &d, now)
+	return out, nil
+}
+
+// setDecision sets *out to floodgate.FromAlgorithm(*d, nowUS), one field
+// at a time. Apply's result is filled this way because a Decision (more
+// fields than the compiler keeps in registers) returned by a call is
+// first stored a field at a time to a temporary and then copied with
+// 16-byte loads, which cannot take their bytes from two pending stores
+// and wait for them to reach the cache: several nanoseconds per copy,
+// measured on this path (BENCHMARKS.md). TestSetDecision checks that the
+// two agree.
+func setDecision(out *floodgate.Decision, d *algorithm.Decision, nowUS int64) {
+	out.Allowed = d.Allowed
+	out.Limit = d.Limit
+	out.Remaining = d.Remaining
+	out.ResetAfter = time.Duration(d.ResetAfter) * time.Microsecond
+	out.RetryAfter = time.Duration(d.RetryAfter) * time.Microsecond
+	if d.RetryAfter == algorithm.Never {
+		out.RetryAfter = floodgate.Never
+	}
+	out.Now = time.UnixMicro(nowUS)
+	out.Fallback = false
 }
 
 // step decides r at now in the shard, whose lock the caller holds, and
@@ -322,36 +356,49 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, mk ref, now, ske
 			sh.conc.del(mk)
 		}
 	default:
-		m := &sh.small[k]
-		old, w := m.find(mk)
-		var next slot
-		switch k {
-		case kFixed:
-			st, dd := algorithm.FixedWindow{Start: old.a, Count: old.b}.Step(p, now, r.Cost)
-			next, d = slot{a: st.Start, b: st.Count, exp: st.Expires(p)}, dd
-		case kSliding:
-			st, dd := algorithm.SlidingWindow{Start: old.a, Prev: old.b, Curr: old.c}.Step(p, now, r.Cost)
-			next, d = slot{a: st.Start, b: st.Prev, c: st.Curr, exp: st.Expires(p)}, dd
-		case kToken:
-			st, dd := algorithm.TokenBucket{Taken: old.a, Last: old.b, LastFrac: old.c}.Step(p, now, r.Cost)
-			next, d = slot{a: st.Taken, b: st.Last, c: st.LastFrac, exp: st.Expires(p)}, dd
-		case kGCRA:
-			st, dd := algorithm.GCRA{TAT: old.a, TATFrac: old.b}.Step(p, now, r.Cost)
-			next, d = slot{a: st.TAT, b: st.TATFrac, exp: st.Expires(p)}, dd
-		}
-		// A decision that changes no state (a denial, a peek) leaves the
-		// deadline as the last change set it, as a Redis TTL would.
-		if !commit || next.a == old.a && next.b == old.b && next.c == old.c {
-			return d
-		}
-		if next.exp > 0 {
-			next.exp += skew
-			m.set(mk, next, w)
-		} else if w != absent {
-			m.del(mk)
-		}
+		stepSlot(&d, &sh.small[k], k, p, mk, now, skew, r.Cost, commit)
 	}
 	return d
+}
+
+// stepSlot is shard.step for the O(1) algorithms, whose state is a slot
+// in t, the table of kind k: it decides cost units under p at now and, if
+// commit is set, stores the new state with its sweeping deadline moved by
+// skew.
+func stepSlot(d *algorithm.Decision, t *table[slot], k kind, p algorithm.Params, mk ref, now, skew, cost int64, commit bool) {
+	old, w := t.find(mk)
+	// Each Step's Decision is assigned straight to the result: every
+	// further copy of it costs a wait (see setDecision).
+	var next slot
+	switch k {
+	case kFixed:
+		var st algorithm.FixedWindow
+		st, *d = algorithm.FixedWindow{Start: old.a, Count: old.b}.Step(p, now, cost)
+		next = slot{a: st.Start, b: st.Count, exp: st.Expires(p)}
+	case kSliding:
+		var st algorithm.SlidingWindow
+		st, *d = algorithm.SlidingWindow{Start: old.a, Prev: old.b, Curr: old.c}.Step(p, now, cost)
+		next = slot{a: st.Start, b: st.Prev, c: st.Curr, exp: st.Expires(p)}
+	case kToken:
+		var st algorithm.TokenBucket
+		st, *d = algorithm.TokenBucket{Taken: old.a, Last: old.b, LastFrac: old.c}.Step(p, now, cost)
+		next = slot{a: st.Taken, b: st.Last, c: st.LastFrac, exp: st.Expires(p)}
+	case kGCRA:
+		var st algorithm.GCRA
+		st, *d = algorithm.GCRA{TAT: old.a, TATFrac: old.b}.Step(p, now, cost)
+		next = slot{a: st.TAT, b: st.TATFrac, exp: st.Expires(p)}
+	}
+	// A decision that changes no state (a denial, a peek) leaves the
+	// deadline as the last change set it, as a Redis TTL would.
+	if !commit || next.a == old.a && next.b == old.b && next.c == old.c {
+		return
+	}
+	if next.exp > 0 {
+		next.exp += skew
+		t.set(mk, next, w)
+	} else if w != absent {
+		t.del(mk)
+	}
 }
 
 // ApplyBatch decides rs all or nothing: see floodgate.Batcher. The shards
