@@ -417,8 +417,17 @@ func (l *Limiter) now() time.Time {
 }
 
 func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.timeout > 0 {
-		return context.WithTimeout(ctx, l.timeout)
+	if l.timeout <= 0 {
+		return ctx, noCancel
 	}
-	return ctx, func() {}
+	// A caller's deadline no later than the timeout's is already the
+	// bound: deriving a context (four allocations and a timer) would
+	// change nothing.
+	if d, ok := ctx.Deadline(); ok && !d.After(time.Now().Add(l.timeout)) {
+		return ctx, noCancel
+	}
+	return context.WithTimeout(ctx, l.timeout)
 }
+
+// noCancel is the CancelFunc of a context that was not derived.
+func noCancel() {}

@@ -131,6 +131,45 @@ func TestTimeoutBoundsStoreCall(t *testing.T) {
 	}
 }
 
+// deadlineStore records the deadline of the context each call gets.
+type deadlineStore struct {
+	got chan time.Time
+}
+
+func (s deadlineStore) Apply(ctx context.Context, _ floodgate.Request) (floodgate.Decision, error) {
+	d, _ := ctx.Deadline()
+	s.got <- d
+	return floodgate.Decision{Allowed: true}, nil
+}
+
+// TestTimeoutKeepsEarlierDeadline: the store's call ends at the earlier of
+// the caller's deadline and Options.Timeout.
+func TestTimeoutKeepsEarlierDeadline(t *testing.T) {
+	s := deadlineStore{got: make(chan time.Time, 1)}
+	l, err := floodgate.New(s, &floodgate.Options{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	early, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	want, _ := early.Deadline()
+	if _, err := l.Allow(early, "k", perSecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-s.got; !got.Equal(want) {
+		t.Errorf("with the caller's deadline first, the store's is %v, want the caller's %v", got, want)
+	}
+	late, cancel := context.WithTimeout(t.Context(), time.Hour)
+	defer cancel()
+	before := time.Now()
+	if _, err := l.Allow(late, "k", perSecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-s.got; got.Before(before.Add(time.Minute)) || got.After(time.Now().Add(time.Minute)) {
+		t.Errorf("with the timeout first, the store's deadline is %v, want a minute after the call (%v)", got, before)
+	}
+}
+
 func TestInvalidInputIsAnErrorAndADenial(t *testing.T) {
 	l, _ := floodgate.New(failingStore{}, &floodgate.Options{FailurePolicy: floodgate.FailOpen})
 	for name, call := range map[string]func() (floodgate.Decision, error){
