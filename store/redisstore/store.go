@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/region"
 )
 
 // Store is the Redis floodgate.Store: each decision is one Lua script run
@@ -34,7 +35,8 @@ type Store struct {
 
 	top     decider       // the first layer of Apply: deny, else budgets
 	deny    *denyCache    // Options.DenyCache; nil: off
-	budgets *localBudgets // floodgate.Limit.LocalBudget
+	budgets *localBudgets // floodgate.Limit.LocalBudget of the windows
+	slices  *rateSlices   // floodgate.Limit.LocalBudget of the buckets
 	co      *coalescer    // Options.Coalesce; nil: off
 	runner  *runner       // runs the scripts; ApplyBatch calls it directly
 
@@ -155,6 +157,12 @@ func newStore(c Conn, opts *Options) (*Store, error) {
 	clock := localClock{rn.clock}
 	s.budgets = newLocalBudgets(remote, rn, clock, cmp.Or(o.BudgetIdle, DefaultBudgetIdle))
 	s.top = s.budgets
+	home, err := region.NewScriptHome(s.prefix, rn.homeEval)
+	if err != nil {
+		return nil, err
+	}
+	s.slices = newRateSlices(home, clock, cmp.Or(o.SliceRenew, DefaultSliceRenew), cmp.Or(o.SliceTerm, DefaultSliceTerm),
+		cmp.Or(o.SliceGrace, DefaultSliceGrace), cmp.Or(o.BudgetIdle, DefaultBudgetIdle))
 	if o.DenyCache > 0 {
 		s.deny = newDenyCache(o.DenyCache, clock, s.budgets)
 		s.top = s.deny
@@ -185,7 +193,11 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 	if s.closed.Load() {
 		return floodgate.Decision{}, floodgate.ErrClosed
 	}
-	return s.top.decide(ctx, call{r: r, alg: r.Limit.EffectiveAlgorithm(), key: s.Key(r.Key, r.Limit)})
+	c := call{r: r, alg: r.Limit.EffectiveAlgorithm(), key: s.Key(r.Key, r.Limit)}
+	if sliced(r.Limit) {
+		return s.slices.decide(ctx, c)
+	}
+	return s.top.decide(ctx, c)
 }
 
 // Reset deletes key's state under limit's algorithm and period. An empty
@@ -240,6 +252,7 @@ func (s *Store) Close() error {
 	}
 	s.stopSweeper()
 	s.budgets.close()
+	s.slices.close()
 	if s.closeClient != nil {
 		s.closeClient()
 	}
