@@ -44,8 +44,8 @@ type Options struct {
 	// twice as long (or BudgetIdle, if longer) is given back. 0 means
 	// DefaultSliceRenew.
 	SliceRenew time.Duration
-	// SliceTerm is how long a slice's lease runs after its last renewal
-	// (rounded up to a multiple of the limit's Period): an instance that
+	// SliceTerm is how long a slice's lease runs after its last renewal:
+	// an instance that
 	// cannot reach Redis decides on its slice until then, and the slice
 	// of an instance that died stays unused until then plus SliceGrace.
 	// 0 means DefaultSliceTerm; at least SliceRenew.

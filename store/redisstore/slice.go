@@ -110,6 +110,17 @@ func (rs *rateSlices) micros(t time.Time) int64 {
 	return rs.base.UnixMicro() + t.Sub(rs.base).Microseconds()
 }
 
+// homeLimit is what home is told of l: its Limit, which the slices share
+// out in whole units, and a Period of one microsecond. Home rounds a
+// lease's end up to a multiple of the Period it is given (a fixed window's
+// boundary, for regions); a bucket has no windows, so its leases end
+// SliceTerm after their renewal, to the microsecond. The key of the home
+// state is the state key's, which holds the algorithm and the real
+// Period.
+func homeLimit(l floodgate.Limit) floodgate.Limit {
+	return floodgate.Limit{Limit: l.Limit, Period: time.Microsecond}
+}
+
 // sameSlicing reports whether a and b, limits of one Redis key (so of one
 // algorithm and period), slice alike: the same rate, capacity and
 // LocalBudget (their names may differ).
@@ -280,7 +291,7 @@ func (rs *rateSlices) plan(key string, e *slice, now time.Time) region.LeaseRequ
 	if want < e.share {
 		e.resize(rs.micros(now), want)
 	}
-	return region.LeaseRequest{Key: key, Limit: floodgate.Limit{Limit: l.Limit, Period: l.Period}, Holder: rs.holder, Now: now,
+	return region.LeaseRequest{Key: key, Limit: homeLimit(l), Holder: rs.holder, Now: now,
 		Term: rs.term, Grace: rs.grace, Want: max(want, e.share), Demand: e.demand}
 }
 
@@ -297,7 +308,7 @@ func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Leas
 		e.busy = nil
 		close(ch)
 	}
-	if err != nil || req.Release || e.limit.Limit != req.Limit.Limit || e.limit.Period != req.Limit.Period {
+	if err != nil || req.Release || homeLimit(e.limit) != req.Limit {
 		return
 	}
 	e.until = out.Until
@@ -328,7 +339,7 @@ func (rs *rateSlices) sweep(ctx context.Context, now time.Time, all bool) int {
 			e.resize(rs.micros(now), 0)
 			e.gone = true
 			e.busy = make(chan struct{})
-			jobs = append(jobs, job{sh, k, e, region.LeaseRequest{Key: k, Limit: floodgate.Limit{Limit: e.limit.Limit, Period: e.limit.Period},
+			jobs = append(jobs, job{sh, k, e, region.LeaseRequest{Key: k, Limit: homeLimit(e.limit),
 				Holder: rs.holder, Now: now, Term: rs.term, Grace: rs.grace, Release: true}})
 		}
 		sh.mu.Unlock()
