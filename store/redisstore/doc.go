@@ -610,17 +610,38 @@
 //
 // the limit's arrival curve: what one bucket (one GCRA, of emission
 // interval T = Period/Limit and tolerance (Capacity − 1)·T) would admit
-// at most. TestSliceZeroOverrun checks exactly that, every pair of the
+// at most.
+//
+// A slice of a key nobody admitted on for a while starts full, so that a
+// fresh key admits its burst at once. Each key has a mark in Redis
+// (<state key>:seen, scripts/seen.lua): the latest end any instance may
+// decide up to. An instance records its end there (its lease's end plus a
+// SliceTerm, so that a few renewals need no new record) before it decides
+// past the end it recorded last, and stops at whichever of the two ends
+// comes first. The record returns the mark that was there; if that mark
+// plus SliceGrace plus the refill time D = Capacity × Period / Limit is
+// at or before the time the record was sent, nobody admitted in the last
+// D before then, so the one bucket would be full, and the slice starts
+// with its burst. It still holds: with x that time, the admissions before
+// x lie at or before x − D, so for s < x − D they add at most Capacity +
+// Limit × (x − D − s)/Period, the levels at x at most Capacity, and the
+// two Capacity are paid by the D of silence (Limit × D / Period =
+// Capacity). Otherwise a slice that grows starts empty, as above.
+//
+// TestSliceZeroOverrun checks exactly that, every pair of the
 // admissions of four instances with random demand moving between them
 // and lease calls that take time on the shared fake clock, and checks the
 // invariant above on a snapshot at every lease call; breaking an ordering
 // rule (raising before the grant, lowering after telling home) or
-// starting a grown slice full makes it fail.
+// starting a grown slice full whatever the mark says makes it fail;
+// TestSliceStartsFull checks when a slice starts full (and fails if the
+// refill time is left out of the rule).
 //
 // How slices follow demand. The first request of a key at an instance
-// leases at once (the caller waits for that one call), asking for what
-// is free up to LocalBudget. Then, every Options.SliceRenew, the request
-// that finds the renewal due makes the lease call (others decide on the
+// leases at once (the caller waits for that call, and the mark's),
+// asking for what is free up to LocalBudget. Then, every
+// Options.SliceRenew, the request that finds the renewal due makes the
+// lease call (others decide on the
 // slice meanwhile): it reports the instance's demand (units asked,
 // admitted or not, per Period, averaged with the previous measure) and
 // asks for its part of share.Split (Proportional) over every live
@@ -636,17 +657,18 @@
 // The cost is utilisation, never overrun: a shift of demand reaches the
 // new instance in about two renewals (the idle one is lowered at its next
 // renewal, or given back by its sweeper, and the busy one then grows), and
-// the rate the busy one gains starts without tokens; a key's first
-// requests at an instance are denied until the leased rate has earned a
-// token (a fresh key does not start full: see the note below); slices are
+// the rate the busy one gains starts without tokens, unless the key was
+// idle for the refill time (the mark above, which costs one more script
+// run per SliceTerm per busy key); slices are
 // whole units per Period, so a limit of a few units per Period splits
 // coarsely, and a slice whose burst is below a request's cost cannot
 // admit it (RetryAfter is then SliceRenew, not Never, since the slice may
 // grow). TestSliceUtilisation measures it: GCRA 1000/s burst 100, three
 // instances on a fake clock, demand 2× the limit moving every 3 s (one
-// instance, another, all three, a third): 98.3% of the limit admitted
-// with SliceRenew 20 ms, 98.0% with 50 ms, 91.9% with 200 ms (the
-// phases right after a shift: 96%, 96% and 83%). LocalBudget below Limit
+// instance, another, all three, a third): 99.2% of the rate admitted
+// with SliceRenew 20 ms, 98.8% with 50 ms, 92.7% with 200 ms (the first
+// phase, on a fresh key, 103.3% with the burst; the phases right after a
+// shift to one idle instance: 96%, 96% and 83%). LocalBudget below Limit
 // caps one instance's slice: a single busy instance then admits at most
 // LocalBudget per Period.
 //
@@ -667,13 +689,13 @@
 // Not covered: home losing its state (a Redis restart without
 // persistence, a failover that lost writes) frees every slice while
 // instances still decide on theirs, up to the whole limit more until the
-// leases end, as for regions. A lease call that timed out may still run
+// leases end, as for regions (and a lost mark lets a slice start full
+// while others spend theirs: up to Capacity more). A lease call that timed out may still run
 // at Redis after a later one (a client that resent it on a new
 // connection): a late lowering would leave an instance above what home
 // counts for it until its next renewal; rueidis keeps one connection's
-// commands in order, and regions share the assumption. A fresh key could
-// start full when no holder has admitted for a refill time; home.lua does
-// not tell a new holder that, so a new slice always starts empty.
+// commands in order, and regions share the assumption. Clocks further
+// apart than SliceGrace void the proof, for the leases as for the mark.
 //
 // # Guarantees
 //

@@ -3,8 +3,12 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
+	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"math/bits"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +35,8 @@ type rateSlices struct {
 	grace  time.Duration
 	idle   time.Duration
 	shards *shards[*slice]
+	// mark runs seen.lua on key's mark (the runner's seenEval).
+	mark func(ctx context.Context, key string, mark, ttl int64) (int64, error)
 
 	sweepOnce sync.Once
 	sweeping  bool
@@ -55,8 +61,12 @@ type slice struct {
 	// the memory store's token bucket step (which admits what GCRA admits).
 	tb algorithm.TokenBucket
 	// until is the end of the lease: no decision on the share at or after
-	// it. next is when the next lease call is due.
+	// it: the lease's, or the end last recorded in the key's mark
+	// (seen.lua), whichever is earlier. next is when the next lease call
+	// is due.
 	until, next time.Time
+	// recorded is the end this instance last recorded in the mark.
+	recorded time.Time
 	// Demand: units asked since tick, and the measure reported to home.
 	asked    int64
 	tick     time.Time
@@ -93,11 +103,11 @@ func sliced(l floodgate.Limit) bool {
 	return l.LocalBudget > 0 && (alg == floodgate.TokenBucket || alg == floodgate.GCRA)
 }
 
-func newRateSlices(home region.Home, clock localClock, renew, term, grace, idle time.Duration) *rateSlices {
+func newRateSlices(home region.Home, mark func(ctx context.Context, key string, mark, ttl int64) (int64, error), clock localClock, renew, term, grace, idle time.Duration) *rateSlices {
 	var b [6]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
 	return &rateSlices{
-		home: home, holder: "redisstore#" + hex.EncodeToString(b[:]), clock: clock, base: clock.now(),
+		home: home, mark: mark, holder: "redisstore#" + hex.EncodeToString(b[:]), clock: clock, base: clock.now(),
 		renew: renew, term: term, grace: grace, idle: max(idle, 2*renew), shards: newShards[*slice](),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -210,10 +220,15 @@ func (rs *rateSlices) decide(ctx context.Context, c call) (floodgate.Decision, e
 		if e.busy == nil && !e.gone && (!live || !now.Before(e.next)) && !called {
 			req := rs.plan(c.key, e, now)
 			e.busy = make(chan struct{})
+			recorded, l := e.recorded, e.limit
 			sh.mu.Unlock()
 			out, err := rs.home.Lease(ctx, req)
+			full := false
+			if err == nil && out.Share > 0 && out.Until.After(recorded) {
+				recorded, full = rs.record(ctx, c.key, l, out.Until, recorded)
+			}
 			sh.mu.Lock()
-			rs.install(e, req, out, err, rs.clock.now())
+			rs.install(e, req, out, err, rs.clock.now(), recorded, full)
 			sh.mu.Unlock()
 			leaseErr, called = err, true
 			continue
@@ -301,7 +316,11 @@ func (rs *rateSlices) plan(key string, e *slice, now time.Time) region.LeaseRequ
 // A failed call leaves e as it was (a call that timed out may have run: e
 // then holds less than home counts, never more); the next is due after a
 // SliceRenew. The caller holds e's shard lock; install ends e's call.
-func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Lease, err error, at time.Time) {
+//
+// recorded is the end recorded in the key's mark (e's decisions stop at
+// it too), and full whether the mark showed the key idle for a refill
+// time: the slice then starts with its whole burst.
+func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Lease, err error, at, recorded time.Time, full bool) {
 	rs.calls.Add(1)
 	e.next = at.Add(rs.renew)
 	if ch := e.busy; ch != nil {
@@ -311,11 +330,67 @@ func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Leas
 	if err != nil || req.Release || homeLimit(e.limit) != req.Limit {
 		return
 	}
-	e.until = out.Until
-	e.parties, e.self = out.Parties, out.Self
-	if out.Share != e.share && at.Before(out.Until) {
-		e.resize(rs.micros(at), min(out.Share, maxShare(e.limit)))
+	if recorded.After(e.recorded) {
+		e.recorded = recorded
 	}
+	e.until = out.Until
+	if out.Share > 0 && e.recorded.Before(e.until) {
+		// No decision past the end recorded in the mark. (A slice of
+		// nothing admits nothing, whatever its end.)
+		e.until = e.recorded
+	}
+	e.parties, e.self = out.Parties, out.Self
+	if out.Share != e.share && at.Before(e.until) {
+		e.resize(rs.micros(at), min(out.Share, maxShare(e.limit)))
+		if full && e.burst > 0 {
+			e.tb = algorithm.TokenBucket{} // a full bucket
+		}
+	}
+}
+
+// record records in key's mark that this instance may decide l until
+// leaseEnd plus a SliceTerm (so that the next few renewals need no
+// record), and reports the end recorded (prev if the call failed) and
+// whether the mark that was there shows the key idle for the refill
+// time: nothing admitted by anyone since mark + SliceGrace + refill ≤
+// the time the call was sent.
+func (rs *rateSlices) record(ctx context.Context, key string, l floodgate.Limit, leaseEnd, prev time.Time) (time.Time, bool) {
+	sent := rs.clock.now()
+	mark := leaseEnd.Add(rs.term)
+	refill, ok := refillTime(l)
+	if !ok {
+		refill = algorithm.MaxPeriod // refills in no useful time: never full
+	}
+	life := mark.Sub(sent) + time.Duration(refill)*time.Microsecond + rs.grace
+	old, err := rs.mark(ctx, key+":seen", mark.UnixMicro(), max(1, life.Milliseconds()+1))
+	if err != nil {
+		// The call may have run, recording more than prev: no matter,
+		// decisions stop at prev.
+		return prev, false
+	}
+	full := ok && old+rs.grace.Microseconds()+refill <= sent.UnixMicro()
+	return time.UnixMicro(mark.UnixMicro()), full
+}
+
+// refillTime is how long l's bucket takes to fill from empty, in µs,
+// rounded up: ⌈Capacity × Period / Limit⌉, at most MaxPeriod for a valid
+// limit (Limit.Validate).
+func refillTime(l floodgate.Limit) (int64, bool) {
+	if l.Limit <= 0 {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(l.Period.Microseconds()))
+	if hi >= uint64(l.Limit) {
+		return 0, false
+	}
+	q, r := bits.Div64(hi, lo, uint64(l.Limit))
+	if r > 0 {
+		q++
+	}
+	if q > uint64(algorithm.MaxPeriod) {
+		return 0, false
+	}
+	return int64(q), true
 }
 
 // sweep gives back the slices idle for SliceIdle (all of them, if all) at
@@ -349,7 +424,7 @@ func (rs *rateSlices) sweep(ctx context.Context, now time.Time, all bool) int {
 		// until it does, never more.
 		out, err := rs.home.Lease(ctx, j.req)
 		j.sh.mu.Lock()
-		rs.install(j.e, j.req, out, err, rs.clock.now())
+		rs.install(j.e, j.req, out, err, rs.clock.now(), time.Time{}, false)
 		if j.sh.m[j.key] == j.e {
 			delete(j.sh.m, j.key)
 		}
@@ -387,7 +462,28 @@ func (rs *rateSlices) close() {
 	rs.sweep(ctx, rs.clock.now(), true)
 }
 
-// homeEval runs home.lua for the rate slices: by EVALSHA, then EVAL after
+//go:embed scripts/seen.lua
+var seenLua string
+
+var seenSHA = func() string {
+	sum := sha1.Sum([]byte(seenLua))
+	return hex.EncodeToString(sum[:])
+}()
+
+// seenEval runs seen.lua on the mark key, recording mark (µs) for ttl
+// (ms), and returns the mark that was there.
+func (rn *runner) seenEval(ctx context.Context, key string, mark, ttl int64) (int64, error) {
+	vals, err := rn.homeEval(ctx, key, seenLua, seenSHA, []string{strconv.FormatInt(mark, 10), strconv.FormatInt(ttl, 10)})
+	if err != nil {
+		return 0, err
+	}
+	if len(vals) != 1 || vals[0] < 0 {
+		return 0, fmt.Errorf("seen.lua: %w: %v", floodgate.ErrUnexpectedReply, vals)
+	}
+	return vals[0], nil
+}
+
+// homeEval runs home.lua or seen.lua for the rate slices: by EVALSHA, then EVAL after
 // NOSCRIPT, even with Options.Functions (the script is not part of the
 // store's library).
 func (rn *runner) homeEval(ctx context.Context, key, src, sha string, args []string) ([]int64, error) {

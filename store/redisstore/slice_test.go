@@ -135,7 +135,8 @@ func checkSlices(t *testing.T, stores []*Store, clock *floodgatetest.FakeClock) 
 
 // simulate runs demand on the instances for span in steps of up to 10 ms
 // of the fake clock: in each phase of a second, each instance is busy or
-// idle at random, and each busy one sends, from two goroutines at once,
+// idle at random (and one phase in four, of up to 3 s, all are idle, so
+// that slices start full after some and not after others), and each busy one sends, from two goroutines at once,
 // requests of cost 1 to 3 adding up to about rate units per Period in
 // all (so that the busy instances together ask for more than the limit).
 // Each store's idle slices are swept every SliceRenew of the fake clock,
@@ -156,6 +157,12 @@ func simulate(t *testing.T, stores []*Store, clock *floodgatetest.FakeClock, l f
 			phaseEnd = clock.Now().Add(time.Second)
 			for i := range busy {
 				busy[i] = rng.IntN(3) > 0
+			}
+			if rng.IntN(4) == 0 {
+				// A quiet spell, around the time after which a slice
+				// starts full (the refill time, the term and the grace).
+				phaseEnd = clock.Now().Add(time.Duration(rng.Int64N(int64(3 * time.Second))))
+				clear(busy)
 			}
 		}
 		dt := time.Duration(1+rng.IntN(10_000)) * time.Microsecond
@@ -227,14 +234,14 @@ func TestSliceZeroOverrun(t *testing.T) {
 				for _, s := range stores {
 					s.slices.home.(*lagHome).check = func() { checkSlices(t, stores, clock) }
 				}
-				got, asked := simulate(t, stores, clock, l, 12*time.Second, seed)
+				got, asked := simulate(t, stores, clock, l, 20*time.Second, seed)
 				checkArrivalCurve(t, l, got)
 				replayAdmitted(t, l, got)
 				var units int64
 				for _, a := range got {
 					units += a.cost
 				}
-				t.Logf("seed %d: %d of %d units asked admitted; the limit allows %d over the span", seed, units, asked, l.Capacity()+l.Limit*12*int64(time.Second/l.Period))
+				t.Logf("seed %d: %d of %d units asked admitted; the limit allows %d over the span", seed, units, asked, l.Capacity()+l.Limit*20*int64(time.Second/l.Period))
 				for _, s := range stores {
 					s.Close()
 				}
@@ -299,6 +306,55 @@ func TestSliceUtilisation(t *testing.T) {
 		for _, s := range stores {
 			s.Close()
 		}
+	}
+}
+
+// TestSliceStartsFull: a slice of a key nobody admitted on for the
+// bucket's refill time (plus the grace) starts with its burst, so a fresh
+// key admits its burst at once; a slice taken sooner starts empty.
+func TestSliceStartsFull(t *testing.T) {
+	addr := standaloneAddr(t)
+	clock := floodgatetest.NewFakeClock(t0)
+	const grace = 20 * time.Millisecond
+	stores := newInstances(t, addr, 2, Options{Prefix: testPrefix(t), Clock: clock,
+		SliceRenew: 50 * time.Millisecond, SliceTerm: 200 * time.Millisecond, SliceGrace: grace})
+	l := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: 5, LocalBudget: 10}
+	burst := func(s *Store) int {
+		n := 0
+		for range 10 {
+			d, err := s.Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	if n := burst(stores[0]); n != 5 {
+		t.Errorf("fresh key: %d admitted at once, want the burst, 5", n)
+	}
+	// The first instance gives its slice back; the key was used just now,
+	// so the second starts empty.
+	stores[0].slices.sweep(t.Context(), clock.Now(), true)
+	clock.Advance(time.Millisecond)
+	if n := burst(stores[1]); n != 0 {
+		t.Errorf("key used 1 ms ago: %d admitted at once, want 0", n)
+	}
+	// Idle past the mark (the lease's end plus a term) and the grace, but
+	// not the refill time (500 ms) after them: the bucket may not be full
+	// yet, so the slice starts empty.
+	stores[1].slices.sweep(t.Context(), clock.Now(), true)
+	clock.Advance(2*200*time.Millisecond + grace + time.Millisecond)
+	if n := burst(stores[0]); n != 0 {
+		t.Errorf("key idle for less than its refill time after the mark: %d admitted at once, want 0", n)
+	}
+	// Idle past the mark, the grace and the refill time: full again.
+	stores[0].slices.sweep(t.Context(), clock.Now(), true)
+	clock.Advance(2*200*time.Millisecond + grace + 500*time.Millisecond + time.Millisecond)
+	if n := burst(stores[0]); n != 5 {
+		t.Errorf("key idle for its refill time: %d admitted at once, want 5", n)
 	}
 }
 

@@ -161,7 +161,7 @@ func newStore(c Conn, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.slices = newRateSlices(home, clock, cmp.Or(o.SliceRenew, DefaultSliceRenew), cmp.Or(o.SliceTerm, DefaultSliceTerm),
+	s.slices = newRateSlices(home, rn.seenEval, clock, cmp.Or(o.SliceRenew, DefaultSliceRenew), cmp.Or(o.SliceTerm, DefaultSliceTerm),
 		cmp.Or(o.SliceGrace, DefaultSliceGrace), cmp.Or(o.BudgetIdle, DefaultBudgetIdle))
 	if o.DenyCache > 0 {
 		s.deny = newDenyCache(o.DenyCache, clock, s.budgets)
