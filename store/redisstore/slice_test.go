@@ -80,6 +80,27 @@ func (h *lagHome) lag() {
 	h.clock.Advance(d)
 }
 
+// A pacer keeps a fake clock at least as far along as real time since
+// the start: Redis expires the leases' and marks' keys in real time, after
+// the spans the fake clock gave them, so a fake clock that fell behind
+// real time (a loaded machine running the race detector) would see Redis
+// forget leases still live on it, as a Redis that lost its data would.
+type pacer struct {
+	clock       *floodgatetest.FakeClock
+	fake0, real time.Time
+}
+
+func newPacer(clock *floodgatetest.FakeClock) pacer {
+	return pacer{clock: clock, fake0: clock.Now(), real: time.Now()}
+}
+
+// keepAhead moves the clock forward by as much as it is behind.
+func (p pacer) keepAhead() {
+	if behind := time.Since(p.real) - p.clock.Now().Sub(p.fake0); behind > 0 {
+		p.clock.Advance(behind)
+	}
+}
+
 // sliceInstances returns n stores on one Redis sharing the fake clock,
 // each lease call of which moves the clock (lagHome).
 func sliceInstances(t *testing.T, addr string, n int, clock *floodgatetest.FakeClock, seed uint64) []*Store {
@@ -149,6 +170,7 @@ func simulate(t *testing.T, stores []*Store, clock *floodgatetest.FakeClock, l f
 	var got []admission
 	var asked int64
 	busy := make([]bool, len(stores))
+	pace := newPacer(clock)
 	end := clock.Now().Add(span)
 	phaseEnd := clock.Now()
 	lastSweep := clock.Now()
@@ -207,6 +229,7 @@ func simulate(t *testing.T, stores []*Store, clock *floodgatetest.FakeClock, l f
 			lastSweep = clock.Now()
 		}
 		clock.Advance(dt)
+		pace.keepAhead()
 	}
 	return got, asked
 }
@@ -261,8 +284,11 @@ func TestSliceUtilisation(t *testing.T) {
 	const phase = 3 * time.Second
 	for _, renew := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
 		clock := floodgatetest.NewFakeClock(t0)
+		// A long term: idle instances give their slices back after two
+		// renewals anyway, and Redis, which expires the leases in real
+		// time, keeps them however slowly the test runs.
 		stores := newInstances(t, addr, 3, Options{Prefix: testPrefix(t), Clock: clock,
-			SliceRenew: renew, SliceTerm: 10 * renew, SliceGrace: 20 * time.Millisecond})
+			SliceRenew: renew, SliceTerm: time.Minute, SliceGrace: 20 * time.Millisecond})
 		var total, allowed int64
 		var perPhase []string
 		lastSweep := clock.Now()
@@ -315,9 +341,11 @@ func TestSliceUtilisation(t *testing.T) {
 func TestSliceStartsFull(t *testing.T) {
 	addr := standaloneAddr(t)
 	clock := floodgatetest.NewFakeClock(t0)
-	const grace = 20 * time.Millisecond
+	// A long term, so that Redis, which expires the marks in real time,
+	// keeps them however slowly the test runs.
+	const grace, term = 20 * time.Millisecond, 30 * time.Second
 	stores := newInstances(t, addr, 2, Options{Prefix: testPrefix(t), Clock: clock,
-		SliceRenew: 50 * time.Millisecond, SliceTerm: 200 * time.Millisecond, SliceGrace: grace})
+		SliceRenew: 50 * time.Millisecond, SliceTerm: term, SliceGrace: grace})
 	l := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: 5, LocalBudget: 10}
 	burst := func(s *Store) int {
 		n := 0
@@ -346,13 +374,13 @@ func TestSliceStartsFull(t *testing.T) {
 	// not the refill time (500 ms) after them: the bucket may not be full
 	// yet, so the slice starts empty.
 	stores[1].slices.sweep(t.Context(), clock.Now(), true)
-	clock.Advance(2*200*time.Millisecond + grace + time.Millisecond)
+	clock.Advance(2*term + grace + time.Millisecond)
 	if n := burst(stores[0]); n != 0 {
 		t.Errorf("key idle for less than its refill time after the mark: %d admitted at once, want 0", n)
 	}
 	// Idle past the mark, the grace and the refill time: full again.
 	stores[0].slices.sweep(t.Context(), clock.Now(), true)
-	clock.Advance(2*200*time.Millisecond + grace + 500*time.Millisecond + time.Millisecond)
+	clock.Advance(2*term + grace + 500*time.Millisecond + time.Millisecond)
 	if n := burst(stores[0]); n != 5 {
 		t.Errorf("key idle for its refill time: %d admitted at once, want 5", n)
 	}
