@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -469,6 +470,69 @@ func TestSliceRefusals(t *testing.T) {
 		d, err := m.Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 1, Now: t0})
 		if err != nil || d.Allowed != (i < 10) {
 			t.Fatalf("memstore request %d: %+v, %v; want the bucket's own decision", i, d, err)
+		}
+	}
+}
+
+// BenchmarkSliceHotKey decides one unit per operation of one GCRA key from
+// three instances, each a store over its own client, 30 goroutines in
+// all, at the real clock, without and with rate slices (LocalBudget the
+// whole limit), over its limit (2000/s, burst 400) and under it (10
+// million/s). It reports decisions/s, redis-calls/op (scripts Redis ran
+// per decision, the lease and mark calls included) and, over the limit,
+// utilisation: units admitted over what the arrival curve allows in the
+// run's time, Burst + rate × elapsed.
+func BenchmarkSliceHotKey(b *testing.B) {
+	addr := standaloneAddr(b)
+	c := newRueidis(b, addr)
+	for _, load := range []string{"over", "under"} {
+		for _, budget := range []int64{0, 1} {
+			name := "plain"
+			if budget > 0 {
+				name = "slices"
+			}
+			b.Run("load="+load+"/mode="+name, func(b *testing.B) {
+				l := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 2000, Period: time.Second, Burst: 400}
+				if load == "under" {
+					l.Limit, l.Burst = 10_000_000, 0
+				}
+				l.LocalBudget = budget * l.Limit
+				stores := newInstances(b, addr, 3, Options{Prefix: testPrefix(b)})
+				for _, s := range stores {
+					if _, err := s.Apply(context.Background(), floodgate.Request{Key: "warm", Limit: l, Cost: 1}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				before := scriptCalls(b, c)
+				var n, admitted atomic.Int64
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				start := time.Now()
+				for g := range 30 {
+					s := stores[g%len(stores)]
+					wg.Go(func() {
+						for i := n.Add(1); i <= int64(b.N); i = n.Add(1) {
+							d, err := s.Apply(context.Background(), floodgate.Request{Key: "hot", Limit: l, Cost: 1})
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							if d.Allowed {
+								admitted.Add(1)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+				b.ReportMetric(float64(scriptCalls(b, c)-before)/float64(b.N), "redis-calls/op")
+				if load == "over" {
+					allowed := float64(l.Capacity()) + float64(l.Limit)*elapsed.Seconds()
+					b.ReportMetric(float64(admitted.Load())/allowed, "utilisation")
+				}
+			})
 		}
 	}
 }
