@@ -288,11 +288,12 @@ func (rs *rateSlices) plan(key string, e *slice, now time.Time) region.LeaseRequ
 	case e.tick.IsZero():
 		e.tick = now
 	case elapsed >= rs.renew/2:
-		rate := int64(float64(e.asked) * float64(l.Period) / float64(elapsed))
+		// Clamped before the conversion, which is undefined out of range.
+		rate := int64(min(float64(e.asked)*float64(l.Period)/float64(elapsed), float64(share.MaxDemand)))
 		if e.measured {
 			rate = (e.demand + rate) / 2
 		}
-		e.demand, e.measured, e.asked, e.tick = min(rate, share.MaxDemand), true, 0, now
+		e.demand, e.measured, e.asked, e.tick = rate, true, 0, now
 	}
 	var want int64
 	switch {
@@ -450,7 +451,8 @@ func (rs *rateSlices) sweeper() {
 	}
 }
 
-// close stops the sweeper and gives every slice back.
+// close stops the sweeper and gives every slice back, but for a slice
+// whose lease call is in flight, whose lease runs out after SliceTerm.
 func (rs *rateSlices) close() {
 	rs.sweepOnce.Do(func() {})
 	close(rs.stop)

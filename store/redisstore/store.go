@@ -219,7 +219,10 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 	return d, err
 }
 
-// or too long key, or an invalid limit, is an error, as in Apply.
+// or too long key, or an invalid limit, is an error, as in Apply. The
+// slices of a token bucket or GCRA with a LocalBudget, which hold its rate
+// in the instances, are not refilled (see "Rate slices" in the package
+// doc).
 func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
 	probe := floodgate.Request{Key: key, Limit: limit}
 	if err := probe.Validate(); err != nil {
@@ -243,9 +246,10 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 
 // Close makes the store refuse further calls with floodgate.ErrClosed,
 // stops the sweeper of reservations, gives back the unused units of its
-// local budgets (waiting at most two seconds for Redis), and closes the
-// client if Open made it; a client handed to New or NewWithConn stays
-// open. Close is idempotent.
+// local budgets and the slices of rate it leased (waiting at most two
+// seconds for Redis; a slice whose lease call is in flight runs out after
+// Options.SliceTerm instead), and closes the client if Open made it; a
+// client handed to New or NewWithConn stays open. Close is idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
