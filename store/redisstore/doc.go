@@ -626,7 +626,15 @@
 // x lie at or before x − D, so for s < x − D they add at most Capacity +
 // Limit × (x − D − s)/Period, the levels at x at most Capacity, and the
 // two Capacity are paid by the D of silence (Limit × D / Period =
-// Capacity). Otherwise a slice that grows starts empty, as above.
+// Capacity). A shorter silence S (from the mark plus SliceGrace to x)
+// pays for Limit × S/Period of levels at x: an instance that was the only
+// live holder at its lease call, sent after the silence began, starts
+// with ⌊share × S/Period⌋ (at most its burst). Every other live holder
+// then leased after that call, so within the silence, and has earned at
+// most its own share since; the levels at x add up to at most Limit ×
+// S/Period. This is what lets a key asked once a minute be admitted each
+// time (TestSliceSparseKey). Otherwise a slice that grows starts empty, as
+// above.
 //
 // TestSliceZeroOverrun checks exactly that, every pair of the
 // admissions of four instances with random demand moving between them
@@ -634,8 +642,11 @@
 // invariant above on a snapshot at every lease call; breaking an ordering
 // rule (raising before the grant, lowering after telling home) or
 // starting a grown slice full whatever the mark says makes it fail;
-// TestSliceStartsFull checks when a slice starts full (and fails if the
-// refill time is left out of the rule).
+// TestSliceStartsFull checks when a slice starts full or part full (and
+// fails if the refill time is left out of the rule). The two conditions of
+// a part-full start (alone at the lease call, the silence begun before
+// it) guard a race of another holder's lease with this one's record; the
+// tests do not tell a mutation of either apart: they rest on the argument.
 //
 // How slices follow demand. The first request of a key at an instance
 // leases at once (the caller waits for that call, and the mark's),

@@ -223,12 +223,13 @@ func (rs *rateSlices) decide(ctx context.Context, c call) (floodgate.Decision, e
 			recorded, l := e.recorded, e.limit
 			sh.mu.Unlock()
 			out, err := rs.home.Lease(ctx, req)
-			full := false
+			var start int64
 			if err == nil && out.Share > 0 && out.Until.After(recorded) {
-				recorded, full = rs.record(ctx, c.key, l, out.Until, recorded)
+				alone := len(out.Parties) == 1 && out.Self == 0
+				recorded, start = rs.record(ctx, c.key, l, out.Until, recorded, min(out.Share, maxShare(l)), alone, req.Now)
 			}
 			sh.mu.Lock()
-			rs.install(e, req, out, err, rs.clock.now(), recorded, full)
+			rs.install(e, req, out, err, rs.clock.now(), recorded, start)
 			sh.mu.Unlock()
 			leaseErr, called = err, true
 			continue
@@ -319,9 +320,9 @@ func (rs *rateSlices) plan(key string, e *slice, now time.Time) region.LeaseRequ
 // SliceRenew. The caller holds e's shard lock; install ends e's call.
 //
 // recorded is the end recorded in the key's mark (e's decisions stop at
-// it too), and full whether the mark showed the key idle for a refill
-// time: the slice then starts with its whole burst.
-func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Lease, err error, at, recorded time.Time, full bool) {
+// it too), and start the tokens a slice that grows may start with (see
+// record), at most its burst.
+func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Lease, err error, at, recorded time.Time, start int64) {
 	rs.calls.Add(1)
 	e.next = at.Add(rs.renew)
 	if ch := e.busy; ch != nil {
@@ -343,8 +344,11 @@ func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Leas
 	e.parties, e.self = out.Parties, out.Self
 	if out.Share != e.share && at.Before(e.until) {
 		e.resize(rs.micros(at), min(out.Share, maxShare(e.limit)))
-		if full && e.burst > 0 {
+		if start > 0 && e.burst > 0 {
 			e.tb = algorithm.TokenBucket{} // a full bucket
+			if taken := e.burst - min(start, e.burst); taken > 0 {
+				e.tb = algorithm.TokenBucket{Taken: taken, Last: rs.micros(at)}
+			}
 		}
 	}
 }
@@ -352,10 +356,20 @@ func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Leas
 // record records in key's mark that this instance may decide l until
 // leaseEnd plus a SliceTerm (so that the next few renewals need no
 // record), and reports the end recorded (prev if the call failed) and
-// whether the mark that was there shows the key idle for the refill
-// time: nothing admitted by anyone since mark + SliceGrace + refill ≤
-// the time the call was sent.
-func (rs *rateSlices) record(ctx context.Context, key string, l floodgate.Limit, leaseEnd, prev time.Time) (time.Time, bool) {
+// the tokens the slice may start with, from the mark that was there
+// ("Rate slices" in the package doc has the argument). With x the time
+// the call was sent and silence = x − (mark + SliceGrace), the time since
+// anyone may last have admitted:
+//
+//   - silence at least the refill time: the whole burst (the one bucket
+//     would be full);
+//   - else, if this instance was the only live holder at its lease call
+//     (alone), and the silence had begun when it sent that call
+//     (leaseSent): what its share earns in the silence, ⌊share ×
+//     silence / Period⌋ (every other holder leased after it, and earned
+//     at most its own share since);
+//   - else nothing.
+func (rs *rateSlices) record(ctx context.Context, key string, l floodgate.Limit, leaseEnd, prev time.Time, share int64, alone bool, leaseSent time.Time) (time.Time, int64) {
 	sent := rs.clock.now()
 	mark := leaseEnd.Add(rs.term)
 	refill, ok := refillTime(l)
@@ -367,10 +381,22 @@ func (rs *rateSlices) record(ctx context.Context, key string, l floodgate.Limit,
 	if err != nil {
 		// The call may have run, recording more than prev: no matter,
 		// decisions stop at prev.
-		return prev, false
+		return prev, 0
 	}
-	full := ok && old+rs.grace.Microseconds()+refill <= sent.UnixMicro()
-	return time.UnixMicro(mark.UnixMicro()), full
+	recorded := time.UnixMicro(mark.UnixMicro())
+	quiet := old + rs.grace.Microseconds() // the silence begins
+	silence := sent.UnixMicro() - quiet
+	switch {
+	case ok && silence >= refill:
+		return recorded, burstOf(l, share)
+	case ok && alone && silence > 0 && quiet <= leaseSent.UnixMicro():
+		// share × silence < 2^40 × 2^48, and the quotient is below the
+		// burst: it fits in 64 bits.
+		hi, lo := bits.Mul64(uint64(share), uint64(silence))
+		q, _ := bits.Div64(hi, lo, uint64(l.Period.Microseconds()))
+		return recorded, int64(q)
+	}
+	return recorded, 0
 }
 
 // refillTime is how long l's bucket takes to fill from empty, in µs,
@@ -425,7 +451,7 @@ func (rs *rateSlices) sweep(ctx context.Context, now time.Time, all bool) int {
 		// until it does, never more.
 		out, err := rs.home.Lease(ctx, j.req)
 		j.sh.mu.Lock()
-		rs.install(j.e, j.req, out, err, rs.clock.now(), time.Time{}, false)
+		rs.install(j.e, j.req, out, err, rs.clock.now(), time.Time{}, 0)
 		if j.sh.m[j.key] == j.e {
 			delete(j.sh.m, j.key)
 		}

@@ -372,19 +372,74 @@ func TestSliceStartsFull(t *testing.T) {
 	if n := burst(stores[1]); n != 0 {
 		t.Errorf("key used 1 ms ago: %d admitted at once, want 0", n)
 	}
-	// Idle past the mark (the lease's end plus a term) and the grace, but
-	// not the refill time (500 ms) after them: the bucket may not be full
-	// yet, so the slice starts empty.
+	// Idle past the mark (the lease's end plus a term) and the grace by
+	// 1 ms, not the refill time (500 ms): the slice starts with what 1 ms
+	// earns, nothing.
 	stores[1].slices.sweep(t.Context(), clock.Now(), true)
 	clock.Advance(2*term + grace + time.Millisecond)
 	if n := burst(stores[0]); n != 0 {
 		t.Errorf("key idle for less than its refill time after the mark: %d admitted at once, want 0", n)
 	}
-	// Idle past the mark, the grace and the refill time: full again.
+	// Alone, and idle past the mark and the grace by 300 ms: the slice
+	// starts with what its share (the whole rate) earned in them, 3.
 	stores[0].slices.sweep(t.Context(), clock.Now(), true)
+	clock.Advance(2*term + grace + 300*time.Millisecond)
+	if n := burst(stores[1]); n != 3 {
+		t.Errorf("key idle for 300 ms after the mark and the grace: %d admitted at once, want 3", n)
+	}
+	// Idle past the mark, the grace and the refill time: full again.
+	stores[1].slices.sweep(t.Context(), clock.Now(), true)
 	clock.Advance(2*term + grace + 500*time.Millisecond + time.Millisecond)
 	if n := burst(stores[0]); n != 5 {
 		t.Errorf("key idle for its refill time: %d admitted at once, want 5", n)
+	}
+}
+
+// TestSliceSparseKey: a key asked now and then (a user's 10 per minute,
+// once every 30 or 60 s, from one instance or another) is admitted each
+// time: a lone holder starts with what its share earned since anyone may
+// last have admitted (the mark plus the grace), not empty.
+func TestSliceSparseKey(t *testing.T) {
+	addr := standaloneAddr(t)
+	clock := floodgatetest.NewFakeClock(t0)
+	pace := newPacer(clock)
+	stores := newInstances(t, addr, 2, Options{Prefix: testPrefix(t), Clock: clock}) // default renew, term, grace
+	l := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Minute, LocalBudget: 10}
+	burst := func(s *Store) int {
+		n := 0
+		for range 12 {
+			d, err := s.Apply(t.Context(), floodgate.Request{Key: "u", Limit: l, Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+	if n := burst(stores[0]); n != 10 {
+		t.Fatalf("fresh key: %d admitted at once, want the burst, 10", n)
+	}
+	// The mark is the lease's end plus a term: t0 + 4 s; the silence
+	// begins half a second later. 55.5 s of it earn ⌊10 × 55.5 / 60⌋ = 9.
+	clock.Advance(time.Minute)
+	pace.keepAhead()
+	if n := burst(stores[0]); n != 9 {
+		t.Errorf("a minute later: %d admitted at once, want 9", n)
+	}
+	// Another instance, 30 s later: the first's lease has ended; 25.5 s of
+	// silence earn 4.
+	for i := range 6 {
+		clock.Advance(30 * time.Second)
+		pace.keepAhead()
+		d, err := stores[(i+1)%2].Apply(t.Context(), floodgate.Request{Key: "u", Limit: l, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			t.Errorf("request %d, 30 s after the last: denied: %+v", i, d)
+		}
 	}
 }
 
