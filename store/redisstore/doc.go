@@ -669,8 +669,10 @@
 // new instance in about two renewals (the idle one is lowered at its next
 // renewal, or given back by its sweeper, and the busy one then grows), and
 // the rate the busy one gains starts without tokens, unless the key was
-// idle for the refill time (the mark above, which costs one more script
-// run per SliceTerm per busy key); slices are
+// quiet (the mark above, which costs one more script run per SliceTerm
+// per busy key); a key used less often than every 2×SliceRenew costs
+// three script runs per use (lease, mark, give-back) where it costs one
+// without a LocalBudget, so give one to hot keys; slices are
 // whole units per Period, so a limit of a few units per Period splits
 // coarsely, and a slice whose burst is below a request's cost cannot
 // admit it (RetryAfter is then SliceRenew, not Never, since the slice may
