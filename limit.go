@@ -90,17 +90,30 @@ type Limit struct {
 	// stays denied. Default false: a denial changes nothing.
 	CountRejected bool
 	// LocalBudget, above zero, lets a store shared by several processes
-	// keep a local budget: an instance claims up to LocalBudget units of the key's
-	// remaining budget from the shared state in one atomic step and admits
-	// them locally, with no round trip, until the window ends. Unused units go
-	// back when the instance goes idle or closes. The total admitted never
-	// exceeds the limit, but an instance holding unused units can make
-	// another deny while budget sits idle: LocalBudget bounds how much (see
-	// store/redisstore). Only FixedWindow and SlidingWindow take one,
-	// the algorithms whose units claimed now can be spent later without
-	// exceeding the limit in any window; stores that decide in process
-	// (store/memstore) ignore it. Default 0: every decision reaches the
-	// store.
+	// decide the limit in each process, with no round trip per decision,
+	// never admitting more in total than the limit; stores that decide in
+	// process (store/memstore) ignore it. Default 0: every decision
+	// reaches the store.
+	//
+	// FixedWindow and SlidingWindow: an instance claims up to LocalBudget
+	// units of the key's remaining budget from the shared state in one
+	// atomic step and admits them locally until the window ends. Unused
+	// units go back when the instance goes idle or closes. An instance
+	// holding unused units can make another deny while budget sits idle:
+	// LocalBudget bounds how much (see store/redisstore).
+	//
+	// TokenBucket and GCRA: an instance decides on a slice of the limit's
+	// rate that it leases from the shared store, and the same fraction of
+	// Burst; the slices follow each instance's demand and never add up to
+	// more than Limit per Period, so all instances together admit no more
+	// than the one bucket would over any interval. LocalBudget is the most
+	// of the rate, in units per Period, one instance holds: at most Limit
+	// (Validate refuses more); Limit lets one busy instance take the whole
+	// rate. What it costs in utilisation, and why no interval is overrun,
+	// is in the package doc of store/redisstore ("Rate slices").
+	//
+	// SlidingWindowLog and Concurrency take none: units claimed now and
+	// spent later could exceed the limit in some interval.
 	LocalBudget int64
 	// Durable marks a paid quota, whose use is accounted for in the
 	// Limiter's Ledger (Options.Ledger): a commit of a reservation is
@@ -310,10 +323,12 @@ func (l Limit) budgetProblem(alg Algorithm) string {
 		return fmt.Sprintf("%d is negative", l.LocalBudget)
 	case l.LocalBudget > MaxLimit:
 		return fmt.Sprintf("%d is above the maximum %d", l.LocalBudget, MaxLimit)
-	case alg == TokenBucket || alg == GCRA || alg == SlidingWindowLog:
-		return fmt.Sprintf("%s takes no local_budget: units claimed at one instant and spent later could exceed the limit over some interval (a full bucket or log claimed, then spent while the refill is claimed elsewhere); only fixed_window and sliding_window take one", alg)
+	case (alg == TokenBucket || alg == GCRA) && l.Limit > 0 && l.LocalBudget > l.Limit:
+		return fmt.Sprintf("%d is above limit %d: for %s it is the most of the rate, in units per period, that one instance holds", l.LocalBudget, l.Limit, alg)
+	case alg == SlidingWindowLog:
+		return "sliding_window_log takes no local_budget: units claimed at one instant and spent later could exceed the limit in some trailing period; fixed_window, sliding_window, token_bucket and gcra take one"
 	case alg == Concurrency:
-		return "concurrency takes no local_budget (only fixed_window and sliding_window take one)"
+		return "concurrency takes no local_budget (fixed_window, sliding_window, token_bucket and gcra take one)"
 	}
 	return ""
 }

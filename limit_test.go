@@ -46,6 +46,8 @@ var validLimits = []struct {
 	{"fixed window local budget", Limit{Limit: 1000, Period: time.Second, LocalBudget: 100}},
 	{"first hit local budget above limit", Limit{Limit: 10, Period: time.Second, Window: FirstHit, LocalBudget: 50}},
 	{"sliding window local budget", Limit{Algorithm: SlidingWindow, Limit: 1000, Period: time.Second, LocalBudget: MaxLimit}},
+	{"token bucket local budget", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, LocalBudget: 5}},
+	{"gcra local budget of the whole limit", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Burst: 40, LocalBudget: 10}},
 }
 
 func TestLimitValidateAccepts(t *testing.T) {
@@ -110,8 +112,8 @@ func TestLimitValidateRejects(t *testing.T) {
 		{"count rejected on concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: time.Second, CountRejected: true}, []string{"count_rejected"}},
 		{"negative local budget", Limit{Limit: 10, Period: time.Second, LocalBudget: -1}, []string{"local_budget"}},
 		{"local budget above MaxLimit", Limit{Limit: 10, Period: time.Second, LocalBudget: MaxLimit + 1}, []string{"local_budget"}},
-		{"local budget on token bucket", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
-		{"local budget on gcra", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
+		{"local budget above limit on token bucket", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second, LocalBudget: 11}, []string{"local_budget"}},
+		{"local budget above limit on gcra", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Burst: 50, LocalBudget: 11}, []string{"local_budget"}},
 		{"local budget on sliding window log", Limit{Algorithm: SlidingWindowLog, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
 		{"local budget on concurrency", Limit{Algorithm: Concurrency, Limit: 10, Period: time.Second, LocalBudget: 5}, []string{"local_budget"}},
 		{"sliding window (limit+1)*period above 2^52", Limit{Algorithm: SlidingWindow, Limit: 52_124, Period: 24 * time.Hour}, []string{"limit"}},

@@ -151,9 +151,13 @@
 //     both is an error.
 //   - window: aligned (default) or first_hit, for fixed_window.
 //   - count_rejected: true to count denied requests, as upstream does.
-//   - local_budget: the most units one server claims at once from a shared
-//     store's budget and admits without a round trip (fixed_window and
-//     sliding_window); see floodgate.Limit.LocalBudget.
+//   - local_budget: lets each server decide without a round trip to a
+//     shared store, never admitting more in total than the limit. For
+//     fixed_window and sliding_window, the most units one server claims at
+//     once from the store's budget; for token_bucket and gcra, the most of
+//     the rate (units per unit of time, at most requests_per_unit) one
+//     server leases, with the same fraction of the burst. See
+//     floodgate.Limit.LocalBudget.
 //   - durable: true for a paid quota (a fixed_window without local_budget)
 //     whose use is recorded in a ledger (floodgate serve -ledger): a
 //     commit is acknowledged once the ledger holds it, and a counter the

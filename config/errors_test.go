@@ -267,7 +267,7 @@ descriptors:
 			{15, "4294967295", "descriptors[5].rate_limit.requests_per_unit", "above 2^52 for sliding_window"},
 			{17, "-2", "descriptors[6].rate_limit.burst", "-2 is negative"},
 			{19, "sliding", "descriptors[7].rate_limit.window", `unknown window "sliding"`},
-			{21, "5}", "descriptors[8].rate_limit.local_budget", "gcra takes no local_budget"},
+			{21, "5}", "descriptors[8].rate_limit.local_budget", "5 is above limit 1: for gcra it is the most of the rate"},
 		}},
 
 		{"field problems and Validate problems in one rate_limit", `
@@ -686,6 +686,25 @@ descriptors:
 	}
 	if got := rules[0].Limit.LocalBudget; got != 50 {
 		t.Errorf("Limit.LocalBudget = %d, want 50", got)
+	}
+
+	// A token bucket or GCRA takes one too: the most of its rate one
+	// server holds.
+	d, err = Parse("lease.yaml", []byte(`
+domain: d
+descriptors:
+  - key: tb
+    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 100, burst: 200, local_budget: 40}
+  - key: g
+    rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 100, local_budget: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{40, 100} {
+		if got := d.Rules()[i].Limit.LocalBudget; got != want {
+			t.Errorf("rule %d: Limit.LocalBudget = %d, want %d", i, got, want)
+		}
 	}
 }
 

@@ -8,6 +8,9 @@
 // level up: there an instance claims units of a key's budget from Redis
 // and gives back what it did not use; here a region claims a share of a
 // limit from home, renews it, and returns what its demand no longer needs.
+// The Redis store's rate slices (a token bucket or GCRA with a
+// LocalBudget) lease their slices with this package's protocol: a
+// ScriptHome runs home.lua on the store's own Redis.
 //
 // # Use
 //

@@ -2,12 +2,15 @@ package region
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
@@ -159,5 +162,55 @@ func TestDialHomeLater(t *testing.T) {
 	}
 	if _, err := DialHome("bogus://x"); err == nil {
 		t.Error("DialHome(bogus://x) = nil error")
+	}
+}
+
+// TestScriptHomeMatchesRedisHome runs the same random calls through a
+// ScriptHome over a rueidis client and through a RedisHome on another
+// prefix of the same server: the answers must be equal.
+func TestScriptHomeMatchesRedisHome(t *testing.T) {
+	t.Parallel()
+	rh, _ := newRedisHome(t)
+	c, err := rh.client(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := NewScriptHome("scripthome", func(ctx context.Context, key, src, sha string, args []string) ([]int64, error) {
+		res := c.Do(ctx, c.B().Evalsha().Sha1(sha).Numkeys(1).Key(key).Arg(args...).Build())
+		if e, ok := rueidis.IsRedisErr(res.Error()); ok && e.IsNoScript() {
+			res = c.Do(ctx, c.B().Eval().Script(src).Numkeys(1).Key(key).Arg(args...).Build())
+		}
+		return res.AsIntSlice()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewScriptHome("a{b", nil); err == nil {
+		t.Error("NewScriptHome with a nil EvalFunc and a brace: no error")
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	now := time.Unix(1_700_000_000, 0)
+	for i := range 300 {
+		now = now.Add(time.Duration(rng.IntN(400_000)) * time.Microsecond)
+		r := LeaseRequest{
+			Key: "k", Limit: floodgate.Limit{Limit: 100, Period: time.Second},
+			Holder: []string{"a", "b", "c"}[rng.IntN(3)], Now: now,
+			Term: time.Second, Grace: 100 * time.Millisecond,
+			Want: int64(rng.IntN(120)), Demand: int64(rng.IntN(100)), Release: rng.IntN(10) == 0,
+		}
+		want, err := rh.Lease(t.Context(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := sh.Lease(t.Context(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("call %d %+v:\nScriptHome %+v\nRedisHome  %+v", i, r, got, want)
+		}
+	}
+	if _, err := sh.Lease(t.Context(), LeaseRequest{}); !errors.Is(err, floodgate.ErrInvalidRequest) {
+		t.Errorf("empty request: %v, want ErrInvalidRequest", err)
 	}
 }

@@ -1,7 +1,9 @@
 // Package share splits a limit among parties by their demand, with a
 // floor for each: the allocation math of regional budgets (package region)
 // and of Envoy's rate limit quota service (package server/rlqs), which
-// splits a limit among the Envoys that report a bucket. It is pure arithmetic on int64 units: no
+// splits a limit among the Envoys that report a bucket, and of the Redis
+// store's rate slices (a token bucket's or GCRA's rate split among the
+// instances, store/redisstore). It is pure arithmetic on int64 units: no
 // clock, no I/O, the standard library only.
 //
 // Split is the one entry point. Every policy keeps three promises, which

@@ -23,6 +23,9 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 		if err := rs[i].Validate(); err != nil {
 			return nil, fmt.Errorf("redisstore: batch request %d: %w", i, err)
 		}
+		if len(rs) > 1 && sliced(rs[i].Limit) {
+			return nil, fmt.Errorf("redisstore: batch request %d: %w", i, errSlicedAtomic)
+		}
 	}
 	switch len(rs) {
 	case 0:

@@ -409,6 +409,9 @@ func TestBudgetOptionsErrors(t *testing.T) {
 	s := newInstances(t, addr, 1, Options{Prefix: testPrefix(t)})[0]
 	for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA, floodgate.SlidingWindowLog, floodgate.Concurrency} {
 		l := floodgate.Limit{Algorithm: alg, Limit: 10, Period: time.Second, LocalBudget: 5}
+		if alg == floodgate.TokenBucket || alg == floodgate.GCRA {
+			l.LocalBudget = 11 // the buckets take one up to their Limit
+		}
 		_, err := s.Apply(t.Context(), floodgate.Request{Key: "k", Limit: l, Cost: 1, Lease: "x"})
 		if !errors.Is(err, floodgate.ErrInvalidLimit) || !strings.Contains(err.Error(), "local_budget") {
 			t.Errorf("%s with a local budget: %v, want an invalid limit naming local_budget", alg, err)

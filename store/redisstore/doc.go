@@ -29,6 +29,9 @@
 //
 //	Store.Apply     store.go      validates the request, finds its Redis key (Store.Key)
 //	deny cache      denycache.go  Options.DenyCache: denies a key Redis denied, until its RetryAfter
+//	rate slices     slice.go      Limit.LocalBudget of a token bucket or GCRA: decides on
+//	                              this instance's leased slice of the rate (home.lua, through
+//	                              region.ScriptHome and the Conn); beside the stack below
 //	local budgets   budget.go     Limit.LocalBudget: admits from units claimed before; claims
 //	                              and gives back units through the runner
 //	coalescer       coalesce.go   Options.Coalesce: sends concurrent calls together, in one
@@ -505,7 +508,7 @@
 //	fixed_window        exact (with count_rejected too)     exact
 //	sliding_window      exact; bypassed with count_rejected exact
 //	sliding_window_log  exact                               refused by Limit.Validate
-//	token_bucket, gcra  exact                               refused by Limit.Validate
+//	token_bucket, gcra  exact                               rate slices (below): exact
 //	concurrency         bypassed                            refused by Limit.Validate
 //
 // A denial's RetryAfter is the earliest time the same cost fits if nothing
@@ -534,7 +537,8 @@
 // spent. Token bucket, GCRA and the sliding log admit by the time of the
 // spend: a full bucket claimed at t and spent at t+L, while another
 // instance claims the refill, admits Burst + rate·L at one instant, which
-// is why Limit.Validate refuses a LocalBudget there.
+// is why claimed units are not how the buckets take a LocalBudget (see
+// "Rate slices"), and why Limit.Validate refuses one for the sliding log.
 //
 // A refund frees budget before time does: a settle below the hold, a
 // cancel, an expiry with release (the sweep) and the compensation of a
@@ -576,12 +580,144 @@
 // keys under their limit and on fixed windows.
 //
 // Requests with Request.Now set (their time is not the store's), requests
-// of cost 0, and ApplyBatch of two or more requests are decided in Redis,
+// of cost 0, and ApplyBatch of two or more requests of a window are decided in Redis,
 // where claimed units count as spent. ApplyPipelined decides each request
 // through Apply, so with both. Two limits of one key and period that differ
 // otherwise (another Limit or LocalBudget) do not share a local budget: the
 // first one to claim holds it, and the other is decided in Redis while it
 // does.
+//
+// # Rate slices
+//
+// A token bucket or GCRA with a LocalBudget is decided by each instance
+// on a slice of the limit's rate: a rate r_i (share units per Period)
+// and a burst b_i = ⌊r_i × Capacity / Limit⌋, held as a lease from home,
+// which is the same protocol and script as the regions' global limits
+// (package region, scripts/home.lua, run here through region.ScriptHome on
+// the store's own Redis, under <prefix>:v1:home:1:{<state key>}).
+// Home never lets the live leases of a key add up to more than Limit, so
+// Σ r_i ≤ Limit/Period and Σ b_i ≤ Capacity for the leases home counts.
+// The instance runs a local bucket of rate r_i and capacity b_i, with the
+// memory store's token bucket step (algorithm.TokenBucket, which admits
+// exactly what GCRA admits), in process, with no round trip.
+//
+// Why the instances together never overrun. Three rules keep, at every
+// instant, each instance's slice at or below what home counts for it:
+// a slice is lowered here before home is told (with the key's lock held,
+// so no decision on the old slice is still in flight); it is raised only
+// once home's grant has come back; and it stops at the lease's end, while
+// home frees it for others only at the end plus SliceGrace (clocks of the
+// instances must differ by less). A bucket's tokens are kept, at most the
+// new burst, when its slice changes; a slice that grows gains rate from
+// the grant on and no tokens (the part of a token being earned is
+// dropped too). So a local bucket's level, counting the part of a token
+// being earned, never exceeds b_i, and it earns at most r_i per unit of
+// time. For any interval [s, t], instance i admits at most level_i(s) +
+// ∫ r_i, hence all of them together at most
+//
+//	Σ level_i(s) + ∫_s^t Σ r_i  ≤  Capacity + Limit × (t − s) / Period,
+//
+// the limit's arrival curve: what one bucket (one GCRA, of emission
+// interval T = Period/Limit and tolerance (Capacity − 1)·T) would admit
+// at most.
+//
+// A slice of a key nobody admitted on for a while starts full, so that a
+// fresh key admits its burst at once. Each key has a mark in Redis
+// (<state key>:seen, scripts/seen.lua): the latest end any instance may
+// decide up to. An instance records its end there (its lease's end plus a
+// SliceTerm, so that a few renewals need no new record) before it decides
+// past the end it recorded last, and stops at whichever of the two ends
+// comes first. The record returns the mark that was there; if that mark
+// plus SliceGrace plus the refill time D = Capacity × Period / Limit is
+// at or before the time the record was sent, nobody admitted in the last
+// D before then, so the one bucket would be full, and the slice starts
+// with its burst. It still holds: with x that time, the admissions before
+// x lie at or before x − D, so for s < x − D they add at most Capacity +
+// Limit × (x − D − s)/Period, the levels at x at most Capacity, and the
+// two Capacity are paid by the D of silence (Limit × D / Period =
+// Capacity). A shorter silence S (from the mark plus SliceGrace to x)
+// pays for Limit × S/Period of levels at x: an instance that was the only
+// live holder at its lease call, sent after the silence began, starts
+// with ⌊share × S/Period⌋ (at most its burst). Every other live holder
+// then leased after that call, so within the silence, and has earned at
+// most its own share since; the levels at x add up to at most Limit ×
+// S/Period. This is what lets a key asked once a minute be admitted each
+// time (TestSliceSparseKey). Otherwise a slice that grows starts empty, as
+// above.
+//
+// TestSliceZeroOverrun checks exactly that, every pair of the
+// admissions of four instances with random demand moving between them
+// and lease calls that take time on the shared fake clock, and checks the
+// invariant above on a snapshot at every lease call; breaking an ordering
+// rule (raising before the grant, lowering after telling home) or
+// starting a grown slice full whatever the mark says makes it fail;
+// TestSliceStartsFull checks when a slice starts full or part full (and
+// fails if the refill time is left out of the rule). The two conditions of
+// a part-full start (alone at the lease call, the silence begun before
+// it) guard a race of another holder's lease with this one's record; the
+// tests do not tell a mutation of either apart: they rest on the argument.
+//
+// How slices follow demand. The first request of a key at an instance
+// leases at once (the caller waits for that call, and the mark's),
+// asking for what is free up to LocalBudget. Then, every
+// Options.SliceRenew, the request that finds the renewal due makes the
+// lease call (others decide on the
+// slice meanwhile): it reports the instance's demand (units asked,
+// admitted or not, per Period, averaged with the previous measure) and
+// asks for its part of share.Split (Proportional) over every live
+// holder's last reported demand, at most LocalBudget. A slice unused for
+// 2×SliceRenew (or BudgetIdle, if longer) is given back (a sweeper every
+// SliceRenew) and so is every slice at Close. A lease runs SliceTerm past
+// its last renewal (home is told a Period of 1 µs, so that it does not
+// round the end up to a window boundary): an instance that
+// cannot reach Redis decides on its slice until then, then fails its
+// requests with the error; an instance that died holds its slice until
+// then plus SliceGrace.
+//
+// The cost is utilisation, never overrun: a shift of demand reaches the
+// new instance in about two renewals (the idle one is lowered at its next
+// renewal, or given back by its sweeper, and the busy one then grows), and
+// the rate the busy one gains starts without tokens, unless the key was
+// quiet (the mark above, which costs one more script run per SliceTerm
+// per busy key); a key used less often than every 2×SliceRenew costs
+// three script runs per use (lease, mark, give-back) where it costs one
+// without a LocalBudget, so give one to hot keys; slices are
+// whole units per Period, so a limit of a few units per Period splits
+// coarsely, and a slice whose burst is below a request's cost cannot
+// admit it (RetryAfter is then SliceRenew, not Never, since the slice may
+// grow). TestSliceUtilisation measures it: GCRA 1000/s burst 100, three
+// instances on a fake clock, demand 2× the limit moving every 3 s (one
+// instance, another, all three, a third): 99.2% of the rate admitted
+// with SliceRenew 20 ms, 98.8% with 50 ms, 92.7% with 200 ms (the first
+// phase, on a fresh key, 103.3% with the burst; the phases right after a
+// shift to one idle instance: 96%, 96% and 83%). LocalBudget below Limit
+// caps one instance's slice: a single busy instance then admits at most
+// LocalBudget per Period.
+//
+// A decision on a slice: Allowed and Remaining, ResetAfter and RetryAfter
+// of the local bucket (Remaining is what this instance can still admit
+// now), Limit the limit's Capacity, Now the local clock. A request with
+// its own Now is refused (ErrInvalidRequest naming now: the buckets and
+// leases run on the store's clock, Options.Clock); so are ApplyBatch of
+// two or more requests and Reserve with such a limit (ErrInvalidRequest
+// naming local_budget: their scripts decide on the key's state in Redis,
+// which holds none of the rate). Reset does not refill the slices. A
+// limit's slices are kept per Redis key (algorithm, period, key): two
+// limits of one key that differ in Limit, Burst or LocalBudget take turns
+// (each change drops the slice to nothing and leases again). At most
+// 65,536 keys have slices at once; a request over that is denied with
+// RetryAfter SliceRenew.
+//
+// Not covered: home losing its state (a Redis restart without
+// persistence, a failover that lost writes) frees every slice while
+// instances still decide on theirs, up to the whole limit more until the
+// leases end, as for regions (and a lost mark lets a slice start full
+// while others spend theirs: up to Capacity more). A lease call that timed out may still run
+// at Redis after a later one (a client that resent it on a new
+// connection): a late lowering would leave an instance above what home
+// counts for it until its next renewal; rueidis keeps one connection's
+// commands in order, and regions share the assumption. Clocks further
+// apart than SliceGrace void the proof, for the leases as for the mark.
 //
 // # Guarantees
 //

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"strings"
@@ -35,6 +36,24 @@ type Options struct {
 	// LocalBudget) may go unused before the store gives its unused units
 	// back to Redis; 0 means DefaultBudgetIdle.
 	BudgetIdle time.Duration
+	// SliceRenew is how often an instance renews the slice of a key's rate
+	// it decides a TokenBucket or GCRA with a LocalBudget on (see "Rate
+	// slices" in the package doc), reporting its demand and moving its
+	// share toward its part of the split: a shift of demand between
+	// instances is followed in about two of them. A slice unused for
+	// twice as long (or BudgetIdle, if longer) is given back. 0 means
+	// DefaultSliceRenew.
+	SliceRenew time.Duration
+	// SliceTerm is how long a slice's lease runs after its last renewal:
+	// an instance that
+	// cannot reach Redis decides on its slice until then, and the slice
+	// of an instance that died stays unused until then plus SliceGrace.
+	// 0 means DefaultSliceTerm; at least SliceRenew.
+	SliceTerm time.Duration
+	// SliceGrace is how long after a lease's end its slice stays counted:
+	// above the largest difference between the clocks of the instances
+	// sharing a Redis. 0 means DefaultSliceGrace.
+	SliceGrace time.Duration
 	// Functions runs the scripts as Redis functions (FCALL) instead of
 	// EVALSHA: the store loads its library with FUNCTION LOAD REPLACE on
 	// every master when a call finds its function missing (the first
@@ -134,6 +153,12 @@ func validOptions(opts *Options) error {
 	}
 	if opts != nil && opts.BudgetIdle < 0 {
 		return fmt.Errorf("redisstore: Options.BudgetIdle %v is negative", opts.BudgetIdle)
+	}
+	if opts != nil && (opts.SliceRenew < 0 || opts.SliceTerm < 0 || opts.SliceGrace < 0) {
+		return fmt.Errorf("redisstore: Options.SliceRenew %v, SliceTerm %v and SliceGrace %v: none may be negative", opts.SliceRenew, opts.SliceTerm, opts.SliceGrace)
+	}
+	if opts != nil && opts.SliceTerm != 0 && opts.SliceTerm < cmp.Or(opts.SliceRenew, DefaultSliceRenew) {
+		return fmt.Errorf("redisstore: Options.SliceTerm %v is below SliceRenew %v: a lease would end before its renewal", opts.SliceTerm, cmp.Or(opts.SliceRenew, DefaultSliceRenew))
 	}
 	if opts != nil && opts.WaitReplicas < 0 {
 		return fmt.Errorf("redisstore: Options.WaitReplicas %d is negative", opts.WaitReplicas)

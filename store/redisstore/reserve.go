@@ -32,6 +32,11 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 	if err := r.Validate(); err != nil {
 		return floodgate.HoldResult{}, err
 	}
+	for i, q := range r.Requests {
+		if sliced(q.Limit) {
+			return floodgate.HoldResult{}, fmt.Errorf("redisstore: reserve request %d: %w", i, errSlicedAtomic)
+		}
+	}
 	if s.closed.Load() {
 		return floodgate.HoldResult{}, floodgate.ErrClosed
 	}

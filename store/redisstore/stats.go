@@ -29,14 +29,15 @@ type LocalStats struct {
 	// denied from its last denial.
 	DenyCache int64
 	// LocalBudget is the requests admitted from units this instance
-	// claimed from Redis (floodgate.Limit.LocalBudget).
+	// claimed from Redis, or on the slice of a rate it leased
+	// (floodgate.Limit.LocalBudget).
 	LocalBudget int64
 }
 
 // LocalStats returns how many decisions s made without Redis, for metrics:
 // `floodgate serve` exports them as floodgate_local_decisions_total.
 func (s *Store) LocalStats() LocalStats {
-	st := LocalStats{DenyCache: s.budgets.denied.Load(), LocalBudget: s.budgets.admitted.Load()}
+	st := LocalStats{DenyCache: s.budgets.denied.Load(), LocalBudget: s.budgets.admitted.Load() + s.slices.admitted.Load()}
 	if s.deny != nil {
 		st.DenyCache += s.deny.hits.Load()
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/region"
 )
 
 // Store is the Redis floodgate.Store: each decision is one Lua script run
@@ -34,7 +35,8 @@ type Store struct {
 
 	top     decider       // the first layer of Apply: deny, else budgets
 	deny    *denyCache    // Options.DenyCache; nil: off
-	budgets *localBudgets // floodgate.Limit.LocalBudget
+	budgets *localBudgets // floodgate.Limit.LocalBudget of the windows
+	slices  *rateSlices   // floodgate.Limit.LocalBudget of the buckets
 	co      *coalescer    // Options.Coalesce; nil: off
 	runner  *runner       // runs the scripts; ApplyBatch calls it directly
 
@@ -155,6 +157,12 @@ func newStore(c Conn, opts *Options) (*Store, error) {
 	clock := localClock{rn.clock}
 	s.budgets = newLocalBudgets(remote, rn, clock, cmp.Or(o.BudgetIdle, DefaultBudgetIdle))
 	s.top = s.budgets
+	home, err := region.NewScriptHome(s.prefix, rn.homeEval)
+	if err != nil {
+		return nil, err
+	}
+	s.slices = newRateSlices(home, rn.seenEval, clock, cmp.Or(o.SliceRenew, DefaultSliceRenew), cmp.Or(o.SliceTerm, DefaultSliceTerm),
+		cmp.Or(o.SliceGrace, DefaultSliceGrace), cmp.Or(o.BudgetIdle, DefaultBudgetIdle))
 	if o.DenyCache > 0 {
 		s.deny = newDenyCache(o.DenyCache, clock, s.budgets)
 		s.top = s.deny
@@ -185,7 +193,11 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 	if s.closed.Load() {
 		return floodgate.Decision{}, floodgate.ErrClosed
 	}
-	return s.top.decide(ctx, call{r: r, alg: r.Limit.EffectiveAlgorithm(), key: s.Key(r.Key, r.Limit)})
+	c := call{r: r, alg: r.Limit.EffectiveAlgorithm(), key: s.Key(r.Key, r.Limit)}
+	if sliced(r.Limit) {
+		return s.slices.decide(ctx, c)
+	}
+	return s.top.decide(ctx, c)
 }
 
 // Reset deletes key's state under limit's algorithm and period. An empty
@@ -207,7 +219,10 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 	return d, err
 }
 
-// or too long key, or an invalid limit, is an error, as in Apply.
+// or too long key, or an invalid limit, is an error, as in Apply. The
+// slices of a token bucket or GCRA with a LocalBudget, which hold its rate
+// in the instances, are not refilled (see "Rate slices" in the package
+// doc).
 func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
 	probe := floodgate.Request{Key: key, Limit: limit}
 	if err := probe.Validate(); err != nil {
@@ -231,15 +246,17 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 
 // Close makes the store refuse further calls with floodgate.ErrClosed,
 // stops the sweeper of reservations, gives back the unused units of its
-// local budgets (waiting at most two seconds for Redis), and closes the
-// client if Open made it; a client handed to New or NewWithConn stays
-// open. Close is idempotent.
+// local budgets and the slices of rate it leased (waiting at most two
+// seconds for Redis; a slice whose lease call is in flight runs out after
+// Options.SliceTerm instead), and closes the client if Open made it; a
+// client handed to New or NewWithConn stays open. Close is idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	s.stopSweeper()
 	s.budgets.close()
+	s.slices.close()
 	if s.closeClient != nil {
 		s.closeClient()
 	}

@@ -1,0 +1,527 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"math/bits"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
+	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/share"
+)
+
+// rateSlices is the layer of floodgate.Limit.LocalBudget for TokenBucket
+// and GCRA: each instance decides a key on a slice of the limit's rate
+// (and the same fraction of its burst) that it leases from Redis through
+// the regions' lease protocol (region.Home, scripts/home.lua), and the
+// slices follow demand. See "Rate slices" in the package doc for the
+// design and why the instances together never admit more than the limit.
+type rateSlices struct {
+	home   region.Home
+	holder string // this Store's name at home: unique per Store
+	clock  localClock
+	base   time.Time // the clock at the start: bucket time is measured from it
+	renew  time.Duration
+	term   time.Duration
+	grace  time.Duration
+	idle   time.Duration
+	shards *shards[*slice]
+	// mark runs seen.lua on key's mark (the runner's seenEval).
+	mark func(ctx context.Context, key string, mark, ttl int64) (int64, error)
+
+	sweepOnce sync.Once
+	sweeping  bool
+	stop      chan struct{}
+	done      chan struct{}
+
+	// admitted counts requests admitted on a slice (LocalStats), calls the
+	// lease calls made.
+	admitted, calls atomic.Int64
+}
+
+// A slice is one key's share of a limit's rate at this instance. Every
+// field is read and written with its shard's lock held.
+type slice struct {
+	limit floodgate.Limit
+	// share is the units per Period this instance decides on, never above
+	// what home holds for it: lowered here before home is told, raised
+	// only once home granted it. burst is its part of the limit's
+	// capacity, burstOf(share).
+	share, burst int64
+	// tb is the local bucket, of rate share per Period and capacity burst:
+	// the memory store's token bucket step (which admits what GCRA admits).
+	tb algorithm.TokenBucket
+	// until is the end of the lease: no decision on the share at or after
+	// it: the lease's, or the end last recorded in the key's mark
+	// (seen.lua), whichever is earlier. next is when the next lease call
+	// is due.
+	until, next time.Time
+	// recorded is the end this instance last recorded in the mark.
+	recorded time.Time
+	// Demand: units asked since tick, and the measure reported to home.
+	asked    int64
+	tick     time.Time
+	demand   int64
+	measured bool
+	// Every live holder's demand and share at the last call, and this
+	// instance's place among them (-1: none yet).
+	parties []share.Party
+	self    int
+	lastUse time.Time
+	// busy is closed when the lease call in flight, if any, is done;
+	// gone marks a slice given back, which callers no longer use.
+	busy chan struct{}
+	gone bool
+}
+
+// Defaults of the rate slices' Options.
+const (
+	DefaultSliceRenew = 200 * time.Millisecond
+	DefaultSliceTerm  = 2 * time.Second
+	DefaultSliceGrace = 500 * time.Millisecond
+)
+
+// errSlicedAtomic is the error of a batch or a reservation with a sliced
+// limit: the Redis script that takes several keys at once, or holds units
+// for later, decides on the key's state in Redis, and a sliced limit's
+// rate is in its instances' slices, not there.
+var errSlicedAtomic = fmt.Errorf("%w: local_budget: a token_bucket or gcra with a local_budget is decided on this instance's slice of its rate, which an atomic batch or a reservation cannot take; use Apply, or the limit without local_budget", floodgate.ErrInvalidRequest)
+
+// sliced reports whether l is decided on rate slices: a TokenBucket or
+// GCRA with a LocalBudget.
+func sliced(l floodgate.Limit) bool {
+	alg := l.EffectiveAlgorithm()
+	return l.LocalBudget > 0 && (alg == floodgate.TokenBucket || alg == floodgate.GCRA)
+}
+
+func newRateSlices(home region.Home, mark func(ctx context.Context, key string, mark, ttl int64) (int64, error), clock localClock, renew, term, grace, idle time.Duration) *rateSlices {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
+	return &rateSlices{
+		home: home, mark: mark, holder: "redisstore#" + hex.EncodeToString(b[:]), clock: clock, base: clock.now(),
+		renew: renew, term: term, grace: grace, idle: max(idle, 2*renew), shards: newShards[*slice](),
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// micros is t on the bucket's time line: microseconds since the epoch
+// when the slices started, plus the time since by the clock's monotonic
+// reading, so that a step of the wall clock adds no tokens.
+func (rs *rateSlices) micros(t time.Time) int64 {
+	return rs.base.UnixMicro() + t.Sub(rs.base).Microseconds()
+}
+
+// homeLimit is what home is told of l: its Limit, which the slices share
+// out in whole units, and a Period of one microsecond. Home rounds a
+// lease's end up to a multiple of the Period it is given (a fixed window's
+// boundary, for regions); a bucket has no windows, so its leases end
+// SliceTerm after their renewal, to the microsecond. The key of the home
+// state is the state key's, which holds the algorithm and the real
+// Period.
+func homeLimit(l floodgate.Limit) floodgate.Limit {
+	return floodgate.Limit{Limit: l.Limit, Period: time.Microsecond}
+}
+
+// sameSlicing reports whether a and b, limits of one Redis key (so of one
+// algorithm and period), slice alike: the same rate, capacity and
+// LocalBudget (their names may differ).
+func sameSlicing(a, b floodgate.Limit) bool {
+	return a.Limit == b.Limit && a.Capacity() == b.Capacity() && a.LocalBudget == b.LocalBudget
+}
+
+// burstOf is the part of l's capacity that goes with share units per
+// Period of its rate: ⌊share × Capacity / Limit⌋, so that shares adding up
+// to at most Limit have bursts adding up to at most Capacity.
+// share × Capacity ≤ Limit × Capacity ≤ 2^52 (Limit.Validate).
+func burstOf(l floodgate.Limit, share int64) int64 {
+	if l.Limit <= 0 || share <= 0 {
+		return 0
+	}
+	return share * l.Capacity() / l.Limit
+}
+
+// maxShare is the most units per Period one instance holds: the limit's
+// LocalBudget, at most its Limit.
+func maxShare(l floodgate.Limit) int64 { return min(l.LocalBudget, l.Limit) }
+
+// params is e's local bucket in the algorithm's form.
+func (e *slice) params() algorithm.Params {
+	return algorithm.Params{Limit: e.share, Period: e.limit.Period.Microseconds(), Burst: e.burst}
+}
+
+// resize sets e's share at bucket time now: the tokens the bucket holds
+// (whole ones: the part of a token being earned is dropped) are kept, at
+// most the new burst; a share that grew gains rate from now on, and no
+// tokens. Every change of a share goes through here, so a bucket never
+// holds more than its burst nor earns faster than its share.
+func (e *slice) resize(now, share int64) {
+	var level int64
+	if e.share > 0 && e.burst > 0 {
+		st, _ := e.tb.Step(e.params(), now, 0)
+		level = e.burst - min(max(0, st.Taken), e.burst)
+	}
+	e.share, e.burst = share, burstOf(e.limit, share)
+	e.tb = algorithm.TokenBucket{}
+	if taken := e.burst - min(level, e.burst); taken > 0 {
+		e.tb = algorithm.TokenBucket{Taken: taken, Last: now}
+	}
+}
+
+// decide decides c, whose limit is sliced (a TokenBucket or GCRA with a
+// LocalBudget), on this instance's slice of the key's rate: in process,
+// except for the call to home that leases or renews the slice, which the
+// caller that finds it due makes (once per SliceRenew per key) and which
+// other callers wait for only when there is no live lease to decide on.
+func (rs *rateSlices) decide(ctx context.Context, c call) (floodgate.Decision, error) {
+	if !c.r.Now.IsZero() {
+		return floodgate.Decision{}, c.wrap(fmt.Errorf("%w: now: a %s with a local_budget is decided on this process's clock (Options.Clock), so a request cannot carry its own time; leave Now zero (no Limiter Options.Clock)",
+			floodgate.ErrInvalidRequest, c.alg))
+	}
+	rs.sweepOnce.Do(func() {
+		rs.sweeping = true
+		go rs.sweeper()
+	})
+	sh := rs.shards.of(c.key)
+	var leaseErr error
+	called := false // at most one lease call per decision
+	for waits := 0; ; waits++ {
+		// The time is read with the lock held, so that each bucket steps
+		// through times in order, as the algorithm's exactness needs.
+		sh.mu.Lock()
+		now := rs.clock.now()
+		e := sh.m[c.key]
+		switch {
+		case e == nil && len(sh.m) >= maxBudgetsPerShard:
+			sh.mu.Unlock()
+			return floodgate.Decision{Limit: c.r.Limit.Capacity(), RetryAfter: rs.renew, Now: now}, nil
+		case e == nil:
+			e = &slice{limit: c.r.Limit, self: -1}
+			sh.m[c.key] = e
+		case !sameSlicing(e.limit, c.r.Limit) && e.busy == nil:
+			// The limit changed (a config reload): decide on nothing until
+			// home grants a share of the new one.
+			e.resize(rs.micros(now), 0)
+			e.limit, e.parties, e.self, e.next = c.r.Limit, nil, -1, time.Time{}
+		}
+		live := now.Before(e.until) && !e.gone && sameSlicing(e.limit, c.r.Limit)
+		if !live && e.share > 0 && !e.gone {
+			// The lease ended: its share is no longer this instance's.
+			e.resize(rs.micros(now), 0)
+		}
+		if e.busy == nil && !e.gone && (!live || !now.Before(e.next)) && !called {
+			req := rs.plan(c.key, e, now)
+			e.busy = make(chan struct{})
+			recorded, l := e.recorded, e.limit
+			sh.mu.Unlock()
+			out, err := rs.home.Lease(ctx, req)
+			var start int64
+			if err == nil && out.Share > 0 && out.Until.After(recorded) {
+				alone := len(out.Parties) == 1 && out.Self == 0
+				recorded, start = rs.record(ctx, c.key, l, out.Until, recorded, min(out.Share, maxShare(l)), alone, req.Now)
+			}
+			sh.mu.Lock()
+			rs.install(e, req, out, err, rs.clock.now(), recorded, start)
+			sh.mu.Unlock()
+			leaseErr, called = err, true
+			continue
+		}
+		if !live && e.busy != nil && waits < maxClaimWaits {
+			ch := e.busy
+			sh.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return floodgate.Decision{}, c.wrap(ctx.Err())
+			}
+		}
+		if !live && leaseErr != nil {
+			sh.mu.Unlock()
+			return floodgate.Decision{}, c.wrap(leaseErr)
+		}
+		d := rs.step(e, c.r, now, live)
+		sh.mu.Unlock()
+		if d.Allowed {
+			rs.admitted.Add(1)
+		}
+		return d, nil
+	}
+}
+
+// step decides r on e at now: on its bucket while its lease is live, a
+// denial otherwise. The caller holds e's shard lock.
+func (rs *rateSlices) step(e *slice, r floodgate.Request, now time.Time, live bool) floodgate.Decision {
+	e.asked += r.Cost
+	e.lastUse = now
+	us := rs.micros(now)
+	var ad algorithm.Decision
+	if live {
+		e.tb, ad = e.tb.Step(e.params(), us, r.Cost)
+	} else {
+		ad = algorithm.Decision{RetryAfter: algorithm.Never}
+	}
+	d := floodgate.FromAlgorithm(ad, now.UnixMicro())
+	d.Limit = r.Limit.Capacity()
+	if d.RetryAfter == floodgate.Never && r.Cost <= d.Limit {
+		// Above this slice's burst, or no slice yet, but not above the
+		// limit's: the slice may grow at the next renewal.
+		d.RetryAfter = rs.renew
+	}
+	return d
+}
+
+// plan measures e's demand, computes the share to ask home for, lowers
+// e's share to it first if it is lower, and returns the call to make. The
+// caller holds e's shard lock: no decision on e is in flight, so a share
+// lowered here is final before home hears of it.
+func (rs *rateSlices) plan(key string, e *slice, now time.Time) region.LeaseRequest {
+	l := e.limit
+	switch elapsed := now.Sub(e.tick); {
+	case e.tick.IsZero():
+		e.tick = now
+	case elapsed >= rs.renew/2:
+		// Clamped before the conversion, which is undefined out of range.
+		rate := int64(min(float64(e.asked)*float64(l.Period)/float64(elapsed), float64(share.MaxDemand)))
+		if e.measured {
+			rate = (e.demand + rate) / 2
+		}
+		e.demand, e.measured, e.asked, e.tick = rate, true, 0, now
+	}
+	var want int64
+	switch {
+	case e.self < 0 || e.self >= len(e.parties):
+		want = maxShare(l) // no split known yet: what is free, up to the most one instance holds
+	default:
+		parties := append([]share.Party(nil), e.parties...)
+		parties[e.self] = share.Party{Demand: e.demand}
+		want = min(share.Split(l.Limit, parties, share.Proportional)[e.self], maxShare(l))
+	}
+	if want < e.share {
+		e.resize(rs.micros(now), want)
+	}
+	return region.LeaseRequest{Key: key, Limit: homeLimit(l), Holder: rs.holder, Now: now,
+		Term: rs.term, Grace: rs.grace, Want: max(want, e.share), Demand: e.demand}
+}
+
+// install applies home's answer to the call req, received at local time
+// at: a share above e's is taken from now on (the grant came first), and
+// the lease's end and every holder's demand are kept for the next split.
+// A failed call leaves e as it was (a call that timed out may have run: e
+// then holds less than home counts, never more); the next is due after a
+// SliceRenew. The caller holds e's shard lock; install ends e's call.
+//
+// recorded is the end recorded in the key's mark (e's decisions stop at
+// it too), and start the tokens a slice that grows may start with (see
+// record), at most its burst.
+func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Lease, err error, at, recorded time.Time, start int64) {
+	rs.calls.Add(1)
+	e.next = at.Add(rs.renew)
+	if ch := e.busy; ch != nil {
+		e.busy = nil
+		close(ch)
+	}
+	if err != nil || req.Release || homeLimit(e.limit) != req.Limit {
+		return
+	}
+	if recorded.After(e.recorded) {
+		e.recorded = recorded
+	}
+	e.until = out.Until
+	if out.Share > 0 && e.recorded.Before(e.until) {
+		// No decision past the end recorded in the mark. (A slice of
+		// nothing admits nothing, whatever its end.)
+		e.until = e.recorded
+	}
+	e.parties, e.self = out.Parties, out.Self
+	if out.Share != e.share && at.Before(e.until) {
+		e.resize(rs.micros(at), min(out.Share, maxShare(e.limit)))
+		if start > 0 && e.burst > 0 {
+			e.tb = algorithm.TokenBucket{} // a full bucket
+			if taken := e.burst - min(start, e.burst); taken > 0 {
+				e.tb = algorithm.TokenBucket{Taken: taken, Last: rs.micros(at)}
+			}
+		}
+	}
+}
+
+// record records in key's mark that this instance may decide l until
+// leaseEnd plus a SliceTerm (so that the next few renewals need no
+// record), and reports the end recorded (prev if the call failed) and
+// the tokens the slice may start with, from the mark that was there
+// ("Rate slices" in the package doc has the argument). With x the time
+// the call was sent and silence = x − (mark + SliceGrace), the time since
+// anyone may last have admitted:
+//
+//   - silence at least the refill time: the whole burst (the one bucket
+//     would be full);
+//   - else, if this instance was the only live holder at its lease call
+//     (alone), and the silence had begun when it sent that call
+//     (leaseSent): what its share earns in the silence, ⌊share ×
+//     silence / Period⌋ (every other holder leased after it, and earned
+//     at most its own share since);
+//   - else nothing.
+func (rs *rateSlices) record(ctx context.Context, key string, l floodgate.Limit, leaseEnd, prev time.Time, share int64, alone bool, leaseSent time.Time) (time.Time, int64) {
+	sent := rs.clock.now()
+	mark := leaseEnd.Add(rs.term)
+	refill, ok := refillTime(l)
+	if !ok {
+		refill = algorithm.MaxPeriod // refills in no useful time: never full
+	}
+	life := mark.Sub(sent) + time.Duration(refill)*time.Microsecond + rs.grace
+	old, err := rs.mark(ctx, key+":seen", mark.UnixMicro(), max(1, life.Milliseconds()+1))
+	if err != nil {
+		// The call may have run, recording more than prev: no matter,
+		// decisions stop at prev.
+		return prev, 0
+	}
+	recorded := time.UnixMicro(mark.UnixMicro())
+	quiet := old + rs.grace.Microseconds() // the silence begins
+	silence := sent.UnixMicro() - quiet
+	switch {
+	case ok && silence >= refill:
+		return recorded, burstOf(l, share)
+	case ok && alone && silence > 0 && quiet <= leaseSent.UnixMicro():
+		// share × silence < 2^40 × 2^48, and the quotient is below the
+		// burst: it fits in 64 bits.
+		hi, lo := bits.Mul64(uint64(share), uint64(silence))
+		q, _ := bits.Div64(hi, lo, uint64(l.Period.Microseconds()))
+		return recorded, int64(q)
+	}
+	return recorded, 0
+}
+
+// refillTime is how long l's bucket takes to fill from empty, in µs,
+// rounded up: ⌈Capacity × Period / Limit⌉, at most MaxPeriod for a valid
+// limit (Limit.Validate).
+func refillTime(l floodgate.Limit) (int64, bool) {
+	if l.Limit <= 0 {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(l.Period.Microseconds()))
+	if hi >= uint64(l.Limit) {
+		return 0, false
+	}
+	q, r := bits.Div64(hi, lo, uint64(l.Limit))
+	if r > 0 {
+		q++
+	}
+	if q > uint64(algorithm.MaxPeriod) {
+		return 0, false
+	}
+	return int64(q), true
+}
+
+// sweep gives back the slices idle for SliceIdle (all of them, if all) at
+// local time now: each is lowered to nothing here, then released at home,
+// and dropped. It returns how many it released.
+func (rs *rateSlices) sweep(ctx context.Context, now time.Time, all bool) int {
+	type job struct {
+		sh  *shard[*slice]
+		key string
+		e   *slice
+		req region.LeaseRequest
+	}
+	var jobs []job
+	for i := range rs.shards.parts {
+		sh := &rs.shards.parts[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.busy != nil || !all && now.Sub(e.lastUse) < rs.idle {
+				continue
+			}
+			e.resize(rs.micros(now), 0)
+			e.gone = true
+			e.busy = make(chan struct{})
+			jobs = append(jobs, job{sh, k, e, region.LeaseRequest{Key: k, Limit: homeLimit(e.limit),
+				Holder: rs.holder, Now: now, Term: rs.term, Grace: rs.grace, Release: true}})
+		}
+		sh.mu.Unlock()
+	}
+	for _, j := range jobs {
+		// An error leaves the lease at home to run out: less admitted
+		// until it does, never more.
+		out, err := rs.home.Lease(ctx, j.req)
+		j.sh.mu.Lock()
+		rs.install(j.e, j.req, out, err, rs.clock.now(), time.Time{}, 0)
+		if j.sh.m[j.key] == j.e {
+			delete(j.sh.m, j.key)
+		}
+		j.sh.mu.Unlock()
+	}
+	return len(jobs)
+}
+
+// sweeper sweeps every SliceRenew until close.
+func (rs *rateSlices) sweeper() {
+	defer close(rs.done)
+	t := time.NewTicker(rs.renew)
+	defer t.Stop()
+	for {
+		select {
+		case <-rs.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+			rs.sweep(ctx, rs.clock.now(), false)
+			cancel()
+		}
+	}
+}
+
+// close stops the sweeper and gives every slice back, but for a slice
+// whose lease call is in flight, whose lease runs out after SliceTerm.
+func (rs *rateSlices) close() {
+	rs.sweepOnce.Do(func() {})
+	close(rs.stop)
+	if rs.sweeping {
+		<-rs.done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
+	rs.sweep(ctx, rs.clock.now(), true)
+}
+
+//go:embed scripts/seen.lua
+var seenLua string
+
+var seenSHA = func() string {
+	sum := sha1.Sum([]byte(seenLua))
+	return hex.EncodeToString(sum[:])
+}()
+
+// seenEval runs seen.lua on the mark key, recording mark (µs) for ttl
+// (ms), and returns the mark that was there.
+func (rn *runner) seenEval(ctx context.Context, key string, mark, ttl int64) (int64, error) {
+	vals, err := rn.homeEval(ctx, key, seenLua, seenSHA, []string{strconv.FormatInt(mark, 10), strconv.FormatInt(ttl, 10)})
+	if err != nil {
+		return 0, err
+	}
+	if len(vals) != 1 || vals[0] < 0 {
+		return 0, fmt.Errorf("seen.lua: %w: %v", floodgate.ErrUnexpectedReply, vals)
+	}
+	return vals[0], nil
+}
+
+// homeEval runs home.lua or seen.lua for the rate slices: by EVALSHA, then EVAL after
+// NOSCRIPT, even with Options.Functions (the script is not part of the
+// store's library).
+func (rn *runner) homeEval(ctx context.Context, key, src, sha string, args []string) ([]int64, error) {
+	keys := []string{key}
+	vals, err := rn.c.EvalSHA(ctx, sha, keys, args, rn.wait.within(ctx))
+	if err != nil && rn.c.IsNoScript(err) {
+		vals, err = rn.c.Eval(ctx, src, keys, args, rn.wait.within(ctx))
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	return vals, nil
+}
