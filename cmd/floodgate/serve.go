@@ -680,7 +680,7 @@ func registerLocalStats(reg *prometheus.Registry, get func() *redisstore.Store) 
 	} {
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "floodgate_local_decisions_total",
-			Help:        "Descriptors the Redis store decided in process, without a round trip, by kind: deny_cache (a denial remembered until its retry time) or local_budget (units claimed from Redis beforehand).",
+			Help:        "Descriptors the Redis store decided in process, without a round trip, by kind: deny_cache (a denial remembered until its retry time) or local_budget (units claimed from Redis beforehand, for a fixed or sliding window; a leased slice of the rate, for a token bucket or GCRA).",
 			ConstLabels: prometheus.Labels{"kind": k.kind},
 		}, func() float64 { return float64(k.get(local())) })
 		if err := reg.Register(c); err != nil {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,9 +24,12 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 		if err := rs[i].Validate(); err != nil {
 			return nil, fmt.Errorf("redisstore: batch request %d: %w", i, err)
 		}
-		if len(rs) > 1 && sliced(rs[i].Limit) {
-			return nil, fmt.Errorf("redisstore: batch request %d: %w", i, errSlicedAtomic)
+	}
+	if len(rs) > 1 && slices.ContainsFunc(rs, func(r floodgate.Request) bool { return sliced(r.Limit) }) {
+		if s.closed.Load() {
+			return nil, floodgate.ErrClosed
 		}
+		return s.slicedBatch(ctx, rs)
 	}
 	switch len(rs) {
 	case 0:
@@ -50,6 +54,89 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 		return s.runner.batch(ctx, cs, false)
 	}
 	return s.crossSlotBatch(ctx, cs, groups)
+}
+
+// slicedBatch decides rs, some of whose limits are decided on this
+// instance's rate slices, all or nothing. The sliced requests are decided
+// first, on their slices, each taking what it admits; then the others in
+// Redis as a batch (ApplyBatch), or, when a slice denied, as a denied
+// batch that takes nothing (each reporting its state or its denial, as a
+// denied batch does). If anything denied, the slices get back what they
+// took (TokenBucket.Refund on the local bucket, at most its burst, as if
+// never taken) and report their state after it with RetryAfter 0. Giving
+// back units never taken elsewhere cannot admit more than the slices
+// would have without them, so the rate slices' bound holds; the batch is
+// not one atomic step across instances (a slice's units are held for the
+// Redis round trip, as a cross-slot batch's are).
+func (s *Store) slicedBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
+	ds := make([]floodgate.Decision, len(rs))
+	var took, others []int
+	denied := false
+	giveBack := func() {
+		for _, i := range took {
+			ds[i] = s.slices.giveBack(s.Key(rs[i].Key, rs[i].Limit), rs[i])
+		}
+	}
+	for i, r := range rs {
+		if !sliced(r.Limit) {
+			others = append(others, i)
+			continue
+		}
+		d, err := s.Apply(ctx, r)
+		if err != nil {
+			giveBack()
+			return nil, err
+		}
+		ds[i] = d
+		if d.Allowed && r.Cost > 0 {
+			took = append(took, i)
+		}
+		denied = denied || !d.Allowed
+	}
+	if len(others) > 0 {
+		sub := pick(rs, others)
+		var sds []floodgate.Decision
+		var err error
+		if denied {
+			sds, err = s.deniedBatch(ctx, sub)
+		} else {
+			sds, err = s.ApplyBatch(ctx, sub)
+		}
+		if err != nil {
+			giveBack()
+			return nil, err
+		}
+		for j, i := range others {
+			ds[i] = sds[j]
+			denied = denied || !sds[j].Allowed
+		}
+	}
+	if denied {
+		giveBack()
+	}
+	return ds, nil
+}
+
+// deniedBatch decides rs as a batch that another part denied: nothing is
+// taken, a request with room reports the unchanged state with RetryAfter
+// 0, a denied one its denial (batch.lua with 'deny', a run per slot).
+func (s *Store) deniedBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
+	cs := make([]call, len(rs))
+	for i, r := range rs {
+		cs[i] = call{r: r, alg: r.Limit.EffectiveAlgorithm(), key: s.Key(r.Key, r.Limit)}
+	}
+	s.runner.stampAll(cs)
+	ds := make([]floodgate.Decision, len(rs))
+	for _, g := range s.slotGroups(cs) {
+		gds, err := s.runner.batch(ctx, pick(cs, g), true)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range g {
+			ds[i] = gds[j]
+		}
+	}
+	return ds, nil
 }
 
 // slotGroups groups the indexes of cs by the Cluster slot of their keys

@@ -698,10 +698,16 @@
 // of the local bucket (Remaining is what this instance can still admit
 // now), Limit the limit's Capacity, Now the local clock. A request with
 // its own Now is refused (ErrInvalidRequest naming now: the buckets and
-// leases run on the store's clock, Options.Clock); so are ApplyBatch of
-// two or more requests and Reserve with such a limit (ErrInvalidRequest
-// naming local_budget: their scripts decide on the key's state in Redis,
-// which holds none of the rate). Reset does not refill the slices. A
+// leases run on the store's clock, Options.Clock); so is Reserve with
+// such a limit (ErrInvalidRequest naming local_budget: its script holds
+// units of the key's state in Redis, which holds none of the rate).
+// ApplyBatch of two or more requests, some sliced, is all or nothing: the
+// slices decide first and take what they admit, the other requests then
+// go to Redis as a batch (or as a denied batch, taking nothing, when a
+// slice denied), and if anything denied, each slice gets back what it took
+// (at most its burst, as if never taken), so the slices' bound holds; the
+// batch is not one atomic step across instances, as a batch across
+// Cluster slots is not (TestSliceBatch). Reset does not refill the slices. A
 // limit's slices are kept per Redis key (algorithm, period, key): two
 // limits of one key that differ in Limit, Burst or LocalBudget take turns
 // (each change drops the slice to nothing and leases again). At most

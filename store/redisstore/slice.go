@@ -90,11 +90,10 @@ const (
 	DefaultSliceGrace = 500 * time.Millisecond
 )
 
-// errSlicedAtomic is the error of a batch or a reservation with a sliced
-// limit: the Redis script that takes several keys at once, or holds units
-// for later, decides on the key's state in Redis, and a sliced limit's
-// rate is in its instances' slices, not there.
-var errSlicedAtomic = fmt.Errorf("%w: local_budget: a token_bucket or gcra with a local_budget is decided on this instance's slice of its rate, which an atomic batch or a reservation cannot take; use Apply, or the limit without local_budget", floodgate.ErrInvalidRequest)
+// errSlicedAtomic is the error of a reservation with a sliced limit: the
+// Redis script that holds units for later decides on the key's state in
+// Redis, and a sliced limit's rate is in its instances' slices, not there.
+var errSlicedAtomic = fmt.Errorf("%w: local_budget: a token_bucket or gcra with a local_budget is decided on this instance's slice of its rate, which a reservation cannot hold; use Apply, or the limit without local_budget", floodgate.ErrInvalidRequest)
 
 // sliced reports whether l is decided on rate slices: a TokenBucket or
 // GCRA with a LocalBudget.
@@ -276,6 +275,31 @@ func (rs *rateSlices) step(e *slice, r floodgate.Request, now time.Time, live bo
 		// limit's: the slice may grow at the next renewal.
 		d.RetryAfter = rs.renew
 	}
+	return d
+}
+
+// giveBack returns to key's slice the cost r took from it, in a batch that
+// was denied elsewhere (Store.slicedBatch), and reports the slice's state
+// after, as a request with room in a denied batch does: not allowed,
+// RetryAfter 0. The bucket gets at most its burst back (TokenBucket.Refund),
+// as if the units had never been taken. A slice whose lease ended, or that
+// was given back or resized to nothing, keeps nothing: its units went with
+// it, which can only admit less.
+func (rs *rateSlices) giveBack(key string, r floodgate.Request) floodgate.Decision {
+	sh := rs.shards.of(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := rs.clock.now()
+	e := sh.m[key]
+	if e == nil || e.gone || !now.Before(e.until) || !sameSlicing(e.limit, r.Limit) || e.share <= 0 {
+		return floodgate.Decision{Limit: r.Limit.Capacity(), Now: now.Truncate(time.Microsecond)}
+	}
+	us, p := rs.micros(now), e.params()
+	e.tb, _ = e.tb.Refund(p, us, us, r.Cost)
+	_, ad := e.tb.Step(p, us, 0)
+	d := floodgate.FromAlgorithm(ad, now.UnixMicro())
+	d.Limit = r.Limit.Capacity()
+	d.Allowed, d.RetryAfter = false, 0
 	return d
 }
 
