@@ -70,6 +70,10 @@ var FloodgateVariants = []Variant{
 	// and admits them in process (floodgate.Limit.LocalBudget).
 	{Name: "fixed_window+local_budget", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow, LocalBudget: 1000}},
 	{Name: "sliding_window+local_budget", Limit: floodgate.Limit{Algorithm: floodgate.SlidingWindow, LocalBudget: 1000}},
+	// Rate slices: each instance decides a GCRA on a leased slice of the
+	// rate, here all of it (one instance); a key's first decision waits
+	// for its lease, so uniform keys cost more than without.
+	{Name: "gcra+local_budget", Limit: floodgate.Limit{Algorithm: floodgate.GCRA, LocalBudget: RedisLimit}},
 	{Name: "fixed_window+functions", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow}, Options: &redisstore.Options{Functions: true}},
 	{Name: "gcra+functions", Limit: floodgate.Limit{Algorithm: floodgate.GCRA}, Options: &redisstore.Options{Functions: true}},
 	// Without coalescing (redisstore.Options.Coalesce -1): one script run
