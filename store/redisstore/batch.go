@@ -71,10 +71,11 @@ func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flood
 func (s *Store) slicedBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
 	ds := make([]floodgate.Decision, len(rs))
 	var took, others []int
+	tickets := make([]sliceTicket, len(rs))
 	denied := false
 	giveBack := func() {
 		for _, i := range took {
-			ds[i] = s.slices.giveBack(s.Key(rs[i].Key, rs[i].Limit), rs[i])
+			ds[i] = s.slices.giveBack(s.Key(rs[i].Key, rs[i].Limit), rs[i], tickets[i])
 		}
 	}
 	for i, r := range rs {
@@ -82,7 +83,7 @@ func (s *Store) slicedBatch(ctx context.Context, rs []floodgate.Request) ([]floo
 			others = append(others, i)
 			continue
 		}
-		d, err := s.Apply(ctx, r)
+		d, err := s.slices.take(ctx, call{r: r, alg: r.Limit.EffectiveAlgorithm(), key: s.Key(r.Key, r.Limit)}, &tickets[i])
 		if err != nil {
 			giveBack()
 			return nil, err

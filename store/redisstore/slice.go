@@ -81,6 +81,17 @@ type slice struct {
 	// gone marks a slice given back, which callers no longer use.
 	busy chan struct{}
 	gone bool
+	// gen counts the changes of the bucket other than refills: every
+	// resize and every admission. A batch's give-back returns units only
+	// to the bucket it took them from, unchanged since (sliceTicket).
+	gen uint64
+}
+
+// sliceTicket is what a batch's sliced request took (Store.slicedBatch):
+// the slice and its gen right after the take.
+type sliceTicket struct {
+	e   *slice
+	gen uint64
 }
 
 // Defaults of the rate slices' Options.
@@ -163,6 +174,7 @@ func (e *slice) params() algorithm.Params {
 // tokens. Every change of a share goes through here, so a bucket never
 // holds more than its burst nor earns faster than its share.
 func (e *slice) resize(now, share int64) {
+	e.gen++
 	var level int64
 	if e.share > 0 && e.burst > 0 {
 		st, _ := e.tb.Step(e.params(), now, 0)
@@ -181,6 +193,12 @@ func (e *slice) resize(now, share int64) {
 // caller that finds it due makes (once per SliceRenew per key) and which
 // other callers wait for only when there is no live lease to decide on.
 func (rs *rateSlices) decide(ctx context.Context, c call) (floodgate.Decision, error) {
+	return rs.take(ctx, c, nil)
+}
+
+// take is decide, and if c is admitted and tk is not nil, records in tk
+// what it took from (for giveBack).
+func (rs *rateSlices) take(ctx context.Context, c call, tk *sliceTicket) (floodgate.Decision, error) {
 	if !c.r.Now.IsZero() {
 		return floodgate.Decision{}, c.wrap(fmt.Errorf("%w: now: a %s with a local_budget is decided on this process's clock (Options.Clock), so a request cannot carry its own time; leave Now zero (no Limiter Options.Clock)",
 			floodgate.ErrInvalidRequest, c.alg))
@@ -248,6 +266,9 @@ func (rs *rateSlices) decide(ctx context.Context, c call) (floodgate.Decision, e
 			return floodgate.Decision{}, c.wrap(leaseErr)
 		}
 		d := rs.step(e, c.r, now, live)
+		if tk != nil && d.Allowed {
+			*tk = sliceTicket{e: e, gen: e.gen}
+		}
 		sh.mu.Unlock()
 		if d.Allowed {
 			rs.admitted.Add(1)
@@ -265,6 +286,9 @@ func (rs *rateSlices) step(e *slice, r floodgate.Request, now time.Time, live bo
 	var ad algorithm.Decision
 	if live {
 		e.tb, ad = e.tb.Step(e.params(), us, r.Cost)
+		if ad.Allowed && r.Cost > 0 {
+			e.gen++
+		}
 	} else {
 		ad = algorithm.Decision{RetryAfter: algorithm.Never}
 	}
@@ -281,11 +305,16 @@ func (rs *rateSlices) step(e *slice, r floodgate.Request, now time.Time, live bo
 // giveBack returns to key's slice the cost r took from it, in a batch that
 // was denied elsewhere (Store.slicedBatch), and reports the slice's state
 // after, as a request with room in a denied batch does: not allowed,
-// RetryAfter 0. The bucket gets at most its burst back (TokenBucket.Refund),
-// as if the units had never been taken. A slice whose lease ended, or that
-// was given back or resized to nothing, keeps nothing: its units went with
-// it, which can only admit less.
-func (rs *rateSlices) giveBack(key string, r floodgate.Request) floodgate.Decision {
+// RetryAfter 0. The bucket gets back what is missing now, at most the cost
+// (TokenBucket.Refund), and only if nothing but time changed it since the
+// take (tk: no admission, no resize): then its level only rose since, so
+// what is missing now is what the take still owes, and the bucket holds
+// what it would have held had the units never been taken. Had it admitted
+// meanwhile, the refill the take let in may have been spent already
+// (TestSliceBatchGiveBackOverrun), so it keeps nothing back, as a slice
+// whose lease ended, or that was given back or resized, keeps nothing:
+// either can only admit less.
+func (rs *rateSlices) giveBack(key string, r floodgate.Request, tk sliceTicket) floodgate.Decision {
 	sh := rs.shards.of(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -295,7 +324,9 @@ func (rs *rateSlices) giveBack(key string, r floodgate.Request) floodgate.Decisi
 		return floodgate.Decision{Limit: r.Limit.Capacity(), Now: now.Truncate(time.Microsecond)}
 	}
 	us, p := rs.micros(now), e.params()
-	e.tb, _ = e.tb.Refund(p, us, us, r.Cost)
+	if e == tk.e && e.gen == tk.gen {
+		e.tb, _ = e.tb.Refund(p, us, us, r.Cost)
+	}
 	_, ad := e.tb.Step(p, us, 0)
 	d := floodgate.FromAlgorithm(ad, now.UnixMicro())
 	d.Limit = r.Limit.Capacity()
@@ -355,6 +386,14 @@ func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Leas
 	}
 	if err != nil || req.Release || homeLimit(e.limit) != req.Limit {
 		return
+	}
+	if e.share > 0 && !at.Before(e.until) {
+		// The lease ended while the call was in flight: home may have
+		// given its share to others since (a call that runs late runs at
+		// the time it was sent), so what the bucket earned at the old share
+		// after the end is not this instance's
+		// (TestSliceStaleRenewalOverrun). Drop it, as decide does.
+		e.resize(rs.micros(at), 0)
 	}
 	if recorded.After(e.recorded) {
 		e.recorded = recorded
