@@ -607,8 +607,13 @@
 // so no decision on the old slice is still in flight); it is raised only
 // once home's grant has come back; and it stops at the lease's end, while
 // home frees it for others only at the end plus SliceGrace (clocks of the
-// instances must differ by less). A bucket's tokens are kept, at most the
-// new burst, when its slice changes; a slice that grows gains rate from
+// instances must differ by less); a lease call that comes back after the
+// lease's end (it ran late, and home dates a lease from when the call was
+// sent) finds a bucket that went on earning at a share home may have
+// given to others meanwhile, so it drops its tokens first, as a decision
+// after the end does (TestSliceStaleRenewalOverrun). A bucket's tokens
+// are kept, at most the new burst, when its slice changes; a slice that
+// grows gains rate from
 // the grant on and no tokens (the part of a token being earned is
 // dropped too). So a local bucket's level, counting the part of a token
 // being earned, never exceeds b_i, and it earns at most r_i per unit of
@@ -705,8 +710,11 @@
 // slices decide first and take what they admit, the other requests then
 // go to Redis as a batch (or as a denied batch, taking nothing, when a
 // slice denied), and if anything denied, each slice gets back what it took
-// (at most its burst, as if never taken), so the slices' bound holds; the
-// batch is not one atomic step across instances, as a batch across
+// if nothing but time changed its bucket since (what is still missing, at
+// most the cost: as if never taken), and nothing otherwise, since a refill
+// the take let in may have been spent (TestSliceBatchGiveBackOverrun), so
+// the slices' bound holds; the batch is not one atomic step across
+// instances, as a batch across
 // Cluster slots is not (TestSliceBatch). Reset does not refill the slices. A
 // limit's slices are kept per Redis key (algorithm, period, key): two
 // limits of one key that differ in Limit, Burst or LocalBudget take turns
