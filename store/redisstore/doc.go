@@ -657,10 +657,14 @@
 // rule (raising before the grant, lowering after telling home) or
 // starting a grown slice full whatever the mark says makes it fail;
 // TestSliceStartsFull checks when a slice starts full or part full (and
-// fails if the refill time is left out of the rule). The two conditions of
-// a part-full start (alone at the lease call, the silence begun before
-// it) guard a race of another holder's lease with this one's record; the
-// tests do not tell a mutation of either apart: they rest on the argument.
+// fails if the refill time is left out of the rule). The conditions of a
+// part-full start (alone at the lease call, the silence begun before it,
+// the share's rate rather than the limit's) are kept as a margin: a review
+// found no test that tells a mutation of any of them apart, and argued
+// that with a late renewal's tokens dropped (above) none is needed, since
+// no instance then holds tokens from the silence that it can spend after
+// it (any holder whose mark is newer records after this one, so starts
+// from nothing). They cost only utilisation.
 //
 // How slices follow demand. The first request of a key at an instance
 // leases at once (the caller waits for that call, and the mark's),
