@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,10 +23,7 @@ type localBudgets struct {
 	shards  *shards[*budget]
 
 	// The sweeper gives back idle budgets; started with the first budget.
-	sweepOnce sync.Once
-	sweeping  bool // set by sweepOnce when it started the sweeper
-	stop      chan struct{}
-	done      chan struct{}
+	sweeper *loop
 
 	// Decisions made in process (LocalStats): admitted from a budget,
 	// denied from a budget's last denial.
@@ -93,7 +89,7 @@ const giveBackTimeout = 2 * time.Second
 func newLocalBudgets(next decider, claimer claimer, clock localClock, idle time.Duration) *localBudgets {
 	return &localBudgets{
 		next: next, claimer: claimer, clock: clock, idle: idle, shards: newShards[*budget](),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		sweeper: newLoop(),
 	}
 }
 
@@ -109,10 +105,7 @@ func (b *localBudgets) decide(ctx context.Context, c call) (floodgate.Decision, 
 	if !c.r.Now.IsZero() || c.r.Cost <= 0 || c.r.Limit.LocalBudget <= 0 {
 		return b.next.decide(ctx, c)
 	}
-	b.sweepOnce.Do(func() {
-		b.sweeping = true
-		go b.sweeper()
-	})
+	b.sweeper.start(max(b.idle/2, time.Millisecond), b.sweepIdle)
 	sh := b.shards.of(c.key)
 	for waits := 0; ; waits++ {
 		now := b.clock.now()
@@ -326,30 +319,18 @@ func (b *localBudgets) sweep(ctx context.Context, now time.Time, all bool) int64
 	return total
 }
 
-// sweeper sweeps every BudgetIdle/2 until close.
-func (b *localBudgets) sweeper() {
-	defer close(b.done)
-	t := time.NewTicker(max(b.idle/2, time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
-			b.sweep(ctx, b.clock.now(), false)
-			cancel()
-		}
-	}
+// sweepIdle is a pass of the sweeper, every BudgetIdle/2 until close: it
+// gives back the budgets idle for BudgetIdle. A pass in progress at close
+// runs to its end (giveBackTimeout), not to close's.
+func (b *localBudgets) sweepIdle(context.Context) {
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
+	b.sweep(ctx, b.clock.now(), false)
 }
 
 // close stops the sweeper and gives every budget's unused units back.
 func (b *localBudgets) close() {
-	b.sweepOnce.Do(func() {})
-	close(b.stop)
-	if b.sweeping {
-		<-b.done
-	}
+	b.sweeper.halt()
 	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
 	defer cancel()
 	b.sweep(ctx, b.clock.now(), true)

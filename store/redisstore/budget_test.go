@@ -215,7 +215,7 @@ func TestBudgetGiveBack(t *testing.T) {
 
 // noSweeper keeps s from starting its sweeper, so that a test sweeps when
 // it chooses.
-func noSweeper(s *Store) { s.budgets.sweepOnce.Do(func() {}) }
+func noSweeper(s *Store) { s.budgets.sweeper.once.Do(func() {}) }
 
 // TestBudgetReset checks that a Reset through the store forgets its local
 // budget and denials: the key gets its whole budget back at once.

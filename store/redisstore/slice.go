@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/bits"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,10 +37,7 @@ type rateSlices struct {
 	// mark runs seen.lua on key's mark (the runner's seenEval).
 	mark func(ctx context.Context, key string, mark, ttl int64) (int64, error)
 
-	sweepOnce sync.Once
-	sweeping  bool
-	stop      chan struct{}
-	done      chan struct{}
+	sweeper *loop
 
 	// admitted counts requests admitted on a slice (LocalStats), calls the
 	// lease calls made.
@@ -119,7 +115,7 @@ func newRateSlices(home region.Home, mark func(ctx context.Context, key string, 
 	return &rateSlices{
 		home: home, mark: mark, holder: "redisstore#" + hex.EncodeToString(b[:]), clock: clock, base: clock.now(),
 		renew: renew, term: term, grace: grace, idle: max(idle, 2*renew), shards: newShards[*slice](),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		sweeper: newLoop(),
 	}
 }
 
@@ -203,10 +199,7 @@ func (rs *rateSlices) take(ctx context.Context, c call, tk *sliceTicket) (floodg
 		return floodgate.Decision{}, c.wrap(fmt.Errorf("%w: now: a %s with a local_budget is decided on this process's clock (Options.Clock), so a request cannot carry its own time; leave Now zero (no Limiter Options.Clock)",
 			floodgate.ErrInvalidRequest, c.alg))
 	}
-	rs.sweepOnce.Do(func() {
-		rs.sweeping = true
-		go rs.sweeper()
-	})
+	rs.sweeper.start(rs.renew, rs.sweepIdle)
 	sh := rs.shards.of(c.key)
 	var leaseErr error
 	called := false // at most one lease call per decision
@@ -523,31 +516,19 @@ func (rs *rateSlices) sweep(ctx context.Context, now time.Time, all bool) int {
 	return len(jobs)
 }
 
-// sweeper sweeps every SliceRenew until close.
-func (rs *rateSlices) sweeper() {
-	defer close(rs.done)
-	t := time.NewTicker(rs.renew)
-	defer t.Stop()
-	for {
-		select {
-		case <-rs.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
-			rs.sweep(ctx, rs.clock.now(), false)
-			cancel()
-		}
-	}
+// sweepIdle is a pass of the sweeper, every SliceRenew until close: it
+// gives back the slices idle for their idle time. A pass in progress at
+// close runs to its end (giveBackTimeout), not to close's.
+func (rs *rateSlices) sweepIdle(context.Context) {
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
+	rs.sweep(ctx, rs.clock.now(), false)
 }
 
 // close stops the sweeper and gives every slice back, but for a slice
 // whose lease call is in flight, whose lease runs out after SliceTerm.
 func (rs *rateSlices) close() {
-	rs.sweepOnce.Do(func() {})
-	close(rs.stop)
-	if rs.sweeping {
-		<-rs.done
-	}
+	rs.sweeper.halt()
 	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
 	defer cancel()
 	rs.sweep(ctx, rs.clock.now(), true)

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,12 +44,9 @@ type Store struct {
 	// Reservations: Options.HoldRetention in µs, Options.HoldSweep, and
 	// the sweeper of holds made with release, started with the first
 	// Reserve.
-	holdRetain int64
-	holdSweep  time.Duration
-	sweepOnce  sync.Once
-	sweeping   bool // set by sweepOnce when it started the sweeper
-	sweepStop  chan struct{}
-	sweepDone  chan struct{}
+	holdRetain  int64
+	holdSweep   time.Duration
+	holdSweeper *loop
 }
 
 // decider is a layer of a Store: it decides c, in process or by handing it
@@ -146,9 +142,9 @@ func newStore(c Conn, opts *Options) (*Store, error) {
 		}
 	}
 	s := &Store{prefix: cmp.Or(o.Prefix, DefaultPrefix), conn: c, runner: rn,
-		holdRetain: cmp.Or(o.HoldRetention, floodgate.DefaultHoldRetention).Microseconds(),
-		holdSweep:  cmp.Or(o.HoldSweep, DefaultHoldSweep),
-		sweepStop:  make(chan struct{}), sweepDone: make(chan struct{})}
+		holdRetain:  cmp.Or(o.HoldRetention, floodgate.DefaultHoldRetention).Microseconds(),
+		holdSweep:   cmp.Or(o.HoldSweep, DefaultHoldSweep),
+		holdSweeper: newLoop()}
 	var remote decider = rn
 	if o.Coalesce >= 0 {
 		s.co = newCoalescer(rn, cmp.Or(o.Coalesce, DefaultCoalesce), c.Cluster())

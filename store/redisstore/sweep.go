@@ -166,47 +166,19 @@ func (s *Store) expireMembers(ctx context.Context, key string, clock int64, memb
 }
 
 // startSweeper starts the sweeper, once, unless Options.HoldSweep is
-// negative.
+// negative: a pass every Options.HoldSweep until Close.
 func (s *Store) startSweeper() {
 	if s.holdSweep < 0 {
 		return
 	}
-	s.sweepOnce.Do(func() {
-		s.sweeping = true
-		go s.sweeper()
+	s.holdSweeper.start(s.holdSweep, func(ctx context.Context) {
+		pass, done := context.WithTimeout(ctx, max(s.holdSweep, minSweepTimeout))
+		defer done()
+		// An error leaves the holds to the next pass: a library does not
+		// log (see the package doc).
+		_, _ = s.sweepHolds(pass)
 	})
 }
 
-// sweeper sweeps every Options.HoldSweep until Close.
-func (s *Store) sweeper() {
-	defer close(s.sweepDone)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-s.sweepStop
-		cancel()
-	}()
-	t := time.NewTicker(s.holdSweep)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			pass, done := context.WithTimeout(ctx, max(s.holdSweep, minSweepTimeout))
-			// An error leaves the holds to the next pass: a library
-			// does not log (see the package doc).
-			_, _ = s.sweepHolds(pass)
-			done()
-		}
-	}
-}
-
 // stopSweeper stops the sweeper and waits for it.
-func (s *Store) stopSweeper() {
-	s.sweepOnce.Do(func() {})
-	close(s.sweepStop)
-	if s.sweeping {
-		<-s.sweepDone
-	}
-}
+func (s *Store) stopSweeper() { s.holdSweeper.halt() }
