@@ -334,33 +334,22 @@ func (h *RedisHome) Close() error {
 // since a holder lowers its own decisions before it asks for less and
 // uses more only once home granted it.
 func (h *RedisHome) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
-	if err := checkLease(r); err != nil {
-		return Lease{}, err
-	}
-	key := homeKey(h.prefix, r.Key, r.Limit.Period)
-	i := func(n int64) string { return strconv.FormatInt(n, 10) }
-	args := []string{r.Holder, i(r.Now.UnixMicro()), i(r.Limit.Limit), i(r.Limit.Period.Microseconds()),
-		i(r.Term.Microseconds()), i(r.Grace.Microseconds()), i(r.Want), i(r.Demand), i(r.Floor), "0"}
-	if r.Release {
-		args[9] = "1"
-	}
+	sh := ScriptHome{prefix: h.prefix, eval: h.eval}
+	return sh.Lease(ctx, r)
+}
+
+// eval runs home.lua (sha, src) on key with args through the client:
+// EVALSHA, and EVAL after NOSCRIPT, which means the script did not run.
+func (h *RedisHome) eval(ctx context.Context, key, src, sha string, args []string) ([]int64, error) {
 	c, err := h.client(ctx)
 	if err != nil {
-		return Lease{}, err
+		return nil, err
 	}
-	res := c.Do(ctx, c.B().Evalsha().Sha1(homeSHA).Numkeys(1).Key(key).Arg(args...).Build())
+	res := c.Do(ctx, c.B().Evalsha().Sha1(sha).Numkeys(1).Key(key).Arg(args...).Build())
 	if e, ok := rueidis.IsRedisErr(res.Error()); ok && e.IsNoScript() {
-		res = c.Do(ctx, c.B().Eval().Script(homeLua).Numkeys(1).Key(key).Arg(args...).Build())
+		res = c.Do(ctx, c.B().Eval().Script(src).Numkeys(1).Key(key).Arg(args...).Build())
 	}
-	vals, err := res.AsIntSlice()
-	if err != nil {
-		return Lease{}, fmt.Errorf("region: home lease of %s: %w", key, err)
-	}
-	out, err := decodeLease(vals)
-	if err != nil {
-		return Lease{}, fmt.Errorf("region: home lease of %s: %w", key, err)
-	}
-	return out, nil
+	return res.AsIntSlice()
 }
 
 // decodeLease reads home.lua's reply, checking its shape.
