@@ -266,7 +266,9 @@ func (b *blockingStore) Apply(ctx context.Context, _ floodgate.Request) (floodga
 // fail_closed), never an error, which Envoy would answer by its
 // failure_mode_deny; with the caller's deadline shorter, the store call
 // ends at the caller's deadline and the caller sees DeadlineExceeded,
-// which Envoy treats as it treats any error: failure_mode_deny decides.
+// which Envoy treats as it treats any error: failure_mode_deny decides
+// (or the failure mode's answer, when the server's, at the same deadline,
+// wins the race).
 func TestEnvoyClientTimeout(t *testing.T) {
 	t.Parallel()
 	const yaml = `
@@ -319,9 +321,15 @@ descriptors:
 	ctx, cancel = context.WithTimeout(t.Context(), callerTimeout)
 	defer cancel()
 	sent, _ := ctx.Deadline()
-	_, err := client.ShouldRateLimit(ctx, shop(desc("open", "x")))
-	if status.Code(err) != codes.DeadlineExceeded {
-		t.Errorf("got %v, want DeadlineExceeded", err)
+	resp, err := client.ShouldRateLimit(ctx, shop(desc("open", "x")))
+	// The client's deadline and the server's (the same instant, sent as
+	// grpc-timeout) race: usually the caller gives up first and sees
+	// DeadlineExceeded, but on a loaded host the server's answer at its
+	// deadline, the failure mode's OK, can arrive first (4 of 60 runs under
+	// -race). Either is an answer in time; what must not happen is the
+	// store call outliving the caller (below).
+	if status.Code(err) != codes.DeadlineExceeded && (err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK) {
+		t.Errorf("got %v, %v; want DeadlineExceeded, or fail_open's OK at the deadline", resp.GetOverallCode(), err)
 	}
 	store.mu.Lock()
 	defer store.mu.Unlock()
