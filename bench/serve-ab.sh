@@ -31,27 +31,7 @@ BEFORE_BIN=${BEFORE_BIN:-}
 AFTER_ARGS=${AFTER_ARGS:-}
 AFTER_ENV=${AFTER_ENV:-}
 
-WORK=$(mktemp -d /tmp/serve-ab.XXXXXX)
-PIDS=()
-cleanup() {
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-freeport() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-# waitport PORT: up to 10 s for something to listen on 127.0.0.1:PORT.
-waitport() {
-	for _ in $(seq 1 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-		sleep 0.1
-	done
-	echo "nothing listens on 127.0.0.1:$1" >&2
-	return 1
-}
+. ./procs.sh serve-ab
 # cpu PID: the process's user+system CPU in clock ticks (1/100 s).
 cpu() {
 	sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'

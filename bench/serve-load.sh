@@ -18,27 +18,7 @@ HOT_CALLERS=${HOT_CALLERS:-64}
 KEYS=${KEYS:-100000}
 RATELIMIT_BIN=${RATELIMIT_BIN:-}
 
-WORK=$(mktemp -d /tmp/serve-load.XXXXXX)
-PIDS=()
-cleanup() {
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-freeport() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-# waitport PORT: up to 10 s for something to listen on 127.0.0.1:PORT.
-waitport() {
-	for _ in $(seq 1 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-		sleep 0.1
-	done
-	echo "nothing listens on 127.0.0.1:$1" >&2
-	return 1
-}
+. ./procs.sh serve-load
 
 echo "# serve-load.sh $(date -u +%FT%TZ)"
 echo "# $(uname -srm); nproc $(nproc); $(go version)"
