@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/envoyrls"
 	"github.com/floodgate-rl/floodgate/store/redisstore"
@@ -147,11 +147,7 @@ func fleetOf(b *testing.B, proto string, red *redistest.Server, clock *fakeClock
 			return n
 		}
 	}
-	d, err := config.Parse("rules.yaml", []byte(simYAML))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, _ := config.New(d)
+	cfg := servertest.Config(b, "rules.yaml", simYAML)
 	store, err := redisstore.Open(b.Context(), "redis://"+red.Addr, &redisstore.Options{Clock: clock})
 	if err != nil {
 		b.Fatal(err)

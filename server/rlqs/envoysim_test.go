@@ -17,10 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/rlqs"
-	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
 // fakeClock is the one clock of a simulation: the replicas read it, the
@@ -55,20 +54,7 @@ type replica struct {
 
 func startReplica(t testing.TB, yaml string, o rlqs.Options) *replica {
 	t.Helper()
-	d, err := config.Parse("rules.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memstore.New(nil)
-	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(server.Options{Store: store, Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := servertest.New(t, "rules.yaml", yaml, server.Options{})
 	svc, err := rlqs.New(srv, &o)
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
-	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
 const testYAML = `domain: edge
@@ -36,20 +36,7 @@ descriptors:
 
 func newTestService(t testing.TB, o *Options) *Service {
 	t.Helper()
-	d, err := config.Parse("rules.yaml", []byte(testYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memstore.New(nil)
-	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(server.Options{Store: store, Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := servertest.New(t, "rules.yaml", testYAML, server.Options{})
 	svc, err := New(srv, o)
 	if err != nil {
 		t.Fatal(err)

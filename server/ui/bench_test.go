@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
@@ -35,7 +36,7 @@ func BenchmarkDashboard(b *testing.B) {
 }
 
 func benchDecide(b *testing.B, load string, on bool) {
-	d, err := config.Parse("api.yaml", []byte(`
+	cfg := servertest.Config(b, "api.yaml", `
 domain: api
 descriptors:
   - key: user
@@ -43,14 +44,7 @@ descriptors:
   - key: user
     value: hot
     rate_limit: {unit: hour, requests_per_unit: 1}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := config.New(d)
-	if err != nil {
-		b.Fatal(err)
-	}
+`)
 	store := memstore.New(&memstore.Options{MaxKeys: -1})
 	b.Cleanup(func() { store.Close() })
 	srv, err := server.New(server.Options{Store: store, Config: cfg})

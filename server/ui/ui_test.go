@@ -16,9 +16,9 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/internal/topk"
 	"github.com/floodgate-rl/floodgate/server"
-	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
 const testYAML = `
@@ -33,21 +33,7 @@ descriptors:
 
 func newServer(t *testing.T) *server.Server {
 	t.Helper()
-	d, err := config.Parse("api.yaml", []byte(testYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memstore.New(nil)
-	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(server.Options{Store: store, Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv
+	return servertest.New(t, "api.yaml", testYAML, server.Options{})
 }
 
 func decide(t *testing.T, srv *server.Server, key, value string, n int) {
@@ -156,14 +142,7 @@ func TestQuantile(t *testing.T) {
 }
 
 func TestDescribeKey(t *testing.T) {
-	d, err := config.Parse("api.yaml", []byte(testYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := servertest.Config(t, "api.yaml", testYAML)
 	rule := cfg.Match("api", []config.Entry{{Key: "user", Value: "x"}})
 	inline := floodgate.Limit{Limit: 5, Period: time.Second}
 	for _, tc := range []struct {
@@ -402,20 +381,7 @@ func TestFeedRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := config.Parse("api.yaml", []byte(testYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := memstore.New(nil)
-	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(server.Options{Store: store, Config: cfg, Auth: auth})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := servertest.New(t, "api.yaml", testYAML, server.Options{Auth: auth})
 	dash := New(srv, nil)
 	t.Cleanup(dash.Close)
 	hs := httptest.NewServer(srv.Handler(dash.Handlers()))
