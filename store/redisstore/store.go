@@ -196,7 +196,6 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decis
 	return s.top.decide(ctx, c)
 }
 
-// Reset deletes key's state under limit's algorithm and period. An empty
 // Raise raises r.Key's window that starts at window to at least r.Cost,
 // in one script run: see floodgate.Raiser. A remembered denial of the key
 // is forgotten, since the state changed.
@@ -215,6 +214,7 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 	return d, err
 }
 
+// Reset deletes key's state under limit's algorithm and period. An empty
 // or too long key, or an invalid limit, is an error, as in Apply. The
 // slices of a token bucket or GCRA with a LocalBudget, which hold its rate
 // in the instances, are not refilled (see "Rate slices" in the package
