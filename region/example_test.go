@@ -6,21 +6,22 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/region"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
 func Example() {
 	ctx := context.Background()
-	// A deployment's regions share a RedisHome (region.DialHome); a
-	// MemHome keeps the leases in this process.
-	home := &region.MemHome{}
+	// A deployment's regions share a grant.RedisHome (grant.DialHome); a
+	// grant.MemHome keeps the grants in this process.
+	home := &grant.MemHome{}
 	eu, _ := region.New(memstore.New(nil), home, &region.Options{Name: "eu-west"})
 	defer eu.Close()
 	lim, _ := floodgate.New(eu, nil)
 
 	limit := floodgate.Limit{Limit: 100, Period: time.Minute, Global: true}
-	// The first decision of the key waits for its first lease: alone,
+	// The first decision of the key waits for its first grant: alone,
 	// eu-west is granted the whole limit.
 	d, err := lim.Allow(ctx, "tenant:acme", limit)
 	fmt.Println(d.Allowed, d.Limit, d.Remaining, err)

@@ -2,24 +2,14 @@ package region
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"sync"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/share"
 )
 
-// incarnation is a random name for this process's leases: a restarted
-// process is a new holder, and the old one's share stays counted until
-// its lease ends, since the old process may have spent it.
-func incarnation() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
-	return hex.EncodeToString(b[:])
-}
-
-// loop rebalances every Rebalance, and at once for a key's first lease,
+// loop rebalances every Rebalance, and at once for a key's first grant,
 // until Close.
 func (s *Store) loop() {
 	defer close(s.done)
@@ -41,17 +31,17 @@ func (s *Store) loop() {
 	}
 }
 
-// A leaseJob is one call to home of a rebalance.
-type leaseJob struct {
+// A grantJob is one call to home of a rebalance.
+type grantJob struct {
 	k   entryKey
 	e   *entry
-	req LeaseRequest
-	out Lease
+	req grant.Request
+	out grant.Grant
 	err error
 }
 
 // rebalance reports each key's demand to home and claims or returns share
-// (only the keys that have no lease yet, if fresh): for each key, the
+// (only the keys that have no grant yet, if fresh): for each key, the
 // target share is the policy's split of the limit over every holder's
 // last reported demand and floor, with this region's own demand measured
 // since the last rebalance. A share above the target is lowered here
@@ -73,7 +63,7 @@ func (s *Store) rebalance(fresh bool) {
 		all = append(all, kv{k, e})
 	}
 	s.mu.Unlock()
-	jobs := make([]*leaseJob, 0, len(all))
+	jobs := make([]*grantJob, 0, len(all))
 	for _, x := range all {
 		if fresh && isClosed(x.e.ready) {
 			continue
@@ -99,7 +89,7 @@ func (s *Store) rebalance(fresh bool) {
 			defer func() { <-sem }()
 			cctx, ccancel := context.WithTimeout(ctx, s.o.Timeout)
 			defer ccancel()
-			j.out, j.err = s.home.Lease(cctx, j.req)
+			j.out, j.err = s.home.Grant(cctx, j.req)
 		})
 	}
 	wg.Wait()
@@ -119,10 +109,10 @@ func isClosed(ch chan struct{}) bool {
 
 // plan measures e's demand, computes its target, lowers its share if it
 // is above the target, and returns the call to home; e is dropped (and
-// its lease released) when it has been idle for Idle and holds nothing.
-func (s *Store) plan(k entryKey, e *entry, now time.Time) *leaseJob {
+// its share released) when it has been idle for Idle and holds nothing.
+func (s *Store) plan(k entryKey, e *entry, now time.Time) *grantJob {
 	elapsed := now.Sub(e.lastTick)
-	measure := elapsed >= s.o.Rebalance/2 // a first lease's call comes at once: too soon to tell a rate
+	measure := elapsed >= s.o.Rebalance/2 // a first grant's call comes at once: too soon to tell a rate
 	e.um.Lock()
 	limit, asked, lastUse := e.limit, e.asked, e.lastUse
 	if measure {
@@ -131,24 +121,17 @@ func (s *Store) plan(k entryKey, e *entry, now time.Time) *leaseJob {
 	e.um.Unlock()
 	L := limit.Limit
 	if measure {
-		rate := int64(float64(asked) * float64(limit.Period) / float64(elapsed))
-		if e.measured {
-			rate = (e.demand + rate) / 2 // recent demand, older rebalances weighing half as much each
-		}
-		e.demand, e.measured, e.lastTick = rate, true, now
+		e.demand.Measure(uint64(asked), elapsed, limit.Period)
+		e.lastTick = now
 	}
 	floor := s.floor(L)
 	idle := !lastUse.IsZero() && now.Sub(lastUse) >= max(s.o.Idle, 2*limit.Period)
 	var want int64
-	switch {
-	case idle:
-		want = 0
-	case e.self < 0 || e.self >= len(e.parties):
-		want = L // no split known yet: whatever is free
-	default:
-		parties := append([]share.Party(nil), e.parties...)
-		parties[e.self] = share.Party{Demand: e.demand, Floor: floor}
-		want = share.Split(L, parties, s.o.Policy)[e.self]
+	if !idle {
+		var ok bool
+		if want, ok = e.last.Target(L, share.Party{Demand: e.demand.Rate, Floor: floor}, s.o.Policy); !ok {
+			want = L // no split known yet: whatever is free
+		}
 	}
 	release := false
 	e.mu.Lock()
@@ -180,15 +163,15 @@ func (s *Store) plan(k entryKey, e *entry, now time.Time) *leaseJob {
 		s.mu.Unlock()
 	}
 	e.mu.Unlock()
-	return &leaseJob{k: k, e: e, req: LeaseRequest{Key: k.key, Limit: limit, Holder: s.holder, Now: now,
-		Term: s.o.Term, Grace: s.o.Grace, Want: want, Demand: e.demand, Floor: floor, Release: release}}
+	return &grantJob{k: k, e: e, req: grant.Request{Key: k.key, Limit: limit, Holder: s.holder, Now: now,
+		Term: s.o.Term, Grace: s.o.Grace, Want: want, Demand: e.demand.Rate, Floor: floor, Release: release}}
 }
 
 // install applies home's answer to j: the granted share (at least what the
-// region asked for when it lowered), the lease's end, and every holder's
-// demand for the next split. A failed call leaves the share and the lease
-// as they were: the lease runs out on its own.
-func (s *Store) install(j *leaseJob) {
+// region asked for when it lowered), the end of its term, and every
+// holder's demand for the next split. A failed call leaves the share and
+// its term as they were: the grant runs out on its own.
+func (s *Store) install(j *grantJob) {
 	s.calls.Add(1)
 	e := j.e
 	e.mu.Lock()
@@ -198,10 +181,10 @@ func (s *Store) install(j *leaseJob) {
 		e.failed = true
 	case !j.req.Release:
 		e.failed = false
-		e.leased = true
+		e.granted = true
 		e.share = j.out.Share
 		e.until = j.out.Until
-		e.parties, e.self = j.out.Parties, j.out.Self
+		e.last = j.out
 	}
 	e.mu.Unlock()
 	e.readyOnce.Do(func() { close(e.ready) })

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/share"
 )
 
@@ -28,7 +29,7 @@ const (
 // other field means its default.
 type Options struct {
 	// Name is the region's name ("eu-west"), 1 to 64 bytes of
-	// [A-Za-z0-9_.-]. Each process holds its own leases under it (with an
+	// [A-Za-z0-9_.-]. Each process holds its own grants under it (with an
 	// incarnation of its own), so several processes of one region are
 	// several holders, each with its own share.
 	Name string
@@ -44,28 +45,28 @@ type Options struct {
 	// request after a quiet spell is admitted at once. 0 to 1, default 0.
 	Floor float64
 	// SafeShare is the fraction of each global limit a region decides on
-	// once its lease has ended without home answering (a partition): 0
+	// once its grant has ended without home answering (a partition): 0
 	// (the default) denies every global request until home answers again,
 	// and adds nothing to the overrun bound of the package doc.
 	SafeShare float64
-	// Term is how long a lease lasts at least, DefaultTerm (10 s) by
+	// Term is how long a grant lasts at least, DefaultTerm (10 s) by
 	// default: how long a region that lost home keeps deciding on its
 	// share, and how long a share of a region that vanished stays unused.
-	// A lease ends at a window boundary, so it lasts up to a Period more.
+	// A grant ends at a window boundary, so it lasts up to a Period more.
 	Term time.Duration
 	// Rebalance is how often the region reports its demand and claims or
 	// returns share, DefaultRebalance (500 ms) by default; at most Term/2.
 	Rebalance time.Duration
-	// Grace is how long home keeps an ended lease's share counted: the
+	// Grace is how long home keeps an ended grant's share counted: the
 	// most the regions' clocks may disagree. DefaultGrace (1 s).
 	Grace time.Duration
 	// Timeout bounds each call to home; DefaultTimeout (2 s).
 	Timeout time.Duration
 	// FirstWait is how long the first decision of a global key in this
-	// process waits for the key's first lease (bounded by its context too);
+	// process waits for the key's first grant (bounded by its context too);
 	// every later decision waits for nothing. DefaultFirstWait (1 s); a
 	// negative value waits not at all (the first decisions are denied
-	// until the lease comes).
+	// until the grant comes).
 	FirstWait time.Duration
 	// KeyPrefix is put before a global key in the regional store, so that
 	// its count (of this region's share) never meets a local limit's;
@@ -77,13 +78,13 @@ type Options struct {
 }
 
 // Store is a floodgate.Store for a region: it decides every limit marked
-// Global on the region's leased share of it, in the regional store, and
+// Global on the region's granted share of it, in the regional store, and
 // every other request in the regional store as it is. Make one with New;
 // it is safe for concurrent use. Put it under a floodgate.Limiter, which
 // is the one pipeline of every decision.
 type Store struct {
 	inner  floodgate.Store
-	home   Home
+	home   grant.Home
 	holder string
 	o      Options
 
@@ -119,14 +120,14 @@ type entryKey struct {
 	period time.Duration
 }
 
-// An entry is the region's lease of one global key under one period.
+// An entry is the region's grant of one global key under one period.
 type entry struct {
 	// mu is held for reading by every decision on the share, and for
 	// writing while the share changes: lowering it waits for the
 	// decisions in flight, so the units counted in the window are final.
 	mu     sync.RWMutex
 	share  int64
-	until  time.Time // end of the lease, on the region's clock
+	until  time.Time // end of the grant's term, on the region's clock
 	failed bool      // the last call to home failed
 	gone   bool      // released and dropped: look the key up again
 
@@ -142,24 +143,22 @@ type entry struct {
 	lastUse time.Time
 
 	// The loop's own.
-	demand   int64 // units per period, smoothed
+	demand   grant.Demand // units per period, smoothed
 	lastTick time.Time
-	parties  []share.Party
-	self     int
-	measured bool  // demand holds a measurement
-	leased   bool  // home granted a lease once (under mu)
-	target   int64 // the last target share (under mu)
+	last     grant.Grant // home's last answer: every holder's demand, for the next split
+	granted  bool        // home granted a share once (under mu)
+	target   int64       // the last target share (under mu)
 }
 
-// New returns a region's Store over its regional store, leasing shares
-// from home. The regional store and home stay the caller's: Close gives
+// New returns a region's Store over its regional store, holding shares
+// granted by home. The regional store and home stay the caller's: Close gives
 // the shares back but closes neither.
-func New(regional floodgate.Store, home Home, opts *Options) (*Store, error) {
+func New(regional floodgate.Store, home grant.Home, opts *Options) (*Store, error) {
 	return newStore(regional, home, opts, true)
 }
 
 // newStore is New; ticking false leaves rebalancing to the caller (tests).
-func newStore(regional floodgate.Store, home Home, opts *Options, ticking bool) (*Store, error) {
+func newStore(regional floodgate.Store, home grant.Home, opts *Options, ticking bool) (*Store, error) {
 	if regional == nil || home == nil {
 		return nil, errors.New("region: New: nil store or home")
 	}
@@ -189,9 +188,9 @@ func newStore(regional floodgate.Store, home Home, opts *Options, ticking bool) 
 	o.KeyPrefix = cmpOr(o.KeyPrefix, DefaultKeyPrefix)
 	o.Idle = cmpOr(o.Idle, 2*o.Term)
 	if o.Rebalance > o.Term/2 {
-		return nil, fmt.Errorf("region: Options.Rebalance %v is above half of Term %v: a lease would end between two renewals", o.Rebalance, o.Term)
+		return nil, fmt.Errorf("region: Options.Rebalance %v is above half of Term %v: a grant would end between two renewals", o.Rebalance, o.Term)
 	}
-	s := &Store{inner: regional, home: home, holder: o.Name + "#" + incarnation(), o: o,
+	s := &Store{inner: regional, home: home, holder: o.Name + "#" + grant.Incarnation(), o: o,
 		entries: make(map[entryKey]*entry), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), ticking: ticking}
 	go s.loop()
 	return s, nil
@@ -223,7 +222,7 @@ func CheckName(name string) error {
 // Regional returns the regional store the Store decides in.
 func (s *Store) Regional() floodgate.Store { return s.inner }
 
-// Holder is the name this process's leases are held under at home: the
+// Holder is the name this process's grants are held under at home: the
 // region's name and the process's incarnation.
 func (s *Store) Holder() string { return s.holder }
 
@@ -279,7 +278,7 @@ type globalCall struct {
 	owner bool
 }
 
-// acquire finds r's entry (waiting for its first lease if it has none
+// acquire finds r's entry (waiting for its first grant if it has none
 // yet), read-locks it and builds the regional request. done releases it.
 // The regional request takes no LocalBudget: units a regional Redis
 // claimed in advance under one share could be spent after the share was
@@ -367,29 +366,29 @@ func (s *Store) safe(limit int64) int64 { return int64(float64(limit) * s.o.Safe
 // floor is every region's floor of a global limit.
 func (s *Store) floor(limit int64) int64 { return int64(float64(limit) * s.o.Floor) }
 
-// effective is the share to decide on at now, under e.mu: the leased share
-// while the lease lasts; once it has ended (home did not renew it for a
-// whole term), or when home could not be reached for a first lease, the
-// safe share; 0 while the first lease is on its way.
+// effective is the share to decide on at now, under e.mu: the granted
+// share while its term lasts; once it has ended (home did not renew it for
+// a whole term), or when home could not be reached for a first grant, the
+// safe share; 0 while the first grant is on its way.
 func (e *entry) effective(now time.Time, safe int64) int64 {
 	switch {
 	case now.Before(e.until):
 		return e.share
-	case e.leased || e.failed:
+	case e.granted || e.failed:
 		return safe
 	}
 	return 0
 }
 
 // entry returns r's entry, making it (and asking the loop for its first
-// lease) if there is none.
+// grant) if there is none.
 func (s *Store) entry(r floodgate.Request) *entry {
 	k := entryKey{r.Key, r.Limit.Period}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entries[k]
 	if e == nil {
-		e = &entry{ready: make(chan struct{}), limit: r.Limit, self: -1, lastTick: s.o.Clock.Now()}
+		e = &entry{ready: make(chan struct{}), limit: r.Limit, last: grant.Grant{Self: -1}, lastTick: s.o.Clock.Now()}
 		s.entries[k] = e
 		select {
 		case s.kick <- struct{}{}:
@@ -573,7 +572,7 @@ func (s *Store) Close() error {
 		limit := e.limit
 		e.um.Unlock()
 		wg.Go(func() {
-			_, _ = s.home.Lease(ctx, LeaseRequest{Key: k.key, Limit: limit, Holder: s.holder, Now: s.now(time.Time{}),
+			_, _ = s.home.Grant(ctx, grant.Request{Key: k.key, Limit: limit, Holder: s.holder, Now: s.now(time.Time{}),
 				Term: s.o.Term, Grace: s.o.Grace, Release: true})
 		})
 	}
@@ -581,17 +580,17 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Held is a region's lease of one global key, as Store.Held reports it.
+// Held is a region's grant of one global key, as Store.Held reports it.
 type Held struct {
-	// Share is the share decided on now, Leased what home granted (the
-	// same while the lease lasts), Until the end of the lease.
-	Share, Leased int64
+	// Share is the share decided on now, Granted what home granted (the
+	// same while the grant's term lasts), Until the end of the term.
+	Share, Granted int64
 	Until         time.Time
 	// Target is the share the region last computed it should hold.
 	Target int64
 }
 
-// Held reports the region's lease of key under limit (its Period), for
+// Held reports the region's grant of key under limit (its Period), for
 // tests, simulations and dashboards.
 func (s *Store) Held(key string, limit floodgate.Limit) Held {
 	s.mu.Lock()
@@ -603,16 +602,16 @@ func (s *Store) Held(key string, limit floodgate.Limit) Held {
 	now := s.now(time.Time{})
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	return Held{Share: e.effective(now, s.safe(limit.Limit)), Leased: e.share, Until: e.until, Target: e.target}
+	return Held{Share: e.effective(now, s.safe(limit.Limit)), Granted: e.share, Until: e.until, Target: e.target}
 }
 
 // Stats counts the calls to home and those that failed, and sums up the
-// region's leases now.
+// region's grants now.
 type Stats struct {
 	Calls, Failures int64
 	// Keys is the global keys the region holds an entry for; Failing, those
 	// whose latest call to home failed (decided on the safe share, or on a
-	// lease that has not ended yet).
+	// grant that has not ended yet).
 	Keys, Failing int
 	// Share is the units decided on now summed over the keys (each key's
 	// Held.Share), and Limit their global limits summed: Share/Limit is the
@@ -620,7 +619,7 @@ type Stats struct {
 	Share, Limit int64
 }
 
-// Stats reports the calls to home so far and the leases held now.
+// Stats reports the calls to home so far and the grants held now.
 func (s *Store) Stats() Stats {
 	st := Stats{Calls: s.calls.Load(), Failures: s.failures.Load()}
 	s.mu.Lock()
@@ -650,7 +649,7 @@ func (s *Store) Stats() Stats {
 
 // Reserve holds units in the regional store, which must be a
 // floodgate.Reserver; a Global limit takes no reservation
-// (floodgate.ErrNotSupported): a hold of a share could outlive the lease
+// (floodgate.ErrNotSupported): a hold of a share could outlive the grant
 // it was taken from.
 func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate.HoldResult, error) {
 	rv, err := s.reserver(r.Requests)

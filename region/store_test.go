@@ -11,23 +11,24 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/share"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
 // cutHome is a Home that fails while cut, as a partition does.
 type cutHome struct {
-	Home
+	grant.Home
 	cut atomic.Bool
 }
 
 var errCut = errors.New("home unreachable")
 
-func (h *cutHome) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
+func (h *cutHome) Grant(ctx context.Context, r grant.Request) (grant.Grant, error) {
 	if h.cut.Load() {
-		return Lease{}, errCut
+		return grant.Grant{}, errCut
 	}
-	return h.Home.Lease(ctx, r)
+	return h.Home.Grant(ctx, r)
 }
 
 // testRegion is one region of a test: its Store over a memstore, and a
@@ -42,7 +43,7 @@ type testRegion struct {
 // newRegions starts n regions sharing home and clock. Rebalancing is the
 // test's to drive; Rebalance is 250 ms, so a rebalance measures demand
 // only when the clock moved 125 ms since the last one.
-func newRegions(t *testing.T, home Home, clock floodgate.Clock, names []string, o Options) []*testRegion {
+func newRegions(t *testing.T, home grant.Home, clock floodgate.Clock, names []string, o Options) []*testRegion {
 	t.Helper()
 	var out []*testRegion
 	for _, name := range names {
@@ -66,13 +67,13 @@ func newRegions(t *testing.T, home Home, clock floodgate.Clock, names []string, 
 	return out
 }
 
-func TestFirstLeaseAndDecision(t *testing.T) {
+func TestFirstGrantAndDecision(t *testing.T) {
 	t.Parallel()
 	clock := floodgatetest.NewFakeClock(time.Unix(1_700_000_000, 0))
-	rs := newRegions(t, &MemHome{}, clock, []string{"a", "b"}, Options{Term: 2 * time.Hour})
+	rs := newRegions(t, &grant.MemHome{}, clock, []string{"a", "b"}, Options{Term: 2 * time.Hour})
 	limit := floodgate.Limit{Limit: 100, Period: time.Second, Global: true}
 	ctx := t.Context()
-	// The first decision finds no lease (FirstWait is negative): denied,
+	// The first decision finds no grant (FirstWait is negative): denied,
 	// but not for ever.
 	d, err := rs[0].lim.Allow(ctx, "k", limit)
 	if err != nil || d.Allowed || d.RetryAfter <= 0 || d.Limit != 100 {
@@ -123,7 +124,7 @@ func TestZeroOverrunConnected(t *testing.T) {
 	t.Parallel()
 	clock := floodgatetest.NewFakeClock(time.Unix(1_700_000_000, 0))
 	names := []string{"a", "b", "c"}
-	rs := newRegions(t, &MemHome{}, clock, names, Options{Floor: 0.05})
+	rs := newRegions(t, &grant.MemHome{}, clock, names, Options{Floor: 0.05})
 	const L = 200
 	limit := floodgate.Limit{Limit: L, Period: time.Second, Global: true}
 	ctx := t.Context()
@@ -178,8 +179,8 @@ func TestZeroOverrunConnected(t *testing.T) {
 }
 
 // TestPartitionBound cuts one region from home and checks the package
-// doc's bound: it decides on its share until its lease ends, then on the
-// safe share; the others take its share once the lease and the grace have
+// doc's bound: it decides on its share until its grant ends, then on the
+// safe share; the others take its share once the grant and the grace have
 // passed; in any window the total stays within Limit + SafeShare×Limit.
 func TestPartitionBound(t *testing.T) {
 	t.Parallel()
@@ -187,7 +188,7 @@ func TestPartitionBound(t *testing.T) {
 	const L = 100
 	o := Options{Term: 3 * time.Second, Grace: time.Second, SafeShare: 0.1}
 	var rs []*testRegion
-	home := &MemHome{}
+	home := &grant.MemHome{}
 	for _, name := range []string{"a", "b", "c"} {
 		ch := &cutHome{Home: home}
 		oo := o
@@ -232,7 +233,7 @@ func TestPartitionBound(t *testing.T) {
 			}
 			clock.Advance(250 * time.Millisecond)
 		}
-		// Within the lease c decides on the share it held; after it, on
+		// Within the grant c decides on the share it held; after it, on
 		// the safe share.
 		h := rs[2].store.Held("k", limit)
 		if st := rs[2].store.Stats(); st.Keys != 1 || st.Share != h.Share || st.Limit != L || (st.Failing == 1) != (sec >= cutAt && sec < healAt) {
@@ -241,11 +242,11 @@ func TestPartitionBound(t *testing.T) {
 		switch now := clock.Now(); {
 		case sec >= cutAt && sec < healAt && now.Before(h.Until):
 			if h.Share != cShareAtCut {
-				t.Errorf("at %d s, cut off and within its lease (until %v), c decides on %d, want the %d it held", sec, h.Until, h.Share, cShareAtCut)
+				t.Errorf("at %d s, cut off and within its grant (until %v), c decides on %d, want the %d it held", sec, h.Until, h.Share, cShareAtCut)
 			}
 		case sec >= cutAt && sec < healAt:
 			if h.Share != 10 {
-				t.Errorf("at %d s, cut off past its lease, c decides on %d, want the safe share 10", sec, h.Share)
+				t.Errorf("at %d s, cut off past its grant, c decides on %d, want the safe share 10", sec, h.Share)
 			}
 		}
 	}
@@ -271,12 +272,12 @@ func maxOver(m map[int64]int64, L int64) int64 {
 }
 
 // TestRestartIsNewHolder: a process that restarts under the same name is a
-// new holder; the old one's share stays counted until its lease ends, so
+// new holder; the old one's share stays counted until its grant ends, so
 // the new one cannot spend it again in the same window.
 func TestRestartIsNewHolder(t *testing.T) {
 	t.Parallel()
 	clock := floodgatetest.NewFakeClock(time.Unix(1_700_000_000, 0))
-	home := &MemHome{}
+	home := &grant.MemHome{}
 	limit := floodgate.Limit{Limit: 50, Period: time.Second, Global: true}
 	first := newRegions(t, home, clock, []string{"a"}, Options{})[0]
 	first.lim.Allow(t.Context(), "k", limit)
@@ -292,7 +293,7 @@ func TestRestartIsNewHolder(t *testing.T) {
 	second.lim.Allow(t.Context(), "k", limit)
 	second.store.rebalance(false)
 	if h := second.store.Held("k", limit); h.Share != 0 {
-		t.Errorf("the restarted process holds %+v while its old self's lease lasts, want 0", h)
+		t.Errorf("the restarted process holds %+v while its old self's grant lasts, want 0", h)
 	}
 	first.store.stopForTest()
 }
@@ -309,7 +310,7 @@ func (s *Store) stopForTest() {
 func TestBatchAndPipeline(t *testing.T) {
 	t.Parallel()
 	clock := floodgatetest.NewFakeClock(time.Unix(1_700_000_000, 0))
-	r := newRegions(t, &MemHome{}, clock, []string{"a"}, Options{})[0]
+	r := newRegions(t, &grant.MemHome{}, clock, []string{"a"}, Options{})[0]
 	global := floodgate.Limit{Limit: 10, Period: time.Second, Global: true}
 	local := floodgate.Limit{Limit: 3, Period: time.Second}
 	ctx := t.Context()
@@ -337,7 +338,7 @@ func TestNewRejects(t *testing.T) {
 	t.Parallel()
 	m := memstore.New(nil)
 	for _, o := range []Options{{}, {Name: "a b"}, {Name: "a", Floor: 2}, {Name: "a", SafeShare: -1}, {Name: "a", Rebalance: time.Minute, Term: time.Minute}} {
-		if s, err := New(m, &MemHome{}, &o); err == nil {
+		if s, err := New(m, &grant.MemHome{}, &o); err == nil {
 			s.Close()
 			t.Errorf("New(%+v) = nil error", o)
 		}
@@ -350,7 +351,7 @@ func TestNewRejects(t *testing.T) {
 func TestLowerCountsLatestWindow(t *testing.T) {
 	t.Parallel()
 	clock := floodgatetest.NewFakeClock(time.Unix(1_700_000_000, 0))
-	r := newRegions(t, &MemHome{}, clock, []string{"a"}, Options{})[0]
+	r := newRegions(t, &grant.MemHome{}, clock, []string{"a"}, Options{})[0]
 	limit := floodgate.Limit{Limit: 100, Period: time.Second, Global: true}
 	ctx := t.Context()
 	r.lim.Allow(ctx, "k", limit)
@@ -365,9 +366,9 @@ func TestLowerCountsLatestWindow(t *testing.T) {
 	e := r.store.entries[k]
 	r.store.mu.Unlock()
 	// Another holder with all the demand: the target is 0.
-	e.parties, e.self = []share.Party{{}, {Demand: 1000}}, 0
+	e.last = grant.Grant{Parties: []share.Party{{}, {Demand: 1000}}, Self: 0}
 	r.store.plan(k, e, stale)
-	if h := r.store.Held("k", limit); h.Leased < 60 {
+	if h := r.store.Held("k", limit); h.Granted < 60 {
 		t.Errorf("after lowering, a holds %+v: below the 60 its current window used", h)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/region"
 	"github.com/floodgate-rl/floodgate/share"
 )
@@ -69,7 +70,7 @@ func (f *regionFlags) wrap(store floodgate.Store, log *slog.Logger) (floodgate.S
 	if f.name == "" {
 		return store, func() {}, nil
 	}
-	home, err := region.DialHome(f.homeURL)
+	home, err := grant.DialHome(f.homeURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-home: %w", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/rlqs"
 	"github.com/floodgate-rl/floodgate/share"
@@ -96,10 +96,10 @@ func (c serveConfig) openRLQS(srv *server.Server, log *slog.Logger) (*rlqs.Servi
 	if strings.HasPrefix(url, "rediss://") && c.redisTLS.set() {
 		log.Warn("the quota service's leases connect to Redis with the system roots and no client certificate: the -redis-tls-* files are not used for them", "home", redactURL(url))
 	}
-	var home region.Home
+	var home grant.Home
 	closeHome := func() {}
 	if url != "" {
-		h, err := region.DialHome(url)
+		h, err := grant.DialHome(url)
 		if err != nil {
 			return nil, nil, fmt.Errorf("-rlqs-home: %w", err)
 		}

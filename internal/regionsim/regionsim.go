@@ -2,7 +2,7 @@
 // machine, with real Redis processes and injected network latency, and
 // compares three ways of keeping it: a central counter (every decision
 // goes to home), a static split (each region decides limit ÷ regions in its
-// own Redis) and leased shares (package region). Run drives one
+// own Redis) and granted shares (package region). Run drives one
 // configuration; the tests of this package run it shortened in CI, and in
 // full for docs/regions.md:
 //
@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/internal/faults"
 	"github.com/floodgate-rl/floodgate/region"
 	"github.com/floodgate-rl/floodgate/share"
@@ -40,7 +41,7 @@ type Mode string
 const (
 	Central Mode = "central" // every decision in the home Redis
 	Static  Mode = "static"  // limit ÷ regions in each region's Redis
-	Leased  Mode = "leased"  // package region: leased shares
+	Granted Mode = "granted" // package region: shares granted by home (package grant)
 )
 
 // Region is one simulated region.
@@ -74,7 +75,7 @@ type Config struct {
 	Partition       time.Duration
 	PartitionAt     time.Duration
 	PartitionRegion int
-	// Options of the leased regions (Name is set per region); the run's
+	// Options of the granted regions (Name is set per region); the run's
 	// defaults are Term 5 s, Rebalance 250 ms, Floor 0.02, SafeShare 0.
 	Options region.Options
 	// Timeout of every Limiter: 1 s, above the longest round trip to home.
@@ -101,7 +102,7 @@ func (c *Config) defaults() {
 	c.Options.Timeout = cmp.Or(c.Options.Timeout, time.Second)
 	c.Timeout = cmp.Or(c.Timeout, time.Second)
 	if len(c.Modes) == 0 {
-		c.Modes = []Mode{Central, Static, Leased}
+		c.Modes = []Mode{Central, Static, Granted}
 	}
 }
 
@@ -126,7 +127,7 @@ type Report struct {
 	Demand    float64 `json:"demand_per_s"`
 	Duration  string  `json:"duration"`
 	Partition string  `json:"partition,omitempty"`
-	// Bound is the partition bound of the leased mode per window:
+	// Bound is the partition bound of the granted mode per window:
 	// Limit + ⌊SafeShare × Limit⌋ for the one region cut off.
 	Bound int64        `json:"bound"`
 	Modes []ModeReport `json:"modes"`
@@ -154,11 +155,11 @@ type ModeReport struct {
 	InWindows   int64          `json:"in_windows"`
 	Utilisation float64        `json:"utilisation"`
 	Regions     []RegionReport `json:"regions"`
-	// FollowMS (leased): how far the shares lag the shifting demand (see
+	// FollowMS (granted): how far the shares lag the shifting demand (see
 	// follow), or with Config.Step how long after the step they are all
 	// within 5% of the limit of their new targets; -1 if more than 10 s.
 	FollowMS float64 `json:"follow_ms"`
-	// HomeCalls and HomeFailures (leased): calls to home, all regions.
+	// HomeCalls and HomeFailures (granted): calls to home, all regions.
 	HomeCalls    int64 `json:"home_calls,omitempty"`
 	HomeFailures int64 `json:"home_failures,omitempty"`
 }
@@ -204,7 +205,7 @@ type sample struct {
 	latency time.Duration
 }
 
-// heldSample is the leased regions' shares at one moment.
+// heldSample is the granted regions' shares at one moment.
 type heldSample struct {
 	at     time.Duration
 	shares []int64
@@ -225,7 +226,7 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 	key := fmt.Sprintf("sim:%s:%s", c.Seed, m)
 	limit := floodgate.Limit{Limit: c.Limit, Period: c.Period}
 	lims := make([]*floodgate.Limiter, n)
-	leased := make([]*region.Store, n)
+	granted := make([]*region.Store, n)
 	var closers []func()
 	defer func() {
 		for _, f := range slices.Backward(closers) {
@@ -256,13 +257,13 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 			}
 			closers = append(closers, func() { s.Close() })
 			store = s
-		case Leased:
+		case Granted:
 			s, err := redisstore.Open(openCtx, "redis://"+r.Addr, nil)
 			if err != nil {
 				return ModeReport{}, err
 			}
 			closers = append(closers, func() { s.Close() })
-			home, err := region.OpenHome(openCtx, "redis://"+proxies[i].Addr())
+			home, err := grant.OpenHome(openCtx, "redis://"+proxies[i].Addr())
 			if err != nil {
 				return ModeReport{}, err
 			}
@@ -274,7 +275,7 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 				return ModeReport{}, err
 			}
 			closers = append(closers, func() { rs.Close() })
-			leased[i] = rs
+			granted[i] = rs
 			store = rs
 		}
 		lim, err := floodgate.New(store, &floodgate.Options{Timeout: c.Timeout, FailurePolicy: floodgate.FailClosed})
@@ -288,13 +289,13 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 	case Static:
 		split := share.Split(c.Limit, make([]share.Party, n), share.Equal)
 		regionLimit = func(i int) floodgate.Limit { l := limit; l.Limit = split[i]; return l }
-	case Leased:
+	case Granted:
 		regionLimit = func(int) floodgate.Limit { l := limit; l.Global = true; return l }
 	}
 
 	// One decision per region before the load, as in a service that has
-	// been running: the client connects, and a leased region takes the
-	// key's first lease, which the first decision waits for.
+	// been running: the client connects, and a granted region takes the
+	// key's first grant, which the first decision waits for.
 	for i := range c.Regions {
 		if _, err := lims[i].Peek(ctx, key, regionLimit(i)); err != nil {
 			return ModeReport{}, fmt.Errorf("warm-up of %s: %w", c.Regions[i].Name, err)
@@ -360,7 +361,7 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 			}
 		})
 	}
-	// The partition, and the leased shares every 100 ms.
+	// The partition, and the granted shares every 100 ms.
 	wg.Go(func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
@@ -384,9 +385,9 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 					p.Reset()
 					healed = true
 				}
-				if m == Leased {
+				if m == Granted {
 					h := heldSample{at: at}
-					for _, rs := range leased {
+					for _, rs := range granted {
 						h.shares = append(h.shares, rs.Held(key, regionLimit(0)).Share)
 					}
 					mu.Lock()
@@ -447,9 +448,9 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 	}
 	mr.Regions = regs
 	mr.FollowMS = -1
-	if m == Leased {
+	if m == Granted {
 		mr.FollowMS = follow(c, held)
-		for _, rs := range leased {
+		for _, rs := range granted {
 			st := rs.Stats()
 			mr.HomeCalls += st.Calls
 			mr.HomeFailures += st.Failures
@@ -458,7 +459,7 @@ func runMode(ctx context.Context, c Config, m Mode) (ModeReport, error) {
 	return mr, nil
 }
 
-// follow is how far behind the demand the leased shares are: the least
+// follow is how far behind the demand the granted shares are: the least
 // lag (in steps of 100 ms, up to 10 s) such that at every sample from the
 // start of the shift to two seconds after its end, every region's share is
 // within 5% of the limit of its target as of lag earlier (the policy's

@@ -26,10 +26,10 @@ func servers(t *testing.T) (home string, regions []Region) {
 
 // TestRegionsSim runs the three modes connected, then with home
 // unreachable from one region, and asserts what docs/regions.md promises:
-// no window above the limit while every region reaches home (leased
+// no window above the limit while every region reaches home (granted
 // shares, as the central counter and the static split), and under the
 // partition no window above Limit + ⌊SafeShare × Limit⌋. In CI it runs
-// shortened (12 s per mode, a 6 s partition, leases of 3 s); -full runs the documented
+// shortened (12 s per mode, a 6 s partition, grants of 3 s); -full runs the documented
 // minute and 30 s.
 func TestRegionsSim(t *testing.T) {
 	home, regions := servers(t)
@@ -53,10 +53,10 @@ func TestRegionsSim(t *testing.T) {
 			t.Errorf("%s, every region connected: %d units above the limit (most in a window %d of %d)", m.Mode, m.Overrun, m.MaxWindow, c.Limit)
 		}
 	}
-	// The shift as a step, leased shares alone: how long they take to
+	// The shift as a step, granted shares alone: how long they take to
 	// follow it.
 	step := c
-	step.Step, step.Modes, step.Seed = true, []Mode{Leased}, c.Seed+"s"
+	step.Step, step.Modes, step.Seed = true, []Mode{Granted}, c.Seed+"s"
 	if *full {
 		step.Duration = 30 * time.Second
 	}
@@ -66,7 +66,7 @@ func TestRegionsSim(t *testing.T) {
 	}
 	report(t, "step", stepped)
 	if m := stepped.Modes[0]; m.Overrun != 0 {
-		t.Errorf("leased, demand shifting in one step: %d units above the limit", m.Overrun)
+		t.Errorf("granted, demand shifting in one step: %d units above the limit", m.Overrun)
 	}
 	c.Partition, c.PartitionAt, c.PartitionRegion = partition, partitionAt, 2
 	c.Seed += "p"
@@ -76,10 +76,10 @@ func TestRegionsSim(t *testing.T) {
 	}
 	report(t, "partition", parted)
 	for _, m := range parted.Modes {
-		if m.Mode == Leased && m.MaxWindow > parted.Bound {
-			t.Errorf("leased, home unreachable from one region: a window admitted %d, above the bound %d", m.MaxWindow, parted.Bound)
+		if m.Mode == Granted && m.MaxWindow > parted.Bound {
+			t.Errorf("granted, home unreachable from one region: a window admitted %d, above the bound %d", m.MaxWindow, parted.Bound)
 		}
-		if m.Mode != Leased && m.Overrun != 0 {
+		if m.Mode != Granted && m.Overrun != 0 {
 			t.Errorf("%s under the partition: %d units above the limit", m.Mode, m.Overrun)
 		}
 	}
@@ -106,7 +106,7 @@ func report(t *testing.T, name string, r Report) {
 			fmt.Fprintf(&sb, " %.2f / %.2f |", rr.P50MS, rr.P99MS)
 		}
 		switch {
-		case m.Mode != Leased:
+		case m.Mode != Granted:
 			sb.WriteString(" n/a |\n")
 		case m.FollowMS < 0:
 			sb.WriteString(" more than 10 s |\n")

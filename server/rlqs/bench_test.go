@@ -91,7 +91,7 @@ func BenchmarkFleet(b *testing.B) {
 			iter := 0
 			for b.Loop() {
 				iter++
-				// A tenant of its own each time: the leases and counters of
+				// A tenant of its own each time: the grants and counters of
 				// earlier runs, on clocks of their own, stay apart.
 				id := map[string]string{"tenant": fmt.Sprintf("t%d", fleetRuns.Add(1)), "route": "/api"}
 				members, count := fleetOf(b, proto, red, clock)

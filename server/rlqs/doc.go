@@ -10,9 +10,10 @@
 //
 // It only composes what Floodgate has: the rules are the server's config
 // (server.Server.Config, matched as a descriptor is), the split is package
-// share's, and the shares are leases of a region.Home (the Redis every
-// replica of `floodgate serve` reaches, or a MemHome in one process), the
-// same atomic step that hands out regions' shares of global limits.
+// share's, and the shares are grants of a grant.Home (the Redis every
+// replica of `floodgate serve` reaches, or a grant.MemHome in one
+// process), the same atomic step that hands out regions' shares of global
+// limits.
 // Protobuf types stay in this package.
 //
 //	svc, _ := rlqs.New(srv, &rlqs.Options{Home: home})
@@ -42,7 +43,7 @@
 //     per-request protocol.
 //
 // Every report is answered at once, with one action per bucket reported,
-// in the report's order (none for a bucket whose lease home did not
+// in the report's order (none for a bucket whose grant home did not
 // answer, see below):
 //
 //   - a rule of fixed_window, token_bucket or gcra: a token bucket that is
@@ -68,7 +69,7 @@
 // reads them), renewed by every report, so set it above the Envoys'
 // reporting_interval. A bucket that has had no request for Options.Idle
 // is answered AbandonAction; its share returns to the others when its
-// lease ends. So is a bucket whose limit a reload changed, since Envoy
+// grant ends. So is a bucket whose limit a reload changed, since Envoy
 // keeps a token bucket whose max_tokens and tokens_per_fill are unchanged
 // (its next request subscribes it again under the new limit). The
 // stream remembers an abandoned bucket for TTL+Grace, so a new
@@ -107,7 +108,7 @@
 // until T after it arrived, which is at most T + G after it was sent, if G
 // covers the delivery and the clock differences between replicas. Home
 // holds each holder's share at no less than every share sent to it in the
-// last T + G (a lease runs T + G from its last renewal, and a holder asks
+// last T + G (a grant runs T + G from its last renewal, and a holder asks
 // for no less than those shares), so at every moment the token buckets in
 // force at all Envoys refill at most L/P together. A new token bucket at
 // an Envoy starts full (Envoy replaces its bucket when max_tokens,
@@ -126,22 +127,22 @@
 // per 10 s, B = 20, M = 2 s) that is 220 in any 10 s: the fleet admitted
 // at most 127 there (TestFleetBoundAndFairness).
 //
-// When an Envoy's stream drops, its holder's lease is not returned: it
+// When an Envoy's stream drops, its holder's grant is not returned: it
 // runs out T + G after the holder's last report (a window of home rounded
 // up to the second, plus G), the longest its last assignment can be in
 // force, and the Envoy's reconnection is a new holder that gets only what
 // the others leave. A replica that stops is the same: Drain expires its
 // assignments (TTL 0) so that its Envoys fall back at once, and the
-// leases run out by themselves; the Envoys reconnect to another replica,
-// which shares the leases through home (TestReplicaRestart). When home
+// grants run out by themselves; the Envoys reconnect to another replica,
+// which shares the grants through home (TestReplicaRestart). When home
 // does not answer, a report gets no action for the bucket: its
-// assignment is not renewed past its lease, and the Envoy falls back
+// assignment is not renewed past its grant, and the Envoy falls back
 // within T (TestHomeDown). Not covered: home losing its
 // state (a Redis restart without persistence, a failover that lost
 // writes) frees every share while the Envoys still enforce theirs, up to
 // L/P more per second until their assignments expire; and an Envoy whose
 // expired_assignment_behavior is reuse_last_assignment, which keeps
-// enforcing a share no lease holds (use a fallback_rate_limit, counted in
+// enforcing a share no grant holds (use a fallback_rate_limit, counted in
 // F).
 //
 // TestFleetBoundAndFairness checks each step of the argument on two

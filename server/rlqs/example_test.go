@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate-rl/floodgate/config"
-	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/rlqs"
 	"github.com/floodgate-rl/floodgate/store/memstore"
@@ -29,9 +29,9 @@ descriptors:
 	store := memstore.New(nil)
 	defer store.Close()
 	srv, _ := server.New(server.Options{Store: store, Config: cfg})
-	// One replica: the shares in memory. Several: a region.RedisHome on
+	// One replica: the shares in memory. Several: a grant.RedisHome on
 	// the Redis they all reach.
-	svc, _ := rlqs.New(srv, &rlqs.Options{Home: &region.MemHome{}, Floor: -1})
+	svc, _ := rlqs.New(srv, &rlqs.Options{Home: &grant.MemHome{}, Floor: -1})
 
 	g := grpc.NewServer()
 	svc.Register(g)

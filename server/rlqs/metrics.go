@@ -11,7 +11,7 @@ import (
 type metrics struct {
 	streams, buckets                         prometheus.Gauge
 	reports, assignments, abandoned, refused prometheus.Counter
-	leases, homeErrors, inexpressible        prometheus.Counter
+	grants, homeErrors, inexpressible        prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -22,12 +22,12 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		assignments:   prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_rlqs_assignments_total", Help: "Quota assignments sent."}),
 		abandoned:     prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_rlqs_abandoned_total", Help: "Buckets abandoned for want of requests (-rlqs-idle)."}),
 		refused:       prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_rlqs_refused_total", Help: "Streams ended for a malformed report or a bound."}),
-		leases:        prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_rlqs_leases_total", Help: "Calls to the lease home (the store's Redis, or memory)."}),
-		homeErrors:    prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_rlqs_lease_errors_total", Help: "Calls to the lease home that failed; the bucket's assignment was not renewed."}),
+		grants:        prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_rlqs_leases_total", Help: "Calls to home for a grant of a share (the store's Redis, or memory)."}),
+		homeErrors:    prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_rlqs_lease_errors_total", Help: "Calls to home for a grant that failed; the bucket's assignment was not renewed."}),
 		inexpressible: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_rlqs_inexpressible_total", Help: "Bucket reports of a rule no token bucket expresses (sliding windows, concurrency), answered by its failure mode."}),
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.streams, m.buckets, m.reports, m.assignments, m.abandoned, m.refused, m.leases, m.homeErrors, m.inexpressible} {
+	for _, c := range []prometheus.Collector{m.streams, m.buckets, m.reports, m.assignments, m.abandoned, m.refused, m.grants, m.homeErrors, m.inexpressible} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

@@ -11,14 +11,14 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/region"
 )
 
 var reportRuns int
 
 // BenchmarkReport measures the service's cost of one report of a stream
-// (session.handle: checks, matching, demand, one lease per bucket at home,
+// (session.handle: checks, matching, demand, one grant per bucket at home,
 // the answer) with 1 and 100 buckets per report and 8 streams on one rule,
 // against a home in memory and on a real Redis: the process's CPU per
 // bucket answered (cpu-µs/assignment; one report of 1 bucket is one
@@ -28,10 +28,10 @@ func BenchmarkReport(b *testing.B) {
 	for _, home := range []string{"memory", "redis"} {
 		for _, n := range []int{1, 100} {
 			b.Run(fmt.Sprintf("home=%s/buckets=%d", home, n), func(b *testing.B) {
-				var h region.Home = &region.MemHome{}
+				var h grant.Home = &grant.MemHome{}
 				if home == "redis" {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					rh, err := region.OpenHome(ctx, "redis://"+red.Addr)
+					rh, err := grant.OpenHome(ctx, "redis://"+red.Addr)
 					cancel()
 					if err != nil {
 						b.Fatal(err)

@@ -2,8 +2,6 @@ package rlqs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/share"
 )
@@ -51,13 +49,13 @@ const (
 // Options configure a Service. The zero value of every field is its
 // default.
 type Options struct {
-	// Home leases each Envoy's share of every limit: a region.RedisHome
+	// Home grants each Envoy's share of every limit: a grant.RedisHome
 	// on the Redis that every replica of the service reaches, so that
 	// replicas agree and a restarted one resumes. Nil means a
-	// region.MemHome of the Service's own, right for one replica on the
+	// grant.MemHome of the Service's own, right for one replica on the
 	// memory store.
-	Home region.Home
-	// Prefix starts the key of every lease at home ("rlqs|" by default),
+	Home grant.Home
+	// Prefix starts the key of every grant at home ("rlqs|" by default),
 	// kept apart from the keys of regions' global limits.
 	Prefix string
 	// TTL is the assignment_time_to_live of every assignment: an Envoy
@@ -89,12 +87,12 @@ type Options struct {
 	// defaults. A report beyond them is refused (InvalidArgument, or
 	// ResourceExhausted for the service's own bounds).
 	MaxStreamBuckets, MaxBuckets, MaxStreams int
-	// Clock is the time of every report and lease; default time.Now.
+	// Clock is the time of every report and grant; default time.Now.
 	Clock func() time.Time
 	// Timeout bounds each call to Home; default 1 s.
 	Timeout time.Duration
-	// Name starts the name of every holder this Service leases for, so
-	// that the leases at home say which replica holds them; default a
+	// Name starts the name of every holder this Service asks home for, so
+	// that the grants at home say which replica holds them; default a
 	// random incarnation, new at each start.
 	Name string
 }
@@ -107,7 +105,7 @@ type Service struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
 	srv   *server.Server
 	o     Options
-	home  region.Home
+	home  grant.Home
 	log   *slog.Logger
 	m     *metrics
 	index indexCache
@@ -170,9 +168,7 @@ func New(srv *server.Server, opts *Options) (*Service, error) {
 		o.Prefix = "rlqs|"
 	}
 	if o.Name == "" {
-		var b [6]byte
-		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
-		o.Name = hex.EncodeToString(b[:])
+		o.Name = grant.Incarnation()
 	}
 	switch {
 	case o.TTL < time.Second || o.TTL%time.Second != 0:
@@ -190,7 +186,7 @@ func New(srv *server.Server, opts *Options) (*Service, error) {
 	}
 	s.home = o.Home
 	if s.home == nil {
-		s.home = &region.MemHome{}
+		s.home = &grant.MemHome{}
 	}
 	var err error
 	if s.m, err = newMetrics(srv.Registry()); err != nil {
@@ -209,7 +205,7 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 // expired_assignment_behavior at once), ends the streams, and refuses new
 // ones with Unavailable: call it before stopping the gRPC server, so that
 // the Envoys fall back as configured rather than keep an assignment no
-// replica renews, and reconnect to another replica. The leases at home
+// replica renews, and reconnect to another replica. The grants at home
 // are not returned: they run out TTL+Grace after their last renewal, the
 // time an assignment that did not arrive could still be enforced. It
 // returns when every stream has ended or ctx is done.

@@ -21,7 +21,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
-	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/share"
 )
@@ -41,20 +41,20 @@ type session struct {
 // bucket is what a session knows of one bucket ID.
 type bucket struct {
 	id *rlqsv3.BucketId
-	// key is the lease's key at home; empty when the bucket is answered
+	// key is the grant's key at home; empty when the bucket is answered
 	// by a blanket rule (no rule, unlimited, shadow mode, an algorithm
 	// no token bucket expresses).
 	key     string
 	limit   floodgate.Limit
 	blanket typev3.RateLimitStrategy_BlanketRule
 
-	demand   int64 // units per Period, smoothed
-	measured bool
-	reported time.Time // the last report
-	active   time.Time // the last report with a request in it
+	demand   grant.Demand // units per Period, smoothed
+	reported time.Time    // the last report
+	active   time.Time    // the last report with a request in it
 
-	parties []share.Party
-	self    int
+	// last is home's last answer: every holder's demand and floor, and
+	// this bucket's place among them (Self -1: none yet).
+	last grant.Grant
 	// sent is every share an assignment carried in the last TTL+Grace,
 	// oldest first: home holds at least their maximum.
 	sent []sentShare
@@ -207,7 +207,7 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 		b := ss.buckets[key]
 		if b != nil && b.abandoned {
 			// Subscribed again: the Envoy has no assignment for it.
-			b.abandoned, b.stale, b.cur, b.active, b.measured = false, false, nil, time.Time{}, false
+			b.abandoned, b.stale, b.cur, b.active, b.demand = false, false, nil, time.Time{}, grant.Demand{}
 		}
 		if b == nil {
 			if len(ss.buckets) >= s.o.MaxStreamBuckets {
@@ -218,7 +218,7 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 				return nil, status.Errorf(codes.ResourceExhausted, "rlqs: this replica holds %d buckets, the most it serves", s.o.MaxBuckets)
 			}
 			s.m.buckets.Inc()
-			b = &bucket{id: u.GetBucketId(), self: -1}
+			b = &bucket{id: u.GetBucketId(), last: grant.Grant{Self: -1}}
 			ss.buckets[key] = b
 		}
 		ss.classify(cfg, b)
@@ -226,7 +226,7 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 		bs[i] = b
 	}
 	s.m.reports.Add(float64(len(usages)))
-	// Leases first, all buckets at once (a report of many buckets waits
+	// Grants first, all buckets at once (a report of many buckets waits
 	// for one round trip to home, not one per bucket), then the answer.
 	type job struct {
 		b       *bucket
@@ -234,7 +234,7 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 		out     *strategy
 	}
 	jobs := make([]job, len(bs))
-	var lease []int                         // the jobs that call home
+	var calls []int                         // the jobs that call home
 	first := make(map[*bucket]int, len(bs)) // each bucket's first job
 	for i, b := range bs {
 		jobs[i].b = b
@@ -246,24 +246,24 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 			continue
 		}
 		if _, twice := first[b]; twice {
-			continue // reported twice in one report: leased once
+			continue // reported twice in one report: granted once
 		}
 		first[b] = i
-		lease = append(lease, i)
+		calls = append(calls, i)
 	}
 	// A few workers call home for all of them, so that a report of many
 	// buckets waits for about one round trip, not one per bucket.
-	if len(lease) == 1 {
-		j := &jobs[lease[0]]
-		j.out = ss.lease(ctx, j.b, now)
-	} else if len(lease) > 1 {
+	if len(calls) == 1 {
+		j := &jobs[calls[0]]
+		j.out = ss.grant(ctx, j.b, now)
+	} else if len(calls) > 1 {
 		var next atomic.Int64
 		var wg sync.WaitGroup
-		for range min(len(lease), 16) {
+		for range min(len(calls), 16) {
 			wg.Go(func() {
-				for k := next.Add(1) - 1; k < int64(len(lease)); k = next.Add(1) - 1 {
-					j := &jobs[lease[k]]
-					j.out = ss.lease(ctx, j.b, now)
+				for k := next.Add(1) - 1; k < int64(len(calls)); k = next.Add(1) - 1 {
+					j := &jobs[calls[k]]
+					j.out = ss.grant(ctx, j.b, now)
 				}
 			})
 		}
@@ -329,7 +329,7 @@ func (ss *session) classify(cfg *config.Config, b *bucket) {
 	}
 	b.key = key
 	if b.limit != rule.Limit {
-		b.limit, b.parties, b.self = rule.Limit, nil, -1
+		b.limit, b.last = rule.Limit, grant.Grant{Self: -1}
 	}
 }
 
@@ -373,16 +373,7 @@ func (ss *session) measure(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_Bucke
 	if b.key == "" && b.limit.Period == 0 {
 		return
 	}
-	var rate int64
-	if elapsed > 0 && b.limit.Period > 0 {
-		rate = int64(min(float64(share.MaxDemand), float64(n)*float64(b.limit.Period)/float64(elapsed)))
-	} else {
-		rate = int64(min(uint64(share.MaxDemand), n)) // a first report: what it counted
-	}
-	if b.measured {
-		rate = (b.demand + rate) / 2
-	}
-	b.demand, b.measured = rate, true
+	b.demand.Measure(n, elapsed, b.limit.Period)
 }
 
 // floor is each holder's floor of l.
@@ -390,9 +381,9 @@ func (ss *session) floor(l floodgate.Limit) int64 {
 	return int64(ss.svc.o.Floor * float64(l.Limit))
 }
 
-// lease renews b's lease at home and returns the strategy to send, or nil
+// grant renews b's grant at home and returns the strategy to send, or nil
 // when home did not answer: the Envoy then keeps its assignment until its
-// time to live, which the lease outlasts, and falls back after it.
+// time to live, which the grant outlasts, and falls back after it.
 //
 // The share to send is the split of the limit over every holder's last
 // demand and floor (as home reported them at the previous call), with
@@ -401,7 +392,7 @@ func (ss *session) floor(l floodgate.Limit) int64 {
 // TTL+Grace (an Envoy may still enforce any of them), so the shares home
 // holds cover every token bucket an Envoy may be running; what is sent
 // is at most what home granted.
-func (ss *session) lease(ctx context.Context, b *bucket, now time.Time) *strategy {
+func (ss *session) grant(ctx context.Context, b *bucket, now time.Time) *strategy {
 	s := ss.svc
 	l := b.limit
 	floor := ss.floor(l)
@@ -411,32 +402,32 @@ func (ss *session) lease(ctx context.Context, b *bucket, now time.Time) *strateg
 	for _, x := range b.sent {
 		held = max(held, x.share)
 	}
-	req := region.LeaseRequest{Key: b.key, Limit: floodgate.Limit{Limit: l.Limit, Period: time.Second}, Holder: ss.holder,
-		Now: now, Term: hold, Grace: s.o.Grace, Demand: b.demand, Floor: floor}
-	call := func(want int64) (region.Lease, bool) {
+	req := grant.Request{Key: b.key, Limit: floodgate.Limit{Limit: l.Limit, Period: time.Second}, Holder: ss.holder,
+		Now: now, Term: hold, Grace: s.o.Grace, Demand: b.demand.Rate, Floor: floor}
+	call := func(want int64) (grant.Grant, bool) {
 		req.Want = want
 		cctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 		defer cancel()
-		out, err := s.home.Lease(cctx, req)
-		s.m.leases.Inc()
+		out, err := s.home.Grant(cctx, req)
+		s.m.grants.Inc()
 		if err != nil {
 			s.m.homeErrors.Inc()
-			s.log.Debug("rlqs lease failed", "holder", ss.holder, "error", err)
+			s.log.Debug("rlqs grant failed", "holder", ss.holder, "error", err)
 			return out, false
 		}
-		b.parties, b.self = out.Parties, out.Self
+		b.last = out
 		return out, true
 	}
-	if b.self < 0 || b.self >= len(b.parties) {
-		// The first lease of the bucket: register its demand (asking for
+	own := share.Party{Demand: b.demand.Rate, Floor: floor}
+	target, ok := b.last.Target(l.Limit, own, s.o.Policy)
+	if !ok {
+		// The first grant of the bucket: register its demand (asking for
 		// no more than it holds) to learn the others'.
 		if _, ok := call(held); !ok {
 			return nil
 		}
+		target, _ = b.last.Target(l.Limit, own, s.o.Policy)
 	}
-	parties := slices.Clone(b.parties)
-	parties[b.self] = share.Party{Demand: b.demand, Floor: floor}
-	target := share.Split(l.Limit, parties, s.o.Policy)[b.self]
 	expired := b.cur == nil || now.Sub(b.lastSent) >= s.o.TTL
 	keep := !expired && now.Sub(b.changed) < s.o.ChangeEvery
 	if !expired && b.cur.share > 0 && abs(target-b.cur.share) <= b.cur.share/16 {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/region"
 	"github.com/floodgate-rl/floodgate/server/rlqs"
 )
 
@@ -36,7 +36,7 @@ var simBucketID = map[string]string{"route": "/api", "tenant": "acme"}
 
 // simOptions are the service's options in the simulations: TTL 4 s,
 // Grace 1 s, ChangeEvery 2 s, abandon after 10 s idle.
-func simOptions(clock *fakeClock, home region.Home) rlqs.Options {
+func simOptions(clock *fakeClock, home grant.Home) rlqs.Options {
 	return rlqs.Options{Home: home, Clock: clock.Now, TTL: 4 * time.Second, Grace: time.Second,
 		ChangeEvery: 2 * time.Second, Idle: 10 * time.Second}
 }
@@ -163,11 +163,11 @@ func (s *sim) share(i int, from, to time.Duration) (int64, int64) {
 	return mine, all
 }
 
-func newRedisHome(t testing.TB, addr string) *region.RedisHome {
+func newRedisHome(t testing.TB, addr string) *grant.RedisHome {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	h, err := region.OpenHome(ctx, "redis://"+addr)
+	h, err := grant.OpenHome(ctx, "redis://"+addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestFleetBoundAndFairness(t *testing.T) {
 
 // TestReplicaRestart: an Envoy's replica stops (its assignments expired
 // by Drain) and a new replica starts on the same home; the Envoys
-// reconnect to it as new holders. The old leases stay counted until they
+// reconnect to it as new holders. The old grants stay counted until they
 // end, so the bound holds across the restart, and the new holders get the
 // whole limit back once they have.
 func TestReplicaRestart(t *testing.T) {
@@ -318,25 +318,25 @@ func TestBlanketAnswers(t *testing.T) {
 
 // flakyHome is a home that fails every call while down.
 type flakyHome struct {
-	region.Home
+	grant.Home
 	down atomic.Bool
 }
 
-func (h *flakyHome) Lease(ctx context.Context, r region.LeaseRequest) (region.Lease, error) {
+func (h *flakyHome) Grant(ctx context.Context, r grant.Request) (grant.Grant, error) {
 	if h.down.Load() {
-		return region.Lease{}, errors.New("home unreachable")
+		return grant.Grant{}, errors.New("home unreachable")
 	}
-	return h.Home.Lease(ctx, r)
+	return h.Home.Grant(ctx, r)
 }
 
 // TestHomeDown: while home does not answer, the reports are answered with
 // no action, so the Envoys' assignments are not renewed past their
-// leases: they expire within TTL and the Envoys fall back (DENY_ALL
+// grants: they expire within TTL and the Envoys fall back (DENY_ALL
 // here); the bound holds throughout, and the fleet uses the limit again
 // once home answers.
 func TestHomeDown(t *testing.T) {
 	clock := newClock()
-	home := &flakyHome{Home: &region.MemHome{}}
+	home := &flakyHome{Home: &grant.MemHome{}}
 	r := startReplica(t, simYAML, simOptions(clock, home))
 	s := &sim{t: t, clock: clock, step: 100 * time.Millisecond}
 	for i := range 2 {

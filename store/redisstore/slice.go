@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
@@ -14,18 +13,18 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algorithm"
-	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/share"
 )
 
 // rateSlices is the layer of floodgate.Limit.LocalBudget for TokenBucket
 // and GCRA: each instance decides a key on a slice of the limit's rate
-// (and the same fraction of its burst) that it leases from Redis through
-// the regions' lease protocol (region.Home, scripts/home.lua), and the
-// slices follow demand. See "Rate slices" in the package doc for the
+// (and the same fraction of its burst) that home grants it on Redis
+// through the grant protocol (package grant, its scripts/home.lua), and
+// the slices follow demand. See "Rate slices" in the package doc for the
 // design and why the instances together never admit more than the limit.
 type rateSlices struct {
-	home   region.Home
+	home   grant.Home
 	holder string // this Store's name at home: unique per Store
 	clock  localClock
 	base   time.Time // the clock at the start: bucket time is measured from it
@@ -40,7 +39,7 @@ type rateSlices struct {
 	sweeper *loop
 
 	// admitted counts requests admitted on a slice (LocalStats), calls the
-	// lease calls made.
+	// grant calls made.
 	admitted, calls atomic.Int64
 }
 
@@ -56,24 +55,22 @@ type slice struct {
 	// tb is the local bucket, of rate share per Period and capacity burst:
 	// the memory store's token bucket step (which admits what GCRA admits).
 	tb algorithm.TokenBucket
-	// until is the end of the lease: no decision on the share at or after
-	// it: the lease's, or the end last recorded in the key's mark
-	// (seen.lua), whichever is earlier. next is when the next lease call
+	// until is the end of the grant: no decision on the share at or after
+	// it: the grant's term, or the end last recorded in the key's mark
+	// (seen.lua), whichever is earlier. next is when the next grant call
 	// is due.
 	until, next time.Time
 	// recorded is the end this instance last recorded in the mark.
 	recorded time.Time
 	// Demand: units asked since tick, and the measure reported to home.
-	asked    int64
-	tick     time.Time
-	demand   int64
-	measured bool
-	// Every live holder's demand and share at the last call, and this
-	// instance's place among them (-1: none yet).
-	parties []share.Party
-	self    int
+	asked  int64
+	tick   time.Time
+	demand grant.Demand
+	// last is home's last answer: every live holder's demand and share,
+	// and this instance's place among them (Self -1: none yet).
+	last    grant.Grant
 	lastUse time.Time
-	// busy is closed when the lease call in flight, if any, is done;
+	// busy is closed when the grant call in flight, if any, is done;
 	// gone marks a slice given back, which callers no longer use.
 	busy chan struct{}
 	gone bool
@@ -109,11 +106,9 @@ func sliced(l floodgate.Limit) bool {
 	return l.LocalBudget > 0 && (alg == floodgate.TokenBucket || alg == floodgate.GCRA)
 }
 
-func newRateSlices(home region.Home, mark func(ctx context.Context, key string, mark, ttl int64) (int64, error), clock localClock, renew, term, grace, idle time.Duration) *rateSlices {
-	var b [6]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
+func newRateSlices(home grant.Home, mark func(ctx context.Context, key string, mark, ttl int64) (int64, error), clock localClock, renew, term, grace, idle time.Duration) *rateSlices {
 	return &rateSlices{
-		home: home, mark: mark, holder: "redisstore#" + hex.EncodeToString(b[:]), clock: clock, base: clock.now(),
+		home: home, mark: mark, holder: "redisstore#" + grant.Incarnation(), clock: clock, base: clock.now(),
 		renew: renew, term: term, grace: grace, idle: max(idle, 2*renew), shards: newShards[*slice](),
 		sweeper: newLoop(),
 	}
@@ -128,8 +123,8 @@ func (rs *rateSlices) micros(t time.Time) int64 {
 
 // homeLimit is what home is told of l: its Limit, which the slices share
 // out in whole units, and a Period of one microsecond. Home rounds a
-// lease's end up to a multiple of the Period it is given (a fixed window's
-// boundary, for regions); a bucket has no windows, so its leases end
+// grant's end up to a multiple of the Period it is given (a fixed window's
+// boundary, for regions); a bucket has no windows, so its grants end
 // SliceTerm after their renewal, to the microsecond. The key of the home
 // state is the state key's, which holds the algorithm and the real
 // Period.
@@ -185,9 +180,9 @@ func (e *slice) resize(now, share int64) {
 
 // decide decides c, whose limit is sliced (a TokenBucket or GCRA with a
 // LocalBudget), on this instance's slice of the key's rate: in process,
-// except for the call to home that leases or renews the slice, which the
+// except for the call to home that grants or renews the slice, which the
 // caller that finds it due makes (once per SliceRenew per key) and which
-// other callers wait for only when there is no live lease to decide on.
+// other callers wait for only when there is no live grant to decide on.
 func (rs *rateSlices) decide(ctx context.Context, c call) (floodgate.Decision, error) {
 	return rs.take(ctx, c, nil)
 }
@@ -201,8 +196,8 @@ func (rs *rateSlices) take(ctx context.Context, c call, tk *sliceTicket) (floodg
 	}
 	rs.sweeper.start(rs.renew, rs.sweepIdle)
 	sh := rs.shards.of(c.key)
-	var leaseErr error
-	called := false // at most one lease call per decision
+	var grantErr error
+	called := false // at most one grant call per decision
 	for waits := 0; ; waits++ {
 		// The time is read with the lock held, so that each bucket steps
 		// through times in order, as the algorithm's exactness needs.
@@ -214,17 +209,17 @@ func (rs *rateSlices) take(ctx context.Context, c call, tk *sliceTicket) (floodg
 			sh.mu.Unlock()
 			return floodgate.Decision{Limit: c.r.Limit.Capacity(), RetryAfter: rs.renew, Now: now}, nil
 		case e == nil:
-			e = &slice{limit: c.r.Limit, self: -1}
+			e = &slice{limit: c.r.Limit, last: grant.Grant{Self: -1}}
 			sh.m[c.key] = e
 		case !sameSlicing(e.limit, c.r.Limit) && e.busy == nil:
 			// The limit changed (a config reload): decide on nothing until
 			// home grants a share of the new one.
 			e.resize(rs.micros(now), 0)
-			e.limit, e.parties, e.self, e.next = c.r.Limit, nil, -1, time.Time{}
+			e.limit, e.last, e.next = c.r.Limit, grant.Grant{Self: -1}, time.Time{}
 		}
 		live := now.Before(e.until) && !e.gone && sameSlicing(e.limit, c.r.Limit)
 		if !live && e.share > 0 && !e.gone {
-			// The lease ended: its share is no longer this instance's.
+			// The grant ended: its share is no longer this instance's.
 			e.resize(rs.micros(now), 0)
 		}
 		if e.busy == nil && !e.gone && (!live || !now.Before(e.next)) && !called {
@@ -232,7 +227,7 @@ func (rs *rateSlices) take(ctx context.Context, c call, tk *sliceTicket) (floodg
 			e.busy = make(chan struct{})
 			recorded, l := e.recorded, e.limit
 			sh.mu.Unlock()
-			out, err := rs.home.Lease(ctx, req)
+			out, err := rs.home.Grant(ctx, req)
 			var start int64
 			if err == nil && out.Share > 0 && out.Until.After(recorded) {
 				alone := len(out.Parties) == 1 && out.Self == 0
@@ -241,7 +236,7 @@ func (rs *rateSlices) take(ctx context.Context, c call, tk *sliceTicket) (floodg
 			sh.mu.Lock()
 			rs.install(e, req, out, err, rs.clock.now(), recorded, start)
 			sh.mu.Unlock()
-			leaseErr, called = err, true
+			grantErr, called = err, true
 			continue
 		}
 		if !live && e.busy != nil && waits < maxClaimWaits {
@@ -254,9 +249,9 @@ func (rs *rateSlices) take(ctx context.Context, c call, tk *sliceTicket) (floodg
 				return floodgate.Decision{}, c.wrap(ctx.Err())
 			}
 		}
-		if !live && leaseErr != nil {
+		if !live && grantErr != nil {
 			sh.mu.Unlock()
-			return floodgate.Decision{}, c.wrap(leaseErr)
+			return floodgate.Decision{}, c.wrap(grantErr)
 		}
 		d := rs.step(e, c.r, now, live)
 		if tk != nil && d.Allowed {
@@ -270,7 +265,7 @@ func (rs *rateSlices) take(ctx context.Context, c call, tk *sliceTicket) (floodg
 	}
 }
 
-// step decides r on e at now: on its bucket while its lease is live, a
+// step decides r on e at now: on its bucket while its grant is live, a
 // denial otherwise. The caller holds e's shard lock.
 func (rs *rateSlices) step(e *slice, r floodgate.Request, now time.Time, live bool) floodgate.Decision {
 	e.asked += r.Cost
@@ -305,7 +300,7 @@ func (rs *rateSlices) step(e *slice, r floodgate.Request, now time.Time, live bo
 // what it would have held had the units never been taken. Had it admitted
 // meanwhile, the refill the take let in may have been spent already
 // (TestSliceBatchGiveBackOverrun), so it keeps nothing back, as a slice
-// whose lease ended, or that was given back or resized, keeps nothing:
+// whose grant ended, or that was given back or resized, keeps nothing:
 // either can only admit less.
 func (rs *rateSlices) giveBack(key string, r floodgate.Request, tk sliceTicket) floodgate.Decision {
 	sh := rs.shards.of(key)
@@ -331,38 +326,30 @@ func (rs *rateSlices) giveBack(key string, r floodgate.Request, tk sliceTicket) 
 // e's share to it first if it is lower, and returns the call to make. The
 // caller holds e's shard lock: no decision on e is in flight, so a share
 // lowered here is final before home hears of it.
-func (rs *rateSlices) plan(key string, e *slice, now time.Time) region.LeaseRequest {
+func (rs *rateSlices) plan(key string, e *slice, now time.Time) grant.Request {
 	l := e.limit
 	switch elapsed := now.Sub(e.tick); {
 	case e.tick.IsZero():
 		e.tick = now
 	case elapsed >= rs.renew/2:
-		// Clamped before the conversion, which is undefined out of range.
-		rate := int64(min(float64(e.asked)*float64(l.Period)/float64(elapsed), float64(share.MaxDemand)))
-		if e.measured {
-			rate = (e.demand + rate) / 2
-		}
-		e.demand, e.measured, e.asked, e.tick = rate, true, 0, now
+		e.demand.Measure(uint64(e.asked), elapsed, l.Period)
+		e.asked, e.tick = 0, now
 	}
-	var want int64
-	switch {
-	case e.self < 0 || e.self >= len(e.parties):
-		want = maxShare(l) // no split known yet: what is free, up to the most one instance holds
-	default:
-		parties := append([]share.Party(nil), e.parties...)
-		parties[e.self] = share.Party{Demand: e.demand}
-		want = min(share.Split(l.Limit, parties, share.Proportional)[e.self], maxShare(l))
+	want, ok := e.last.Target(l.Limit, share.Party{Demand: e.demand.Rate}, share.Proportional)
+	if !ok {
+		want = l.Limit // no split known yet: what is free, up to the most one instance holds
 	}
+	want = min(want, maxShare(l))
 	if want < e.share {
 		e.resize(rs.micros(now), want)
 	}
-	return region.LeaseRequest{Key: key, Limit: homeLimit(l), Holder: rs.holder, Now: now,
-		Term: rs.term, Grace: rs.grace, Want: max(want, e.share), Demand: e.demand}
+	return grant.Request{Key: key, Limit: homeLimit(l), Holder: rs.holder, Now: now,
+		Term: rs.term, Grace: rs.grace, Want: max(want, e.share), Demand: e.demand.Rate}
 }
 
 // install applies home's answer to the call req, received at local time
 // at: a share above e's is taken from now on (the grant came first), and
-// the lease's end and every holder's demand are kept for the next split.
+// the grant's end and every holder's demand are kept for the next split.
 // A failed call leaves e as it was (a call that timed out may have run: e
 // then holds less than home counts, never more); the next is due after a
 // SliceRenew. The caller holds e's shard lock; install ends e's call.
@@ -370,7 +357,7 @@ func (rs *rateSlices) plan(key string, e *slice, now time.Time) region.LeaseRequ
 // recorded is the end recorded in the key's mark (e's decisions stop at
 // it too), and start the tokens a slice that grows may start with (see
 // record), at most its burst.
-func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Lease, err error, at, recorded time.Time, start int64) {
+func (rs *rateSlices) install(e *slice, req grant.Request, out grant.Grant, err error, at, recorded time.Time, start int64) {
 	rs.calls.Add(1)
 	e.next = at.Add(rs.renew)
 	if ch := e.busy; ch != nil {
@@ -381,7 +368,7 @@ func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Leas
 		return
 	}
 	if e.share > 0 && !at.Before(e.until) {
-		// The lease ended while the call was in flight: home may have
+		// The grant ended while the call was in flight: home may have
 		// given its share to others since (a call that runs late runs at
 		// the time it was sent), so what the bucket earned at the old share
 		// after the end is not this instance's
@@ -397,7 +384,7 @@ func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Leas
 		// nothing admits nothing, whatever its end.)
 		e.until = e.recorded
 	}
-	e.parties, e.self = out.Parties, out.Self
+	e.last = out
 	if out.Share != e.share && at.Before(e.until) {
 		e.resize(rs.micros(at), min(out.Share, maxShare(e.limit)))
 		if start > 0 && e.burst > 0 {
@@ -410,7 +397,7 @@ func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Leas
 }
 
 // record records in key's mark that this instance may decide l until
-// leaseEnd plus a SliceTerm (so that the next few renewals need no
+// grantEnd plus a SliceTerm (so that the next few renewals need no
 // record), and reports the end recorded (prev if the call failed) and
 // the tokens the slice may start with, from the mark that was there
 // ("Rate slices" in the package doc has the argument). With x the time
@@ -419,15 +406,15 @@ func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Leas
 //
 //   - silence at least the refill time: the whole burst (the one bucket
 //     would be full);
-//   - else, if this instance was the only live holder at its lease call
+//   - else, if this instance was the only live holder at its grant call
 //     (alone), and the silence had begun when it sent that call
-//     (leaseSent): what its share earns in the silence, ⌊share ×
-//     silence / Period⌋ (every other holder leased after it, and earned
+//     (grantSent): what its share earns in the silence, ⌊share ×
+//     silence / Period⌋ (every other holder was granted after it, and earned
 //     at most its own share since);
 //   - else nothing.
-func (rs *rateSlices) record(ctx context.Context, key string, l floodgate.Limit, leaseEnd, prev time.Time, share int64, alone bool, leaseSent time.Time) (time.Time, int64) {
+func (rs *rateSlices) record(ctx context.Context, key string, l floodgate.Limit, grantEnd, prev time.Time, share int64, alone bool, grantSent time.Time) (time.Time, int64) {
 	sent := rs.clock.now()
-	mark := leaseEnd.Add(rs.term)
+	mark := grantEnd.Add(rs.term)
 	refill, ok := refillTime(l)
 	if !ok {
 		refill = algorithm.MaxPeriod // refills in no useful time: never full
@@ -445,7 +432,7 @@ func (rs *rateSlices) record(ctx context.Context, key string, l floodgate.Limit,
 	switch {
 	case ok && silence >= refill:
 		return recorded, burstOf(l, share)
-	case ok && alone && silence > 0 && quiet <= leaseSent.UnixMicro():
+	case ok && alone && silence > 0 && quiet <= grantSent.UnixMicro():
 		// share × silence < 2^40 × 2^48, and the quotient is below the
 		// burst: it fits in 64 bits.
 		hi, lo := bits.Mul64(uint64(share), uint64(silence))
@@ -484,7 +471,7 @@ func (rs *rateSlices) sweep(ctx context.Context, now time.Time, all bool) int {
 		sh  *shard[*slice]
 		key string
 		e   *slice
-		req region.LeaseRequest
+		req grant.Request
 	}
 	var jobs []job
 	for i := range rs.shards.parts {
@@ -497,15 +484,15 @@ func (rs *rateSlices) sweep(ctx context.Context, now time.Time, all bool) int {
 			e.resize(rs.micros(now), 0)
 			e.gone = true
 			e.busy = make(chan struct{})
-			jobs = append(jobs, job{sh, k, e, region.LeaseRequest{Key: k, Limit: homeLimit(e.limit),
+			jobs = append(jobs, job{sh, k, e, grant.Request{Key: k, Limit: homeLimit(e.limit),
 				Holder: rs.holder, Now: now, Term: rs.term, Grace: rs.grace, Release: true}})
 		}
 		sh.mu.Unlock()
 	}
 	for _, j := range jobs {
-		// An error leaves the lease at home to run out: less admitted
+		// An error leaves the grant at home to run out: less admitted
 		// until it does, never more.
-		out, err := rs.home.Lease(ctx, j.req)
+		out, err := rs.home.Grant(ctx, j.req)
 		j.sh.mu.Lock()
 		rs.install(j.e, j.req, out, err, rs.clock.now(), time.Time{}, 0)
 		if j.sh.m[j.key] == j.e {
@@ -526,7 +513,7 @@ func (rs *rateSlices) sweepIdle(context.Context) {
 }
 
 // close stops the sweeper and gives every slice back, but for a slice
-// whose lease call is in flight, whose lease runs out after SliceTerm.
+// whose grant call is in flight, whose grant runs out after SliceTerm.
 func (rs *rateSlices) close() {
 	rs.sweeper.halt()
 	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
@@ -555,9 +542,10 @@ func (rn *runner) seenEval(ctx context.Context, key string, mark, ttl int64) (in
 	return vals[0], nil
 }
 
-// homeEval runs home.lua or seen.lua for the rate slices: by EVALSHA, then EVAL after
-// NOSCRIPT, even with Options.Functions (the script is not part of the
-// store's library).
+// homeEval runs home.lua (package grant's) or seen.lua for the rate
+// slices: by EVALSHA, then EVAL after NOSCRIPT, even with
+// Options.Functions (neither script is part of the store's library). It is
+// the grant.EvalFunc of the slices' grant.ScriptHome.
 func (rn *runner) homeEval(ctx context.Context, key, src, sha string, args []string) ([]int64, error) {
 	keys := []string{key}
 	vals, err := rn.c.EvalSHA(ctx, sha, keys, args, rn.wait.within(ctx))

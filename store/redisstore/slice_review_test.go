@@ -8,22 +8,22 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
-	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/grant"
 )
 
-// hookHome is a region.Home that runs a hook, once, in the middle of the
-// first lease call that match selects, before the call reaches home: the
+// hookHome is a grant.Home that runs a hook, once, in the middle of the
+// first grant call that match selects, before the call reaches home: the
 // call is in flight (sent, not yet run) while the hook moves the clock
 // and makes other decisions, as a slow round trip or a paused sender
 // would.
 type hookHome struct {
-	region.Home
+	grant.Home
 	mu    sync.Mutex
-	match func(region.LeaseRequest) bool
+	match func(grant.Request) bool
 	hook  func()
 }
 
-func (h *hookHome) Lease(ctx context.Context, r region.LeaseRequest) (region.Lease, error) {
+func (h *hookHome) Grant(ctx context.Context, r grant.Request) (grant.Grant, error) {
 	h.mu.Lock()
 	var hook func()
 	if h.hook != nil && h.match(r) {
@@ -33,7 +33,7 @@ func (h *hookHome) Lease(ctx context.Context, r region.LeaseRequest) (region.Lea
 	if hook != nil {
 		hook()
 	}
-	return h.Home.Lease(ctx, r)
+	return h.Home.Grant(ctx, r)
 }
 
 // sliceRecorder applies requests at the fake clock's time and keeps what
@@ -112,7 +112,7 @@ func TestSliceStaleRenewalOverrun(t *testing.T) {
 		t.Fatalf("k holds %d, want 100", got)
 	}
 	// k's next renewal is sent at 1.4 s and runs at home at 2.05 s.
-	kh.match = func(r region.LeaseRequest) bool { return r.Holder == k.slices.holder && !r.Release }
+	kh.match = func(r grant.Request) bool { return r.Holder == k.slices.holder && !r.Release }
 	kh.hook = func() {
 		sr.at(1499 * time.Millisecond)
 		if d := sr.apply(k, "k", 100); !d.Allowed { // k spends its burst before its lease ends
@@ -140,7 +140,7 @@ func TestSliceStaleRenewalOverrun(t *testing.T) {
 }
 
 // TestSliceBatchGiveBackOverrun: a batch's slice takes its cost, the rest
-// of the batch takes time (here the lease call of its second key), the
+// of the batch takes time (here the grant call of its second key), the
 // slice's bucket refills meanwhile, which would have capped the tokens
 // had they not been taken, and the instance spends the refilled bucket;
 // the batch is then denied and giveBack returns the cost to the bucket on
@@ -157,7 +157,7 @@ func TestSliceBatchGiveBackOverrun(t *testing.T) {
 	sr := &sliceRecorder{t: t, clock: clock, l: l}
 	sr.at(0)
 	sr.apply(s, "a", 0) // a's slice: the whole rate, full
-	h.match = func(r region.LeaseRequest) bool { return r.Key == s.Key("b", l) }
+	h.match = func(r grant.Request) bool { return r.Key == s.Key("b", l) }
 	h.hook = func() {
 		// While the batch waits, a's bucket (50 after the take) refills
 		// to its burst and is spent.

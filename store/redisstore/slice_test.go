@@ -15,7 +15,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
@@ -51,22 +51,22 @@ func checkArrivalCurve(t *testing.T, l floodgate.Limit, got []admission) {
 	}
 }
 
-// lagHome is a region.Home whose calls take time on a fake clock: it
+// lagHome is a grant.Home whose calls take time on a fake clock: it
 // moves the clock before and after each call, as a round trip would (up
 // to 2 ms each way, and one call in eight up to 60 ms),
-// so that decisions racing a lease call see time pass during it.
+// so that decisions racing a grant call see time pass during it.
 type lagHome struct {
-	region.Home
+	grant.Home
 	clock *floodgatetest.FakeClock
 	check func() // called at each move of the clock, if set
 	mu    sync.Mutex
 	rng   *rand.Rand
 }
 
-func (h *lagHome) Lease(ctx context.Context, r region.LeaseRequest) (region.Lease, error) {
+func (h *lagHome) Grant(ctx context.Context, r grant.Request) (grant.Grant, error) {
 	h.lag()
 	defer h.lag()
-	return h.Home.Lease(ctx, r)
+	return h.Home.Grant(ctx, r)
 }
 
 func (h *lagHome) lag() {
@@ -104,7 +104,7 @@ func (p pacer) keepAhead() {
 }
 
 // sliceInstances returns n stores on one Redis sharing the fake clock,
-// each lease call of which moves the clock (lagHome).
+// each grant call of which moves the clock (lagHome).
 func sliceInstances(t *testing.T, addr string, n int, clock *floodgatetest.FakeClock, seed uint64) []*Store {
 	t.Helper()
 	stores := newInstances(t, addr, n, Options{Prefix: testPrefix(t), Clock: clock,
@@ -238,7 +238,7 @@ func simulate(t *testing.T, stores []*Store, clock *floodgatetest.FakeClock, l f
 
 // TestSliceZeroOverrun runs several instances of one Redis with random,
 // shifting demand above the limit on a fake clock whose time also passes
-// during each lease call, and checks every pair of admissions of all
+// during each grant call, and checks every pair of admissions of all
 // instances together against the limit's arrival curve (zero overrun),
 // and replays them into the memory store's bucket, which must admit them
 // all.
@@ -444,7 +444,7 @@ func TestSliceSparseKey(t *testing.T) {
 }
 
 // TestSliceCloseGivesBack: an instance that holds the whole rate gives it
-// back at Close, so that another takes it at its next lease call rather
+// back at Close, so that another takes it at its next grant call rather
 // than after the lease's term; without the Close it would get nothing.
 func TestSliceCloseGivesBack(t *testing.T) {
 	addr := standaloneAddr(t)

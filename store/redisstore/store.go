@@ -12,7 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/region"
+	"github.com/floodgate-rl/floodgate/grant"
 )
 
 // Store is the Redis floodgate.Store: each decision is one Lua script run
@@ -153,7 +153,7 @@ func newStore(c Conn, opts *Options) (*Store, error) {
 	clock := localClock{rn.clock}
 	s.budgets = newLocalBudgets(remote, rn, clock, cmp.Or(o.BudgetIdle, DefaultBudgetIdle))
 	s.top = s.budgets
-	home, err := region.NewScriptHome(s.prefix, rn.homeEval)
+	home, err := grant.NewScriptHome(s.prefix, rn.homeEval)
 	if err != nil {
 		return nil, err
 	}
@@ -242,8 +242,8 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 
 // Close makes the store refuse further calls with floodgate.ErrClosed,
 // stops the sweeper of reservations, gives back the unused units of its
-// local budgets and the slices of rate it leased (waiting at most two
-// seconds for Redis; a slice whose lease call is in flight runs out after
+// local budgets and the slices of rate home granted it (waiting at most
+// two seconds for Redis; a slice whose grant call is in flight runs out after
 // Options.SliceTerm instead), and closes the client if Open made it; a
 // client handed to New or NewWithConn stays open. Close is idempotent.
 func (s *Store) Close() error {

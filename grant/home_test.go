@@ -1,4 +1,4 @@
-package region
+package grant
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func TestHomeScriptMatchesStep(t *testing.T) {
 		if rng.IntN(50) == 0 {
 			limit = int64(rng.IntN(100)) // a limit lowered by a config change
 		}
-		r := LeaseRequest{
+		r := Request{
 			Key:     keys[rng.IntN(len(keys))],
 			Limit:   floodgate.Limit{Limit: limit, Period: time.Second},
 			Holder:  holders[rng.IntN(len(holders))],
@@ -66,11 +66,11 @@ func TestHomeScriptMatchesStep(t *testing.T) {
 			Floor:   int64(rng.IntN(10)),
 			Release: rng.IntN(20) == 0,
 		}
-		want, err := mh.Lease(ctx, r)
+		want, err := mh.Grant(ctx, r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := rh.Lease(ctx, r)
+		got, err := rh.Grant(ctx, r)
 		if err != nil {
 			t.Fatalf("call %d %+v: %v", i, r, err)
 		}
@@ -93,7 +93,7 @@ func TestHomeKeysHaveTTL(t *testing.T) {
 	rh, srv := newRedisHome(t)
 	ctx := t.Context()
 	for i := range 20 {
-		_, err := rh.Lease(ctx, LeaseRequest{Key: fmt.Sprint("k", i), Limit: floodgate.Limit{Limit: 10, Period: time.Second},
+		_, err := rh.Grant(ctx, Request{Key: fmt.Sprint("k", i), Limit: floodgate.Limit{Limit: 10, Period: time.Second},
 			Holder: "a#1", Now: time.Now(), Term: time.Second, Grace: time.Second, Want: 5})
 		if err != nil {
 			t.Fatal(err)
@@ -115,21 +115,21 @@ func TestHomeKeysHaveTTL(t *testing.T) {
 func TestHomeNoScript(t *testing.T) {
 	t.Parallel()
 	rh, srv := newRedisHome(t)
-	r := LeaseRequest{Key: "k", Limit: floodgate.Limit{Limit: 10, Period: time.Second}, Holder: "a#1", Now: time.Now(),
+	r := Request{Key: "k", Limit: floodgate.Limit{Limit: 10, Period: time.Second}, Holder: "a#1", Now: time.Now(),
 		Term: time.Second, Grace: time.Second, Want: 5}
 	for range 3 {
-		if _, err := rh.Lease(t.Context(), r); err != nil {
+		if _, err := rh.Grant(t.Context(), r); err != nil {
 			t.Fatal(err)
 		}
 		srv.MustCLI(t, "SCRIPT", "FLUSH")
 	}
 }
 
-func TestDecodeLeaseRejects(t *testing.T) {
+func TestDecodeGrantRejects(t *testing.T) {
 	t.Parallel()
 	for _, v := range [][]int64{nil, {1, 2, 3, 1}, {1, 2, 3, 2, 1, 0, 0, 0}, {1, 2, 3, 1, 1, 0, 0}, {1, 2, 3, -1, 0}} {
-		if _, err := decodeLease(v); err == nil {
-			t.Errorf("decodeLease(%v) = nil error", v)
+		if _, err := decodeGrant(v); err == nil {
+			t.Errorf("decodeGrant(%v) = nil error", v)
 		}
 	}
 }
@@ -147,18 +147,18 @@ func TestDialHomeLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	r := LeaseRequest{Key: "k", Limit: floodgate.Limit{Limit: 10, Period: time.Second}, Holder: "a#1", Now: time.Now(),
+	r := Request{Key: "k", Limit: floodgate.Limit{Limit: 10, Period: time.Second}, Holder: "a#1", Now: time.Now(),
 		Term: time.Second, Grace: time.Second, Want: 5}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	if _, err := h.Lease(ctx, r); err == nil {
-		t.Fatal("Lease with home down = nil error")
+	if _, err := h.Grant(ctx, r); err == nil {
+		t.Fatal("Grant with home down = nil error")
 	}
 	if err := srv.Restart(t); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := h.Lease(t.Context(), r); err != nil || got.Share != 5 {
-		t.Fatalf("Lease with home up = %+v, %v; want a share of 5", got, err)
+	if got, err := h.Grant(t.Context(), r); err != nil || got.Share != 5 {
+		t.Fatalf("Grant with home up = %+v, %v; want a share of 5", got, err)
 	}
 	if _, err := DialHome("bogus://x"); err == nil {
 		t.Error("DialHome(bogus://x) = nil error")
@@ -192,17 +192,17 @@ func TestScriptHomeMatchesRedisHome(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	for i := range 300 {
 		now = now.Add(time.Duration(rng.IntN(400_000)) * time.Microsecond)
-		r := LeaseRequest{
+		r := Request{
 			Key: "k", Limit: floodgate.Limit{Limit: 100, Period: time.Second},
 			Holder: []string{"a", "b", "c"}[rng.IntN(3)], Now: now,
 			Term: time.Second, Grace: 100 * time.Millisecond,
 			Want: int64(rng.IntN(120)), Demand: int64(rng.IntN(100)), Release: rng.IntN(10) == 0,
 		}
-		want, err := rh.Lease(t.Context(), r)
+		want, err := rh.Grant(t.Context(), r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := sh.Lease(t.Context(), r)
+		got, err := sh.Grant(t.Context(), r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +210,7 @@ func TestScriptHomeMatchesRedisHome(t *testing.T) {
 			t.Fatalf("call %d %+v:\nScriptHome %+v\nRedisHome  %+v", i, r, got, want)
 		}
 	}
-	if _, err := sh.Lease(t.Context(), LeaseRequest{}); !errors.Is(err, floodgate.ErrInvalidRequest) {
+	if _, err := sh.Grant(t.Context(), Request{}); !errors.Is(err, floodgate.ErrInvalidRequest) {
 		t.Errorf("empty request: %v, want ErrInvalidRequest", err)
 	}
 }

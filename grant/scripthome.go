@@ -1,4 +1,4 @@
-package region
+package grant
 
 import (
 	"context"
@@ -16,10 +16,11 @@ import (
 type EvalFunc func(ctx context.Context, key, src, sha string, args []string) ([]int64, error)
 
 // ScriptHome is a Home over a client the caller already has, running the
-// same script as RedisHome (scripts/home.lua) through an EvalFunc. The
-// Redis store uses it to lease slices of a token bucket's or GCRA's rate
-// to its instances (floodgate.Limit.LocalBudget) on the Redis it decides
-// on, with the same lease protocol, and its guarantees, as regions.
+// same script as RedisHome (scripts/home.lua) through an EvalFunc, so that
+// this package needs no part of the caller's client. The Redis store uses
+// it to grant slices of a token bucket's or GCRA's rate to its instances
+// (floodgate.Limit.LocalBudget) on the Redis it decides on, with the same
+// protocol, and its guarantees, as regions.
 type ScriptHome struct {
 	prefix string
 	eval   EvalFunc
@@ -28,26 +29,26 @@ type ScriptHome struct {
 var _ Home = (*ScriptHome)(nil)
 
 // NewScriptHome returns a Home whose keys start with prefix (empty means
-// DefaultHomePrefix) and whose calls run through eval.
+// DefaultPrefix) and whose calls run through eval.
 func NewScriptHome(prefix string, eval EvalFunc) (*ScriptHome, error) {
 	if eval == nil {
-		return nil, errors.New("region: NewScriptHome: nil EvalFunc")
+		return nil, errors.New("grant: NewScriptHome: nil EvalFunc")
 	}
 	if strings.ContainsAny(prefix, "{}") {
-		return nil, fmt.Errorf("region: NewScriptHome: prefix %q contains a brace, which would change the keys' Cluster slot", prefix)
+		return nil, fmt.Errorf("grant: NewScriptHome: prefix %q contains a brace, which would change the keys' Cluster slot", prefix)
 	}
 	if prefix == "" {
-		prefix = DefaultHomePrefix
+		prefix = DefaultPrefix
 	}
 	return &ScriptHome{prefix: prefix, eval: eval}, nil
 }
 
-// Lease runs one step of home.lua through the EvalFunc; an error means the
-// call may or may not have run, which is safe for the reason RedisHome.Lease
+// Grant runs one step of home.lua through the EvalFunc; an error means the
+// call may or may not have run, which is safe for the reason RedisHome.Grant
 // gives.
-func (h *ScriptHome) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
-	if err := checkLease(r); err != nil {
-		return Lease{}, err
+func (h *ScriptHome) Grant(ctx context.Context, r Request) (Grant, error) {
+	if err := check(r); err != nil {
+		return Grant{}, err
 	}
 	key := homeKey(h.prefix, r.Key, r.Limit.Period)
 	i := func(n int64) string { return strconv.FormatInt(n, 10) }
@@ -59,11 +60,11 @@ func (h *ScriptHome) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
 		i(r.Term.Microseconds()), i(r.Grace.Microseconds()), i(r.Want), i(r.Demand), i(r.Floor), release}
 	vals, err := h.eval(ctx, key, homeLua, homeSHA, args)
 	if err != nil {
-		return Lease{}, fmt.Errorf("region: home lease of %s: %w", key, err)
+		return Grant{}, fmt.Errorf("grant: home %s: %w", key, err)
 	}
-	out, err := decodeLease(vals)
+	out, err := decodeGrant(vals)
 	if err != nil {
-		return Lease{}, fmt.Errorf("region: home lease of %s: %w", key, err)
+		return Grant{}, fmt.Errorf("grant: home %s: %w", key, err)
 	}
 	return out, nil
 }

@@ -1,11 +1,11 @@
--- home.lua claims, renews and returns a region's share of one global
--- limit at the home store, atomically: the sum of the live shares never
--- exceeds the limit. It mirrors region.step (home.go) line for line; the
--- differential test TestHomeScriptMatchesStep runs both on random calls.
+-- home.lua grants, renews, lowers and takes back a holder's share of one
+-- limit at home, atomically: the sum of the live shares never exceeds the
+-- limit. It mirrors grant.step (home.go) line for line; the differential
+-- test TestHomeScriptMatchesStep runs both on random calls.
 --
--- KEYS[1]  the hash of one global key under one period: one field per
---          holder (a region's name and its process's incarnation), whose
---          value is "share,until_us,demand,floor".
+-- KEYS[1]  the hash of one key under one period: one field per holder (a
+--          name and its process's incarnation), whose value is
+--          "share,until_us,demand,floor".
 -- ARGV     holder, now_us, limit, period_us, term_us, grace_us, want,
 --          demand, floor, release (0 or 1). now_us is the holder's clock,
 --          the clock it decides its windows by.
@@ -13,24 +13,24 @@
 --          holders sorted by name: demand, floor, share}. self is the
 --          caller's 1-based place among them (0 after a release).
 --
--- The rules (the package doc says why they are exact):
---  * a lease whose until_us + grace_us <= now_us is gone: its share is
---    free again. until_us is always a window boundary, so a holder stops
---    deciding on its share at the end of a window, and the grace covers
---    clocks that run up to grace_us apart.
+-- The rules (the package doc of grant says why they are exact):
+--  * a grant whose until_us + grace_us <= now_us is gone: its share is
+--    free again. until_us is always a multiple of period_us, so a holder
+--    stops deciding on its share at the end of a window, and the grace
+--    covers clocks that run up to grace_us apart.
 --  * a holder asking for no more than it holds gets what it asks (it has
 --    already lowered its own decisions); asking for more, it gets at most
 --    what the others leave free, and never less than it holds: home never
 --    takes units from a holder, only the holder gives them back.
---  * a lease runs to the first window boundary at or after now + term,
---    and never ends earlier than it did.
+--  * a grant runs to the first multiple of period_us at or after
+--    now + term, and never ends earlier than it did.
 
 local key = KEYS[1]
 local holder = ARGV[1]
 local function int(i)
   local n = tonumber(ARGV[i])
   if n == nil or n < 0 or n ~= math.floor(n) then
-    return redis.error_reply('region: home.lua: argument ' .. i .. ' is not a non-negative integer: ' .. tostring(ARGV[i]))
+    return redis.error_reply('grant: home.lua: argument ' .. i .. ' is not a non-negative integer: ' .. tostring(ARGV[i]))
   end
   return n
 end
@@ -42,7 +42,7 @@ for _, v in ipairs({now, limit, period, term, grace, want, demand, floor, releas
   end
 end
 if period <= 0 then
-  return redis.error_reply('region: home.lua: period must be above zero')
+  return redis.error_reply('grant: home.lua: period must be above zero')
 end
 
 local all = redis.call('HGETALL', key)
@@ -55,7 +55,7 @@ for i = 1, #all, 2 do
   local s, u, d, f = string.match(all[i + 1], '^(%d+),(%d+),(%d+),(%d+)$')
   s, u, d, f = tonumber(s), tonumber(u), tonumber(d), tonumber(f)
   if s == nil then
-    return redis.error_reply('region: home.lua: bad lease of ' .. name .. ': ' .. all[i + 1])
+    return redis.error_reply('grant: home.lua: bad grant of ' .. name .. ': ' .. all[i + 1])
   end
   if u + grace <= now then
     redis.call('HDEL', key, name)
@@ -102,7 +102,7 @@ for i, name in ipairs(names) do
   last = math.max(last, l[2])
 end
 if #names > 0 then
-  -- The hash lives as long as its longest lease and the grace, plus a
+  -- The hash lives as long as its longest grant and the grace, plus a
   -- period, in milliseconds (relative, so clocks do not matter).
   redis.call('PEXPIRE', key, math.floor((last + grace - now + period) / 1000) + 1)
 end
