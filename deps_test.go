@@ -48,3 +48,46 @@ func TestBinaryLinksNoTestCode(t *testing.T) {
 		}
 	}
 }
+
+// TestLayers keeps imports pointing downward: no package under store/
+// imports region, ledger or server (or a package under them), which are
+// built on stores; and grant, the home protocol that region, the Redis
+// store's rate slices and rlqs all use, imports none of those nor any
+// store. Each package's whole import graph is checked, not only its
+// direct imports.
+func TestLayers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	const mod = "github.com/floodgate-rl/floodgate"
+	for _, c := range []struct {
+		pattern   string
+		forbidden []string
+	}{
+		{"./store/...", []string{mod + "/region", mod + "/ledger", mod + "/server"}},
+		{"./grant/...", []string{mod + "/region", mod + "/ledger", mod + "/server", mod + "/store"}},
+	} {
+		out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, c.pattern).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", c.pattern, err, out)
+		}
+		pkgs := 0
+		for line := range strings.Lines(string(out)) {
+			fields := strings.Fields(line)
+			if len(fields) == 0 {
+				continue
+			}
+			pkgs++
+			for _, dep := range fields[1:] {
+				for _, f := range c.forbidden {
+					if dep == f || strings.HasPrefix(dep, f+"/") {
+						t.Errorf("%s imports %s (directly or through another package), a layer above it", fields[0], dep)
+					}
+				}
+			}
+		}
+		if pkgs == 0 {
+			t.Errorf("go list %s: no packages", c.pattern)
+		}
+	}
+}

@@ -585,7 +585,7 @@ type Held struct {
 	// Share is the share decided on now, Granted what home granted (the
 	// same while the grant's term lasts), Until the end of the term.
 	Share, Granted int64
-	Until         time.Time
+	Until          time.Time
 	// Target is the share the region last computed it should hold.
 	Target int64
 }
