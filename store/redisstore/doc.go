@@ -30,8 +30,8 @@
 //	Store.Apply     store.go      validates the request, finds its Redis key (Store.Key)
 //	deny cache      denycache.go  Options.DenyCache: denies a key Redis denied, until its RetryAfter
 //	rate slices     slice.go      Limit.LocalBudget of a token bucket or GCRA: decides on
-//	                              this instance's leased slice of the rate (home.lua, through
-//	                              region.ScriptHome and the Conn); beside the stack below
+//	                              this instance's granted slice of the rate (home.lua, through
+//	                              grant.ScriptHome and the Conn); beside the stack below
 //	local budgets   budget.go     Limit.LocalBudget: admits from units claimed before; claims
 //	                              and gives back units through the runner
 //	coalescer       coalesce.go   Options.Coalesce: sends concurrent calls together, in one
@@ -591,12 +591,12 @@
 //
 // A token bucket or GCRA with a LocalBudget is decided by each instance
 // on a slice of the limit's rate: a rate r_i (share units per Period)
-// and a burst b_i = ⌊r_i × Capacity / Limit⌋, held as a lease from home,
+// and a burst b_i = ⌊r_i × Capacity / Limit⌋, held as a grant from home,
 // which is the same protocol and script as the regions' global limits
-// (package region, scripts/home.lua, run here through region.ScriptHome on
+// (package grant, scripts/home.lua, run here through grant.ScriptHome on
 // the store's own Redis, under <prefix>:v1:home:1:{<state key>}).
-// Home never lets the live leases of a key add up to more than Limit, so
-// Σ r_i ≤ Limit/Period and Σ b_i ≤ Capacity for the leases home counts.
+// Home never lets the live grants of a key add up to more than Limit, so
+// Σ r_i ≤ Limit/Period and Σ b_i ≤ Capacity for the grants home counts.
 // The instance runs a local bucket of rate r_i and capacity b_i, with the
 // memory store's token bucket step (algorithm.TokenBucket, which admits
 // exactly what GCRA admits), in process, with no round trip.
@@ -605,10 +605,10 @@
 // instant, each instance's slice at or below what home counts for it:
 // a slice is lowered here before home is told (with the key's lock held,
 // so no decision on the old slice is still in flight); it is raised only
-// once home's grant has come back; and it stops at the lease's end, while
+// once home's grant has come back; and it stops at the grant's end, while
 // home frees it for others only at the end plus SliceGrace (clocks of the
-// instances must differ by less); a lease call that comes back after the
-// lease's end (it ran late, and home dates a lease from when the call was
+// instances must differ by less); a grant call that comes back after the
+// grant's end (it ran late, and home dates a grant from when the call was
 // sent) finds a bucket that went on earning at a share home may have
 // given to others meanwhile, so it drops its tokens first, as a decision
 // after the end does (TestSliceStaleRenewalOverrun). A bucket's tokens
@@ -629,7 +629,7 @@
 // A slice of a key nobody admitted on for a while starts full, so that a
 // fresh key admits its burst at once. Each key has a mark in Redis
 // (<state key>:seen, scripts/seen.lua): the latest end any instance may
-// decide up to. An instance records its end there (its lease's end plus a
+// decide up to. An instance records its end there (its grant's end plus a
 // SliceTerm, so that a few renewals need no new record) before it decides
 // past the end it recorded last, and stops at whichever of the two ends
 // comes first. The record returns the mark that was there; if that mark
@@ -642,9 +642,9 @@
 // two Capacity are paid by the D of silence (Limit × D / Period =
 // Capacity). A shorter silence S (from the mark plus SliceGrace to x)
 // pays for Limit × S/Period of levels at x: an instance that was the only
-// live holder at its lease call, sent after the silence began, starts
+// live holder at its grant call, sent after the silence began, starts
 // with ⌊share × S/Period⌋ (at most its burst). Every other live holder
-// then leased after that call, so within the silence, and has earned at
+// then was granted after that call, so within the silence, and has earned at
 // most its own share since; the levels at x add up to at most Limit ×
 // S/Period. This is what lets a key asked once a minute be admitted each
 // time (TestSliceSparseKey). Otherwise a slice that grows starts empty, as
@@ -652,13 +652,13 @@
 //
 // TestSliceZeroOverrun checks exactly that, every pair of the
 // admissions of four instances with random demand moving between them
-// and lease calls that take time on the shared fake clock, and checks the
-// invariant above on a snapshot at every lease call; breaking an ordering
+// and grant calls that take time on the shared fake clock, and checks the
+// invariant above on a snapshot at every grant call; breaking an ordering
 // rule (raising before the grant, lowering after telling home) or
 // starting a grown slice full whatever the mark says makes it fail;
 // TestSliceStartsFull checks when a slice starts full or part full (and
 // fails if the refill time is left out of the rule). The conditions of a
-// part-full start (alone at the lease call, the silence begun before it,
+// part-full start (alone at the grant call, the silence begun before it,
 // the share's rate rather than the limit's) are kept as a margin: a review
 // found no test that tells a mutation of any of them apart, and argued
 // that with a late renewal's tokens dropped (above) none is needed, since
@@ -667,16 +667,16 @@
 // from nothing). They cost only utilisation.
 //
 // How slices follow demand. The first request of a key at an instance
-// leases at once (the caller waits for that call, and the mark's),
+// asks home at once (the caller waits for that call, and the mark's),
 // asking for what is free up to LocalBudget. Then, every
 // Options.SliceRenew, the request that finds the renewal due makes the
-// lease call (others decide on the
+// grant call (others decide on the
 // slice meanwhile): it reports the instance's demand (units asked,
 // admitted or not, per Period, averaged with the previous measure) and
 // asks for its part of share.Split (Proportional) over every live
 // holder's last reported demand, at most LocalBudget. A slice unused for
 // 2×SliceRenew (or BudgetIdle, if longer) is given back (a sweeper every
-// SliceRenew) and so is every slice at Close. A lease runs SliceTerm past
+// SliceRenew) and so is every slice at Close. A grant runs SliceTerm past
 // its last renewal (home is told a Period of 1 µs, so that it does not
 // round the end up to a window boundary): an instance that
 // cannot reach Redis decides on its slice until then, then fails its
@@ -689,7 +689,7 @@
 // the rate the busy one gains starts without tokens, unless the key was
 // quiet (the mark above, which costs one more script run per SliceTerm
 // per busy key); a key used less often than every 2×SliceRenew costs
-// three script runs per use (lease, mark, give-back) where it costs one
+// three script runs per use (grant, mark, give-back) where it costs one
 // without a LocalBudget, so give one to hot keys; slices are
 // whole units per Period, so a limit of a few units per Period splits
 // coarsely, and a slice whose burst is below a request's cost cannot
@@ -707,7 +707,7 @@
 // of the local bucket (Remaining is what this instance can still admit
 // now), Limit the limit's Capacity, Now the local clock. A request with
 // its own Now is refused (ErrInvalidRequest naming now: the buckets and
-// leases run on the store's clock, Options.Clock); so is Reserve with
+// grants run on the store's clock, Options.Clock); so is Reserve with
 // such a limit (ErrInvalidRequest naming local_budget: its script holds
 // units of the key's state in Redis, which holds none of the rate).
 // ApplyBatch of two or more requests, some sliced, is all or nothing: the
@@ -722,20 +722,20 @@
 // Cluster slots is not (TestSliceBatch). Reset does not refill the slices. A
 // limit's slices are kept per Redis key (algorithm, period, key): two
 // limits of one key that differ in Limit, Burst or LocalBudget take turns
-// (each change drops the slice to nothing and leases again). At most
+// (each change drops the slice to nothing and asks home again). At most
 // 65,536 keys have slices at once; a request over that is denied with
 // RetryAfter SliceRenew.
 //
 // Not covered: home losing its state (a Redis restart without
 // persistence, a failover that lost writes) frees every slice while
 // instances still decide on theirs, up to the whole limit more until the
-// leases end, as for regions (and a lost mark lets a slice start full
-// while others spend theirs: up to Capacity more). A lease call that timed out may still run
+// grants end, as for regions (and a lost mark lets a slice start full
+// while others spend theirs: up to Capacity more). A grant call that timed out may still run
 // at Redis after a later one (a client that resent it on a new
 // connection): a late lowering would leave an instance above what home
 // counts for it until its next renewal; rueidis keeps one connection's
 // commands in order, and regions share the assumption. Clocks further
-// apart than SliceGrace void the proof, for the leases as for the mark.
+// apart than SliceGrace void the proof, for the grants as for the mark.
 //
 // # Guarantees
 //

@@ -63,14 +63,14 @@ func (sr *sliceRecorder) apply(s *Store, key string, cost int64) floodgate.Decis
 }
 
 // TestSliceStaleRenewalOverrun: a renewal sent while the slice is live
-// but run at home only after the lease's end plus SliceGrace comes back
+// but run at home only after the grant's end plus SliceGrace comes back
 // (before its own end, which home counts from the time it was sent) to a
-// bucket that went on earning at the old share after the lease ended,
+// bucket that went on earning at the old share after the grant ended,
 // while home had already given that share to another instance; install
 // keeps those tokens (at most the new burst). Here k holds the whole rate
-// (100/s, burst 100), spends its burst just before its lease ends at
-// 1.5 s, its renewal sent at 1.4 s runs at 2.05 s; b leased 45 of the
-// rate at 1.52 s (k's lease purged), k gets the 55 left and keeps the 55
+// (100/s, burst 100), spends its burst just before its grant ends at
+// 1.5 s, its renewal sent at 1.4 s runs at 2.05 s; b was granted 45 of the
+// rate at 1.52 s (k's grant purged), k gets the 55 left and keeps the 55
 // tokens its old share of 100 earned from 1.5 s to 2.05 s. In [1.499 s,
 // 2.05 s] k and b admit 100 + 55 + 23 = 178 units; the arrival curve
 // allows 100 + 100 × 0.551 = 155.
@@ -94,20 +94,20 @@ func TestSliceStaleRenewalOverrun(t *testing.T) {
 		return 0
 	}
 
-	// k leases the whole rate and starts full; a request above the burst
+	// k is granted the whole rate and starts full; a request above the burst
 	// (denied) gives it demand, so that it keeps asking for all of it.
 	sr.at(0)
 	sr.apply(k, "k", 150)
 	sr.at(250 * time.Millisecond)
-	sr.apply(k, "k", 0) // renewal: lease to 1.25 s
-	// b leases nothing (k holds all) and learns k's demand; it asks for
+	sr.apply(k, "k", 0) // renewal: granted to 1.25 s
+	// b is granted nothing (k holds all) and learns k's demand; it asks for
 	// 600 units (denied), so that it will ask for a part of the rate.
 	sr.at(300 * time.Millisecond)
 	for range 6 {
 		sr.apply(b, "k", 100)
 	}
 	sr.at(500 * time.Millisecond)
-	sr.apply(k, "k", 0) // renewal: lease to 1.5 s
+	sr.apply(k, "k", 0) // renewal: granted to 1.5 s
 	if got := share(k); got != 100 {
 		t.Fatalf("k holds %d, want 100", got)
 	}
@@ -115,10 +115,10 @@ func TestSliceStaleRenewalOverrun(t *testing.T) {
 	kh.match = func(r grant.Request) bool { return r.Holder == k.slices.holder && !r.Release }
 	kh.hook = func() {
 		sr.at(1499 * time.Millisecond)
-		if d := sr.apply(k, "k", 100); !d.Allowed { // k spends its burst before its lease ends
+		if d := sr.apply(k, "k", 100); !d.Allowed { // k spends its burst before its grant ends
 			t.Errorf("k's burst at 1.499 s: %+v", d)
 		}
-		sr.at(1520 * time.Millisecond) // k's lease ended at 1.5 s; home frees it at 1.52 s
+		sr.at(1520 * time.Millisecond) // k's grant ended at 1.5 s; home frees it at 1.52 s
 		sr.apply(b, "k", 0)
 		if got := share(b); got <= 0 || got >= 100 {
 			t.Fatalf("b holds %d, want a part of the rate", got)

@@ -83,10 +83,10 @@ func (h *lagHome) lag() {
 }
 
 // A pacer keeps a fake clock at least as far along as real time since
-// the start: Redis expires the leases' and marks' keys in real time, after
+// the start: Redis expires the grants' and marks' keys in real time, after
 // the spans the fake clock gave them, so a fake clock that fell behind
 // real time (a loaded machine running the race detector) would see Redis
-// forget leases still live on it, as a Redis that lost its data would.
+// forget grants still live on it, as a Redis that lost its data would.
 type pacer struct {
 	clock       *floodgatetest.FakeClock
 	fake0, real time.Time
@@ -287,7 +287,7 @@ func TestSliceUtilisation(t *testing.T) {
 	for _, renew := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
 		clock := floodgatetest.NewFakeClock(t0)
 		// A long term: idle instances give their slices back after two
-		// renewals anyway, and Redis, which expires the leases in real
+		// renewals anyway, and Redis, which expires the grants in real
 		// time, keeps them however slowly the test runs.
 		stores := newInstances(t, addr, 3, Options{Prefix: testPrefix(t), Clock: clock,
 			SliceRenew: renew, SliceTerm: time.Minute, SliceGrace: 20 * time.Millisecond})
@@ -372,7 +372,7 @@ func TestSliceStartsFull(t *testing.T) {
 	if n := burst(stores[1]); n != 0 {
 		t.Errorf("key used 1 ms ago: %d admitted at once, want 0", n)
 	}
-	// Idle past the mark (the lease's end plus a term) and the grace by
+	// Idle past the mark (the grant's end plus a term) and the grace by
 	// 1 ms, not the refill time (500 ms): the slice starts with what 1 ms
 	// earns, nothing.
 	stores[1].slices.sweep(t.Context(), clock.Now(), true)
@@ -421,14 +421,14 @@ func TestSliceSparseKey(t *testing.T) {
 	if n := burst(stores[0]); n != 10 {
 		t.Fatalf("fresh key: %d admitted at once, want the burst, 10", n)
 	}
-	// The mark is the lease's end plus a term: t0 + 4 s; the silence
+	// The mark is the grant's end plus a term: t0 + 4 s; the silence
 	// begins half a second later. 55.5 s of it earn ⌊10 × 55.5 / 60⌋ = 9.
 	clock.Advance(time.Minute)
 	pace.keepAhead()
 	if n := burst(stores[0]); n != 9 {
 		t.Errorf("a minute later: %d admitted at once, want 9", n)
 	}
-	// Another instance, 30 s later: the first's lease has ended; 25.5 s of
+	// Another instance, 30 s later: the first's grant has ended; 25.5 s of
 	// silence earn 4.
 	for i := range 6 {
 		clock.Advance(30 * time.Second)
@@ -445,7 +445,7 @@ func TestSliceSparseKey(t *testing.T) {
 
 // TestSliceCloseGivesBack: an instance that holds the whole rate gives it
 // back at Close, so that another takes it at its next grant call rather
-// than after the lease's term; without the Close it would get nothing.
+// than after the grant's term; without the Close it would get nothing.
 func TestSliceCloseGivesBack(t *testing.T) {
 	addr := standaloneAddr(t)
 	clock := floodgatetest.NewFakeClock(t0)
@@ -515,7 +515,7 @@ func TestSliceBatch(t *testing.T) {
 		}
 		return ds
 	}
-	// The slice's first lease: the key is new, so it starts full.
+	// The slice's first grant: the key is new, so it starts full.
 	if d, err := s.Apply(ctx, floodgate.Request{Key: "s", Limit: sl, Cost: 1}); err != nil || !d.Allowed {
 		t.Fatalf("first sliced request: %+v, %v", d, err)
 	}
@@ -584,7 +584,7 @@ func TestSliceRefusals(t *testing.T) {
 // all, at the real clock, without and with rate slices (LocalBudget the
 // whole limit), over its limit (2000/s, burst 400) and under it (10
 // million/s). It reports decisions/s, redis-calls/op (scripts Redis ran
-// per decision, the lease and mark calls included) and, over the limit,
+// per decision, the grant and mark calls included) and, over the limit,
 // utilisation: units admitted over what the arrival curve allows in the
 // run's time, Burst + rate × elapsed.
 func BenchmarkSliceHotKey(b *testing.B) {
@@ -642,9 +642,9 @@ func BenchmarkSliceHotKey(b *testing.B) {
 	}
 }
 
-// TestSliceCluster runs rate slices on a 3-master Redis Cluster: the lease
+// TestSliceCluster runs rate slices on a 3-master Redis Cluster: the grant
 // and the mark of each key are single keys, routed to their own slots, and
-// every key the slices write has a TTL. Keys of awkward subjects lease,
+// every key the slices write has a TTL. Keys of awkward subjects are granted,
 // start full, and the two instances together admit each key's burst once.
 func TestSliceCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
@@ -672,7 +672,7 @@ func TestSliceCluster(t *testing.T) {
 				admitted++
 			}
 		}
-		// The first instance leases the whole rate and starts full; the
+		// The first instance is granted the whole rate and starts full; the
 		// second holds nothing while the first does (10 per hour earns no
 		// token in the test's time).
 		if admitted != 4 {
