@@ -27,8 +27,9 @@ var homeKeyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "#"
 //
 //	<prefix>:v1:home:<period µs>:{<escaped key>}
 //
-// with '%', '{' and '}' of key percent-escaped, so that no key can move
-// the Cluster slot, and a key above 128 bytes replaced by its SHA-1.
+// with '%', '{', '}' and '#' of key percent-escaped, so that no key can
+// move the Cluster slot, and a key above 128 bytes replaced by '#' and its
+// SHA-1.
 func homeKey(prefix, key string, period time.Duration) string {
 	enc := key
 	if len(key) > 128 {
@@ -56,7 +57,7 @@ const DefaultPrefix = "floodgate"
 // Sentinel's master) that every holder reaches, running scripts/home.lua
 // once per call, by EVALSHA, and by EVAL after NOSCRIPT (a restart, SCRIPT
 // FLUSH). Every key it writes has a TTL set by the same script. Make one
-// with OpenHome or NewRedisHome; it is safe for concurrent use.
+// with OpenHome, DialHome or NewRedisHome; it is safe for concurrent use.
 type RedisHome struct {
 	prefix string
 	owned  bool
