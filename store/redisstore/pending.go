@@ -1,124 +1,116 @@
-package main
+package redisstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/server"
-	"github.com/floodgate-rl/floodgate/server/envoyrls"
-	"github.com/floodgate-rl/floodgate/store/redisstore"
-	"google.golang.org/grpc"
+	iloop "github.com/floodgate-rl/floodgate/internal/loop"
 )
 
-// openRedis opens a Redis store that serve owns and closes, with the
-// options serve's flags set (DenyCache, Functions).
-func openRedis(ctx context.Context, url string, o redisstore.Options) (floodgate.Store, func(), error) {
-	s, err := redisstore.Open(ctx, url, &o)
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, func() { s.Close() }, nil
+// DefaultRetryEvery is PendingOptions.RetryEvery's default.
+const DefaultRetryEvery = time.Second
+
+// PendingOptions configure OpenPending. A nil *PendingOptions, or the
+// zero value, is every default.
+type PendingOptions struct {
+	// RetryEvery is how often Open is tried, and the deadline of each
+	// try; default DefaultRetryEvery.
+	RetryEvery time.Duration
+	// OnError, if set, hears of the error of each failed try, on the
+	// goroutine that tries; Retryable tells a Redis not reachable yet
+	// from one that answers but refuses (a password, a certificate),
+	// which waiting will not cure.
+	OnError func(error)
+	// OnOpen, if set, is called once, when the store is open.
+	OnOpen func()
 }
 
-// envoyService is Envoy's rate limit service over srv; headers says
-// whether its answers carry response headers, p which ones, and whether
-// dynamic metadata.
-func envoyService(srv *server.Server, headers bool, p parityFlags) *envoyrls.Service {
-	return envoyrls.New(srv, p.envoyOptions(headers))
-}
-
-// registerGRPC serves Envoy's rate limit service.
-func registerGRPC(g *grpc.Server, rls *envoyrls.Service) {
-	rlsv3.RegisterRateLimitServiceServer(g, rls)
-}
-
-// httpExtras are the HTTP endpoints of other packages: envoyproxy/ratelimit's
-// POST /json.
-func httpExtras(rls *envoyrls.Service) map[string]http.Handler {
-	return map[string]http.Handler{"POST /json": rls.JSONHandler()}
-}
-
-// pendingRedis is the Redis store of a serve that started while Redis was
-// unreachable: until a background goroutine has opened the store (it
-// tries every retryEvery), every call fails with errNotConnected, which
-// each rule's failure mode answers as it answers any store failure, and
-// /readyz says the store is unreachable; then every call goes to the
-// store. So a fleet can start before its Redis, and fail_open, fail_closed
-// and local behave as they would if Redis had gone down later.
-type pendingRedis struct {
-	store   atomic.Pointer[redisstore.Store]
+// Pending is a Redis store that serves before Redis can be reached: until
+// a background goroutine has opened the Store (OpenPending), every call
+// fails with an error saying so, wrapping the last try's, which a
+// Limiter's failure policy answers as it answers any store failure, and
+// Ping fails, so readiness says the store is unreachable; then every call
+// goes to the Store. So a fleet can start before its Redis, and
+// fail_open, fail_closed and local behave as they would if Redis had
+// gone down later. It is safe for concurrent use.
+type Pending struct {
+	store   atomic.Pointer[Store]
 	lastErr atomic.Pointer[error]
-	stop    chan struct{}
-	done    chan struct{}
+	every   time.Duration
+	loop    iloop.Loop
 }
 
 var (
-	_ floodgate.Store     = (*pendingRedis)(nil)
-	_ floodgate.Resetter  = (*pendingRedis)(nil)
-	_ floodgate.Batcher   = (*pendingRedis)(nil)
-	_ floodgate.Pipeliner = (*pendingRedis)(nil)
-	_ floodgate.Reserver  = (*pendingRedis)(nil)
-	_ floodgate.Raiser    = (*pendingRedis)(nil)
-	_ floodgate.Pinger    = (*pendingRedis)(nil)
+	_ floodgate.Store     = (*Pending)(nil)
+	_ floodgate.Resetter  = (*Pending)(nil)
+	_ floodgate.Batcher   = (*Pending)(nil)
+	_ floodgate.Pipeliner = (*Pending)(nil)
+	_ floodgate.Reserver  = (*Pending)(nil)
+	_ floodgate.Raiser    = (*Pending)(nil)
+	_ floodgate.Pinger    = (*Pending)(nil)
 )
 
-// retryEvery is how often a pendingRedis tries to open the store.
-const retryEvery = time.Second
+// OpenPending starts trying to open the store of rawURL with opts (as
+// Open) every po.RetryEvery, and returns at once; first is the error of
+// the try that just failed, which calls report until the next try.
+// Close stops the tries and closes the store, if it was opened. Most
+// callers open with Open, and call OpenPending only when Retryable says
+// Open's error is worth waiting out.
+func OpenPending(rawURL string, opts *Options, first error, po *PendingOptions) *Pending {
+	return openPending(rawURL, opts, first, po, nil)
+}
 
-// openPending starts trying to open the store of url every retryEvery,
-// first has the error of the attempt that just failed; log hears of the
-// connection, and once of each error that waiting will not cure (a Redis
-// that now answers but refuses the password, or a certificate), which
-// /readyz and every failed decision report too.
-func openPending(url string, o redisstore.Options, first error, log *slog.Logger) *pendingRedis {
-	p := &pendingRedis{stop: make(chan struct{}), done: make(chan struct{})}
+// openPending is OpenPending, its tries paced by newTicker (nil: the
+// process clock).
+func openPending(rawURL string, opts *Options, first error, po *PendingOptions, newTicker func(time.Duration) iloop.Ticker) *Pending {
+	var o PendingOptions
+	if po != nil {
+		o = *po
+	}
+	if o.RetryEvery <= 0 {
+		o.RetryEvery = DefaultRetryEvery
+	}
+	var ropts *Options
+	if opts != nil {
+		c := *opts
+		ropts = &c
+	}
+	p := &Pending{every: o.RetryEvery}
 	p.lastErr.Store(&first)
-	go func() {
-		var logged string
-		defer close(p.done)
-		t := time.NewTicker(retryEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-t.C:
+	p.loop.NewTicker = newTicker
+	p.loop.Start(o.RetryEvery, func(ctx context.Context) bool {
+		ctx, cancel := context.WithTimeout(ctx, o.RetryEvery)
+		s, err := Open(ctx, rawURL, ropts)
+		cancel()
+		if err != nil {
+			p.lastErr.Store(&err)
+			if o.OnError != nil {
+				o.OnError(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), retryEvery)
-			s, err := redisstore.Open(ctx, url, &o)
-			cancel()
-			if err != nil {
-				p.lastErr.Store(&err)
-				if msg := err.Error(); !retryable(err) && msg != logged {
-					logged = msg
-					log.Error("store reachable but not opened; still retrying", "store", redactURL(url), "every", retryEvery, "error", msg)
-				}
-				continue
-			}
-			p.store.Store(s)
-			log.Info("store connected", "store", redactURL(url))
-			return
+			return true
 		}
-	}()
+		p.store.Store(s)
+		if o.OnOpen != nil {
+			o.OnOpen()
+		}
+		return false
+	})
 	return p
 }
 
-// retryable reports whether err of redisstore.Open means Redis could not
-// be reached (nothing listens, or no answer in time: worth retrying),
-// rather than a mistake in the flags (a bad URL, a certificate, a
-// password), which stops serve at start as before.
-func retryable(err error) bool {
-	if errors.Is(err, redisstore.ErrClientCertificate) || errors.Is(err, redisstore.ErrBadURL) {
+// Retryable reports whether err of Open means Redis could not be reached
+// (nothing listens, or no answer in time: worth retrying), rather than a
+// mistake in the URL or the options (a bad URL, a certificate, a
+// password).
+func Retryable(err error) bool {
+	if errors.Is(err, ErrClientCertificate) || errors.Is(err, ErrBadURL) {
 		return false
 	}
 	var ne net.Error
@@ -126,15 +118,20 @@ func retryable(err error) bool {
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
-// get is the store once open, or errNotConnected with the last error.
-func (p *pendingRedis) get() (*redisstore.Store, error) {
+// Store returns the store once it is open, else nil.
+func (p *Pending) Store() *Store { return p.store.Load() }
+
+// get is the store once open, or the error of not being connected yet,
+// wrapping the last try's.
+func (p *Pending) get() (*Store, error) {
 	if s := p.store.Load(); s != nil {
 		return s, nil
 	}
-	return nil, fmt.Errorf("floodgate: Redis not connected yet (retrying every %v): %w", retryEvery, *p.lastErr.Load())
+	return nil, fmt.Errorf("floodgate: Redis not connected yet (retrying every %v): %w", p.every, *p.lastErr.Load())
 }
 
-func (p *pendingRedis) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
+// Apply is Store.Apply once the store is open.
+func (p *Pending) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
 	s, err := p.get()
 	if err != nil {
 		return floodgate.Decision{}, err
@@ -142,7 +139,8 @@ func (p *pendingRedis) Apply(ctx context.Context, r floodgate.Request) (floodgat
 	return s.Apply(ctx, r)
 }
 
-func (p *pendingRedis) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
+// ApplyBatch is Store.ApplyBatch once the store is open.
+func (p *Pending) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
 	s, err := p.get()
 	if err != nil {
 		return nil, err
@@ -150,7 +148,9 @@ func (p *pendingRedis) ApplyBatch(ctx context.Context, rs []floodgate.Request) (
 	return s.ApplyBatch(ctx, rs)
 }
 
-func (p *pendingRedis) ApplyPipelined(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, []error) {
+// ApplyPipelined is Store.ApplyPipelined once the store is open; until
+// then each request has the error.
+func (p *Pending) ApplyPipelined(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, []error) {
 	s, err := p.get()
 	if err != nil {
 		errs := make([]error, len(rs))
@@ -162,7 +162,8 @@ func (p *pendingRedis) ApplyPipelined(ctx context.Context, rs []floodgate.Reques
 	return s.ApplyPipelined(ctx, rs)
 }
 
-func (p *pendingRedis) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
+// Reset is Store.Reset once the store is open.
+func (p *Pending) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
 	s, err := p.get()
 	if err != nil {
 		return err
@@ -170,7 +171,8 @@ func (p *pendingRedis) Reset(ctx context.Context, key string, limit floodgate.Li
 	return s.Reset(ctx, key, limit)
 }
 
-func (p *pendingRedis) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate.HoldResult, error) {
+// Reserve is Store.Reserve once the store is open.
+func (p *Pending) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate.HoldResult, error) {
 	s, err := p.get()
 	if err != nil {
 		return floodgate.HoldResult{}, err
@@ -178,7 +180,8 @@ func (p *pendingRedis) Reserve(ctx context.Context, r floodgate.HoldRequest) (fl
 	return s.Reserve(ctx, r)
 }
 
-func (p *pendingRedis) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+// Settle is Store.Settle once the store is open.
+func (p *Pending) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
 	s, err := p.get()
 	if err != nil {
 		return nil, err
@@ -186,7 +189,8 @@ func (p *pendingRedis) Settle(ctx context.Context, r floodgate.SettleRequest) ([
 	return s.Settle(ctx, r)
 }
 
-func (p *pendingRedis) Raise(ctx context.Context, r floodgate.Request, window time.Time) (floodgate.Decision, error) {
+// Raise is Store.Raise once the store is open.
+func (p *Pending) Raise(ctx context.Context, r floodgate.Request, window time.Time) (floodgate.Decision, error) {
 	s, err := p.get()
 	if err != nil {
 		return floodgate.Decision{}, err
@@ -194,7 +198,8 @@ func (p *pendingRedis) Raise(ctx context.Context, r floodgate.Request, window ti
 	return s.Raise(ctx, r, window)
 }
 
-func (p *pendingRedis) Ping(ctx context.Context) error {
+// Ping is Store.Ping once the store is open.
+func (p *Pending) Ping(ctx context.Context) error {
 	s, err := p.get()
 	if err != nil {
 		return err
@@ -202,10 +207,10 @@ func (p *pendingRedis) Ping(ctx context.Context) error {
 	return s.Ping(ctx)
 }
 
-// Close stops the retries and closes the store, if it was opened.
-func (p *pendingRedis) Close() error {
-	close(p.stop)
-	<-p.done
+// Close stops the tries, waiting for one in progress (which it cancels),
+// and closes the store, if it was opened.
+func (p *Pending) Close() error {
+	p.loop.Stop()
 	if s := p.store.Load(); s != nil {
 		return s.Close()
 	}
