@@ -1,12 +1,11 @@
-package server
+package httpapi
 
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/http"
 
-	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // Leases over HTTP: concurrency limits for callers in other languages.
@@ -57,7 +56,7 @@ func newLease() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	var req AllowRequest
 	if !decodeJSON(w, r, &req) {
 		return
@@ -68,41 +67,35 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 // acquire decides req's concurrency limits under lease, all or nothing
 // (or with release, gives them back), and answers; an admitted lease gets
 // its id.
-func (s *Server) acquire(w http.ResponseWriter, r *http.Request, lease string, req *AllowRequest, release bool) {
+func (s *API) acquire(w http.ResponseWriter, r *http.Request, lease string, req *AllowRequest, release bool) {
 	inline, err := req.form()
 	if err != nil {
 		writeProblem(w, err)
 		return
 	}
-	var res Result
-	var p plan
+	if release {
+		if err = s.release(r, lease, req, inline); err != nil {
+			writeProblem(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	var res server.Result
+	var overall server.Status
 	if inline {
-		res, p, err = s.planInlineLease(req, lease)
+		overall, err = s.acquireInline(r, lease, req)
+		res = server.Result{Code: overall.Code, Statuses: []server.Status{overall}}
 	} else {
-		res, p, err = s.planDescriptorLease(req, lease)
+		res, err = s.acquireDescriptors(r, lease, req)
+		overall = Binding(res)
 	}
 	if err != nil {
 		writeProblem(w, err)
 		return
 	}
-	if release {
-		s.release(w, r, p.items)
-		return
-	}
-	if len(p.items) > 0 {
-		outs, err := s.lim.DecideAll(r.Context(), p.items)
-		if err != nil {
-			writeProblem(w, p.fieldOf(err))
-			return
-		}
-		s.settleEach(req.Domain, nil, &res, p.which, outs)
-	}
-	overall := Binding(res)
-	if inline {
-		overall = res.Statuses[0]
-	}
 	resp := LeaseResponse{AllowResponse: allowResponse(inline, overall, res.Statuses)}
-	if res.Code == OK && len(p.items) > 0 && held(res.Statuses) {
+	if res.Code == server.OK && limited(res.Statuses) && held(res.Statuses) {
 		if resp.ID, err = encodeLease(lease, req); err != nil {
 			writeProblem(w, err)
 			return
@@ -111,31 +104,56 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, lease string, r
 	writeAllow(w, resp, overall, res.Statuses)
 }
 
-// release gives back the units of items; a store failure is a 503, since
-// the release may not have happened (and is safe to repeat).
-func (s *Server) release(w http.ResponseWriter, r *http.Request, items []floodgate.Item) {
-	for i := range items {
-		items[i].Release = true
+// acquireInline acquires the inline form under lease.
+func (s *API) acquireInline(r *http.Request, lease string, req *AllowRequest) (server.Status, error) {
+	lim, cost, err := req.inlineLimit()
+	if err != nil {
+		return server.Status{}, err
 	}
-	outs, err := s.lim.Decide(r.Context(), items)
-	if err == nil {
-		for _, o := range outs {
-			if o.Err != nil && o.Policy != floodgate.FailLocal {
-				err = o.Err
-				break
-			}
+	return s.srv.AcquireInline(r.Context(), lease, req.Key, lim, cost)
+}
+
+// acquireDescriptors acquires the descriptor form under lease.
+func (s *API) acquireDescriptors(r *http.Request, lease string, req *AllowRequest) (server.Result, error) {
+	ds, hits, err := req.descriptors()
+	if err != nil {
+		return server.Result{}, err
+	}
+	return s.srv.Acquire(r.Context(), lease, req.Domain, ds, hits)
+}
+
+// release gives back what req holds under lease; a store failure is an
+// error (a 503), since the release may not have happened (and is safe to
+// repeat).
+func (s *API) release(r *http.Request, lease string, req *AllowRequest, inline bool) error {
+	if inline {
+		lim, cost, err := req.inlineLimit()
+		if err != nil {
+			return err
+		}
+		return s.srv.ReleaseInline(r.Context(), lease, req.Key, lim, cost)
+	}
+	ds, hits, err := req.descriptors()
+	if err != nil {
+		return err
+	}
+	return s.srv.Release(r.Context(), lease, req.Domain, ds, hits)
+}
+
+// limited reports whether a store decided any of statuses: a lease on
+// descriptors that match no concurrency rule holds nothing.
+func limited(statuses []server.Status) bool {
+	for _, st := range statuses {
+		if st.Limited {
+			return true
 		}
 	}
-	if err != nil {
-		writeProblem(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	return false
 }
 
 // held reports whether the store (or the local store) granted every
 // limited status: a fail_open answer holds nothing.
-func held(statuses []Status) bool {
+func held(statuses []server.Status) bool {
 	for _, st := range statuses {
 		if st.Limited && (st.Err != nil || !st.Decision.Allowed) {
 			return false
@@ -144,48 +162,9 @@ func held(statuses []Status) bool {
 	return true
 }
 
-// planInlineLease is the item of an inline lease: its limit must be a
-// concurrency limit.
-func (s *Server) planInlineLease(req *AllowRequest, lease string) (Result, plan, error) {
-	lim, cost, err := req.inlineLimit()
-	if err == nil {
-		err = s.checkOwnPeriod("limit.period", lim.Period)
-	}
-	if err != nil {
-		return Result{}, plan{}, err
-	}
-	if lim.Algorithm != floodgate.Concurrency {
-		return Result{}, plan{}, invalid("limit.algorithm", "a lease holds units of a concurrency limit, not %s; decide it with POST /v1/allow", lim.EffectiveAlgorithm())
-	}
-	if err := checkInlineKey(req.Key); err != nil {
-		return Result{}, plan{}, err
-	}
-	res := Result{Code: OK, Statuses: []Status{{Code: OK, Limited: true, Limit: lim}}}
-	p := plan{items: []floodgate.Item{{Key: inlineKey(req.Key), Limit: lim, Cost: cost, Lease: lease}}, which: []int{0}, ownHits: []bool{false}, shadow: []bool{false}}
-	return res, p, nil
-}
-
-// planDescriptorLease is the items of a lease on a domain's concurrency
-// rules.
-func (s *Server) planDescriptorLease(req *AllowRequest, lease string) (Result, plan, error) {
-	ds, hits, err := req.descriptors()
-	if err != nil {
-		return Result{}, plan{}, err
-	}
-	for i, d := range ds {
-		if d.Limit != nil {
-			return Result{}, plan{}, invalid(fmt.Sprintf("descriptors[%d].limit", i), "a lease holds units of the config's concurrency rules or of an inline limit, not of a descriptor's own limit")
-		}
-	}
-	if err := checkRequest(req.Domain, ds); err != nil {
-		return Result{}, plan{}, err
-	}
-	return s.planLease(req.Domain, ds, hits, lease)
-}
-
 // handleLease answers renew (release false) and release of the lease id:
 // the request the id carries is decided again under its lease.
-func (s *Server) handleLease(release bool) http.HandlerFunc {
+func (s *API) handleLease(release bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		lease, req, err := decodeLease(r.PathValue("id"))
 		if err != nil {
