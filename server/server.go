@@ -1,18 +1,20 @@
-// Package server is the core of `floodgate serve`: it decides the
+// Package server is the engine of `floodgate serve`: it decides the
 // descriptors of a request against the loaded config (the envoyproxy/ratelimit
-// model) or a limit given inline, serves the HTTP JSON API, /metrics,
-// /healthz and /readyz, and reloads its config without dropping a request.
-//
-// The Envoy gRPC protocol lives in server/envoyrls, which translates protobuf
-// to the types of this package and calls Server.Decide: protobuf types never
-// reach the rest of Floodgate.
+// model) or a limit given inline, holds reservations and leases, counts
+// what it decides in Prometheus metrics, answers readiness, and reloads its
+// config without dropping a request. It speaks no protocol: server/httpapi
+// serves the HTTP JSON API over it, server/envoyrls Envoy's gRPC protocol
+// (and POST /json), server/rlqs Envoy's quota protocol, and
+// server/transport holds what is between them and the network (tokens,
+// TLS, listener bounds). Protobuf types never reach this package.
 //
 // # Deciding a request
 //
-// A request takes one path from the edge to the store. The HTTP handler
-// (handleAllow) or the Envoy adapter (server/envoyrls: gRPC and POST /json)
+// A request takes one path from the edge to the store. An edge (the HTTP
+// API's POST /v1/allow, or server/envoyrls: gRPC and POST /json)
 // translates its body into Descriptors (or an inline limit) and calls
-// Server.Decide (DecideInline), which checks the request's shape, matches
+// Server.Decide (DecideInline), which checks the request's shape, once,
+// for every edge, matches
 // each descriptor to a rule of its domain (config.Config.MatchAll,
 // replaces applied), and asks the server's floodgate.Limiter to decide the
 // limited ones with Limiter.Decide: validation, the deadline, the store

@@ -139,7 +139,7 @@ func guard(auth *transport.Auth, scope transport.Scope, h http.Handler) http.Han
 type route struct {
 	pattern string
 	h       http.Handler
-	scope   transport.Scope // what Options.Auth asks of its callers
+	scope   transport.Scope // what the API's Auth asks of its callers
 }
 
 // routes lists what Handler serves, in one place, so that the OpenAPI test

@@ -126,7 +126,7 @@ type scoped struct {
 
 func (s scoped) Scope() transport.Scope { return s.scope }
 
-// Handlers are the dashboard's routes, for server.Server.Handler's extras:
+// Handlers are the dashboard's routes, for httpapi.API.Handler's extras:
 //
 //	GET /ui           the page
 //	GET /ui/{asset}   its script, style sheet and icon
