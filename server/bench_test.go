@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 )
 
 const benchYAML = `
@@ -40,7 +42,7 @@ func BenchmarkAllow(b *testing.B) {
 	} {
 		b.Run(form.name, func(b *testing.B) {
 			srv, _ := newServer(b, nil, benchYAML)
-			h := srv.Handler(nil)
+			h := servertest.Handler(b, srv, nil)
 			w := &discardWriter{h: http.Header{}}
 			var body []byte
 			rd := bytes.NewReader(nil)

@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 	"github.com/floodgate-rl/floodgate/store/redisstore"
@@ -241,7 +242,7 @@ func TestReadyWhileStoreDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := httptest.NewRecorder()
-			srv.Handler(nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			servertest.Handler(t, srv, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 			err = srv.Ready(t.Context())
 			switch mode {
 			case floodgate.FailLocal:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
@@ -134,7 +135,7 @@ func TestInvalidUTF8IsBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := srv.Handler(nil)
+	h := servertest.Handler(t, srv, nil)
 	for _, path := range []string{"/v1/allow", "/v1/reservations"} {
 		body := "{\"key\": \"user:\xff\", \"limit\": {\"limit\": 1, \"period\": \"1m\"}}"
 		rec := httptest.NewRecorder()
@@ -251,7 +252,7 @@ func TestMaxOwnPeriod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := srv.Handler(nil)
+	h := servertest.Handler(t, srv, nil)
 	for _, tc := range []struct {
 		path, body, field string
 	}{

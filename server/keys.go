@@ -3,17 +3,12 @@ package server
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 )
-
-// Auth returns the server's Options.Auth: nil when every route is open.
-func (s *Server) Auth() *Auth { return s.auth }
 
 // KeyRef names the state of one key, as POST /v1/reset and POST
 // /v1/inspect take it: an inline key and its limit (Key and Limit), or a
@@ -43,22 +38,22 @@ type KeyState struct {
 func (s *Server) resolve(ref KeyRef) (string, floodgate.Limit, *config.Rule, error) {
 	if ref.Domain == "" && ref.Entries == nil {
 		if ref.Limit == nil {
-			return "", floodgate.Limit{}, nil, invalid("limit", "required with key")
+			return "", floodgate.Limit{}, nil, Invalid("limit", "required with key")
 		}
 		if err := checkInlineKey(ref.Key); err != nil {
 			return "", floodgate.Limit{}, nil, err
 		}
 		if ref.Key == "" {
-			return "", floodgate.Limit{}, nil, invalid("key", "empty")
+			return "", floodgate.Limit{}, nil, Invalid("key", "empty")
 		}
 		return inlineKey(ref.Key), *ref.Limit, nil, nil
 	}
 	if ref.Key != "" {
-		return "", floodgate.Limit{}, nil, invalid("body", "give either key and limit, or domain and entries, not both")
+		return "", floodgate.Limit{}, nil, Invalid("body", "give either key and limit, or domain and entries, not both")
 	}
 	if err := checkRequest(ref.Domain, []Descriptor{{Entries: ref.Entries}}); err != nil {
 		if fe, ok := errors.AsType[*floodgate.FieldError](err); ok {
-			return "", floodgate.Limit{}, nil, invalid(strings.Replace(fe.Field, "descriptors[0].", "", 1), "%s", fe.Problem)
+			return "", floodgate.Limit{}, nil, Invalid(strings.Replace(fe.Field, "descriptors[0].", "", 1), "%s", fe.Problem)
 		}
 		return "", floodgate.Limit{}, nil, err
 	}
@@ -68,9 +63,9 @@ func (s *Server) resolve(ref KeyRef) (string, floodgate.Limit, *config.Rule, err
 	m := s.cfg.Load().MatchAll(ref.Domain, [][]config.Entry{ref.Entries})[0]
 	switch {
 	case m.Rule == nil:
-		return "", floodgate.Limit{}, nil, invalid("entries", "no rule of domain %q matches them", ref.Domain)
+		return "", floodgate.Limit{}, nil, Invalid("entries", "no rule of domain %q matches them", ref.Domain)
 	case m.Rule.Unlimited:
-		return "", floodgate.Limit{}, nil, invalid("entries", "rule %s is unlimited: it keeps no state", m.Rule.ID)
+		return "", floodgate.Limit{}, nil, Invalid("entries", "rule %s is unlimited: it keeps no state", m.Rule.ID)
 	}
 	return "d|" + m.Rule.Key(ref.Entries), m.Rule.Limit, m.Rule, nil
 }
@@ -107,85 +102,6 @@ func (s *Server) InspectKey(ctx context.Context, ref KeyRef) (KeyState, error) {
 		code, d.Allowed = OverLimit, false
 	}
 	return KeyState{StoreKey: key, Status: Status{Code: code, Rule: rule, Limited: true, Limit: limit, Decision: d}}, nil
-}
-
-// ResetRequest is the body of POST /v1/reset and POST /v1/inspect: key
-// and limit for an inline key; or domain and entries for a descriptor of
-// the config, with limit only for a descriptor that brings its own.
-type ResetRequest struct {
-	Key     string      `json:"key,omitempty"`
-	Limit   *LimitJSON  `json:"limit,omitempty"`
-	Domain  string      `json:"domain,omitempty"`
-	Entries []EntryJSON `json:"entries,omitempty"`
-}
-
-// keyRef converts the JSON form, naming the field of any problem.
-func (req *ResetRequest) keyRef() (KeyRef, error) {
-	ref := KeyRef{Key: req.Key, Domain: req.Domain}
-	if req.Entries != nil {
-		ref.Entries = make([]config.Entry, len(req.Entries))
-		for i, e := range req.Entries {
-			ref.Entries[i] = config.Entry{Key: e.Key, Value: e.Value}
-		}
-	}
-	if ref.Domain == "" && ref.Entries != nil {
-		return ref, invalid("domain", "required with entries")
-	}
-	if req.Limit == nil {
-		if ref.Domain == "" {
-			return ref, invalid("limit", "required with key")
-		}
-		return ref, nil
-	}
-	lim, err := req.Limit.toLimit("limit")
-	if err != nil {
-		return ref, err
-	}
-	ref.Limit = &lim
-	return ref, nil
-}
-
-func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
-	var req ResetRequest
-	if !decodeJSON(w, r, &req) {
-		return
-	}
-	ref, err := req.keyRef()
-	if err == nil {
-		err = s.ResetKey(r.Context(), ref)
-	}
-	if err != nil {
-		writeProblem(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// InspectResponse is the answer of POST /v1/inspect: the key's state as a
-// decision of cost 0, and the key the store holds it under.
-type InspectResponse struct {
-	DecisionJSON
-	StoreKey string `json:"store_key"`
-	// At is when the state was read, RFC 3339.
-	At string `json:"at"`
-}
-
-func (s *Server) handleInspect(w http.ResponseWriter, r *http.Request) {
-	var req ResetRequest
-	if !decodeJSON(w, r, &req) {
-		return
-	}
-	ref, err := req.keyRef()
-	var st KeyState
-	if err == nil {
-		st, err = s.InspectKey(r.Context(), ref)
-	}
-	if err != nil {
-		writeProblem(w, err)
-		return
-	}
-	resp := InspectResponse{DecisionJSON: statusJSON(st.Status), StoreKey: st.StoreKey, At: time.Now().UTC().Format(time.RFC3339Nano)}
-	writeJSON(w, http.StatusOK, resp)
 }
 
 // Watch has obs see every decision of the server's Limiter from now on,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
@@ -69,7 +70,7 @@ func TestDecideLedgerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := `{"domain": "billing", "descriptors": [{"entries": [{"key": "tenant", "value": "acme"}]}]}`
-	resp, out := post(t, srv.Handler(nil), "/v1/allow", body)
+	resp, out := post(t, servertest.Handler(t, srv, nil), "/v1/allow", body)
 	if resp.StatusCode != http.StatusServiceUnavailable || out["allowed"] != false || out["ledger_error"] != true || out["store_error"] == true {
 		t.Errorf("POST /v1/allow with the ledger down: %d %v, want 503 with ledger_error", resp.StatusCode, out)
 	}
@@ -80,7 +81,7 @@ func TestDecideLedgerDown(t *testing.T) {
 	if res.Code != server.OverLimit || !errors.Is(res.Statuses[0].Err, floodgate.ErrLedger) {
 		t.Errorf("Decide with the ledger down: %+v, want OVER_LIMIT with ErrLedger", res)
 	}
-	resp, out = post(t, srv.Handler(nil), "/v1/reservations", body)
+	resp, out = post(t, servertest.Handler(t, srv, nil), "/v1/reservations", body)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(out["detail"]), "ledger failed") {
 		t.Errorf("POST /v1/reservations with the ledger down: %d %v, want 503 naming the ledger", resp.StatusCode, out)
 	}

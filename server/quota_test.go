@@ -11,7 +11,9 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
@@ -244,7 +246,7 @@ func TestQuotaCode(t *testing.T) {
 func TestQuotaModeHTTP(t *testing.T) {
 	t.Parallel()
 	srv := newQuotaServer(t, server.Options{})
-	h := srv.Handler(nil)
+	h := servertest.Handler(t, srv, nil)
 	body := `{"domain": "q", "descriptors": [{"entries": [{"key": "plan", "value": "basic"}]}, {"entries": [{"key": "plan", "value": "premium"}]}]}`
 	for i, want := range []struct {
 		allowed bool
@@ -291,9 +293,9 @@ func TestConfigShowsQuotaAndMetadata(t *testing.T) {
 	t.Parallel()
 	srv := newQuotaServer(t, server.Options{})
 	rec := httptest.NewRecorder()
-	srv.Handler(nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/config", nil))
+	servertest.Handler(t, srv, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/config", nil))
 	var out struct {
-		Rules []server.RuleJSON `json:"rules"`
+		Rules []httpapi.RuleJSON `json:"rules"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 		t.Fatalf("%d %s: %v", rec.Code, rec.Body, err)
@@ -344,7 +346,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := srv.Handler(nil)
+	h := servertest.Handler(t, srv, nil)
 	body := `{"domain": "l", "descriptors": [{"entries": [{"key": "a", "value": "x"}]}, {"entries": [{"key": "b", "value": "x"}]}]}`
 	for i, want := range []bool{true, false} {
 		resp, out := post(t, h, "/v1/leases", body)

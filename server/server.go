@@ -1,18 +1,20 @@
-// Package server is the core of `floodgate serve`: it decides the
+// Package server is the engine of `floodgate serve`: it decides the
 // descriptors of a request against the loaded config (the envoyproxy/ratelimit
-// model) or a limit given inline, serves the HTTP JSON API, /metrics,
-// /healthz and /readyz, and reloads its config without dropping a request.
-//
-// The Envoy gRPC protocol lives in server/envoyrls, which translates protobuf
-// to the types of this package and calls Server.Decide: protobuf types never
-// reach the rest of Floodgate.
+// model) or a limit given inline, holds reservations and leases, counts
+// what it decides in Prometheus metrics, answers readiness, and reloads its
+// config without dropping a request. It speaks no protocol: server/httpapi
+// serves the HTTP JSON API over it, server/envoyrls Envoy's gRPC protocol
+// (and POST /json), server/rlqs Envoy's quota protocol, and
+// server/transport holds what is between them and the network (tokens,
+// TLS, listener bounds). Protobuf types never reach this package.
 //
 // # Deciding a request
 //
-// A request takes one path from the edge to the store. The HTTP handler
-// (handleAllow) or the Envoy adapter (server/envoyrls: gRPC and POST /json)
+// A request takes one path from the edge to the store. An edge (the HTTP
+// API's POST /v1/allow, or server/envoyrls: gRPC and POST /json)
 // translates its body into Descriptors (or an inline limit) and calls
-// Server.Decide (DecideInline), which checks the request's shape, matches
+// Server.Decide (DecideInline), which checks the request's shape, once,
+// for every edge, matches
 // each descriptor to a rule of its domain (config.Config.MatchAll,
 // replaces applied), and asks the server's floodgate.Limiter to decide the
 // limited ones with Limiter.Decide: validation, the deadline, the store
@@ -58,16 +60,11 @@ const (
 	MaxDescriptors = 64
 	// MaxEntries is the most entries in one descriptor.
 	MaxEntries = 64
-	// MaxBodyBytes is the largest HTTP request body.
-	MaxBodyBytes = 1 << 20
 	// DefaultTimeout is the default deadline of a store call: well under the
 	// 20 ms that Envoy waits for a rate limit service by default.
 	DefaultTimeout = 10 * time.Millisecond
 )
 
-// invalid is the error of a field of a request the caller got wrong: HTTP
-// 400, gRPC InvalidArgument. Field is named as the caller wrote it
-// ("descriptors[1].entries[0].key").
 // DefaultMaxOwnPeriod is Options.MaxOwnPeriod's default: 31 days, which
 // holds a monthly quota.
 const DefaultMaxOwnPeriod = 31 * 24 * time.Hour
@@ -76,12 +73,16 @@ const DefaultMaxOwnPeriod = 31 * 24 * time.Hour
 // Options.MaxOwnPeriod, naming field.
 func (s *Server) checkOwnPeriod(field string, period time.Duration) error {
 	if s.maxPeriod > 0 && period > s.maxPeriod {
-		return invalid(field, "%v is above this server's maximum for a request's own limit, %v (floodgate serve -max-own-period)", period, s.maxPeriod)
+		return Invalid(field, "%v is above this server's maximum for a request's own limit, %v (floodgate serve -max-own-period)", period, s.maxPeriod)
 	}
 	return nil
 }
 
-func invalid(field, format string, args ...any) error {
+// Invalid is the error of a field of a request the caller got wrong: a
+// *floodgate.FieldError of floodgate.ErrInvalidRequest naming field as
+// the caller wrote it ("descriptors[1].entries[0].key"), which the
+// HTTP API answers 400 and gRPC InvalidArgument.
+func Invalid(field, format string, args ...any) error {
 	return &floodgate.FieldError{Kind: floodgate.ErrInvalidRequest, Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
@@ -142,10 +143,6 @@ type Options struct {
 	// value is upstream's default (a domain in one file only), and
 	// MergeDomains merges a domain's files (upstream's MERGE_DOMAIN_CONFIG).
 	ConfigLoader config.Loader
-	// Auth, when set, holds the HTTP routes to the bearer tokens of their
-	// Scope (see Auth); nil serves every route to every caller. The gRPC
-	// services take Auth.GRPCOptions.
-	Auth *Auth
 }
 
 // Server decides requests. It is safe for concurrent use.
@@ -162,7 +159,6 @@ type Server struct {
 	near     float64
 	// independent: Options.IndependentDescriptors.
 	independent bool
-	auth        *Auth
 	maxPeriod   time.Duration // Options.MaxOwnPeriod; 0: none
 	shadowAll   bool          // Options.GlobalShadowMode
 	quotaAll    bool          // Options.GlobalQuotaMode
@@ -180,7 +176,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Store == nil {
 		return nil, errors.New("server: New: nil Store")
 	}
-	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors, auth: opts.Auth,
+	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors,
 		maxPeriod: opts.MaxOwnPeriod, shadowAll: opts.GlobalShadowMode, quotaAll: opts.GlobalQuotaMode, loader: opts.ConfigLoader,
 		throttle: newLogThrottle(time.Second)}
 	switch {
@@ -382,7 +378,7 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 	}
 	s.settleEach(domain, ds, &res, p.which, outs)
 	res.Code = QuotaCode(res.Statuses)
-	if res.Code == OverLimit && s.shadowAll && !failedClosed(res.Statuses) {
+	if res.Code == OverLimit && s.shadowAll && !FailedClosed(res.Statuses) {
 		res.Code, res.GlobalShadow = OK, true
 		s.m.globalShadow.Inc()
 	}
@@ -412,6 +408,18 @@ func QuotaCode(statuses []Status) Code {
 		return OverLimit
 	}
 	return OK
+}
+
+// FailedClosed reports whether a store failure answered by fail_closed
+// denied one of statuses: the HTTP API answers such a request 503, and
+// POST /json adds a Retry-After.
+func FailedClosed(statuses []Status) bool {
+	for _, st := range statuses {
+		if st.Err != nil && st.Code == OverLimit {
+			return true
+		}
+	}
+	return false
 }
 
 // decidePlan asks the Limiter for the outcome of every item of p: all or
@@ -465,26 +473,26 @@ func (s *Server) decidePlan(ctx context.Context, p *plan) ([]floodgate.Outcome, 
 func checkRequest(domain string, ds []Descriptor) error {
 	switch {
 	case domain == "":
-		return invalid("domain", "empty")
+		return Invalid("domain", "empty")
 	case len(ds) == 0:
-		return invalid("descriptors", "empty")
+		return Invalid("descriptors", "empty")
 	case len(ds) > MaxDescriptors:
-		return invalid("descriptors", "%d descriptors, more than the %d allowed", len(ds), MaxDescriptors)
+		return Invalid("descriptors", "%d descriptors, more than the %d allowed", len(ds), MaxDescriptors)
 	}
 	for i, d := range ds {
 		if len(d.Entries) == 0 {
-			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "empty")
+			return Invalid(fmt.Sprintf("descriptors[%d].entries", i), "empty")
 		}
 		if len(d.Entries) > MaxEntries {
-			return invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, more than the %d allowed", len(d.Entries), MaxEntries)
+			return Invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, more than the %d allowed", len(d.Entries), MaxEntries)
 		}
 		for j, e := range d.Entries {
 			if e.Key == "" {
-				return invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "empty")
+				return Invalid(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "empty")
 			}
 		}
 		if d.Limit != nil && d.Limit.Algorithm == floodgate.Concurrency {
-			return invalid(fmt.Sprintf("descriptors[%d].limit.algorithm", i), "concurrency limits need a lease; they cannot be checked per request")
+			return Invalid(fmt.Sprintf("descriptors[%d].limit.algorithm", i), "concurrency limits need a lease; they cannot be checked per request")
 		}
 	}
 	return nil
@@ -562,12 +570,12 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 			continue
 		case (m.Rule.Limit.Algorithm == floodgate.Concurrency) != (lease != ""):
 			if lease != "" {
-				return res, p, invalid(fmt.Sprintf("descriptors[%d]", i), "rule %s (%s:%d) is not a concurrency limit; decide it with POST /v1/allow", m.Rule.ID, m.Rule.File, m.Rule.Line)
+				return res, p, Invalid(fmt.Sprintf("descriptors[%d]", i), "rule %s (%s:%d) is not a concurrency limit; decide it with POST /v1/allow", m.Rule.ID, m.Rule.File, m.Rule.Line)
 			}
 			// A concurrency rule holds units until they are released,
 			// which a decision per request cannot express: refused, never
 			// accepted and ignored.
-			return res, p, invalid(fmt.Sprintf("descriptors[%d]", i), "rule %s (%s:%d) is a concurrency limit, which holds units until they are released; a decision per request cannot do that (Envoy's protocol has no release): acquire it with POST /v1/leases",
+			return res, p, Invalid(fmt.Sprintf("descriptors[%d]", i), "rule %s (%s:%d) is a concurrency limit, which holds units until they are released; a decision per request cannot do that (Envoy's protocol has no release): acquire it with POST /v1/leases",
 				m.Rule.ID, m.Rule.File, m.Rule.Line)
 		default:
 			st.Rule, st.Limit = m.Rule, m.Rule.Limit
@@ -736,13 +744,17 @@ func pick(cond bool, a, b string) string {
 
 // DecideInline decides one key against a limit given by the caller (the HTTP
 // API's inline form), answered by the default failure mode. Keys of inline
-// limits never meet keys of config rules.
+// limits never meet keys of config rules. A period above
+// Options.MaxOwnPeriod is invalid (field "limit.period").
 func (s *Server) DecideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
+	if err := s.checkOwnPeriod("limit.period", limit.Period); err != nil {
+		return Status{}, err
+	}
 	if err := checkInlineKey(key); err != nil {
 		return Status{}, err
 	}
 	if limit.Algorithm == floodgate.Concurrency {
-		return Status{}, invalid("limit.algorithm", "concurrency limits need a lease; they cannot be checked per request")
+		return Status{}, Invalid("limit.algorithm", "concurrency limits need a lease; they cannot be checked per request")
 	}
 	outs, err := s.lim.Decide(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}})
 	if err != nil {
@@ -778,7 +790,7 @@ func inlineKey(key string) string {
 // it: the Limiter sees it with the "i|" the server adds.
 func checkInlineKey(key string) error {
 	if most := floodgate.MaxKeyLen - len("i|"); len(key) > most {
-		return invalid("key", "%d bytes, more than the %d allowed", len(key), most)
+		return Invalid("key", "%d bytes, more than the %d allowed", len(key), most)
 	}
 	return nil
 }

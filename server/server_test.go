@@ -16,7 +16,9 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
@@ -104,7 +106,7 @@ func post(t *testing.T, h http.Handler, path, body string) (*http.Response, map[
 
 func TestAllowInline(t *testing.T) {
 	srv, clock := newServer(t, nil, "")
-	h := srv.Handler(nil)
+	h := servertest.Handler(t, srv, nil)
 	body := `{"key": "user:42", "limit": {"algorithm": "fixed_window", "limit": 2, "period": "1m", "name": "per_user"}, "cost": 1}`
 	for i, want := range []struct {
 		allowed   bool
@@ -143,7 +145,7 @@ func TestAllowInline(t *testing.T) {
 
 func TestAllowDescriptors(t *testing.T) {
 	srv, _ := newServer(t, nil, apiYAML)
-	h := srv.Handler(nil)
+	h := servertest.Handler(t, srv, nil)
 	user := `{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "42"}]}, {"entries": [{"key": "path", "value": "/health"}]}]}`
 	for i, want := range []bool{true, true, false} {
 		resp, out := post(t, h, "/v1/allow", user)
@@ -235,7 +237,7 @@ func TestReplaces(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	srv, _ := newServer(t, nil, apiYAML)
-	h := srv.Handler(nil)
+	h := servertest.Handler(t, srv, nil)
 	for _, tc := range []struct {
 		name, body, field string
 		status            int
@@ -258,7 +260,7 @@ func TestBadInput(t *testing.T) {
 		{"negative hits", `{"domain": "api", "hits": -2, "descriptors": [{"entries": [{"key": "user", "value": "1"}]}]}`, "hits", 400},
 		{"trailing data", `{"key": "k", "limit": {"limit": 1, "period": "1s"}} {}`, "body", 400},
 		{"concurrency inline", `{"key": "k", "limit": {"algorithm": "concurrency", "limit": 1, "period": "1s"}}`, "limit.algorithm", 400},
-		{"too large", `{"key": "` + strings.Repeat("k", server.MaxBodyBytes) + `"}`, "body", 413},
+		{"too large", `{"key": "` + strings.Repeat("k", httpapi.MaxBodyBytes) + `"}`, "body", 413},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, out := post(t, h, "/v1/allow", tc.body)
@@ -292,7 +294,7 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1, failure_mode: fail_closed}
 `
 	srv, _ := newServer(t, downStore{}, yaml)
-	h := srv.Handler(nil)
+	h := servertest.Handler(t, srv, nil)
 	resp, out := post(t, h, "/v1/allow", `{"domain": "api", "descriptors": [{"entries": [{"key": "open", "value": "1"}]}]}`)
 	if resp.StatusCode != http.StatusOK || out["allowed"] != true {
 		t.Errorf("fail_open: %d %v", resp.StatusCode, out)
@@ -327,7 +329,7 @@ func TestStoreDeadline(t *testing.T) {
 
 func TestConfigEndpointAndHealth(t *testing.T) {
 	srv, _ := newServer(t, nil, apiYAML)
-	h := srv.Handler(nil)
+	h := servertest.Handler(t, srv, nil)
 	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ok", "/v1/config": `"id":"api|user"`, "/metrics": "floodgate_config_rules 6"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -370,7 +372,7 @@ func TestReload(t *testing.T) {
 		t.Fatal("a bad config replaced the good one")
 	}
 	rec := httptest.NewRecorder()
-	srv.Handler(nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	servertest.Handler(t, srv, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for _, want := range []string{`floodgate_config_reloads_total{result="failure"} 1`, `floodgate_config_reloads_total{result="success"} 2`} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("metrics lack %q", want)

@@ -13,7 +13,7 @@ import (
 
 // TestServeOpenAPI checks that the document serve publishes at GET
 // /openapi.yaml is valid and describes the routes serve adds to the
-// server's own (httpExtras). The server's TestOpenAPI drives every route
+// API's own (httpExtras). server/httpapi's TestOpenAPI drives every route
 // and status of the document against the handler; this is the one part
 // of it that only serve's wiring can tell.
 func TestServeOpenAPI(t *testing.T) {
@@ -46,7 +46,7 @@ func TestServeOpenAPI(t *testing.T) {
 			continue
 		}
 		if item := doc.Paths.Value(path); item == nil || item.GetOperation(method) == nil {
-			t.Errorf("serve serves %s, which server/openapi.yaml lacks", pattern)
+			t.Errorf("serve serves %s, which server/httpapi/openapi.yaml lacks", pattern)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,17 +20,16 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
+	"github.com/floodgate-rl/floodgate/server/transport"
 	"github.com/floodgate-rl/floodgate/server/ui"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 	"github.com/floodgate-rl/floodgate/store/redisstore"
 	"github.com/peterbourgon/ff/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 )
 
 // defaultDenyCache is serve's default -deny-cache: on, because a cached
@@ -40,10 +38,6 @@ import (
 // no round trip. 65,536 entries take a few MiB.
 const defaultDenyCache = 1 << 16
 
-// grpcStreamWorkers is the number of goroutines kept to serve gRPC calls;
-// see grpc.NumStreamWorkers.
-const grpcStreamWorkers = 256
-
 // defaultMaxConns is serve's default -max-connections per listener: room
 // for a large fleet of Envoys and clients (each Envoy holds a few
 // connections), well under the file limit Go raises the process to at
@@ -51,26 +45,6 @@ const grpcStreamWorkers = 256
 // flood of connections waits in the kernel's accept queue instead of
 // taking every descriptor.
 const defaultMaxConns = 10_000
-
-// grpcServerOptions bound what one client can hold on the gRPC listener:
-// a connection idle for -grpc-max-idle is closed (GOAWAY), every
-// connection is recycled after a day so that none lives for ever, and a
-// client that pings more often than every 10 s is disconnected, as gRPC's
-// keepalive enforcement does, rather than holding the connection open
-// with pings alone.
-func (c serveConfig) grpcServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.NumStreamWorkers(grpcStreamWorkers),
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle:     c.grpcMaxIdle,
-			MaxConnectionAge:      24 * time.Hour,
-			MaxConnectionAgeGrace: 10 * time.Second,
-			Time:                  2 * time.Minute,
-			Timeout:               20 * time.Second,
-		}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}
-}
 
 // serveConfig is everything `floodgate serve` reads from its flags and
 // environment, once, at start.
@@ -254,7 +228,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 1
 	}
-	ltls, err := server.NewTLSFiles(c.tlsCert, c.tlsKey, c.tlsClientCA, log)
+	ltls, err := transport.NewTLSFiles(c.tlsCert, c.tlsKey, c.tlsClientCA, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
@@ -279,7 +253,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeRegion()
-	srv, closeServer, err := c.newServer(store, acc, auth, log)
+	srv, closeServer, err := c.newServer(store, acc, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
 		return 1
@@ -341,11 +315,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // loadAuth reads -auth-token-file and -admin-token-file and watches them
 // until ctx ends; nil without either.
-func (c serveConfig) loadAuth(ctx context.Context, log *slog.Logger) (*server.Auth, error) {
+func (c serveConfig) loadAuth(ctx context.Context, log *slog.Logger) (*transport.Auth, error) {
 	if c.authFile == "" && c.adminFile == "" {
 		return nil, nil
 	}
-	auth, err := server.LoadAuth(c.authFile, c.adminFile)
+	auth, err := transport.LoadAuth(c.authFile, c.adminFile)
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +365,7 @@ func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate
 	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	store, closeStore, err := openRedis(octx, c.redisURL, ro)
-	if err != nil && retryable(err) {
+	if err != nil && redisstore.Retryable(err) {
 		// Redis is not up (yet): serve anyway, answering by the failure
 		// modes, and connect when it comes.
 		log.Warn("store unreachable at start; serving by the failure modes and retrying", "store", redactURL(c.redisURL), "error", err)
@@ -405,7 +379,7 @@ func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate
 // policy, deadline and, with -instances, the local store of the failure
 // mode local; and the Redis store's own counters in its registry. The
 // returned func closes the local store.
-func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, auth *server.Auth, log *slog.Logger) (*server.Server, func(), error) {
+func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, log *slog.Logger) (*server.Server, func(), error) {
 	lo := floodgate.Options{FailurePolicy: floodgate.FailurePolicy(c.failureMode), Timeout: c.timeout}
 	c.ledger.options(&lo, acc)
 	closeLocal := func() {}
@@ -414,14 +388,14 @@ func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, auth
 		closeLocal = func() { local.Close() }
 		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
 	}
-	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, Auth: auth, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode,
+	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode,
 		GlobalQuotaMode: c.parity.quotaMode, ConfigLoader: c.parity.loader()})
 	if err == nil {
 		switch rs := regionalStore(store).(type) {
 		case *redisstore.Store:
 			err = registerLocalStats(srv.Registry(), func() *redisstore.Store { return rs })
-		case *pendingRedis:
-			err = registerLocalStats(srv.Registry(), rs.store.Load)
+		case *redisstore.Pending:
+			err = registerLocalStats(srv.Registry(), rs.Store)
 		case *memstore.Store:
 			err = registerMemStats(srv.Registry(), rs)
 		}
@@ -484,29 +458,23 @@ type listeners struct {
 
 // listen opens the HTTP and gRPC listeners of the flags, with the handlers
 // of srv.
-func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *server.TLSFiles, handler slog.Handler) (*listeners, error) {
+func (c serveConfig) listen(srv *server.Server, auth *transport.Auth, ltls *transport.TLSFiles, handler slog.Handler) (*listeners, error) {
 	rls := envoyService(srv, c.headers, c.parity)
-	httpLn, err := net.Listen("tcp", c.httpAddr)
+	api, err := httpapi.New(srv, &httpapi.Options{Auth: auth})
+	if err != nil {
+		return nil, err
+	}
+	httpLn, err := transport.Listen(c.httpAddr, c.maxConns, ltls, "h2", "http/1.1")
 	if err != nil {
 		return nil, fmt.Errorf("-http %s: %w", c.httpAddr, err)
-	}
-	httpLn = netutil.LimitListener(httpLn, c.maxConns)
-	if ltls != nil {
-		httpLn = tls.NewListener(httpLn, ltls.Config("h2", "http/1.1"))
 	}
 	extras := httpExtras(rls)
 	var dash *ui.Dashboard
 	if c.dashboard {
-		dash = ui.New(srv, nil)
+		dash = ui.New(srv, &ui.Options{Auth: auth})
 		maps.Copy(extras, dash.Handlers())
 	}
-	l := &listeners{httpLn: httpLn, http: &http.Server{
-		Handler:           srv.Handler(extras),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
-	}}
+	l := &listeners{httpLn: httpLn, http: transport.NewHTTPServer(api.Handler(extras), slog.NewLogLogger(handler, slog.LevelWarn))}
 	if dash != nil {
 		// The feed's streams never go idle: end them when Shutdown starts.
 		l.http.RegisterOnShutdown(dash.Close)
@@ -516,29 +484,19 @@ func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *server.
 			httpLn.Close()
 			return nil, fmt.Errorf("-debug-addr %s: %w", c.debugAddr, err)
 		}
-		l.debug = &http.Server{Handler: server.DebugHandler(), ReadHeaderTimeout: 5 * time.Second}
+		l.debug = &http.Server{Handler: transport.DebugHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
 	if c.grpcAddr == "" {
 		return l, nil
 	}
-	if l.grpcLn, err = net.Listen("tcp", c.grpcAddr); err != nil {
+	if l.grpcLn, err = transport.Listen(c.grpcAddr, c.maxConns, nil); err != nil {
 		httpLn.Close()
 		if l.debugLn != nil {
 			l.debugLn.Close()
 		}
 		return nil, fmt.Errorf("-grpc %s: %w", c.grpcAddr, err)
 	}
-	l.grpcLn = netutil.LimitListener(l.grpcLn, c.maxConns)
-	// A pool of stream workers serves each call on a goroutine whose
-	// stack has already grown: with a goroutine per call (gRPC's
-	// default), growing and copying the stack of every new handler
-	// goroutine took 19-25% of the server's CPU under 64 concurrent
-	// callers (pprof, 2026-11-29). Calls beyond the pool's size still
-	// get a goroutine of their own, so the pool bounds nothing.
-	gopts := append(c.grpcServerOptions(), auth.GRPCOptions()...)
-	if ltls != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(ltls.Config("h2"))))
-	}
+	gopts := append(transport.GRPCServerOptions(c.grpcMaxIdle, ltls), auth.GRPCOptions()...)
 	l.grpc = grpc.NewServer(gopts...)
 	registerGRPC(l.grpc, rls)
 	healthpb.RegisterHealthServer(l.grpc, health.NewServer())

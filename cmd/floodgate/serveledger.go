@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/loop"
 	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/ledger/postgres"
 	"github.com/floodgate-rl/floodgate/ledger/sqlite"
@@ -116,37 +117,31 @@ func (f *ledgerFlags) watchDrift(ctx context.Context, srv *server.Server, acc *l
 		}
 	}
 	used := ledger.PeekUsed(srv.Limiter())
-	go func() {
-		t := time.NewTicker(f.reconcile)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			drifts, err := ledger.Reconcile(ctx, acc.Store(), used, nil)
-			if err != nil {
-				runs.WithLabelValues("failed").Inc()
-				log.Warn("ledger reconcile failed", "error", err)
-				continue
-			}
-			runs.WithLabelValues("ok").Inc()
-			var behind, ahead, behindUnits, aheadUnits float64
-			for _, d := range drifts {
-				if d.Behind() {
-					behind++
-					behindUnits += float64(d.Missing())
-				} else {
-					ahead++
-					aheadUnits += float64(d.Counter - d.Expected())
-				}
-			}
-			windows.WithLabelValues("behind").Set(behind)
-			windows.WithLabelValues("ahead").Set(ahead)
-			units.WithLabelValues("behind").Set(behindUnits)
-			units.WithLabelValues("ahead").Set(aheadUnits)
+	var drift loop.Loop
+	drift.Start(f.reconcile, func(context.Context) bool {
+		drifts, err := ledger.Reconcile(ctx, acc.Store(), used, nil)
+		if err != nil {
+			runs.WithLabelValues("failed").Inc()
+			log.Warn("ledger reconcile failed", "error", err)
+			return true
 		}
-	}()
+		runs.WithLabelValues("ok").Inc()
+		var behind, ahead, behindUnits, aheadUnits float64
+		for _, d := range drifts {
+			if d.Behind() {
+				behind++
+				behindUnits += float64(d.Missing())
+			} else {
+				ahead++
+				aheadUnits += float64(d.Counter - d.Expected())
+			}
+		}
+		windows.WithLabelValues("behind").Set(behind)
+		windows.WithLabelValues("ahead").Set(ahead)
+		units.WithLabelValues("behind").Set(behindUnits)
+		units.WithLabelValues("ahead").Set(aheadUnits)
+		return true
+	})
+	context.AfterFunc(ctx, drift.Stop)
 	return nil
 }

@@ -1,13 +1,16 @@
 // Package servertest builds what the tests of the service's packages
 // (server/rlqs, server/ui, ...) start from: a config from YAML, and a
-// server.Server of it on a memory store. It is for tests only.
+// server.Server of it on a memory store, and its HTTP API. It is for
+// tests only.
 package servertest
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
@@ -40,4 +43,15 @@ func New(t testing.TB, name, yaml string, opts server.Options) *server.Server {
 		t.Fatal(err)
 	}
 	return srv
+}
+
+// Handler is the HTTP API of srv (server/httpapi) with extra, every
+// route open, or fails t.
+func Handler(t testing.TB, srv *server.Server, extra map[string]http.Handler) http.Handler {
+	t.Helper()
+	api, err := httpapi.New(srv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api.Handler(extra)
 }

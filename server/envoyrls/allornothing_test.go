@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/envoyrls"
 	"github.com/floodgate-rl/floodgate/store/memstore"
@@ -116,7 +117,7 @@ func openRedis(t *testing.T, url string) floodgate.Store {
 // proto and reports whether it was admitted.
 func allowVia(t *testing.T, proto string, srv *server.Server) func(user string) bool {
 	if proto == "http" {
-		h := srv.Handler(nil)
+		h := servertest.Handler(t, srv, nil)
 		return func(user string) bool {
 			body, _ := json.Marshal(map[string]any{"domain": "api", "descriptors": []any{
 				map[string]any{"entries": []any{map[string]string{"key": "tenant", "value": "t1"}}},

@@ -9,7 +9,8 @@
 //
 //	g := grpc.NewServer()
 //	envoyrls.Register(g, srv)
-//	h := srv.Handler(map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)})
+//	api, err := httpapi.New(srv, nil) // server/httpapi
+//	h := api.Handler(map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)})
 //
 // Behaviour follows envoyproxy/ratelimit (src/service/ratelimit.go,
 // src/limiter/base_limiter.go, src/utils/utilities.go, src/config/config_impl.go
@@ -231,26 +232,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // decide translates req, decides it and translates the result back; the
 // statuses are returned as well for the HTTP handler's header fields.
+// The request's shape (the domain, the number of descriptors and of
+// their entries, empty keys) is Server.Decide's to check, once; this
+// checks only what the translation needs (hits that fit an int64, an
+// override's unit) and what Descriptors cannot say (is_negative_hits).
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, []server.Status, error) {
 	domain, pds := req.GetDomain(), req.GetDescriptors()
-	switch {
-	case domain == "":
-		return nil, nil, invalid("domain", "empty")
-	case len(pds) == 0:
-		return nil, nil, invalid("descriptors", "empty")
-	case len(pds) > server.MaxDescriptors:
-		return nil, nil, invalid("descriptors", "%d descriptors, more than the %d allowed", len(pds), server.MaxDescriptors)
-	}
 	// Upstream applies a limit override only in a domain it knows. (A reload
 	// between this look and Decide's may decide one request by the other
 	// config's domains; it cannot mix two configs' rules.)
 	knownDomain := s.srv.Config().Domain(domain) != nil
 
 	n := 0
-	for i, pd := range pds {
-		if m := len(pd.GetEntries()); m > server.MaxEntries {
-			return nil, nil, invalid(fmt.Sprintf("descriptors[%d].entries", i), "%d entries, more than the %d allowed", m, server.MaxEntries)
-		}
+	for _, pd := range pds {
 		n += len(pd.GetEntries())
 	}
 	// One array for the entries of every descriptor, one for the costs
@@ -260,11 +254,11 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	var hitsOf []int64
 	for i, pd := range pds {
 		if pd.GetIsNegativeHits() {
-			return nil, nil, invalid(fmt.Sprintf("descriptors[%d].is_negative_hits", i), "returning hits to the budget is not supported")
+			return nil, nil, server.Invalid(fmt.Sprintf("descriptors[%d].is_negative_hits", i), "returning hits to the budget is not supported")
 		}
 		if h := pd.GetHitsAddend(); h != nil {
 			if h.GetValue() > uint64(floodgate.MaxLimit) {
-				return nil, nil, invalid(fmt.Sprintf("descriptors[%d].hits_addend", i), "%d is more than the %d allowed", h.GetValue(), floodgate.MaxLimit)
+				return nil, nil, server.Invalid(fmt.Sprintf("descriptors[%d].hits_addend", i), "%d is more than the %d allowed", h.GetValue(), floodgate.MaxLimit)
 			}
 			if hitsOf == nil {
 				hitsOf = make([]int64, len(pds))
@@ -427,15 +421,15 @@ func overrideLimit(o *commonv3.RateLimitDescriptor_RateLimitOverride, i int) (fl
 	unit := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	length := unitLength(unit)
 	if length == 0 {
-		return floodgate.Limit{}, invalid(fmt.Sprintf("descriptors[%d].limit.unit", i), "%s is not a unit (want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)", unit)
+		return floodgate.Limit{}, server.Invalid(fmt.Sprintf("descriptors[%d].limit.unit", i), "%s is not a unit (want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)", unit)
 	}
 	period := length
 	if m := o.GetUnitMultiplier(); m != nil {
 		switch n := m.GetValue(); {
 		case n == 0:
-			return floodgate.Limit{}, invalid(fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i), "0; want at least 1")
+			return floodgate.Limit{}, server.Invalid(fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i), "0; want at least 1")
 		case time.Duration(n) > floodgate.MaxPeriod/length:
-			return floodgate.Limit{}, invalid(fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i), "%d %s is longer than the longest period, %v", n, unit, floodgate.MaxPeriod)
+			return floodgate.Limit{}, server.Invalid(fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i), "%d %s is longer than the longest period, %v", n, unit, floodgate.MaxPeriod)
 		default:
 			period = time.Duration(n) * length
 		}
@@ -450,11 +444,6 @@ func overrideLimit(o *commonv3.RateLimitDescriptor_RateLimitOverride, i int) (fl
 
 func clampUint32(n int64) uint32 {
 	return uint32(min(max(n, 0), math.MaxUint32))
-}
-
-// invalid is the error of a field of a request the caller got wrong.
-func invalid(field, format string, args ...any) error {
-	return &floodgate.FieldError{Kind: floodgate.ErrInvalidRequest, Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
 // grpcError maps an error of decide to a gRPC status: InvalidArgument, with

@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/envoyrls"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
@@ -97,7 +98,11 @@ func ExampleRegister() {
 // Clients that cannot speak gRPC post the same request as JSON to /json.
 func ExampleJSONHandler() {
 	srv := exampleServer()
-	hs := httptest.NewServer(srv.Handler(map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)}))
+	api, err := httpapi.New(srv, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	hs := httptest.NewServer(api.Handler(map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)}))
 	defer hs.Close()
 
 	const body = `{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]}`

@@ -10,8 +10,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/envoyrls"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
 )
 
 // FuzzJSONHandler posts any body to POST /json: whatever it holds, the
@@ -39,7 +39,7 @@ func FuzzJSONHandler(f *testing.F) {
 				t.Fatalf("a decision without statuses: %s", rec.Body)
 			}
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
-			var p server.Problem
+			var p httpapi.Problem
 			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 				t.Fatalf("status %d with a body that is no problem details: %v\n%s", rec.Code, err, rec.Body)
 			}

@@ -3,7 +3,6 @@ package envoyrls
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,13 +15,14 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
 )
 
 // JSONHandler returns the handler of POST /json, envoyproxy/ratelimit's HTTP
 // endpoint for clients that cannot speak gRPC, with the default Options. It
 // is (*Service).JSONHandler of New(srv, nil); register it by pattern:
 //
-//	srv.Handler(map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)})
+//	api.Handler(map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)})
 //
 //	curl -d '{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]}' localhost:8080/json
 func JSONHandler(srv *server.Server) http.Handler {
@@ -46,10 +46,10 @@ func JSONHandler(srv *server.Server) http.Handler {
 //
 // Unlike upstream, which answers every error with a bare 400 "Bad Request",
 // errors are RFC 9457 problem details (application/problem+json, the
-// server.Problem fields) that name the problem and, where it can be told, the
+// httpapi.Problem fields) that name the problem and, where it can be told, the
 // field: 400 for JSON that does not parse as a RateLimitRequest and for an
 // invalid request (the cases where ShouldRateLimit answers InvalidArgument),
-// 413 for a body over server.MaxBodyBytes (upstream reads any size), 405 for a
+// 413 for a body over httpapi.MaxBodyBytes (upstream reads any size), 405 for a
 // method other than POST (upstream answers any method). The response also
 // carries, as HTTP fields, RateLimit-Policy, RateLimit and, on a denial,
 // Retry-After, unless Options.OmitHeaders is set; Retry-After is 1 when a
@@ -61,26 +61,26 @@ func (s *Service) JSONHandler() http.Handler {
 func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeProblem(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s is not allowed; POST the request", r.Method))
+		httpapi.WriteProblem(w, http.StatusMethodNotAllowed, "", fmt.Sprintf("%s is not allowed; POST the request", r.Method))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, server.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, httpapi.MaxBodyBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeProblem(w, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("body: larger than %d bytes", server.MaxBodyBytes))
+			httpapi.WriteProblem(w, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("body: larger than %d bytes", httpapi.MaxBodyBytes))
 			return
 		}
-		writeProblem(w, http.StatusBadRequest, "body", "body: "+err.Error())
+		httpapi.WriteProblem(w, http.StatusBadRequest, "body", "body: "+err.Error())
 		return
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		writeProblem(w, http.StatusBadRequest, "body", "body: empty; want a RateLimitRequest in JSON")
+		httpapi.WriteProblem(w, http.StatusBadRequest, "body", "body: empty; want a RateLimitRequest in JSON")
 		return
 	}
 	var req rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		field := jsonField(err)
-		writeProblem(w, http.StatusBadRequest, field, "body: not a RateLimitRequest in JSON: "+err.Error())
+		httpapi.WriteProblem(w, http.StatusBadRequest, field, "body: not a RateLimitRequest in JSON: "+err.Error())
 		return
 	}
 	resp, statuses, err := s.decide(r.Context(), &req)
@@ -88,23 +88,23 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		fe, invalid := errors.AsType[*floodgate.FieldError](err)
 		switch {
 		case invalid:
-			writeProblem(w, http.StatusBadRequest, fe.Field, fe.Field+": "+fe.Problem)
+			httpapi.WriteProblem(w, http.StatusBadRequest, fe.Field, fe.Field+": "+fe.Problem)
 		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-			writeProblem(w, http.StatusServiceUnavailable, "", err.Error())
+			httpapi.WriteProblem(w, http.StatusServiceUnavailable, "", err.Error())
 		default:
-			writeProblem(w, http.StatusInternalServerError, "", err.Error())
+			httpapi.WriteProblem(w, http.StatusInternalServerError, "", err.Error())
 		}
 		return
 	}
 	out, err := protojson.Marshal(resp)
 	if err != nil {
-		writeProblem(w, http.StatusInternalServerError, "", "marshalling the response: "+err.Error())
+		httpapi.WriteProblem(w, http.StatusInternalServerError, "", "marshalling the response: "+err.Error())
 		return
 	}
 	h := w.Header()
 	if !s.opts.OmitHeaders && s.opts.UpstreamHeaders == nil {
-		server.SetHeaders(h, statuses)
-		if h.Get(ratelimitheader.HeaderRetryAfter) == "" && failedClosed(statuses) {
+		httpapi.SetHeaders(h, statuses)
+		if h.Get(ratelimitheader.HeaderRetryAfter) == "" && server.FailedClosed(statuses) {
 			h.Set(ratelimitheader.HeaderRetryAfter, "1")
 		}
 	}
@@ -118,15 +118,6 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
-func failedClosed(statuses []server.Status) bool {
-	for _, st := range statuses {
-		if st.Err != nil && st.Code == server.OverLimit {
-			return true
-		}
-	}
-	return false
-}
-
 // protojson's messages name the field at fault in one of these forms; the
 // text is not a stable API (it even varies its spaces on purpose), so the
 // field is a best effort and the whole message goes in the detail.
@@ -137,15 +128,4 @@ func jsonField(err error) string {
 		return m[1]
 	}
 	return "body"
-}
-
-// writeProblem answers an RFC 9457 problem details body.
-func writeProblem(w http.ResponseWriter, code int, field, detail string) {
-	p := server.Problem{Type: "about:blank", Title: http.StatusText(code), Status: code, Detail: detail, Field: field}
-	var buf bytes.Buffer
-	json.NewEncoder(&buf).Encode(p)
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	w.Write(buf.Bytes())
 }

@@ -14,8 +14,9 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
-	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server/envoyrls"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
 )
 
 // serveJSON starts the server's HTTP API with POST /json on an
@@ -23,7 +24,7 @@ import (
 func serveJSON(t testing.TB, store floodgate.Store) (*httptest.Server, *floodgatetest.FakeClock) {
 	t.Helper()
 	srv, clock := newServer(t, store)
-	hs := httptest.NewServer(srv.Handler(map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)}))
+	hs := httptest.NewServer(servertest.Handler(t, srv, map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)}))
 	t.Cleanup(hs.Close)
 	return hs, clock
 }
@@ -159,7 +160,7 @@ func TestJSONBadInput(t *testing.T) {
 		{"no descriptors", `{"domain":"edge"}`, http.StatusBadRequest, "descriptors", "descriptors: empty"},
 		{"empty key", `{"domain":"edge","descriptors":[{"entries":[{"value":"b"}]}]}`, http.StatusBadRequest, "descriptors[0].entries[0].key", "empty"},
 		{"unknown unit", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"limit":{"requestsPerUnit":1,"unit":"FORTNIGHT"}}]}`, http.StatusBadRequest, "unit", "unit"},
-		{"too large", `{"domain":"` + strings.Repeat("x", server.MaxBodyBytes) + `"}`, http.StatusRequestEntityTooLarge, "body", "larger than"},
+		{"too large", `{"domain":"` + strings.Repeat("x", httpapi.MaxBodyBytes) + `"}`, http.StatusRequestEntityTooLarge, "body", "larger than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := post(t, hs, "application/json", tc.body)
@@ -169,7 +170,7 @@ func TestJSONBadInput(t *testing.T) {
 			if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
 				t.Errorf("Content-Type %q", ct)
 			}
-			var p server.Problem
+			var p httpapi.Problem
 			if err := json.Unmarshal([]byte(r.body), &p); err != nil {
 				t.Fatalf("body %s: %v", r.body, err)
 			}

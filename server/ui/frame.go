@@ -12,7 +12,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/topk"
-	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -247,7 +247,7 @@ type Key struct {
 	RetryAfterMS int64 `json:"retry_after_ms"`
 	Local        bool  `json:"local,omitempty"`
 	// Ref is the body of POST /v1/inspect and POST /v1/reset for this key.
-	Ref server.ResetRequest `json:"ref"`
+	Ref httpapi.ResetRequest `json:"ref"`
 }
 
 // ConfigState is the config in force.
@@ -471,20 +471,20 @@ func (d *Dashboard) topList(sum topk.Summary[last], cfg *config.Config) *Top {
 // "|key=value" for each entry, with '%', '|' and '=' escaped). A
 // descriptor whose rule no longer has limit (a reload, or a descriptor
 // with its own limit) is referred to with the limit it was decided under.
-func describeKey(storeKey string, limit floodgate.Limit, cfg *config.Config) (string, server.ResetRequest) {
+func describeKey(storeKey string, limit floodgate.Limit, cfg *config.Config) (string, httpapi.ResetRequest) {
 	lj := limitJSON(limit)
 	if k, ok := strings.CutPrefix(storeKey, "i|"); ok {
-		return k, server.ResetRequest{Key: k, Limit: lj}
+		return k, httpapi.ResetRequest{Key: k, Limit: lj}
 	}
 	k, ok := strings.CutPrefix(storeKey, "d|")
 	if !ok {
-		return storeKey, server.ResetRequest{Key: storeKey, Limit: lj}
+		return storeKey, httpapi.ResetRequest{Key: storeKey, Limit: lj}
 	}
 	parts := strings.Split(k, "|")
-	ref := server.ResetRequest{Domain: unescape(parts[0]), Entries: []server.EntryJSON{}}
+	ref := httpapi.ResetRequest{Domain: unescape(parts[0]), Entries: []httpapi.EntryJSON{}}
 	for _, p := range parts[1:] {
 		key, value, _ := strings.Cut(p, "=")
-		ref.Entries = append(ref.Entries, server.EntryJSON{Key: unescape(key), Value: unescape(value)})
+		ref.Entries = append(ref.Entries, httpapi.EntryJSON{Key: unescape(key), Value: unescape(value)})
 	}
 	if r := cfg.Match(ref.Domain, entries(ref.Entries)); r == nil || r.Limit != limit {
 		ref.Limit = lj
@@ -492,7 +492,7 @@ func describeKey(storeKey string, limit floodgate.Limit, cfg *config.Config) (st
 	return k, ref
 }
 
-func entries(es []server.EntryJSON) []config.Entry {
+func entries(es []httpapi.EntryJSON) []config.Entry {
 	out := make([]config.Entry, len(es))
 	for i, e := range es {
 		out[i] = config.Entry{Key: e.Key, Value: e.Value}
@@ -508,9 +508,9 @@ func unescape(s string) string {
 	return strings.NewReplacer("%25", "%", "%7C", "|", "%3D", "=").Replace(s)
 }
 
-func limitJSON(l floodgate.Limit) *server.LimitJSON {
+func limitJSON(l floodgate.Limit) *httpapi.LimitJSON {
 	n := l.Limit
-	return &server.LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &n, Period: l.Period.String(), Burst: l.Burst,
+	return &httpapi.LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &n, Period: l.Period.String(), Burst: l.Burst,
 		Window: string(l.Window), CountRejected: l.CountRejected, Name: l.Name}
 }
 

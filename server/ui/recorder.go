@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/topk"
+	"github.com/floodgate-rl/floodgate/server/transport"
 )
 
 // Defaults of Options.
@@ -42,6 +43,10 @@ type Options struct {
 	// admitted decision counts its key as near its limit; default 0.8, as
 	// server.Options.
 	NearLimitRatio float64
+	// Auth is the server's tokens (the HTTP API's httpapi.Options.Auth):
+	// the feed shows its top keys and rules only to admin tokens. Nil:
+	// to every caller, as on a server without token files.
+	Auth *transport.Auth
 }
 
 func (o *Options) withDefaults() Options {

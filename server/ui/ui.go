@@ -41,7 +41,7 @@
 // # Access
 //
 // The page and its files hold no data and need no token. The feed takes a
-// client token when the server has client tokens (server.ScopeClient);
+// client token when the server has client tokens (transport.ScopeClient);
 // its top keys and rules only go to admin tokens (or to everyone on a
 // server without token files), since a key is another client's state and
 // the rules are GET /v1/config's. Inspecting and resetting a key are POST
@@ -51,6 +51,7 @@
 package ui
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -62,7 +63,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/loop"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
+	"github.com/floodgate-rl/floodgate/server/transport"
 )
 
 //go:embed assets
@@ -76,6 +80,8 @@ type Dashboard struct {
 	rec  *recorder
 	now  func() time.Time
 	stop func() // ends the recorder's watch and its rotation
+	// rotation drops the older sketches of the recorder every Slice.
+	rotation loop.Loop
 
 	mu     sync.Mutex
 	closed bool
@@ -88,23 +94,13 @@ func New(srv *server.Server, opts *Options) *Dashboard {
 	d := &Dashboard{srv: srv, opts: opts.withDefaults(), now: time.Now, done: make(chan struct{})}
 	d.rec = newRecorder(d.opts)
 	stopWatch := srv.Watch(d.rec)
-	rotated := make(chan struct{})
-	go func() {
-		defer close(rotated)
-		t := time.NewTicker(d.opts.Slice)
-		defer t.Stop()
-		for {
-			select {
-			case <-d.done:
-				return
-			case <-t.C:
-				d.rec.rotate()
-			}
-		}
-	}()
+	d.rotation.Start(d.opts.Slice, func(context.Context) bool {
+		d.rec.rotate()
+		return true
+	})
 	d.stop = func() {
 		stopWatch()
-		<-rotated
+		d.rotation.Stop()
 	}
 	return d
 }
@@ -125,24 +121,24 @@ func (d *Dashboard) Close() {
 // scoped is a handler of Handlers with the scope it asks for.
 type scoped struct {
 	http.Handler
-	scope server.Scope
+	scope transport.Scope
 }
 
-func (s scoped) Scope() server.Scope { return s.scope }
+func (s scoped) Scope() transport.Scope { return s.scope }
 
-// Handlers are the dashboard's routes, for server.Server.Handler's extras:
+// Handlers are the dashboard's routes, for httpapi.API.Handler's extras:
 //
 //	GET /ui           the page
 //	GET /ui/{asset}   its script, style sheet and icon
 //	GET /ui/events    the feed: server-sent events, one Frame a second
 //
-// The page and its files are server.ScopeOpen, the feed
-// server.ScopeClient; the actions are the API's POST /v1/inspect and POST
-// /v1/reset (server.ScopeAdmin).
+// The page and its files are transport.ScopeOpen, the feed
+// transport.ScopeClient; the actions are the API's POST /v1/inspect and POST
+// /v1/reset (transport.ScopeAdmin).
 func (d *Dashboard) Handlers() map[string]http.Handler {
 	return map[string]http.Handler{
-		"GET /ui":         scoped{http.HandlerFunc(d.servePage), server.ScopeOpen},
-		"GET /ui/{asset}": scoped{http.HandlerFunc(d.serveAsset), server.ScopeOpen},
+		"GET /ui":         scoped{http.HandlerFunc(d.servePage), transport.ScopeOpen},
+		"GET /ui/{asset}": scoped{http.HandlerFunc(d.serveAsset), transport.ScopeOpen},
 		"GET /ui/events":  http.HandlerFunc(d.serveEvents),
 	}
 }
@@ -192,17 +188,7 @@ func (d *Dashboard) serveFile(w http.ResponseWriter, name string) {
 }
 
 func (d *Dashboard) notFound(w http.ResponseWriter, name string) {
-	writeProblem(w, http.StatusNotFound, "asset", fmt.Sprintf("the dashboard has no file %q", name))
-}
-
-// writeProblem writes an RFC 9457 problem, as the server's API does.
-func writeProblem(w http.ResponseWriter, status int, field, detail string) {
-	b, _ := json.Marshal(server.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Field: field})
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	httpapi.WriteProblem(w, http.StatusNotFound, "asset", fmt.Sprintf("the dashboard has no file %q", name))
 }
 
 // maxFrames bounds ?frames=.
@@ -216,17 +202,17 @@ func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("frames"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxFrames {
-			writeProblem(w, http.StatusBadRequest, "frames", fmt.Sprintf("%q is not a number of frames from 1 to %d", v, maxFrames))
+			httpapi.WriteProblem(w, http.StatusBadRequest, "frames", fmt.Sprintf("%q is not a number of frames from 1 to %d", v, maxFrames))
 			return
 		}
 		frames = n
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeProblem(w, http.StatusInternalServerError, "", "the connection cannot stream")
+		httpapi.WriteProblem(w, http.StatusInternalServerError, "", "the connection cannot stream")
 		return
 	}
-	admin := d.srv.Auth().IsAdmin(r)
+	admin := d.opts.Auth.IsAdmin(r)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")

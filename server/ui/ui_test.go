@@ -19,6 +19,8 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/internal/topk"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
+	"github.com/floodgate-rl/floodgate/server/transport"
 )
 
 const testYAML = `
@@ -210,7 +212,7 @@ func TestFeed(t *testing.T) {
 	srv := newServer(t)
 	d := New(srv, &Options{Interval: 50 * time.Millisecond})
 	t.Cleanup(d.Close)
-	hs := httptest.NewServer(srv.Handler(d.Handlers()))
+	hs := httptest.NewServer(servertest.Handler(t, srv, d.Handlers()))
 	t.Cleanup(hs.Close)
 
 	decide(t, srv, "user", "hot", 10)   // 3 allowed (the third near its limit), 7 denied
@@ -301,7 +303,7 @@ func readFramesAsync(url string, n int) []Frame {
 func TestCloseEndsStreams(t *testing.T) {
 	srv := newServer(t)
 	d := New(srv, &Options{Interval: time.Hour})
-	hs := httptest.NewServer(srv.Handler(d.Handlers()))
+	hs := httptest.NewServer(servertest.Handler(t, srv, d.Handlers()))
 	t.Cleanup(hs.Close)
 	resp, err := http.Get(hs.URL + "/ui/events")
 	if err != nil {
@@ -377,14 +379,18 @@ func TestFeedRedacted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	auth, err := server.LoadAuth(filepath.Join(dir, "client"), filepath.Join(dir, "admin"))
+	auth, err := transport.LoadAuth(filepath.Join(dir, "client"), filepath.Join(dir, "admin"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := servertest.New(t, "api.yaml", testYAML, server.Options{Auth: auth})
-	dash := New(srv, nil)
+	srv := servertest.New(t, "api.yaml", testYAML, server.Options{})
+	dash := New(srv, &Options{Auth: auth})
 	t.Cleanup(dash.Close)
-	hs := httptest.NewServer(srv.Handler(dash.Handlers()))
+	api, err := httpapi.New(srv, &httpapi.Options{Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(api.Handler(dash.Handlers()))
 	t.Cleanup(hs.Close)
 	decide(t, srv, "user", "hot", 5)
 

@@ -39,6 +39,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algorithm"
+	"github.com/floodgate-rl/floodgate/internal/loop"
 )
 
 // Options configure a Store. A nil *Options means every default.
@@ -80,9 +81,9 @@ type Store struct {
 	seed   maphash.Seed
 	mask   uint64
 	shards []shard
-	stop   chan struct{}
-	done   chan struct{}
-	once   sync.Once
+	// sweeper visits the shards, one a tick; it never starts with a
+	// negative Options.SweepInterval.
+	sweeper loop.Loop
 	// retain is Options.HoldRetention in µs.
 	retain int64
 	// maxKeys is Options.MaxKeys, perShard its share per shard (0: no
@@ -206,8 +207,7 @@ func New(opts *Options) *Store {
 		o.SweepInterval = 10 * time.Second
 	}
 	if o.SweepInterval > 0 {
-		s.stop, s.done = make(chan struct{}), make(chan struct{})
-		go s.sweeper(o.SweepInterval)
+		s.startSweeper(o.SweepInterval)
 	}
 	return s
 }
@@ -639,33 +639,21 @@ func (sh *shard) sweepLocked(now int64) int {
 	return n
 }
 
-// sweeper visits one shard at a time, so that a whole pass takes interval
-// and no lock is held for long.
-func (s *Store) sweeper(interval time.Duration) {
-	defer close(s.done)
+// startSweeper visits one shard at a time, so that a whole pass takes
+// interval and no lock is held for long.
+func (s *Store) startSweeper(interval time.Duration) {
 	step := max(interval/time.Duration(len(s.shards)), time.Millisecond)
-	t := time.NewTicker(step)
-	defer t.Stop()
 	next := 0
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.shards[next].sweep(s.clockNow())
-			next = (next + 1) % len(s.shards)
-		}
-	}
+	s.sweeper.Start(step, func(context.Context) bool {
+		s.shards[next].sweep(s.clockNow())
+		next = (next + 1) % len(s.shards)
+		return true
+	})
 }
 
 // Close stops the sweeper. The store still answers afterwards.
 func (s *Store) Close() error {
-	s.once.Do(func() {
-		if s.stop != nil {
-			close(s.stop)
-			<-s.done
-		}
-	})
+	s.sweeper.Stop()
 	return nil
 }
 

@@ -250,14 +250,15 @@ func TestMemoryBounded(t *testing.T) {
 	}
 }
 
-// sweepers counts the goroutines that memstore.New started (its sweepers),
+// sweepers counts the goroutines of the stores' sweepers (each a
+// loop.Loop, started by memstore.New: no other loop runs in these tests),
 // whether they have begun to run or not.
 func sweepers() int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "created by github.com/floodgate-rl/floodgate/store/memstore.New")
+			return strings.Count(string(buf[:n]), "created by github.com/floodgate-rl/floodgate/internal/loop.(*Loop).Start")
 		}
 		buf = make([]byte, 2*len(buf))
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	iloop "github.com/floodgate-rl/floodgate/internal/loop"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
@@ -213,9 +214,11 @@ func TestBudgetGiveBack(t *testing.T) {
 	}
 }
 
-// noSweeper keeps s from starting its sweeper, so that a test sweeps when
-// it chooses.
-func noSweeper(s *Store) { s.budgets.sweeper.once.Do(func() {}) }
+// noSweeper keeps s's sweeper from ever ticking, so that a test sweeps
+// when it chooses.
+func noSweeper(s *Store) {
+	s.budgets.sweeper.l.NewTicker = func(time.Duration) iloop.Ticker { return manualTicker{make(chan time.Time)} }
+}
 
 // TestBudgetReset checks that a Reset through the store forgets its local
 // budget and denials: the key gets its whole budget back at once.

@@ -1,4 +1,11 @@
-package server
+// Package transport is what `floodgate serve` puts between a network and
+// its services: bearer tokens and their scopes (Auth), for the HTTP API
+// and the gRPC services alike; the TLS files of both listeners
+// (TLSFiles), read again when they change; and the bounds of a listener
+// (Listen, GRPCServerOptions, NewHTTPServer): how many connections it
+// holds, how long one may idle, how long a request may take to arrive.
+// It knows no route and no protocol of Floodgate's own.
+package transport
 
 import (
 	"bufio"
@@ -14,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/loop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -146,26 +154,23 @@ func fileStamp(paths ...string) string {
 // looking every interval, until ctx ends; log hears of each reload and
 // of each file that fails to load.
 func (a *Auth) Watch(ctx context.Context, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
+	var l loop.Loop
 	last := a.stamp
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	l.Start(every, func(context.Context) bool {
 		stamp := fileStamp(a.clientPath, a.adminPath)
 		if stamp == last {
-			continue
+			return true
 		}
 		last = stamp
 		if err := a.Reload(); err != nil {
 			log.Error("token files not reloaded; the tokens loaded before stay in force", "error", err)
-			continue
+			return true
 		}
 		log.Info("token files reloaded")
-	}
+		return true
+	})
+	<-ctx.Done()
+	l.Stop()
 }
 
 var (
@@ -176,9 +181,18 @@ var (
 	errMalformed = errors.New("the Authorization header is not of the form \"Bearer <token>\"")
 )
 
-// allowed returns nil when a caller presenting header (an Authorization
+// Allowed returns nil when a caller presenting header (an Authorization
 // value, empty when absent) may use a route of scope, else why not and
-// whether the answer is unauthenticated (401) rather than forbidden (403).
+// whether the answer is unauthenticated (HTTP 401, gRPC Unauthenticated)
+// rather than forbidden (403, PermissionDenied). A nil Auth allows
+// everything.
+func (a *Auth) Allowed(header string, scope Scope) (unauthenticated bool, err error) {
+	if a == nil {
+		return false, nil
+	}
+	return a.allowed(header, scope)
+}
+
 func (a *Auth) allowed(header string, scope Scope) (unauthenticated bool, err error) {
 	t := a.tokens.Load()
 	if scope == ScopeOpen || scope == ScopeClient && t.client == nil {
@@ -214,28 +228,6 @@ func (a *Auth) IsAdmin(r *http.Request) bool {
 	}
 	_, err := a.allowed(r.Header.Get("Authorization"), ScopeAdmin)
 	return err == nil
-}
-
-// HTTP wraps h so that it serves only callers of scope: 401 (with
-// WWW-Authenticate: Bearer) without a known token, 403 with a client
-// token on an admin route, as an RFC 9457 problem.
-func (a *Auth) HTTP(scope Scope, h http.Handler) http.Handler {
-	if a == nil || scope == ScopeOpen {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		unauth, err := a.allowed(r.Header.Get("Authorization"), scope)
-		if err == nil {
-			h.ServeHTTP(w, r)
-			return
-		}
-		code := http.StatusForbidden
-		if unauth {
-			code = http.StatusUnauthorized
-			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
-		}
-		writeProblem(w, &httpError{status: code, field: "Authorization", msg: err.Error()})
-	})
 }
 
 // gRPC methods every caller may call: health checks.

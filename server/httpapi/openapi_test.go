@@ -1,4 +1,4 @@
-package server_test
+package httpapi_test
 
 import (
 	"bytes"
@@ -27,6 +27,8 @@ import (
 	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/envoyrls"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
+	"github.com/floodgate-rl/floodgate/server/transport"
 	"github.com/floodgate-rl/floodgate/server/ui"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
@@ -96,11 +98,18 @@ func (a applyOnly) Apply(ctx context.Context, r floodgate.Request) (floodgate.De
 	return a.s.Apply(ctx, r)
 }
 
-// openAPIServer returns a Server with openAPIYAML and a fake clock, on a
-// memory store unless setup (if not nil) sets opts otherwise, and the extra
-// handlers that `floodgate serve` passes to Handler. mem returns a new
-// memory store on the same clock.
-func openAPIServer(t *testing.T, setup func(opts *server.Options, mem func() floodgate.Store)) (*server.Server, map[string]http.Handler) {
+// fixture is what a setup of openAPIServer sets: the server's options,
+// and the tokens of its API and dashboard.
+type fixture struct {
+	server.Options
+	Auth *transport.Auth
+}
+
+// openAPIServer returns the API of a Server with openAPIYAML and a fake
+// clock, on a memory store unless setup (if not nil) sets opts otherwise,
+// and the extra handlers that `floodgate serve` passes to Handler. mem
+// returns a new memory store on the same clock.
+func openAPIServer(t *testing.T, setup func(opts *fixture, mem func() floodgate.Store)) (*httpapi.API, map[string]http.Handler) {
 	t.Helper()
 	clock := floodgatetest.NewFakeClock(start)
 	mem := func() floodgate.Store {
@@ -108,10 +117,11 @@ func openAPIServer(t *testing.T, setup func(opts *server.Options, mem func() flo
 		t.Cleanup(func() { ms.Close() })
 		return ms
 	}
-	var opts server.Options
+	var fx fixture
 	if setup != nil {
-		setup(&opts, mem)
+		setup(&fx, mem)
 	}
+	opts := fx.Options
 	if opts.Store == nil {
 		opts.Store = mem()
 	}
@@ -130,10 +140,14 @@ func openAPIServer(t *testing.T, setup func(opts *server.Options, mem func() flo
 		t.Fatal(err)
 	}
 	extra := map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)}
-	dash := ui.New(srv, nil)
+	dash := ui.New(srv, &ui.Options{Auth: fx.Auth})
 	t.Cleanup(dash.Close)
 	maps.Copy(extra, dash.Handlers())
-	return srv, extra
+	api, err := httpapi.New(srv, &httpapi.Options{Auth: fx.Auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api, extra
 }
 
 // The tokens of the "auth" fixture.
@@ -147,8 +161,8 @@ var (
 	asAdmin  = map[string]string{"Authorization": "Bearer " + adminToken}
 )
 
-// tokenAuth is a server.Auth of one client and one admin token.
-func tokenAuth(t *testing.T) *server.Auth {
+// tokenAuth is a transport.Auth of one client and one admin token.
+func tokenAuth(t *testing.T) *transport.Auth {
 	t.Helper()
 	dir := t.TempDir()
 	client, admin := filepath.Join(dir, "client"), filepath.Join(dir, "admin")
@@ -158,7 +172,7 @@ func tokenAuth(t *testing.T) *server.Auth {
 	if err := os.WriteFile(admin, []byte(adminToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := server.LoadAuth(client, admin)
+	a, err := transport.LoadAuth(client, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,10 +208,10 @@ const reserveBody = `{"key": "llm:acme", "limit": {"limit": 100, "period": "1h"}
 
 var (
 	idemKey        = map[string]string{"Idempotency-Key": "4a2f1c9e-7b3d-4e8a-9c61-2d5f0b7e8a13"}
-	reservationID  = server.ReservationToken(idemKey["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour})
-	leaseID        = server.LeaseToken("6f1c2a9b8e7d4c3b", "worker:exports", floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 4, Period: 30 * time.Second}, 1)
+	reservationID  = httpapi.ReservationToken(idemKey["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour})
+	leaseID        = httpapi.LeaseToken("6f1c2a9b8e7d4c3b", "worker:exports", floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 4, Period: 30 * time.Second}, 1)
 	idemKey2       = map[string]string{"Idempotency-Key": "0b9d2e41-5c7a-4f3e-8d12-6a4e9c0f1b27"}
-	reservationID2 = server.ReservationToken(idemKey2["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour})
+	reservationID2 = httpapi.ReservationToken(idemKey2["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour})
 )
 
 const (
@@ -211,10 +225,10 @@ func descriptors(ds ...string) string {
 
 func user(id string) string { return fmt.Sprintf(userEntry, id) }
 
-// big is a body just over server.MaxBodyBytes that the document accepts,
+// big is a body just over httpapi.MaxBodyBytes that the document accepts,
 // since a schema cannot bound a body's size.
 func big(prefix, suffix string) string {
-	return prefix + strings.Repeat("x", server.MaxBodyBytes) + suffix
+	return prefix + strings.Repeat("x", httpapi.MaxBodyBytes) + suffix
 }
 
 var exchanges = []exchange{
@@ -512,15 +526,15 @@ func TestOpenAPI(t *testing.T) {
 	}
 	srv, extra := openAPIServer(t, nil)
 	handlers := map[string]http.Handler{"": srv.Handler(extra)}
-	for name, setup := range map[string]func(*server.Options, func() floodgate.Store){
-		"down": func(o *server.Options, _ func() floodgate.Store) { o.Store = brokenStore{} },
-		"local": func(o *server.Options, mem func() floodgate.Store) {
+	for name, setup := range map[string]func(*fixture, func() floodgate.Store){
+		"down": func(o *fixture, _ func() floodgate.Store) { o.Store = brokenStore{} },
+		"local": func(o *fixture, mem func() floodgate.Store) {
 			o.Store = brokenStore{}
 			o.Limiter = floodgate.Options{FailurePolicy: floodgate.FailLocal, Instances: 2, Local: mem()}
 		},
-		"no reset": func(o *server.Options, mem func() floodgate.Store) { o.Store = applyOnly{mem()} },
-		"hourly":   func(o *server.Options, _ func() floodgate.Store) { o.Limiter.Clock = &hourly{now: start} },
-		"auth":     func(o *server.Options, _ func() floodgate.Store) { o.Auth = tokenAuth(t) },
+		"no reset": func(o *fixture, mem func() floodgate.Store) { o.Store = applyOnly{mem()} },
+		"hourly":   func(o *fixture, _ func() floodgate.Store) { o.Limiter.Clock = &hourly{now: start} },
+		"auth":     func(o *fixture, _ func() floodgate.Store) { o.Auth = tokenAuth(t) },
 	} {
 		s, x := openAPIServer(t, setup)
 		handlers[name] = s.Handler(x)

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // Reservations over HTTP: POST /v1/reservations holds the upper bound of a
@@ -173,59 +174,7 @@ type SettleResponse struct {
 	Settlements []SettlementJSON `json:"settlements"`
 }
 
-// Reserve holds the cost of the limited descriptors of one request of
-// domain, all or nothing, as Decide decides them (rules in shadow mode,
-// unlimited and unmatched descriptors hold nothing).
-func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hits int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
-	if err := checkRequest(domain, ds); err != nil {
-		return nil, Result{}, err
-	}
-	res, p, err := s.plan(domain, ds, hits)
-	if err != nil {
-		return nil, Result{}, err
-	}
-	for i := range res.Statuses {
-		// A reservation holds every limited descriptor or none: a quota
-		// (quota_mode, -quota-mode) is held like any other limit.
-		res.Statuses[i].Quota = false
-	}
-	var items []floodgate.Item
-	var which []int
-	for j, it := range p.items {
-		if p.shadow[j] {
-			// Shadow mode decides and never denies: it holds nothing.
-			res.Statuses[p.which[j]].Limited = false
-			continue
-		}
-		items, which = append(items, it), append(which, p.which[j])
-	}
-	if len(items) == 0 {
-		return nil, res, nil
-	}
-	r, _, outs, err := s.lim.ReserveEach(ctx, items, o)
-	if outs == nil && err != nil {
-		p.which = which
-		return nil, Result{}, p.fieldOf(err)
-	}
-	s.settleEach(domain, ds, &res, which, outs)
-	return r, res, nil
-}
-
-// ReserveInline holds cost of an inline key under limit.
-func (s *Server) ReserveInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
-	if err := checkInlineKey(key); err != nil {
-		return nil, Status{}, err
-	}
-	r, _, outs, err := s.lim.ReserveEach(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}}, o)
-	if outs == nil && err != nil {
-		return nil, Status{}, inlineField(err)
-	}
-	st := Status{Code: OK, Limited: true}
-	s.settle("", nil, &st, &outs[0])
-	return r, st, nil
-}
-
-func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	var req ReserveRequest
 	if !decodeJSON(w, r, &req) {
 		return
@@ -241,22 +190,22 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res *floodgate.Reservation
-	var statuses []Status
-	var overall Status
+	var statuses []server.Status
+	var overall server.Status
 	if inline {
 		res, overall, err = s.reserveInline(r.Context(), &req.AllowRequest, o)
-		statuses = []Status{overall}
+		statuses = []server.Status{overall}
 	} else {
-		var result Result
+		var result server.Result
 		res, result, err = s.reserveDescriptors(r.Context(), &req.AllowRequest, o)
 		statuses, overall = result.Statuses, Binding(result)
 	}
 	if err != nil {
-		s.m.reservations.WithLabelValues("reserve", "failed").Inc()
+		s.reservations.WithLabelValues("reserve", "failed").Inc()
 		writeProblem(w, err)
 		return
 	}
-	s.m.reservations.WithLabelValues("reserve", pick(res != nil && res.Held, "held", "denied")).Inc()
+	s.reservations.WithLabelValues("reserve", pick(res != nil && res.Held, "held", "denied")).Inc()
 	resp := ReserveResponse{AllowResponse: allowResponse(inline, overall, statuses)}
 	if res != nil && res.Held {
 		if resp.ID, err = encodeToken(res); err != nil {
@@ -291,27 +240,24 @@ func reserveOptions(r *http.Request, req *ReserveRequest) (*floodgate.ReserveOpt
 	return o, nil
 }
 
-func (s *Server) reserveInline(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
+func (s *API) reserveInline(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, server.Status, error) {
 	lim, cost, err := req.inlineLimit()
-	if err == nil {
-		err = s.checkOwnPeriod("limit.period", lim.Period)
-	}
 	if err != nil {
-		return nil, Status{}, err
+		return nil, server.Status{}, err
 	}
-	return s.ReserveInline(ctx, req.Key, lim, cost, o)
+	return s.srv.ReserveInline(ctx, req.Key, lim, cost, o)
 }
 
-func (s *Server) reserveDescriptors(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
+func (s *API) reserveDescriptors(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, server.Result, error) {
 	ds, hits, err := req.descriptors()
 	if err != nil {
-		return nil, Result{}, err
+		return nil, server.Result{}, err
 	}
-	return s.Reserve(ctx, req.Domain, ds, hits, o)
+	return s.srv.Reserve(ctx, req.Domain, ds, hits, o)
 }
 
 // handleSettle answers commit (cancel false) and cancel.
-func (s *Server) handleSettle(cancel bool) http.HandlerFunc {
+func (s *API) handleSettle(cancel bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		t, items, err := decodeToken(r.PathValue("id"))
 		if err != nil {
@@ -334,11 +280,11 @@ func (s *Server) handleSettle(cancel bool) http.HandlerFunc {
 		step := pick(cancel, "cancel", "commit")
 		switch {
 		case errors.Is(err, floodgate.ErrExpired):
-			s.m.reservations.WithLabelValues(step, "expired").Inc()
+			s.reservations.WithLabelValues(step, "expired").Inc()
 			writeProblem(w, &httpError{status: http.StatusGone, field: "id", msg: expiredDetail(sts)})
 			return
 		case err != nil:
-			s.m.reservations.WithLabelValues(step, "failed").Inc()
+			s.reservations.WithLabelValues(step, "failed").Inc()
 			writeProblem(w, err)
 			return
 		}
@@ -348,7 +294,7 @@ func (s *Server) handleSettle(cancel bool) http.HandlerFunc {
 			resp.Settlements[i] = SettlementJSON{Refunded: st.Refunded, Charged: st.Charged, Short: st.Short,
 				Remaining: st.Decision.Remaining, Limit: st.Decision.Limit}
 		}
-		s.m.reservations.WithLabelValues(step, pick(resp.Replayed, "replayed", "settled")).Inc()
+		s.reservations.WithLabelValues(step, pick(resp.Replayed, "replayed", "settled")).Inc()
 		writeJSON(w, http.StatusOK, resp)
 	}
 }
@@ -356,8 +302,8 @@ func (s *Server) handleSettle(cancel bool) http.HandlerFunc {
 // settleReservation settles the reservation of token t. One that the
 // failure mode local held is in this instance's memory: another instance
 // answers 404.
-func (s *Server) settleReservation(ctx context.Context, t token, items []floodgate.Item, cost int64, cancel bool) ([]floodgate.Settlement, error) {
-	res := s.lim.Reservation(t.ID, items, t.Local)
+func (s *API) settleReservation(ctx context.Context, t token, items []floodgate.Item, cost int64, cancel bool) ([]floodgate.Settlement, error) {
+	res := s.srv.Limiter().Reservation(t.ID, items, t.Local)
 	now := time.Now()
 	for i, ti := range t.Items {
 		// A window the reserve could have had: one that was open at most
@@ -390,11 +336,11 @@ func expiredDetail(sts []floodgate.Settlement) string {
 }
 
 // descriptors converts the descriptor form of the body, and its hits.
-func (req *AllowRequest) descriptors() ([]Descriptor, int64, error) {
-	if len(req.Descriptors) > MaxDescriptors {
-		return nil, 0, invalid("descriptors", "%d descriptors, more than the %d allowed", len(req.Descriptors), MaxDescriptors)
+func (req *AllowRequest) descriptors() ([]server.Descriptor, int64, error) {
+	if len(req.Descriptors) > server.MaxDescriptors {
+		return nil, 0, invalid("descriptors", "%d descriptors, more than the %d allowed", len(req.Descriptors), server.MaxDescriptors)
 	}
-	ds := make([]Descriptor, len(req.Descriptors))
+	ds := make([]server.Descriptor, len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		ds[i].Hits = d.Hits
 		ds[i].Entries = make([]config.Entry, len(d.Entries))
@@ -414,4 +360,12 @@ func (req *AllowRequest) descriptors() ([]Descriptor, int64, error) {
 		hits = *req.Hits
 	}
 	return ds, hits, nil
+}
+
+// pick is a if cond, else b.
+func pick(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
 }

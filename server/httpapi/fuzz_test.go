@@ -1,4 +1,4 @@
-package server_test
+package httpapi_test
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
 )
 
 // FuzzAllow sends any body to POST /v1/allow: the answer is never a panic or
@@ -28,8 +28,7 @@ func FuzzAllow(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	srv, _ := newServer(f, nil, apiYAML)
-	h := srv.Handler(nil)
+	h := apiHandler(f)
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/allow", strings.NewReader(body)))
@@ -64,8 +63,7 @@ func FuzzReset(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	srv, _ := newServer(f, nil, apiYAML)
-	h := srv.Handler(nil)
+	h := apiHandler(f)
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/reset", strings.NewReader(body)))
@@ -85,7 +83,7 @@ func FuzzReset(f *testing.F) {
 			}
 			return
 		}
-		var req server.ResetRequest
+		var req httpapi.ResetRequest
 		if err := json.Unmarshal([]byte(body), &req); err != nil {
 			t.Fatalf("204 for a body that is not a ResetRequest: %v", err)
 		}
@@ -95,13 +93,13 @@ func FuzzReset(f *testing.F) {
 		if req.Limit.Algorithm == string(floodgate.Concurrency) {
 			return // /v1/allow takes no lease, so it cannot peek at one.
 		}
-		peek, err := json.Marshal(server.AllowRequest{Key: req.Key, Limit: req.Limit, Cost: new(int64)})
+		peek, err := json.Marshal(httpapi.AllowRequest{Key: req.Key, Limit: req.Limit, Cost: new(int64)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		rec = httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/allow", bytes.NewReader(peek)))
-		var got server.AllowResponse
+		var got httpapi.AllowResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &got); rec.Code != http.StatusOK || err != nil {
 			t.Fatalf("peek after a reset: status %d, %v: %s", rec.Code, err, rec.Body)
 		}
@@ -119,17 +117,16 @@ func FuzzReset(f *testing.F) {
 func FuzzIDs(f *testing.F) {
 	limit := floodgate.Limit{Limit: 10, Period: 3600e9}
 	for _, seed := range []struct{ path, id, body string }{
-		{"/v1/reservations/%s/commit", server.ReservationToken("k1", "llm:acme", limit), `{"cost": 1}`},
-		{"/v1/reservations/%s/cancel", server.ReservationToken("k2", "x", limit), ``},
-		{"/v1/leases/%s/renew", server.LeaseToken("abc", "w", floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 2, Period: 30e9}, 1), ``},
+		{"/v1/reservations/%s/commit", httpapi.ReservationToken("k1", "llm:acme", limit), `{"cost": 1}`},
+		{"/v1/reservations/%s/cancel", httpapi.ReservationToken("k2", "x", limit), ``},
+		{"/v1/leases/%s/renew", httpapi.LeaseToken("abc", "w", floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 2, Period: 30e9}, 1), ``},
 		{"/v1/leases/%s/release", "l1.e30", ``},
 		{"/v1/reservations/%s/commit", "r1.eyJpIjoiYSIsImsiOlt7ImsiOiJ4IiwibCI6eyJsaW1pdCI6LTF9fV19", `{"cost": -1}`},
 		{"/v1/leases/%s/renew", "nothing", ``},
 	} {
 		f.Add(seed.path, seed.id, seed.body)
 	}
-	srv, _ := newServer(f, nil, apiYAML)
-	h := srv.Handler(nil)
+	h := apiHandler(f)
 	f.Fuzz(func(t *testing.T, path, id, body string) {
 		if strings.Count(path, "%s") != 1 || strings.Contains(id, "/") || id == "" {
 			return

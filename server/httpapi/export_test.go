@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"net/http"
@@ -9,7 +9,7 @@ import (
 // Patterns returns the patterns Handler(extra) registers, in order, for the
 // OpenAPI test's check that the document names every route the handler
 // serves.
-func (s *Server) Patterns(extra map[string]http.Handler) []string {
+func (s *API) Patterns(extra map[string]http.Handler) []string {
 	var ps []string
 	for _, r := range s.routes(extra) {
 		ps = append(ps, r.pattern)
@@ -29,7 +29,7 @@ func ReservationToken(idem, key string, limit floodgate.Limit) string {
 	if err != nil {
 		panic(err)
 	}
-	tok, err := encodeToken(&floodgate.Reservation{ID: o.ID, Items: []floodgate.Item{{Key: inlineKey(key), Limit: limit}}})
+	tok, err := encodeToken(&floodgate.Reservation{ID: o.ID, Items: []floodgate.Item{{Key: "i|" + key, Limit: limit}}})
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package server_test
+package httpapi_test
 
 import (
 	"encoding/base64"
@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
@@ -34,7 +35,7 @@ func TestLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := srv.Handler(nil)
+	h := servertest.Handler(t, srv, nil)
 	post := func(path, body string) (int, map[string]any) {
 		t.Helper()
 		rec := httptest.NewRecorder()

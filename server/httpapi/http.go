@@ -1,4 +1,13 @@
-package server
+// Package httpapi serves the HTTP JSON API of `floodgate serve` over a
+// server.Server: decisions (POST /v1/allow), reservations, leases, the
+// state of a key (reset, inspect), the config in force, /metrics,
+// /healthz, /readyz and the OpenAPI document. It only translates: JSON
+// bodies become the engine's requests (server.Descriptor, inline
+// limits), and its Statuses become JSON with the RateLimit header
+// fields. Its problem details (RFC 9457) and header fields are exported
+// for the other HTTP endpoints (server/envoyrls's POST /json, the
+// dashboard of server/ui).
+package httpapi
 
 import (
 	"bytes"
@@ -10,7 +19,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/http/pprof"
 	"reflect"
 	"slices"
 	"strconv"
@@ -21,8 +29,57 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
+	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/transport"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
+
+// MaxBodyBytes is the largest HTTP request body.
+const MaxBodyBytes = 1 << 20
+
+// Options configure an API. A nil *Options, or the zero value, serves
+// every route to every caller.
+type Options struct {
+	// Auth, when set, holds the routes to the bearer tokens of their
+	// scope (see transport.Auth): decisions, reservations and leases to
+	// client tokens, resets, inspections and the config to admin
+	// tokens; nil serves every route to every caller.
+	Auth *transport.Auth
+}
+
+// API is the HTTP JSON API over a server.Server. It is safe for
+// concurrent use; most callers want New and Handler.
+type API struct {
+	srv  *server.Server
+	auth *transport.Auth
+	// reservations counts the steps of reservations, by step and result.
+	reservations *prometheus.CounterVec
+}
+
+// New returns the API of srv, its metrics in srv's registry. opts may
+// be nil. The API of one server can be made more than once (they share
+// the metrics).
+func New(srv *server.Server, opts *Options) (*API, error) {
+	s := &API{srv: srv}
+	if opts != nil {
+		s.auth = opts.Auth
+	}
+	s.reservations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "floodgate_reservations_total",
+		Help: "Steps of the HTTP API's reservations, by step (reserve, commit, cancel) and result: reserve held, denied or failed; commit and cancel settled, replayed (a retry answered as first), expired, or failed (unknown, conflicting, or the store or ledger failed).",
+	}, []string{"step", "result"})
+	if err := srv.Registry().Register(s.reservations); err != nil {
+		are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
+		if !ok {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+		if s.reservations, ok = are.ExistingCollector.(*prometheus.CounterVec); !ok {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
+	return s, nil
+}
 
 // Handler returns the HTTP API:
 //
@@ -48,43 +105,65 @@ import (
 // GET /openapi.yaml. A test drives this handler through every route and
 // status the document lists and validates each exchange against it, so a
 // route or a status added on one side only fails the test.
-func (s *Server) Handler(extra map[string]http.Handler) http.Handler {
+func (s *API) Handler(extra map[string]http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range s.routes(extra) {
-		mux.Handle(r.pattern, s.auth.HTTP(r.scope, r.h))
+		mux.Handle(r.pattern, guard(s.auth, r.scope, r.h))
 	}
 	return mux
+}
+
+// guard wraps h so that it serves only callers of scope (auth nil: every
+// caller): 401 (with WWW-Authenticate: Bearer) without a known token,
+// 403 with a client token on an admin route, as an RFC 9457 problem.
+func guard(auth *transport.Auth, scope transport.Scope, h http.Handler) http.Handler {
+	if auth == nil || scope == transport.ScopeOpen {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		unauth, err := auth.Allowed(r.Header.Get("Authorization"), scope)
+		if err == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		code := http.StatusForbidden
+		if unauth {
+			code = http.StatusUnauthorized
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
+		}
+		writeProblem(w, &httpError{status: code, field: "Authorization", msg: err.Error()})
+	})
 }
 
 // route is one pattern of Handler's mux and what serves it.
 type route struct {
 	pattern string
 	h       http.Handler
-	scope   Scope // what Options.Auth asks of its callers
+	scope   transport.Scope // what the API's Auth asks of its callers
 }
 
 // routes lists what Handler serves, in one place, so that the OpenAPI test
 // can check that the document names every route (see export_test.go).
-func (s *Server) routes(extra map[string]http.Handler) []route {
+func (s *API) routes(extra map[string]http.Handler) []route {
 	rs := []route{
-		{"POST /v1/allow", http.HandlerFunc(s.handleAllow), ScopeClient},
-		{"POST /v1/reset", http.HandlerFunc(s.handleReset), ScopeAdmin},
-		{"POST /v1/inspect", http.HandlerFunc(s.handleInspect), ScopeAdmin},
-		{"POST /v1/reservations", http.HandlerFunc(s.handleReserve), ScopeClient},
-		{"POST /v1/reservations/{id}/commit", s.handleSettle(false), ScopeClient},
-		{"POST /v1/reservations/{id}/cancel", s.handleSettle(true), ScopeClient},
-		{"POST /v1/leases", http.HandlerFunc(s.handleAcquire), ScopeClient},
-		{"POST /v1/leases/{id}/renew", s.handleLease(false), ScopeClient},
-		{"POST /v1/leases/{id}/release", s.handleLease(true), ScopeClient},
-		{"GET /v1/config", http.HandlerFunc(s.handleConfig), ScopeAdmin},
-		{"GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}), ScopeOpen},
+		{"POST /v1/allow", http.HandlerFunc(s.handleAllow), transport.ScopeClient},
+		{"POST /v1/reset", http.HandlerFunc(s.handleReset), transport.ScopeAdmin},
+		{"POST /v1/inspect", http.HandlerFunc(s.handleInspect), transport.ScopeAdmin},
+		{"POST /v1/reservations", http.HandlerFunc(s.handleReserve), transport.ScopeClient},
+		{"POST /v1/reservations/{id}/commit", s.handleSettle(false), transport.ScopeClient},
+		{"POST /v1/reservations/{id}/cancel", s.handleSettle(true), transport.ScopeClient},
+		{"POST /v1/leases", http.HandlerFunc(s.handleAcquire), transport.ScopeClient},
+		{"POST /v1/leases/{id}/renew", s.handleLease(false), transport.ScopeClient},
+		{"POST /v1/leases/{id}/release", s.handleLease(true), transport.ScopeClient},
+		{"GET /v1/config", http.HandlerFunc(s.handleConfig), transport.ScopeAdmin},
+		{"GET /metrics", promhttp.HandlerFor(s.srv.Registry(), promhttp.HandlerOpts{Registry: s.srv.Registry()}), transport.ScopeOpen},
 		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			io.WriteString(w, "ok\n")
-		}), ScopeOpen},
+		}), transport.ScopeOpen},
 		{"GET /readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			status, err := s.Status(r.Context())
+			status, err := s.srv.Status(r.Context())
 			if err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				if !s.auth.IsAdmin(r) {
@@ -99,11 +178,11 @@ func (s *Server) routes(extra map[string]http.Handler) []route {
 				status, _, _ = strings.Cut(status, ":")
 			}
 			io.WriteString(w, status+"\n")
-		}), ScopeOpen},
-		{"GET /openapi.yaml", http.HandlerFunc(serveOpenAPI), ScopeOpen},
+		}), transport.ScopeOpen},
+		{"GET /openapi.yaml", http.HandlerFunc(serveOpenAPI), transport.ScopeOpen},
 	}
 	for _, pattern := range slices.Sorted(maps.Keys(extra)) {
-		scope := ScopeClient
+		scope := transport.ScopeClient
 		if sh, ok := extra[pattern].(Scoped); ok {
 			scope = sh.Scope()
 		}
@@ -117,21 +196,7 @@ func (s *Server) routes(extra map[string]http.Handler) []route {
 // extras that are not Scoped need ScopeClient.
 type Scoped interface {
 	http.Handler
-	Scope() Scope
-}
-
-// DebugHandler serves Go's profiler at /debug/pprof/. Serve it on a
-// listener of its own, on loopback (`floodgate serve -debug-addr`), never
-// on the API's: /debug/pprof/cmdline reveals the command line, secrets in
-// flags included, and a profile costs the process CPU.
-func DebugHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
+	Scope() transport.Scope
 }
 
 // openAPI is the OpenAPI document of the HTTP API.
@@ -165,7 +230,7 @@ type LimitJSON struct {
 	Name          string `json:"name,omitempty"`
 }
 
-// Limit converts the JSON form, naming the field of any problem under
+// toLimit converts the JSON form, naming the field of any problem under
 // prefix ("limit").
 func (l *LimitJSON) toLimit(prefix string) (floodgate.Limit, error) {
 	if l.Limit == nil {
@@ -269,12 +334,12 @@ func millisCeil(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-func statusJSON(st Status) DecisionJSON { return decisionJSON(st, true) }
+func statusJSON(st server.Status) DecisionJSON { return decisionJSON(st, true) }
 
 // decisionJSON is statusJSON, with the policy only if policy is set.
-func decisionJSON(st Status, policy bool) DecisionJSON {
+func decisionJSON(st server.Status, policy bool) DecisionJSON {
 	ledger := errors.Is(st.Err, floodgate.ErrLedger)
-	out := DecisionJSON{Allowed: st.Code == OK, Code: st.Code.String(), StoreError: st.Err != nil && !ledger, LedgerError: ledger, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
+	out := DecisionJSON{Allowed: st.Code == server.OK, Code: st.Code.String(), StoreError: st.Err != nil && !ledger, LedgerError: ledger, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
 		NoRule: !st.Limited && st.Rule == nil, QuotaMode: st.Quota}
 	if st.Rule != nil {
 		out.Rule = st.Rule.ID
@@ -297,7 +362,7 @@ func decisionJSON(st Status, policy bool) DecisionJSON {
 // handleAllow answers POST /v1/allow: it reads the body, decides it in
 // its inline or descriptor form, and writes the decisions with their
 // header fields.
-func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 	var req AllowRequest
 	if !decodeJSON(w, r, &req) {
 		return
@@ -307,19 +372,19 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, err)
 		return
 	}
-	var statuses []Status
-	var overall Status
+	var statuses []server.Status
+	var overall server.Status
 	if inline {
 		overall, err = s.allowInline(r.Context(), &req)
-		statuses = []Status{overall}
+		statuses = []server.Status{overall}
 	} else {
-		var res Result
+		var res server.Result
 		res, err = s.allowDescriptors(r.Context(), &req)
 		statuses, overall = res.Statuses, Binding(res)
 		if err == nil && res.GlobalShadow {
 			// The descriptors keep their denials; the answer is OK.
 			resp := allowResponse(inline, overall, statuses)
-			resp.Code, resp.Allowed, resp.ShadowMode = OK.String(), true, true
+			resp.Code, resp.Allowed, resp.ShadowMode = server.OK.String(), true, true
 			writeAllow(w, resp, overall, statuses)
 			return
 		}
@@ -347,24 +412,21 @@ func (req *AllowRequest) form() (inline bool, err error) {
 }
 
 // allowInline decides the inline form.
-func (s *Server) allowInline(ctx context.Context, req *AllowRequest) (Status, error) {
+func (s *API) allowInline(ctx context.Context, req *AllowRequest) (server.Status, error) {
 	lim, cost, err := req.inlineLimit()
-	if err == nil {
-		err = s.checkOwnPeriod("limit.period", lim.Period)
-	}
 	if err != nil {
-		return Status{}, err
+		return server.Status{}, err
 	}
-	return s.DecideInline(ctx, req.Key, lim, cost)
+	return s.srv.DecideInline(ctx, req.Key, lim, cost)
 }
 
 // allowDescriptors decides the descriptor form.
-func (s *Server) allowDescriptors(ctx context.Context, req *AllowRequest) (Result, error) {
+func (s *API) allowDescriptors(ctx context.Context, req *AllowRequest) (server.Result, error) {
 	ds, hits, err := req.descriptors()
 	if err != nil {
-		return Result{}, err
+		return server.Result{}, err
 	}
-	return s.Decide(ctx, req.Domain, ds, hits)
+	return s.srv.Decide(ctx, req.Domain, ds, hits)
 }
 
 // inlineLimit is the limit and the cost of the inline form.
@@ -385,7 +447,7 @@ func (req *AllowRequest) inlineLimit() (floodgate.Limit, int64, error) {
 
 // allowResponse is the body answering statuses: the overall decision
 // and, for the descriptor form, one per descriptor.
-func allowResponse(inline bool, overall Status, statuses []Status) AllowResponse {
+func allowResponse(inline bool, overall server.Status, statuses []server.Status) AllowResponse {
 	// The overall decision of the descriptor form has no policy of its
 	// own (each descriptor has its own): it is left out rather than built
 	// and dropped.
@@ -394,7 +456,7 @@ func allowResponse(inline bool, overall Status, statuses []Status) AllowResponse
 		return resp
 	}
 	resp.Rule, resp.NoRule = "", false
-	resp.Code = QuotaCode(statuses).String()
+	resp.Code = server.QuotaCode(statuses).String()
 	resp.Allowed = resp.Code == "OK"
 	resp.Descriptors = make([]DecisionJSON, len(statuses))
 	for i, st := range statuses {
@@ -405,9 +467,9 @@ func allowResponse(inline bool, overall Status, statuses []Status) AllowResponse
 
 // writeAllow writes resp with the RateLimit fields of statuses: 200, or
 // 503 with Retry-After when a store failure was answered by fail_closed.
-func writeAllow(w http.ResponseWriter, resp any, overall Status, statuses []Status) {
+func writeAllow(w http.ResponseWriter, resp any, overall server.Status, statuses []server.Status) {
 	SetHeaders(w.Header(), statuses)
-	if failedClosed(statuses) {
+	if server.FailedClosed(statuses) {
 		retry := max(time.Second, overall.Decision.RetryAfter)
 		w.Header().Set(ratelimitheader.HeaderRetryAfter, ratelimitheader.RetryAfter(retry))
 		writeJSON(w, http.StatusServiceUnavailable, resp)
@@ -416,20 +478,10 @@ func writeAllow(w http.ResponseWriter, resp any, overall Status, statuses []Stat
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// Combine is OverLimit if any status is.
-func Combine(statuses []Status) Code {
-	for _, st := range statuses {
-		if st.Code == OverLimit {
-			return OverLimit
-		}
-	}
-	return OK
-}
-
 // Binding picks the status that decides a request: the first over-limit
 // descriptor with the longest wait, or else the limited descriptor with the
 // least remaining; a zero Status if none was limited.
-func Binding(res Result) Status {
+func Binding(res server.Result) server.Status {
 	best := -1
 	for i, st := range res.Statuses {
 		if !st.Limited {
@@ -441,9 +493,9 @@ func Binding(res Result) Status {
 		}
 		b := res.Statuses[best]
 		switch {
-		case st.Code == OverLimit && b.Code != OverLimit:
+		case st.Code == server.OverLimit && b.Code != server.OverLimit:
 			best = i
-		case st.Code == OverLimit && b.Code == OverLimit:
+		case st.Code == server.OverLimit && b.Code == server.OverLimit:
 			if st.Decision.RetryAfter == floodgate.Never || (b.Decision.RetryAfter != floodgate.Never && st.Decision.RetryAfter > b.Decision.RetryAfter) {
 				best = i
 			}
@@ -452,25 +504,16 @@ func Binding(res Result) Status {
 		}
 	}
 	if best < 0 {
-		return Status{Code: res.Code}
+		return server.Status{Code: res.Code}
 	}
 	return res.Statuses[best]
-}
-
-func failedClosed(statuses []Status) bool {
-	for _, st := range statuses {
-		if st.Err != nil && st.Code == OverLimit {
-			return true
-		}
-	}
-	return false
 }
 
 // SetHeaders writes the RateLimit-Policy and RateLimit fields of every
 // limited descriptor that the store answered, and Retry-After when one of
 // them denied, as ratelimitheader.SetEach does (with the values of every
 // field in one allocation: this runs at every decision).
-func SetHeaders(h http.Header, statuses []Status) {
+func SetHeaders(h http.Header, statuses []server.Status) {
 	var limitBuf [maxStackHeaders]floodgate.Limit
 	var decisionBuf [maxStackHeaders]floodgate.Decision
 	limits, ds := limitBuf[:0], decisionBuf[:0]
@@ -523,11 +566,11 @@ type RuleJSON struct {
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
-func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
+func (s *API) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	out := struct {
 		Rules []RuleJSON `json:"rules"`
 	}{Rules: []RuleJSON{}}
-	for _, d := range s.cfg.Load().Domains() {
+	for _, d := range s.srv.Config().Domains() {
 		for _, r := range d.Rules() {
 			rj := RuleJSON{ID: r.ID, Domain: r.Domain, Unlimited: r.Unlimited, ShadowMode: r.ShadowMode,
 				FailureMode: string(r.FailurePolicy), Durable: r.Limit.Durable, Replaces: r.Replaces, File: r.File, Line: r.Line,
@@ -669,6 +712,9 @@ func jsonError(err error) error {
 	return invalid("body", "%v", err)
 }
 
+// invalid is the error of a field of a request the caller got wrong: 400.
+func invalid(field, format string, args ...any) error { return server.Invalid(field, format, args...) }
+
 // httpError is a caller's error with its own status.
 type httpError struct {
 	status int
@@ -687,6 +733,9 @@ type Problem struct {
 	Field  string `json:"field,omitempty"`
 }
 
+// writeProblem answers err as a problem: 400 naming the field of a
+// *floodgate.FieldError, the status of an httpError, 503 for a failure
+// of the store or the ledger.
 func writeProblem(w http.ResponseWriter, err error) {
 	p := Problem{Type: "about:blank", Status: http.StatusInternalServerError, Detail: err.Error()}
 	var fe *floodgate.FieldError
@@ -709,12 +758,20 @@ func writeProblem(w http.ResponseWriter, err error) {
 	default:
 		p.Status, p.Detail = http.StatusServiceUnavailable, "store failed: "+err.Error()
 	}
-	p.Title = http.StatusText(p.Status)
+	WriteProblem(w, p.Status, p.Field, p.Detail)
+}
+
+// WriteProblem answers an RFC 9457 problem details body (Problem) of
+// status, naming field (none if empty), with detail, as every HTTP
+// endpoint of floodgate serve does: Content-Type
+// application/problem+json, Cache-Control no-store.
+func WriteProblem(w http.ResponseWriter, status int, field, detail string) {
+	p := Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Field: field}
 	var buf bytes.Buffer
 	json.NewEncoder(&buf).Encode(p)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(p.Status)
+	w.WriteHeader(status)
 	w.Write(buf.Bytes())
 }
 

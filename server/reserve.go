@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Reserve holds the cost of the limited descriptors of one request of
+// domain, all or nothing, as Decide decides them (rules in shadow mode,
+// unlimited and unmatched descriptors hold nothing).
+func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hits int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
+	if err := checkRequest(domain, ds); err != nil {
+		return nil, Result{}, err
+	}
+	res, p, err := s.plan(domain, ds, hits)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	for i := range res.Statuses {
+		// A reservation holds every limited descriptor or none: a quota
+		// (quota_mode, -quota-mode) is held like any other limit.
+		res.Statuses[i].Quota = false
+	}
+	var items []floodgate.Item
+	var which []int
+	for j, it := range p.items {
+		if p.shadow[j] {
+			// Shadow mode decides and never denies: it holds nothing.
+			res.Statuses[p.which[j]].Limited = false
+			continue
+		}
+		items, which = append(items, it), append(which, p.which[j])
+	}
+	if len(items) == 0 {
+		return nil, res, nil
+	}
+	r, _, outs, err := s.lim.ReserveEach(ctx, items, o)
+	if outs == nil && err != nil {
+		p.which = which
+		return nil, Result{}, p.fieldOf(err)
+	}
+	s.settleEach(domain, ds, &res, which, outs)
+	return r, res, nil
+}
+
+// ReserveInline holds cost of an inline key under limit. A period above
+// Options.MaxOwnPeriod is invalid (field "limit.period").
+func (s *Server) ReserveInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
+	if err := s.checkOwnPeriod("limit.period", limit.Period); err != nil {
+		return nil, Status{}, err
+	}
+	if err := checkInlineKey(key); err != nil {
+		return nil, Status{}, err
+	}
+	r, _, outs, err := s.lim.ReserveEach(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}}, o)
+	if outs == nil && err != nil {
+		return nil, Status{}, inlineField(err)
+	}
+	st := Status{Code: OK, Limited: true}
+	s.settle("", nil, &st, &outs[0])
+	return r, st, nil
+}
