@@ -17,7 +17,7 @@ import (
 // its hash tag), the batch is one script run, atomic. On a Cluster, keys of
 // several slots cannot meet in one script: each slot's requests are one
 // run of their own, all at once, and if one slot denies, what the others
-// took is given back (see "Batches" in the package doc for the protocol
+// took is given back (see "Batches" in docs/redis.md for the protocol
 // and its worst case). A batch of one is an Apply.
 func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
 	for i := range rs {

@@ -11,7 +11,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 )
 
-// The coalescer: see "Coalescing" in the package doc for what it does and
+// The coalescer: see "Coalescing" in docs/redis.md for what it does and
 // promises. A group holds its runs in flight and the calls waiting. A call
 // that finds a run free sends its own script on its own goroutine, as
 // without coalescing; when any run of the group comes back (finish), the

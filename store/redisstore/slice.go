@@ -22,7 +22,7 @@ import (
 // and GCRA: each instance decides a key on a slice of the limit's rate
 // (and the same fraction of its burst) that it leases from Redis through
 // the regions' lease protocol (region.Home, scripts/home.lua), and the
-// slices follow demand. See "Rate slices" in the package doc for the
+// slices follow demand. See "Rate slices" in docs/redis.md for the
 // design and why the instances together never admit more than the limit.
 type rateSlices struct {
 	home   region.Home
@@ -413,7 +413,7 @@ func (rs *rateSlices) install(e *slice, req region.LeaseRequest, out region.Leas
 // leaseEnd plus a SliceTerm (so that the next few renewals need no
 // record), and reports the end recorded (prev if the call failed) and
 // the tokens the slice may start with, from the mark that was there
-// ("Rate slices" in the package doc has the argument). With x the time
+// ("Rate slices" in docs/redis.md has the argument). With x the time
 // the call was sent and silence = x − (mark + SliceGrace), the time since
 // anyone may last have admitted:
 //
