@@ -189,8 +189,8 @@ func checkLease(r LeaseRequest) error {
 }
 
 // homeKeyEscaper escapes a key's hash-tag braces, its escape character and
-// the mark of a hashed key; built once (a Replacer per call was about 30%
-// of a lease's CPU with the memory home).
+// the mark of a hashed key; built once, since a Replacer per call would be
+// a large part of a lease's cost with the memory home.
 var homeKeyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "#", "%23")
 
 // homeKey is the Redis key of key's leases under period:

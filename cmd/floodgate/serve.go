@@ -545,8 +545,8 @@ func (c serveConfig) listen(srv *server.Server, auth *server.Auth, ltls *server.
 	// A pool of stream workers serves each call on a goroutine whose
 	// stack has already grown: with a goroutine per call (gRPC's
 	// default), growing and copying the stack of every new handler
-	// goroutine took 19-25% of the server's CPU under 64 concurrent
-	// callers (pprof, 2026-11-29). Calls beyond the pool's size still
+	// goroutine is a large part of the server's CPU under concurrent
+	// callers (pprof shows it). Calls beyond the pool's size still
 	// get a goroutine of their own, so the pool bounds nothing.
 	gopts := append(c.grpcServerOptions(), auth.GRPCOptions()...)
 	if ltls != nil {

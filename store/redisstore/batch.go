@@ -369,8 +369,8 @@ type crossSlotCounters struct {
 
 // CrossSlotStats counts the all-or-nothing calls (ApplyBatch, Reserve)
 // that a Store on a Redis Cluster split over several slots since it was
-// opened, and what their compensation did (see "Batches" in the package
-// doc). All are 0 on standalone Redis and Sentinel, where a call is one
+// opened, and what their compensation did (see "Batches" in
+// docs/redis.md). All are 0 on standalone Redis and Sentinel, where a call is one
 // script.
 type CrossSlotStats struct {
 	// Calls is the calls split over several slots.

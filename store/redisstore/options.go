@@ -61,8 +61,8 @@ type Options struct {
 	// then calls again (at most three loads per call): a call that failed
 	// with "Function not found" did not run. A function runs only its own code per call, where
 	// EVALSHA runs the whole script, defining every helper again: it
-	// costs Redis less CPU per decision (see "Functions" in the package
-	// doc).
+	// costs Redis less CPU per decision (see "Functions" in
+	// docs/redis.md).
 	//
 	// Trade-offs: it needs Redis 7.0 or later (or Valkey); on an older
 	// server every call fails with an error saying so, which wraps Redis's

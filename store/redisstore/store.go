@@ -217,8 +217,8 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 
 // or too long key, or an invalid limit, is an error, as in Apply. The
 // slices of a token bucket or GCRA with a LocalBudget, which hold its rate
-// in the instances, are not refilled (see "Rate slices" in the package
-// doc).
+// in the instances, are not refilled (see "Rate slices" in
+// docs/redis.md).
 func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
 	probe := floodgate.Request{Key: key, Limit: limit}
 	if err := probe.Validate(); err != nil {
