@@ -110,7 +110,7 @@ type Limit struct {
 	// of the rate, in units per Period, one instance holds: at most Limit
 	// (Validate refuses more); Limit lets one busy instance take the whole
 	// rate. What it costs in utilisation, and why no interval is overrun,
-	// is in the package doc of store/redisstore ("Rate slices").
+	// is in docs/redis.md ("Rate slices").
 	//
 	// SlidingWindowLog and Concurrency take none: units claimed now and
 	// spent later could exceed the limit in some interval.

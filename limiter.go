@@ -205,15 +205,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 	// The common case, a Limiter with no fallback, timeout or observer
 	// and a limit that is not durable, builds the Request and calls the
 	// store in this one frame, and Allow repeats these lines rather than
-	// call AllowN. Most of a decision's cost outside the store was
-	// copying the 168-byte Request and the 72-byte Decision from frame to
-	// frame, above all copies that read with 16-byte loads what was just
-	// written a field at a time, which wait for those stores to reach the
-	// cache: one more frame between the caller and the store cost about
-	// 10 ns per decision, the Request built as a composite literal (which
-	// the compiler builds in a temporary and copies) a few more
-	// (BENCHMARKS.md, "Why the embedded store is not yet as cheap as
-	// x/time/rate").
+	// call AllowN. Most of a decision's cost outside the store is copying
+	// the Request and the Decision from frame to frame, above all copies
+	// that read with 16-byte loads what was just written a field at a
+	// time, which wait for those stores to reach the cache. So no frame
+	// stands between the caller and the store, and the Request is filled
+	// field by field, not built as a composite literal (which the
+	// compiler builds in a temporary and copies).
 	var r Request
 	r.Key, r.Limit, r.Cost = key, limit, n
 	if err := l.prepare(&r, l.now()); err != nil {
@@ -379,8 +377,8 @@ func (l *Limiter) apply(ctx context.Context, r *Request) (Decision, error) {
 		return l.applyWrapped(ctx, r)
 	}
 	// No fallback, timeout or observer: the store call alone, in a small
-	// frame with no defer (this is most of a decision's cost outside the
-	// store; see BENCHMARKS.md).
+	// frame with no defer (the frames and copies around the store call are
+	// most of a decision's cost outside the store).
 	d, err := l.store.Apply(ctx, *r)
 	if err != nil {
 		d = failed(l.policy)

@@ -28,7 +28,7 @@ const DefaultHoldRetention = time.Hour
 // upper bound of a request's cost: Reserve takes the bound now, Settle
 // commits the actual cost (giving back the rest) or cancels, each step one
 // atomic and idempotent step of the store, keyed by the reservation's ID.
-// The algorithm package doc has the exact rules (a table per step and per
+// docs/reservations.md has the exact rules (a table per step and per
 // algorithm). Every algorithm but Concurrency supports it.
 type Reserver interface {
 	// Reserve takes every request's Cost for its key under its limit, all

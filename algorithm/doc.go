@@ -94,48 +94,19 @@
 // # Reservations
 //
 // A reservation takes the upper bound of a request's cost now and settles
-// the actual cost later: an LLM call reserves max_tokens before it runs
-// and commits the tokens it used after. Reserve takes units as Step does
-// and returns a Hold; Settle commits the actual cost or cancels; Expire
-// ends a hold nobody settled. Every algorithm but Concurrency (whose
-// leases are holds already) has a Refund, which gives back units admitted
-// at an instant; each hold is settled exactly once (Hold.State), and a
-// retry of the step that settled it gets the first answer.
-//
-//	step            what it does to the budget
-//	reserve n       Step(n): admitted, the hold keeps n (Held); denied, nothing (Denied)
-//	commit a < n    Refund(n-a): the difference goes back
-//	commit a = n    nothing
-//	commit a > n    Step(a-n): the excess is taken if the limit admits it
-//	                (Charged), else nothing is taken and it is reported (Short)
-//	cancel          Refund(n)
-//	expiry          nothing: the units stay charged (a caller that crashed
-//	                may have done the work); with Release, Refund(n)
-//	again           the same step: the first answer (Replayed); another
-//	                step: Conflict; any step after the expiry: TooLate
-//
-// A refund gives back what the algorithm still counts of the units, no
-// more:
-//
-//	algorithm           units admitted at t are given back ...
-//	fixed_window        while t's window is live; after it ended, 0 (the
-//	                    new window owes nothing)
-//	sliding_window      from the current count while t is in the current
-//	                    window, from the previous count (whose weight is
-//	                    shrinking) in the next, 0 once two windows on
-//	sliding_window_log  by removing entries stamped t, 0 once they left
-//	                    the trailing Period
-//	token_bucket, gcra  up to the whole tokens still missing: tokens
-//	                    earned back since count as given back already,
-//	                    whenever the units were taken
-//
-// So reserving n and committing a <= n at one instant leaves the state a
-// request of cost a leaves (a test checks it on random histories), and a
-// refund made late, after an expiry nobody saw, leaves the state a refund
-// at the expiry would have left by now: Settle may run whenever the hold
-// is next touched. A settle uses the limit the reservation was made
-// under, which the hold's store keeps: a limit changed since applies to
-// later requests only.
+// the actual cost later. Reserve takes units as Step does and returns a
+// Hold; Settle commits the actual cost (Refund of the difference, or Step
+// of the excess) or cancels (Refund of all); Expire ends a hold nobody
+// settled, leaving its units charged unless it was made with Release.
+// Every algorithm but Concurrency (whose leases are holds already) has a
+// Refund, which gives back what the algorithm still counts of units
+// admitted at an instant, no more. Each hold is settled exactly once
+// (Hold.State), and a retry of the step that settled it gets the first
+// answer. Reserving n and committing a <= n at one instant leaves the
+// state a request of cost a leaves (a test checks it on random
+// histories), and a late refund leaves the state a refund at the expiry
+// would have left by now. The table of each step, and what each
+// algorithm's Refund gives back, is in [docs/reservations.md].
 //
 // # Burst
 //
@@ -146,13 +117,10 @@
 // sustained rate. Burst may be above Limit (100 per minute, bursts of 300)
 // or below it (smoothing: 10 per second, at most 2 at once).
 //
-// Compared with the libraries people know: golang.org/x/time/rate's b
-// (NewLimiter(r, b)) is the same capacity, but its tokens are float64 and
-// its zero burst denies everything, where ours defaults to Limit.
-// github.com/go-redis/redis_rate's Burst is also the capacity of a GCRA, but
-// computed in float seconds inside Lua, so its emission interval and
-// Remaining are rounded floats; ours are exact integers. Neither matches
-// nginx's limit_req burst or throttled's MaxBurst, which count the requests
-// allowed beyond the first: their burst b is our Burst b+1.
 // The window algorithms have no burst: their capacity is Limit.
+// [docs/library.md] compares Burst with x/time/rate's, redis_rate's,
+// nginx's and throttled's.
+//
+// [docs/reservations.md]: https://github.com/floodgate-rl/floodgate/blob/main/docs/reservations.md#what-each-step-does
+// [docs/library.md]: https://github.com/floodgate-rl/floodgate/blob/main/docs/library.md#burst
 package algorithm

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestRefundEdges is the table of edge cases of the algorithm package doc:
+// TestRefundEdges is the table of edge cases of docs/reservations.md:
 // what a refund gives back when the window that counted the units has
 // moved on, and when the bucket is already fuller than the refund.
 func TestRefundEdges(t *testing.T) {

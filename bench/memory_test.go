@@ -5,7 +5,7 @@
 //	cd bench && go test -run '^$' -bench BenchmarkPeers -benchmem -count 3 -benchtime=200ms .
 //	cd bench && go test -run '^$' -bench BenchmarkScaling -benchmem -count 3 -benchtime=1s -cpu 1,2 .
 //
-// BENCHMARKS.md at the repository root has the figures and how to read them.
+// bench/results/history.md has the figures and how to read them.
 package bench
 
 import (

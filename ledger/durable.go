@@ -21,8 +21,7 @@ import (
 // Commits that arrive while the ledger is writing wait, and are written
 // together in the next Store.Record, one transaction: a ledger flushes to
 // disk (or makes a round trip) once per write, not once per commit, so
-// concurrent commits share the cost (BENCHMARKS.md measures 3 to 17 times
-// the entries per second in batches of 64). No timer holds a commit back:
+// concurrent commits share the cost. No timer holds a commit back:
 // a commit that finds no write in progress (fewer than MaxWrites) is
 // written at once, alone; only those that arrive during a write wait for
 // it, and then go together. Each caller's commits are checked (Check)

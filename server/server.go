@@ -727,7 +727,7 @@ func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *fl
 		st.Code = OverLimit
 		s.m.decision(label, st.Rule, entries, pick(local, outcomeLocalDenied, outcomeDenied))
 		if s.log.Enabled(context.Background(), slog.LevelDebug) {
-			// Only then: formatting the limit took about 7% of a denial's CPU.
+			// Only then: formatting the limit is a noticeable part of a denial's cost.
 			s.log.Debug(pick(local, "denied locally", "denied"), "domain", domain, "rule", ruleID(st.Rule), "limit", st.Limit.String(),
 				"remaining", d.Remaining, "retry_after", d.RetryAfter, "reset_after", d.ResetAfter)
 		}

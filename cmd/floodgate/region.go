@@ -25,7 +25,7 @@ type regionFlags struct {
 }
 
 func (f *regionFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.name, "region", "", "`name` of this instance's region ([A-Za-z0-9_.-]): rules marked global: true are decided on this region's share of the limit, leased from -home; every instance holds its own share; empty: global rules are decided as local ones (env FLOODGATE_REGION)")
+	fs.StringVar(&f.name, "region", "", "`name` of this instance's region ([A-Za-z0-9_.-]): rules marked global: true are decided on this region's share of the limit, granted by -home; every instance holds its own share; empty: global rules are decided as local ones (env FLOODGATE_REGION)")
 	fs.StringVar(&f.homeURL, "home", "", "with -region: `URL` of the home Redis that leases the shares of every global limit to the regions, redis:// or rediss://; serve starts while it is down and decides global rules on their safe share until it answers (env FLOODGATE_HOME)")
 	fs.Float64Var(&f.safeShare, "region-safe-share", 0, "with -region: `fraction` of a global limit this region decides on once its lease has ended without home answering (a partition); 0 denies global rules until home answers, and adds nothing to the overrun bound (env FLOODGATE_REGION_SAFE_SHARE)")
 	fs.Float64Var(&f.floor, "region-floor", 0, "with -region: `fraction` of each global limit every region keeps whatever its demand (env FLOODGATE_REGION_FLOOR)")
@@ -80,7 +80,7 @@ func (f *regionFlags) wrap(store floodgate.Store, log *slog.Logger) (floodgate.S
 		home.Close()
 		return nil, nil, err
 	}
-	log.Info("global rules decided on this region's leased share", "region", f.name, "holder", rs.Holder(), "home", redactURL(f.homeURL))
+	log.Info("global rules decided on this region's granted share", "region", f.name, "holder", rs.Holder(), "home", redactURL(f.homeURL))
 	return rs, func() {
 		rs.Close()
 		home.Close()

@@ -91,48 +91,11 @@ type serveConfig struct {
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 	var c serveConfig
-	fs := flag.NewFlagSet("floodgate serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "HTTP API, /metrics and health `address` (env FLOODGATE_HTTP)")
-	fs.StringVar(&c.grpcAddr, "grpc", "127.0.0.1:8081", "Envoy rate limit gRPC `address`; empty disables (env FLOODGATE_GRPC)")
-	fs.StringVar(&c.configPath, "config", "", "config `file or directory` in envoyproxy/ratelimit's YAML format, reloaded on change and on SIGHUP (env FLOODGATE_CONFIG)")
-	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL`: redis://, redis-sentinel://, redis-cluster://, or rediss://, rediss-sentinel://, rediss-cluster:// for TLS; empty runs on the embedded memory store (env FLOODGATE_REDIS)")
-	fs.StringVar(&c.redisTLS.ca, "redis-tls-ca", "", "rediss: PEM `file` of the CAs that verify the Redis server's certificate, in place of the system roots; read at start (env FLOODGATE_REDIS_TLS_CA)")
-	fs.StringVar(&c.redisTLS.cert, "redis-tls-cert", "", "rediss: PEM `file` of the client certificate, for a Redis that requires one (tls-auth-clients yes), with -redis-tls-key; read again at each new connection, so a renewed one needs no restart (env FLOODGATE_REDIS_TLS_CERT)")
-	fs.StringVar(&c.redisTLS.key, "redis-tls-key", "", "rediss: PEM `file` of the client certificate's private key, with -redis-tls-cert (env FLOODGATE_REDIS_TLS_KEY)")
-	fs.StringVar(&c.redisTLS.serverName, "redis-tls-server-name", "", "rediss: the `name` the Redis server's certificate must hold, when it is not the host in -redis (an IP address there, a DNS name in the certificate); empty: each node's own host (env FLOODGATE_REDIS_TLS_SERVER_NAME)")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json (env FLOODGATE_LOG_FORMAT)")
-	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug (explains every denial), info, warn, error (env FLOODGATE_LOG_LEVEL)")
-	fs.DurationVar(&c.timeout, "timeout", server.DefaultTimeout, "deadline of each store call (env FLOODGATE_TIMEOUT)")
-	fs.StringVar(&c.failureMode, "failure-mode", string(floodgate.FailOpen), "answer when the store fails, for rules without failure_mode: fail_open, fail_closed or local (env FLOODGATE_FAILURE_MODE)")
-	fs.IntVar(&c.instances, "instances", 0, "`number` of replicas sharing the Redis; failure mode local divides every limit by it while Redis fails, and needs it (env FLOODGATE_INSTANCES)")
-	fs.DurationVar(&c.probeInterval, "probe-interval", floodgate.DefaultProbeInterval, "failure mode local: how long to decide locally after a Redis failure before one request tries Redis again (env FLOODGATE_PROBE_INTERVAL)")
-	fs.IntVar(&c.denyCache, "deny-cache", defaultDenyCache, "Redis: the most `keys` remembered as over their limit until their retry time, answered without a round trip (exact: see store/redisstore); 0 disables (env FLOODGATE_DENY_CACHE)")
-	fs.BoolVar(&c.functions, "redis-functions", false, "Redis 7+: run the decisions as Redis functions (FUNCTION LOAD once, then FCALL) instead of EVALSHA scripts: 10-32% less Redis CPU per script call, less of a gain once calls share runs (-redis-coalesce) (env FLOODGATE_REDIS_FUNCTIONS)")
-	fs.IntVar(&c.coalesce, "redis-coalesce", redisstore.DefaultCoalesce, "Redis: script runs in flight before further concurrent decisions wait and share one script run, which costs Redis far less CPU per decision (see store/redisstore); 0 disables (env FLOODGATE_REDIS_COALESCE)")
-	fs.IntVar(&c.waitReplicas, "redis-wait-replicas", 0, "Redis: return a decision only once this `number` of replicas hold its writes (WAIT after every script run), else fail the call and answer it by the failure mode, so that a failover loses fewer admitted requests (none, when every replica is waited for; see store/redisstore); 0 disables (env FLOODGATE_REDIS_WAIT_REPLICAS)")
-	fs.DurationVar(&c.waitTimeout, "redis-wait-timeout", redisstore.DefaultWaitTimeout, "Redis: how long -redis-wait-replicas waits for the replicas, at most, and never more than half of what is left of -timeout (env FLOODGATE_REDIS_WAIT_TIMEOUT)")
-	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
-	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler, /debug/pprof/, on this `address` of its own (127.0.0.1:6060, say), never on the API's; empty disables (env FLOODGATE_DEBUG_ADDR)")
-	fs.StringVar(&c.authFile, "auth-token-file", "", "`file` of client bearer tokens, one per line (# comments), reloaded on change: the HTTP API's decisions, reservations and leases and every gRPC call but health checks need one (Authorization: Bearer <token>); empty leaves them open (env FLOODGATE_AUTH_TOKEN_FILE)")
-	fs.StringVar(&c.adminFile, "admin-token-file", "", "`file` of admin bearer tokens, as -auth-token-file: they may do what client tokens do and also POST /v1/reset, GET /v1/config and read /readyz's detail; with either file, those need an admin token (env FLOODGATE_ADMIN_TOKEN_FILE)")
-	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM `file` of the certificate the HTTP and gRPC listeners present (TLS), with -tls-key; read again when it changes (env FLOODGATE_TLS_CERT)")
-	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the key of -tls-cert (env FLOODGATE_TLS_KEY)")
-	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM `file` of the CAs that sign client certificates: with it every client of both listeners must present one (mutual TLS); read again when it changes (env FLOODGATE_TLS_CLIENT_CA)")
-	fs.DurationVar(&c.maxOwnPeriod, "max-own-period", server.DefaultMaxOwnPeriod, "the longest period of a limit a request brings (an inline limit of the HTTP API, Envoy's descriptor override); longer is refused as invalid, since each of its keys is kept that long; negative: no bound (env FLOODGATE_MAX_OWN_PERIOD)")
-	fs.IntVar(&c.maxKeys, "max-keys", defaultMaxKeys, "memory store: the most keys holding state (about 110 bytes each and the key's own); a request that would add one more, once expired keys are dropped, is answered by its rule's failure mode and counted in floodgate_memstore_refused_total; 0: no bound (env FLOODGATE_MAX_KEYS)")
-	fs.IntVar(&c.maxConns, "max-connections", defaultMaxConns, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so a client that opens thousands cannot take every file descriptor (env FLOODGATE_MAX_CONNECTIONS)")
-	fs.DurationVar(&c.grpcMaxIdle, "grpc-max-idle", 5*time.Minute, "gRPC: close a connection that has had no call for this long (Envoy reconnects when it needs to) (env FLOODGATE_GRPC_MAX_IDLE)")
-	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
-	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
-	c.ledger.register(fs)
-	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
-	c.parity.register(fs)
-	fs.BoolVar(&c.dashboard, "ui", true, "serve the live dashboard at /ui on the HTTP listener (server/ui): decisions per rule, top denied keys, store health; its keys and rules need an admin token once token files are set, and so do its actions (env FLOODGATE_UI)")
-	fs.IntVar(&c.gogc, "gogc", 0, "the garbage collector's target `percent`, as GOGC: a new cycle once the heap has grown this much since the last; higher spends less CPU per decision and more memory (400: 8-25% less service CPU per decision and 1.5-1.7 times the peak memory in bench/serve-ab.sh; a memory store's keys are live heap, so they cost up to 1+percent/100 times their size); GOMEMLIMIT, if set, still bounds the heap; 0 leaves Go's setting (GOGC, else 100) (env FLOODGATE_GOGC)")
-	c.region.register(fs)
-	c.rlqs.register(fs)
+	fs := c.flags(stderr)
+	if helpAll(args) {
+		printAllFlags(fs)
+		return c, 0, false
+	}
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("FLOODGATE")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, 0, false
@@ -149,6 +112,56 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 		return c, 2, false
 	}
 	return c, 0, true
+}
+
+// flags registers every flag of serve, writing to c, on a new FlagSet
+// whose -h prints the primary flags (serveUsage); -help-all and
+// docs/serve.md have them all.
+func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("floodgate serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { serveUsage(fs) }
+	fs.StringVar(&c.httpAddr, "http", "127.0.0.1:8080", "HTTP API, /metrics and health `address` (env FLOODGATE_HTTP)")
+	fs.StringVar(&c.grpcAddr, "grpc", "127.0.0.1:8081", "Envoy rate limit gRPC `address`; empty disables (env FLOODGATE_GRPC)")
+	fs.StringVar(&c.configPath, "config", "", "config `file or directory` in envoyproxy/ratelimit's YAML format, reloaded on change and on SIGHUP (env FLOODGATE_CONFIG)")
+	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL`: redis://, redis-sentinel://, redis-cluster://, or rediss://, rediss-sentinel://, rediss-cluster:// for TLS; empty runs on the embedded memory store (env FLOODGATE_REDIS)")
+	fs.StringVar(&c.redisTLS.ca, "redis-tls-ca", "", "rediss: PEM `file` of the CAs that verify the Redis server's certificate, in place of the system roots; read at start (env FLOODGATE_REDIS_TLS_CA)")
+	fs.StringVar(&c.redisTLS.cert, "redis-tls-cert", "", "rediss: PEM `file` of the client certificate, for a Redis that requires one (tls-auth-clients yes), with -redis-tls-key; read again at each new connection, so a renewed one needs no restart (env FLOODGATE_REDIS_TLS_CERT)")
+	fs.StringVar(&c.redisTLS.key, "redis-tls-key", "", "rediss: PEM `file` of the client certificate's private key, with -redis-tls-cert (env FLOODGATE_REDIS_TLS_KEY)")
+	fs.StringVar(&c.redisTLS.serverName, "redis-tls-server-name", "", "rediss: the `name` the Redis server's certificate must hold, when it is not the host in -redis (an IP address there, a DNS name in the certificate); empty: each node's own host (env FLOODGATE_REDIS_TLS_SERVER_NAME)")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json (env FLOODGATE_LOG_FORMAT)")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug (explains every denial), info, warn, error (env FLOODGATE_LOG_LEVEL)")
+	fs.DurationVar(&c.timeout, "timeout", server.DefaultTimeout, "deadline of each store call (env FLOODGATE_TIMEOUT)")
+	fs.StringVar(&c.failureMode, "failure-mode", string(floodgate.FailOpen), "answer when the store fails, for rules without failure_mode: fail_open, fail_closed or local (env FLOODGATE_FAILURE_MODE)")
+	fs.IntVar(&c.instances, "instances", 0, "`number` of replicas sharing the Redis; failure mode local divides every limit by it while Redis fails, and needs it (env FLOODGATE_INSTANCES)")
+	fs.DurationVar(&c.probeInterval, "probe-interval", floodgate.DefaultProbeInterval, "failure mode local: how long to decide locally after a Redis failure before one request tries Redis again (env FLOODGATE_PROBE_INTERVAL)")
+	fs.IntVar(&c.denyCache, "deny-cache", defaultDenyCache, "Redis: the most `keys` remembered as over their limit until their retry time, answered without a round trip (exact: see store/redisstore); 0 disables (env FLOODGATE_DENY_CACHE)")
+	fs.BoolVar(&c.functions, "redis-functions", false, "Redis 7+: run the decisions as Redis functions (FUNCTION LOAD once, then FCALL) instead of EVALSHA scripts, so that Redis makes each script's helpers once rather than on every call; less of a gain once calls share runs (-redis-coalesce) (env FLOODGATE_REDIS_FUNCTIONS)")
+	fs.IntVar(&c.coalesce, "redis-coalesce", redisstore.DefaultCoalesce, "Redis: script runs in flight before further concurrent decisions wait and share one script run, which costs Redis far less CPU per decision (see store/redisstore); 0 disables (env FLOODGATE_REDIS_COALESCE)")
+	fs.IntVar(&c.waitReplicas, "redis-wait-replicas", 0, "Redis: return a decision only once this `number` of replicas hold its writes (WAIT after every script run), else fail the call and answer it by the failure mode, so that a failover loses fewer admitted requests (none, when every replica is waited for; see store/redisstore); 0 disables (env FLOODGATE_REDIS_WAIT_REPLICAS)")
+	fs.DurationVar(&c.waitTimeout, "redis-wait-timeout", redisstore.DefaultWaitTimeout, "Redis: how long -redis-wait-replicas waits for the replicas, at most, and never more than half of what is left of -timeout (env FLOODGATE_REDIS_WAIT_TIMEOUT)")
+	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler, /debug/pprof/, on this `address` of its own (127.0.0.1:6060, say), never on the API's; empty disables (env FLOODGATE_DEBUG_ADDR)")
+	fs.StringVar(&c.authFile, "auth-token-file", "", "`file` of client bearer tokens, one per line (# comments), reloaded on change: the HTTP API's decisions, reservations and leases and every gRPC call but health checks need one (Authorization: Bearer <token>); empty leaves them open (env FLOODGATE_AUTH_TOKEN_FILE)")
+	fs.StringVar(&c.adminFile, "admin-token-file", "", "`file` of admin bearer tokens, as -auth-token-file: they may do what client tokens do and also POST /v1/reset, GET /v1/config and read /readyz's detail; with either file, those need an admin token (env FLOODGATE_ADMIN_TOKEN_FILE)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM `file` of the certificate the HTTP and gRPC listeners present (TLS), with -tls-key; read again when it changes (env FLOODGATE_TLS_CERT)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the key of -tls-cert (env FLOODGATE_TLS_KEY)")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM `file` of the CAs that sign client certificates: with it every client of both listeners must present one (mutual TLS); read again when it changes (env FLOODGATE_TLS_CLIENT_CA)")
+	fs.DurationVar(&c.maxOwnPeriod, "max-own-period", server.DefaultMaxOwnPeriod, "the longest period of a limit a request brings (an inline limit of the HTTP API, Envoy's descriptor override); longer is refused as invalid, since each of its keys is kept that long; negative: no bound (env FLOODGATE_MAX_OWN_PERIOD)")
+	fs.IntVar(&c.maxKeys, "max-keys", defaultMaxKeys, "memory store: the most keys holding state (docs/serve.md says the memory each takes); a request that would add one more, once expired keys are dropped, is answered by its rule's failure mode and counted in floodgate_memstore_refused_total; 0: no bound (env FLOODGATE_MAX_KEYS)")
+	fs.IntVar(&c.maxConns, "max-connections", defaultMaxConns, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so a client that opens thousands cannot take every file descriptor (env FLOODGATE_MAX_CONNECTIONS)")
+	fs.DurationVar(&c.grpcMaxIdle, "grpc-max-idle", 5*time.Minute, "gRPC: close a connection that has had no call for this long (Envoy reconnects when it needs to) (env FLOODGATE_GRPC_MAX_IDLE)")
+	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
+	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
+	c.ledger.register(fs)
+	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
+	c.parity.register(fs)
+	fs.BoolVar(&c.dashboard, "ui", true, "serve the live dashboard at /ui on the HTTP listener (server/ui): decisions per rule, top denied keys, store health; its keys and rules need an admin token once token files are set, and so do its actions (env FLOODGATE_UI)")
+	fs.IntVar(&c.gogc, "gogc", 0, "the garbage collector's target `percent`, as GOGC: a new cycle once the heap has grown this much since the last; higher spends less CPU per decision and more memory (a memory store's keys are live heap, so they cost up to 1+percent/100 times their size; docs/serve.md has measured figures); GOMEMLIMIT, if set, still bounds the heap; 0 leaves Go's setting (GOGC, else 100) (env FLOODGATE_GOGC)")
+	c.region.register(fs)
+	c.rlqs.register(fs)
+	return fs
 }
 
 // problem is the first problem of the flags, naming the flag, or "".
@@ -638,7 +651,7 @@ func registerLocalStats(reg *prometheus.Registry, get func() *redisstore.Store) 
 	} {
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "floodgate_local_decisions_total",
-			Help:        "Descriptors the Redis store decided in process, without a round trip, by kind: deny_cache (a denial remembered until its retry time) or local_budget (units claimed from Redis beforehand, for a fixed or sliding window; a leased slice of the rate, for a token bucket or GCRA).",
+			Help:        "Descriptors the Redis store decided in process, without a round trip, by kind: deny_cache (a denial remembered until its retry time) or local_budget (units claimed from Redis beforehand, for a fixed or sliding window; a granted slice of the rate, for a token bucket or GCRA).",
 			ConstLabels: prometheus.Labels{"kind": k.kind},
 		}, func() float64 { return float64(k.get(local())) })
 		if err := reg.Register(c); err != nil {

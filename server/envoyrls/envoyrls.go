@@ -13,130 +13,45 @@
 //	h := api.Handler(map[string]http.Handler{"POST /json": envoyrls.JSONHandler(srv)})
 //
 // Behaviour follows envoyproxy/ratelimit (src/service/ratelimit.go,
-// src/limiter/base_limiter.go, src/utils/utilities.go, src/config/config_impl.go
-// and src/server/server_impl.go), so that Envoy, and any client written for
-// that service, can use Floodgate unchanged. Where this package does
-// otherwise, the last section says so and why.
+// src/limiter/base_limiter.go, src/utils/utilities.go and
+// src/config/config_impl.go), so that Envoy, and any client written for
+// that service, can use Floodgate unchanged. [docs/service.md] describes
+// every field of the request and the response, and where this package
+// does otherwise and why. The invariants:
 //
-// # The request
-//
-//   - domain is required. An empty domain, no descriptors, more than
-//     server.MaxDescriptors descriptors, a descriptor without entries or with
-//     more than server.MaxEntries, or an entry with an empty key is a gRPC
-//     InvalidArgument whose message starts with the field
+//   - Invalid input (an empty domain, no descriptors, more than
+//     server.MaxDescriptors descriptors or server.MaxEntries entries, an
+//     empty key, is_negative_hits, a limit override of an unknown unit) is
+//     a gRPC InvalidArgument whose message starts with the field
 //     ("descriptors[1].entries[0].key: empty") and whose details carry an
-//     errdetails.BadRequest naming it.
-//   - hits_addend is what each descriptor costs; 0 (unset) means 1, as
-//     upstream's utils.GetHitsAddends reads it.
-//   - descriptors[i].hits_addend, when set, is that descriptor's cost instead;
-//     0 checks the descriptor without consuming anything. At most
-//     floodgate.MaxLimit (2^40).
-//   - descriptors[i].limit overrides the config for that descriptor, as
-//     upstream's config.GetLimit does: a fixed window of requests_per_unit per
-//     unit (times unit_multiplier, when set), aligned to the Unix epoch like
-//     every upstream window, counted per domain and entries apart from the
-//     counters of config rules, never in shadow mode. As upstream, it applies
-//     only if the domain is in the config (upstream looks the domain up
-//     first and answers OK with no limit when it is unknown). A unit of
-//     UNKNOWN (or a number that is no unit) is InvalidArgument; upstream would
-//     panic in utils.UnitToDivider. WEEK, which envoy.type.v3.RateLimitUnit
-//     lacks, is accepted by its number 7, as upstream's numeric cast accepts it.
-//
-// # The response
-//
-// overall_code is OVER_LIMIT if any descriptor is, OK otherwise, but for
-// quotas, as upstream's shouldRateLimitWorker: a descriptor whose rule has
-// quota_mode (every descriptor but those of unlimited rules, with
-// server.Options.GlobalQuotaMode, upstream's QUOTA_MODE) keeps its
-// OVER_LIMIT status, and makes the request OVER_LIMIT only when every
-// quota of the request is over. server.Options.GlobalShadowMode (upstream's
-// SHADOW_MODE) then answers OK to an OVER_LIMIT request. There is one
-// status per descriptor, in the request's order:
-//
-//   - No rule (unknown domain, no match, a rule replaced by another
-//     descriptor's rule): code OK and nothing else, as upstream's
-//     generateResponseDescriptorStatus(OK, nil, 0). A descriptor that
-//     matches a rule with algorithm concurrency is InvalidArgument naming
-//     the rule: a concurrency limit holds units until they are released,
-//     and this protocol has no release.
-//   - An unlimited rule: code OK and limit_remaining 4294967295, as upstream's
-//     shouldRateLimitWorker sets math.MaxUint32.
-//   - A limited descriptor: code; current_limit with requests_per_unit (the
-//     Limit, at most 4294967295), unit and name (rate_limit.name);
-//     limit_remaining, what the store says can still be admitted
-//     (floodgate.Decision.Remaining, at most 4294967295); and
-//     duration_until_reset, the time until the limit is back to its full
-//     quota (Decision.ResetAfter), rounded up to whole seconds.
-//   - A rule in shadow mode that denied: code OK, with the limit's numbers
-//     kept, as upstream's base_limiter turns OVER_LIMIT into OK.
-//   - A store failure (or timeout) is answered by the rule's failure mode:
-//     fail_open is code OK with nothing else (the state is unknown);
-//     fail_closed is OVER_LIMIT with current_limit and limit_remaining 0;
-//     local is answered like a decision of the store, from the server's
-//     memory, with current_limit the instance's share of the limit.
-//     Neither is a gRPC error: Envoy answers an error by its own
-//     failure_mode_deny, false by default, so a gRPC error would let through
-//     the traffic a fail_closed rule is there to stop. Upstream returns the
-//     Redis error.
-//
-// unit is SECOND, MINUTE, HOUR, DAY, WEEK, MONTH (30 days) or YEAR (365 days)
-// when the limit's period is exactly one of them, the lengths upstream's
-// utils.UnitToDivider gives them. Any other period (90s, 10m, 1.5s, which
-// Floodgate's config allows through its period extension and a limit
-// override through unit_multiplier) is UNKNOWN. The newer unit_multiplier
-// field of current_limit could say "10 MINUTE", but a reader written before
-// it, upstream and every Envoy that ignores it, would read that as one
-// minute and advertise the wrong window; Envoy leaves a limit of UNKNOWN unit
-// out of its X-RateLimit quota policy instead. requests_per_unit is the
-// limit's Limit: for token_bucket and gcra, the refill per period, and
-// limit_remaining can then reach the burst.
-//
-// Unless Options.OmitHeaders is set, response_headers_to_add carries the
-// RateLimit-Policy and RateLimit fields of draft-ietf-httpapi-ratelimit-headers
-// (see package ratelimitheader), one item per limited descriptor the store
-// answered, and Retry-After in seconds when one of them denied and a retry
-// can succeed; Envoy adds them to its response to the client. A shadow-mode
-// denial is reported as admitted. Upstream sends no headers by default
-// (LIMIT_RESPONSE_HEADERS_ENABLED=false), and when enabled sends
-// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (names of the
-// draft's early versions, renamed by LIMIT_LIMIT_HEADER and so on) for the
-// one descriptor closest to its limit (the least remaining, or the last over
-// it), with no policy and no Retry-After; Options.Headers with Legacy set adds
-// Floodgate's X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
-// trio for clients that want one limit in that style. Options.UpstreamHeaders
-// (serve -limit-response-headers) answers upstream's three fields instead,
-// exactly as upstream picks and fills them.
-//
-// With Options.DynamicMetadata (upstream's RESPONSE_DYNAMIC_METADATA),
-// dynamic_metadata holds the request's domain, descriptors and hits, and
-// the merged metadata of the rules the request passed; see DynamicMetadata.
-//
-// # What differs from upstream, and why
-//
-//   - Invalid requests are InvalidArgument naming the field. Upstream returns
-//     a plain error ("rate limit domain must not be empty"), which gRPC sends
-//     as Unknown.
-//   - A descriptor without entries, or an entry with an empty key, is
-//     InvalidArgument; upstream finds no rule for it and answers OK. Envoy
-//     never sends either (it drops a descriptor an action cannot fill), so
-//     such a request comes from a hand-written client that is better told.
-//   - A request may hold at most server.MaxDescriptors descriptors of at most
-//     server.MaxEntries entries, so one caller cannot make the server do
-//     unbounded work; upstream has no bound.
-//   - is_negative_hits (returning hits to the budget) is InvalidArgument:
-//     Floodgate's algorithms take no negative cost. Upstream ignores the flag
-//     and charges the hits, the opposite of what the caller asked.
-//   - A denied request consumes nothing (unless the rule sets
-//     count_rejected), so limit_remaining on OVER_LIMIT is what a smaller
-//     request could still take; upstream counts the denied hits and reports 0.
-//   - duration_until_reset is the time until the limit is full again. For an
-//     aligned fixed window that has counted something, that is the end of the
-//     window, upstream's unit - now%unit; it is 0 for a key with no state
-//     (a check with hits_addend 0 on a fresh key), and for the other
-//     algorithms the time the bucket takes to refill.
-//   - Store failures: see above.
+//     errdetails.BadRequest naming it. A descriptor whose rule is a
+//     concurrency limit is InvalidArgument too: this protocol has no
+//     release.
+//   - hits_addend is what each descriptor costs, 0 meaning 1; a
+//     descriptor's own hits_addend replaces it, 0 checking without
+//     consuming. A denied request consumes nothing unless its rule sets
+//     count_rejected.
+//   - There is one status per descriptor, in the request's order.
+//     overall_code is OVER_LIMIT if any descriptor is, but for quotas
+//     (quota_mode), which deny only when every quota of the request is
+//     over; global shadow mode then answers OK.
+//   - A store failure is answered by the rule's failure mode, never by a
+//     gRPC error: Envoy answers an error by its own failure_mode_deny,
+//     false by default, which would let through the traffic a fail_closed
+//     rule is there to stop.
+//   - unit is SECOND to YEAR only when the limit's period is exactly one of
+//     them, else UNKNOWN, so that no reader advertises a wrong window;
+//     counts are capped at 4294967295, upstream's uint32.
+//   - Unless Options.OmitHeaders is set, response_headers_to_add carries
+//     the RateLimit-Policy and RateLimit fields of package
+//     ratelimitheader, and Retry-After when a retry can succeed;
+//     Options.UpstreamHeaders answers upstream's three fields instead, and
+//     Options.DynamicMetadata fills dynamic_metadata as upstream's
+//     RESPONSE_DYNAMIC_METADATA.
 //
 // The HTTP endpoint is described at JSONHandler.
+//
+// [docs/service.md]: https://github.com/floodgate-rl/floodgate/blob/main/docs/service.md#the-envoy-protocol-field-by-field
 package envoyrls
 
 import (

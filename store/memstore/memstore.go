@@ -18,14 +18,12 @@
 // whatever the Request.Now of the request that wrote it: a caller whose
 // clock is behind the store's loses no state to the sweeper.
 //
-// Memory per live key (measured by BenchmarkMemoryPerKey with a million
-// keys, amd64, Go 1.26; see BENCHMARKS.md): about 110 bytes plus the key's
-// own bytes for fixed_window, sliding_window, token_bucket and gcra (a
-// 64-byte entry, hash, key header, period and state, in a growing slice,
-// and a 16-byte hash-to-position map slot, in Go maps that run partly
-// empty); sliding_window_log about 125 bytes with one logged unit and 13
-// more per further unit; concurrency about 150 bytes with one held unit
-// and 53 more, plus the lease ID's bytes, per further unit.
+// Each live key of fixed_window, sliding_window, token_bucket and gcra
+// holds a 64-byte entry (hash, key header, period and state) in a growing
+// slice, a 16-byte hash-to-position map slot, and the key's own bytes;
+// sliding_window_log and concurrency hold one more entry per logged or
+// held unit. BenchmarkMemoryPerKey measures it; docs/library.md has the
+// figures.
 package memstore
 
 import (
@@ -57,11 +55,11 @@ type Options struct {
 	// expiry, so that a retried reserve, commit or cancel gets the first
 	// answer; default floodgate.DefaultHoldRetention.
 	HoldRetention time.Duration
-	// MaxKeys bounds the keys holding state (each about 110 bytes, and
-	// its key string; BENCHMARKS.md, "Memory per key"): a request that would add a key to a full store fails
-	// with ErrFull, after the expired keys of its shard are dropped (at
-	// most once a second), and
-	// the Limiter answers it by its failure policy. The bound is kept per
+	// MaxKeys bounds the keys holding state (each an entry, a map slot
+	// and its key string; see the package doc): a request that would add
+	// a key to a full store fails with ErrFull, after the expired keys of
+	// its shard are dropped (at most once a second), and the Limiter
+	// answers it by its failure policy. The bound is kept per
 	// shard, without a shared counter on the hot path: each shard holds
 	// at most ceil(MaxKeys/Shards) keys, so the store holds at most that
 	// times Shards, and refuses a key once its shard is full. With
@@ -281,8 +279,7 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (out floodgate.D
 // fields than the compiler keeps in registers) returned by a call is
 // first stored a field at a time to a temporary and then copied with
 // 16-byte loads, which cannot take their bytes from two pending stores
-// and wait for them to reach the cache: several nanoseconds per copy,
-// measured on this path (BENCHMARKS.md). TestSetDecision checks that the
+// and wait for them to reach the cache. TestSetDecision checks that the
 // two agree.
 func setDecision(out *floodgate.Decision, d *algorithm.Decision, nowUS int64) {
 	out.Allowed = d.Allowed

@@ -17,7 +17,7 @@ import (
 // its hash tag), the batch is one script run, atomic. On a Cluster, keys of
 // several slots cannot meet in one script: each slot's requests are one
 // run of their own, all at once, and if one slot denies, what the others
-// took is given back (see "Batches" in the package doc for the protocol
+// took is given back (see "Batches" in docs/redis.md for the protocol
 // and its worst case). A batch of one is an Apply.
 func (s *Store) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
 	for i := range rs {
@@ -369,8 +369,8 @@ type crossSlotCounters struct {
 
 // CrossSlotStats counts the all-or-nothing calls (ApplyBatch, Reserve)
 // that a Store on a Redis Cluster split over several slots since it was
-// opened, and what their compensation did (see "Batches" in the package
-// doc). All are 0 on standalone Redis and Sentinel, where a call is one
+// opened, and what their compensation did (see "Batches" in
+// docs/redis.md). All are 0 on standalone Redis and Sentinel, where a call is one
 // script.
 type CrossSlotStats struct {
 	// Calls is the calls split over several slots.

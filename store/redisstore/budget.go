@@ -14,7 +14,7 @@ import (
 // it in process, and claims units from Redis, and gives them back, through
 // the runner. Every other request goes to next, as do requests with their
 // own Now (their time is not the store's) and of cost 0 (they change
-// nothing). See "Local decisions" in the package doc.
+// nothing). See "Local decisions" in docs/redis.md.
 type localBudgets struct {
 	next    decider // the coalescer, or the runner without coalescing
 	claimer claimer // the runner

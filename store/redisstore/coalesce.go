@@ -11,7 +11,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 )
 
-// The coalescer: see "Coalescing" in the package doc for what it does and
+// The coalescer: see "Coalescing" in docs/redis.md for what it does and
 // promises. A group holds its runs in flight and the calls waiting. A call
 // that finds a run free sends its own script on its own goroutine, as
 // without coalescing; when any run of the group comes back (finish), the
@@ -19,15 +19,15 @@ import (
 // that no caller's goroutine is held past its own deadline by a run it
 // shares.
 
-// DefaultCoalesce is the default Options.Coalesce. Of 1, 2, 4 and 8 runs
-// in flight, 2 made the most decisions per second at 16, 64 and 256
-// callers on 100k keys (BENCHMARKS.md, "Coalescing"): one run leaves Redis
-// idle while its reply travels back, more coalesce less.
+// DefaultCoalesce is the default Options.Coalesce: one run in flight leaves
+// Redis idle while its reply travels back, and each run more leaves fewer
+// waiting calls to share a run (docs/redis.md, "Coalescing", links the
+// measurements that chose it).
 const DefaultCoalesce = 2
 
 // maxCoalesced is the most requests in one run of multi.lua: a run blocks
-// Redis for the time of all its decisions (a few µs each), so it is kept
-// to well under a millisecond.
+// Redis for the time of all its decisions, so it is kept to well under a
+// millisecond.
 const maxCoalesced = 128
 
 // coalescer is the layer of a Store that coalesces concurrent calls

@@ -105,7 +105,7 @@ func (w Wait) Check(acked int64) error {
 // connection stays usable, where a deadline that ends during a WAIT leaves
 // rueidis no choice but to close the connection the WAIT blocks. The half
 // leaves the other half for the round trip and for Redis, which ends a
-// timed-out WAIT at its next event-loop pass (see the package doc).
+// timed-out WAIT at its next event-loop pass (see docs/redis.md).
 func (w Wait) within(ctx context.Context) Wait {
 	if w.Replicas == 0 {
 		return w // no WAIT: every run without one pays nothing here

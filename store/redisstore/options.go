@@ -29,7 +29,7 @@ type Options struct {
 	Clock floodgate.Clock
 	// DenyCache is the most keys the store remembers as over their limit,
 	// so that a client hammering a denied key costs no round trip until
-	// its RetryAfter: see "Local decisions" in the package doc for when
+	// its RetryAfter: see "Local decisions" in docs/redis.md for when
 	// this is exact. Default 0: off.
 	DenyCache int
 	// BudgetIdle is how long the local budget of a key (a limit with a
@@ -38,7 +38,7 @@ type Options struct {
 	BudgetIdle time.Duration
 	// SliceRenew is how often an instance renews the slice of a key's rate
 	// it decides a TokenBucket or GCRA with a LocalBudget on (see "Rate
-	// slices" in the package doc), reporting its demand and moving its
+	// slices" in docs/redis.md), reporting its demand and moving its
 	// share toward its part of the split: a shift of demand between
 	// instances is followed in about two of them. A slice unused for
 	// twice as long (or BudgetIdle, if longer) is given back. 0 means
@@ -61,8 +61,8 @@ type Options struct {
 	// then calls again (at most three loads per call): a call that failed
 	// with "Function not found" did not run. A function runs only its own code per call, where
 	// EVALSHA runs the whole script, defining every helper again: it
-	// costs Redis less CPU per decision (see "Functions" in the package
-	// doc).
+	// costs Redis less CPU per decision (see "Functions" in
+	// docs/redis.md).
 	//
 	// Trade-offs: it needs Redis 7.0 or later (or Valkey); on an older
 	// server every call fails with an error saying so, which wraps Redis's
@@ -81,7 +81,7 @@ type Options struct {
 	// own (128 waiting calls, a full run, go out at once). Under load this costs Redis far less CPU per decision, so one
 	// Redis decides more per second; with fewer calls at once every call
 	// goes out on its own at once. Decisions are the same either way: see
-	// "Coalescing" in the package doc. 0 means DefaultCoalesce; a negative
+	// "Coalescing" in docs/redis.md. 0 means DefaultCoalesce; a negative
 	// value turns coalescing off, so that every call runs its own script.
 	Coalesce int
 	// WaitReplicas, above 0, follows every script run with Redis's WAIT on
@@ -90,7 +90,7 @@ type Options struct {
 	// acknowledge within WaitTimeout returns an error wrapping
 	// ErrNotReplicated, which the Limiter answers by its failure policy;
 	// the run did count on the master. This shrinks what a failover loses
-	// (see "Replication and WAIT" in the package doc) at the price of a
+	// (see "Replication and WAIT" in docs/redis.md) at the price of a
 	// round trip to a replica per run and a dedicated connection while it
 	// waits. Default 0: no WAIT, the Redis default of asynchronous
 	// replication.

@@ -16,7 +16,7 @@ var (
 // ApplyPipelined decides independent requests, each atomically on its own,
 // in as few round trips as the client allows: see floodgate.Pipeliner. The
 // requests are sent concurrently, so they coalesce (see "Coalescing" in
-// the package doc): on standalone Redis and Sentinel most of them share one
+// docs/redis.md): on standalone Redis and Sentinel most of them share one
 // script run, and rueidis pipelines the rest on one connection; on a
 // Cluster they take one round trip per node involved. Unlike ApplyBatch, the keys
 // may differ and a denial of one takes nothing back from the others.

@@ -20,8 +20,8 @@ var (
 // with the same ID and requests gets the first answer (Replayed), a
 // denied reserve is remembered (its retry is denied too), and another
 // request with the ID is an error wrapping floodgate.ErrConflict. Each
-// key's hold is a Redis key beside its state (see "Reservations" in the
-// package doc); on standalone Redis and Sentinel, and on a Cluster when
+// key's hold is a Redis key beside its state (see "Reservations" in
+// docs/redis.md); on standalone Redis and Sentinel, and on a Cluster when
 // every key is in one slot, the reserve is one script run, atomic. On a
 // Cluster, keys of several slots are reserved slot by slot, all at once,
 // and if one slot denies, the slots that held give their units back and
@@ -195,8 +195,8 @@ func cmpErr(first, err error) error {
 // wrapping floodgate.ErrExpired, with the expiry's settlements. On a
 // Cluster, holds of several slots are settled slot by slot, all at once:
 // each slot checks its own holds first, and records its answer, so a
-// retry completes a settle that failed halfway; see "Reservations" in the
-// package doc for what a conflict found in one slot only means.
+// retry completes a settle that failed halfway; see "Reservations" in
+// docs/redis.md for what a conflict found in one slot only means.
 func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err

@@ -46,7 +46,7 @@ func pttl(t *testing.T, c rueidis.Client, key string) time.Duration {
 }
 
 // TestReserveKeys checks the keys a reservation makes: a hold beside its
-// state, in its slot, with the fields the package doc lists and a TTL
+// state, in its slot, with the fields docs/redis.md lists and a TTL
 // until its expiry plus the retention; an index entry only for a
 // reservation with release, in an index with a TTL. Every key the test
 // leaves has a TTL (testStore checks it at the end), after reserves,

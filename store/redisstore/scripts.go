@@ -285,8 +285,7 @@ func buildScripts() (scriptSet, error) {
 // keep only alg's entry, so that the script needs only alg's functions.
 // Redis runs a script's whole body at each call, so the helpers and the
 // entries of every other algorithm, which such a run never uses, would be
-// made for nothing: about a sixth of a run's CPU for a fixed window
-// (BENCHMARKS.md, "Round two").
+// made for nothing at every run.
 func multiOnly(funcs string, alg floodgate.Algorithm) (string, error) {
 	var out strings.Builder
 	inTable, kept := false, 0

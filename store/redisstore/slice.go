@@ -21,7 +21,7 @@ import (
 // and GCRA: each instance decides a key on a slice of the limit's rate
 // (and the same fraction of its burst) that home grants it on Redis
 // through the grant protocol (package grant, its scripts/home.lua), and
-// the slices follow demand. See "Rate slices" in the package doc for the
+// the slices follow demand. See "Rate slices" in docs/redis.md for the
 // design and why the instances together never admit more than the limit.
 type rateSlices struct {
 	home   grant.Home
@@ -400,7 +400,7 @@ func (rs *rateSlices) install(e *slice, req grant.Request, out grant.Grant, err 
 // grantEnd plus a SliceTerm (so that the next few renewals need no
 // record), and reports the end recorded (prev if the call failed) and
 // the tokens the slice may start with, from the mark that was there
-// ("Rate slices" in the package doc has the argument). With x the time
+// ("Rate slices" in docs/redis.md has the argument). With x the time
 // the call was sent and silence = x − (mark + SliceGrace), the time since
 // anyone may last have admitted:
 //

@@ -278,7 +278,7 @@ func TestSliceZeroOverrun(t *testing.T) {
 // TestSliceUtilisation measures the fraction of the limit admitted with
 // demand above the limit that moves between three instances every few
 // seconds (one busy, then another, then all three, then one again), for
-// each renewal interval: the figures of "Rate slices" in the package doc.
+// each renewal interval: the figures of "Rate slices" in docs/redis.md.
 func TestSliceUtilisation(t *testing.T) {
 	addr := standaloneAddr(t)
 	l := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 1000, Period: time.Second, Burst: 100, LocalBudget: 1000}

@@ -1,7 +1,7 @@
 package redisstore
 
 // CoalesceStats counts the script runs a Store shared between concurrent
-// calls (see "Coalescing" in the package doc) since it was opened.
+// calls (see "Coalescing" in docs/redis.md) since it was opened.
 type CoalesceStats struct {
 	// Runs is the script runs that decided several calls at once.
 	Runs int64

@@ -76,7 +76,7 @@ func New(client rueidis.Client, opts *Options) (*Store, error) {
 	return newStore(rueidisConn{client}, opts)
 }
 
-// Open connects to the Redis named by rawURL (see the package doc for the
+// Open connects to the Redis named by rawURL (see docs/redis.md for the
 // forms) with a rueidis client that the Store owns: Close closes it. It
 // fails if the server cannot be reached or refuses the credentials before
 // ctx is done. opts may be nil.
@@ -170,7 +170,7 @@ func newStore(c Conn, opts *Options) (*Store, error) {
 //
 //	<prefix>:v1:<algorithm>:<period in µs>:{<encoded key>}
 //
-// See the package doc for the encoding. The store reads and writes only
+// See docs/redis.md for the encoding. The store reads and writes only
 // such keys; Key is for tools and tests that inspect Redis.
 func (s *Store) Key(key string, limit floodgate.Limit) string {
 	return redisKey(s.prefix, limit.Algorithm, limit.Period, key)
@@ -179,7 +179,7 @@ func (s *Store) Key(key string, limit floodgate.Limit) string {
 // Apply decides r: see floodgate.Store. A request whose limit has a
 // LocalBudget, or that Options.DenyCache remembers as denied, may be
 // decided in process; the others take one script run, or a share of one
-// (see the package doc). An error from Redis (connection, timeout, ctx
+// (see docs/redis.md). An error from Redis (connection, timeout, ctx
 // done) is returned wrapped with the algorithm and key; the request may
 // then have been counted or not.
 func (s *Store) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
@@ -217,8 +217,8 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 // Reset deletes key's state under limit's algorithm and period. An empty
 // or too long key, or an invalid limit, is an error, as in Apply. The
 // slices of a token bucket or GCRA with a LocalBudget, which hold its rate
-// in the instances, are not refilled (see "Rate slices" in the package
-// doc).
+// in the instances, are not refilled (see "Rate slices" in
+// docs/redis.md).
 func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
 	probe := floodgate.Request{Key: key, Limit: limit}
 	if err := probe.Validate(); err != nil {

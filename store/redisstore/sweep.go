@@ -12,7 +12,7 @@ import (
 )
 
 // The sweep of reservations made with release (floodgate.HoldRequest's
-// Release): see "Reservations" in the package doc.
+// Release): see "Reservations" in docs/redis.md.
 
 const (
 	// clusterIndexShards is the number of index keys on a Redis Cluster,
@@ -175,7 +175,7 @@ func (s *Store) startSweeper() {
 		pass, done := context.WithTimeout(ctx, max(s.holdSweep, minSweepTimeout))
 		defer done()
 		// An error leaves the holds to the next pass: a library does not
-		// log (see the package doc).
+		// log.
 		_, _ = s.sweepHolds(pass)
 	})
 }

@@ -75,7 +75,7 @@ func badURL(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadURL, fmt.Sprintf(format, args...))
 }
 
-// parseURL parses the URL forms of the package doc.
+// parseURL parses the URL forms of docs/redis.md.
 func parseURL(raw string) (urlConfig, error) {
 	var c urlConfig
 	scheme, rest, ok := strings.Cut(raw, "://")

@@ -25,13 +25,12 @@
 // a failed batch whatever MaxRetries says.
 //
 // Plain go-redis clients send one command per connection at a time, so
-// under concurrency the rueidis client of redisstore.New and
-// redisstore.Open is faster: BenchmarkClient in this package measured
-// 100k calls per second through rueidis against 33k through a plain
-// go-redis client with 256 callers of a script that does nothing, and
-// 19.7k against 15.1k decisions per second through the store; with a
-// single caller go-redis is 20% faster (the redisstore package doc and
-// BENCHMARKS.md have the details).
+// under concurrency, where the rueidis client of redisstore.New and
+// redisstore.Open pipelines every caller's scripts into a few connections,
+// each decision here waits a round trip on a connection of its own; with a
+// single caller there is no pipelining goroutine in the way.
+// BenchmarkClient in this package measures both ("Client" in
+// docs/redis.md has the figures and the reasons).
 //
 // # WAIT
 //
