@@ -3,6 +3,7 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func (s failingStore) Apply(ctx context.Context, _ floodgate.Request) (floodgate
 }
 
 func TestFailurePolicy(t *testing.T) {
-	down := errors.New("connection refused")
+	down := fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 	for _, tc := range []struct {
 		policy      floodgate.FailurePolicy
 		wantAllowed bool
@@ -75,7 +76,7 @@ func (s failingAllowStore) Apply(context.Context, floodgate.Request) (floodgate.
 // their own frames, each with its own copy of that path: the store's
 // Decision is dropped for the policy's.
 func TestFailurePolicyDirect(t *testing.T) {
-	down := errors.New("connection refused")
+	down := fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 	for _, tc := range []struct {
 		policy      floodgate.FailurePolicy
 		wantAllowed bool
@@ -257,7 +258,7 @@ func TestAcquire(t *testing.T) {
 }
 
 func TestAcquireFailOpenLeaseHoldsNothing(t *testing.T) {
-	l, _ := floodgate.New(failingStore{err: errors.New("down")}, &floodgate.Options{FailurePolicy: floodgate.FailOpen})
+	l, _ := floodgate.New(failingStore{err: fmt.Errorf("%w: down", floodgate.ErrStore)}, &floodgate.Options{FailurePolicy: floodgate.FailOpen})
 	one := floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 1, Period: time.Minute}
 	lease, d, err := l.Acquire(t.Context(), "k", one)
 	if err == nil || !d.Allowed || lease == nil {

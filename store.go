@@ -73,7 +73,7 @@ type Pinger interface {
 }
 
 // Raiser is a Store that can rebuild a fixed window's count from a durable
-// record of what was used (package ledger): Raise raises the count of
+// record of what was used (see Limit.Durable): Raise raises the count of
 // r.Key's window that starts at window to at least r.Cost, in one atomic
 // step, and never lowers it (algorithm.FixedWindow.Raise says exactly
 // what it does). r.Limit must be a FixedWindow, aligned windows starting

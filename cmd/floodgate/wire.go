@@ -131,7 +131,7 @@ func (p *pendingRedis) get() (*redisstore.Store, error) {
 	if s := p.store.Load(); s != nil {
 		return s, nil
 	}
-	return nil, fmt.Errorf("floodgate: Redis not connected yet (retrying every %v): %w", retryEvery, *p.lastErr.Load())
+	return nil, fmt.Errorf("%w: Redis not connected yet (retrying every %v): %w", floodgate.ErrStore, retryEvery, *p.lastErr.Load())
 }
 
 func (p *pendingRedis) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
