@@ -18,8 +18,8 @@ const DefaultProbeInterval = time.Second
 // every call whose policy is FailLocal. It is safe for concurrent use.
 //
 // The breaker is closed while the shared store answers: every call goes to
-// it. A store failure (an error other than an invalid request or a
-// cancelled context, a timeout included) opens it for ProbeInterval, during
+// it. A store failure (see ErrStore; a timeout included, a cancelled call
+// or an invalid request not) opens it for ProbeInterval, during
 // which every call is decided locally at once, without waiting on the
 // store. Then the first call to come is the probe: it alone tries the
 // store (and may wait up to the store deadline), while the others keep
@@ -146,9 +146,9 @@ func (f *fallback) useLocal() bool {
 }
 
 // report tells the breaker how the shared store answered: nil closes it; a
-// store failure opens it for the probe interval. An invalid request or
-// limit (ErrInvalidRequest, ErrInvalidLimit) or a cancelled context says
-// nothing about the store and leaves it as it was. report returns whether
+// store failure (see ErrStore) opens it for the probe interval. Any other
+// error (an invalid request, a conflict, a cancelled call) says nothing
+// about the store and leaves it as it was. report returns whether
 // err is a store failure, which the caller should decide locally.
 func (f *fallback) report(err error) bool {
 	switch {

@@ -150,7 +150,8 @@ type durableStore interface {
 	DurableQuotas() bool
 }
 
-// Store returns the limiter's store.
+// Store returns the store the limiter decides in: the one given to New,
+// or the Store its WithTimeout returned (see Options.Timeout).
 func (l *Limiter) Store() Store { return l.store }
 
 // Allow takes one unit for key under limit. See AllowN.

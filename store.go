@@ -20,6 +20,9 @@ type Store interface {
 	// rejections), records it. A denial is a Decision, not an error; an error
 	// means the request was invalid or the store failed, and then the
 	// request may or may not have been recorded (a timeout cannot tell).
+	// A store's own failure wraps ErrStore, which the failure policy
+	// answers; an invalid request wraps ErrInvalidRequest or
+	// ErrInvalidLimit.
 	Apply(ctx context.Context, r Request) (Decision, error)
 }
 
