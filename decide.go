@@ -219,14 +219,15 @@ func (l *Limiter) ask(ctx context.Context, c *call, local []bool) {
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
-	applyAll(ctx, l.store, rs, c.atomic, c.hold, c.out, which)
+	applyAll(ctx, l.store, rs, c, which)
 }
 
-// applyAll decides rs in s: as one batch when atomic (a hold when set),
-// else each on its own, in one round trip when s is a Pipeliner. It
-// writes request j's decision and error to out[which[j]], or out[j] when
-// which is nil.
-func applyAll(ctx context.Context, s Store, rs []Request, atomic bool, hold *holdStep, out []Outcome, which []int) {
+// applyAll decides rs, the requests of c or some of them, in s: as one
+// batch when c is atomic (a hold when c has one), else each on its own,
+// in one round trip when s is a Pipeliner. It writes request j's decision
+// and error to c.out[which[j]], or c.out[j] when which is nil.
+func applyAll(ctx context.Context, s Store, rs []Request, c *call, which []int) {
+	out := c.out
 	put := func(j int, d Decision, err error) {
 		if which != nil {
 			j = which[j]
@@ -234,8 +235,8 @@ func applyAll(ctx context.Context, s Store, rs []Request, atomic bool, hold *hol
 		out[j].Decision, out[j].Err = d, err
 	}
 	switch p, ok := s.(Pipeliner); {
-	case atomic:
-		ds, err := applyBatch(ctx, s, rs, hold)
+	case c.atomic:
+		ds, err := applyBatch(ctx, s, rs, c.hold)
 		for j := range rs {
 			if err != nil {
 				put(j, Decision{}, err)
