@@ -40,13 +40,15 @@ type Outcome struct {
 	// Limit is the limit applied: the request's, or for a decision of the
 	// local store, this instance's Share of it.
 	Limit Limit
-	// Err is the store's failure, if it failed (a timeout included). For a
-	// local decision it is the failure that sent the request to the local
-	// store, or nil when the open breaker did not ask the store.
+	// Err is the store's error, if it failed (a timeout included) or
+	// refused the request. For a local decision it is the failure that
+	// sent the request to the local store, or nil when the open breaker
+	// did not ask the store.
 	Err error
 	// Policy says who answered when the store did not: FailOpen or
 	// FailClosed for a made-up decision, FailLocal for a decision of the
-	// local store. Empty when the store decided.
+	// local store. Empty when the store decided. An error that no failure
+	// policy answers (see ErrStore) is denied as FailClosed.
 	Policy FailurePolicy
 }
 
@@ -104,9 +106,6 @@ func (l *Limiter) DecideAll(ctx context.Context, items []Item) ([]Outcome, error
 }
 
 func (l *Limiter) decide(ctx context.Context, items []Item, atomic bool) ([]Outcome, error) {
-	if hasDurable(items) {
-		return l.decideDurable(ctx, items, atomic)
-	}
 	c, err := l.newCall(items, atomic && len(items) > 1)
 	if err != nil {
 		return nil, err
@@ -133,19 +132,16 @@ func (l *Limiter) newCall(items []Item, atomic bool) (call, error) {
 // outcomes. Until run settles them, each outcome's Policy is the policy
 // that answers its request, its Decision and Err the store's answer. With
 // atomic, the requests are all or nothing (AllowEach): the store gets
-// them as one batch, and so does the local store. op, if set, is the
-// store's step for an atomic call in place of a batch of Apply (a
-// reservation): it is given the store, or the local store with this
-// instance's shares.
+// them as one batch, and so does the local store. hold, if set, makes
+// the call a reservation (ReserveEach): the store's step is a Reserve of
+// the batch in place of an ApplyBatch, in the store or in the local store
+// with this instance's shares.
 type call struct {
 	rs     []Request
 	atomic bool
-	op     storeOp
+	hold   *holdStep
 	out    []Outcome
 }
-
-// storeOp decides rs in s all or nothing, with one decision per request.
-type storeOp func(ctx context.Context, s Store, rs []Request) ([]Decision, error)
 
 // policyOf is the policy that answers an item that asked for p: the
 // limiter's when p is empty, FailClosed for FailLocal without a local
@@ -223,14 +219,15 @@ func (l *Limiter) ask(ctx context.Context, c *call, local []bool) {
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
-	applyAll(ctx, l.store, rs, c.atomic, c.op, c.out, which)
+	applyAll(ctx, l.store, rs, c, which)
 }
 
-// applyAll decides rs in s: as one batch when atomic (by op when set),
-// else each on its own, in one round trip when s is a Pipeliner. It
-// writes request j's decision and error to out[which[j]], or out[j] when
-// which is nil.
-func applyAll(ctx context.Context, s Store, rs []Request, atomic bool, op storeOp, out []Outcome, which []int) {
+// applyAll decides rs, the requests of c or some of them, in s: as one
+// batch when c is atomic (a hold when c has one), else each on its own,
+// in one round trip when s is a Pipeliner. It writes request j's decision
+// and error to c.out[which[j]], or c.out[j] when which is nil.
+func applyAll(ctx context.Context, s Store, rs []Request, c *call, which []int) {
+	out := c.out
 	put := func(j int, d Decision, err error) {
 		if which != nil {
 			j = which[j]
@@ -238,8 +235,8 @@ func applyAll(ctx context.Context, s Store, rs []Request, atomic bool, op storeO
 		out[j].Decision, out[j].Err = d, err
 	}
 	switch p, ok := s.(Pipeliner); {
-	case atomic:
-		ds, err := applyBatch(ctx, s, rs, op)
+	case c.atomic:
+		ds, err := applyBatch(ctx, s, rs, c.hold)
 		for j := range rs {
 			if err != nil {
 				put(j, Decision{}, err)
@@ -271,6 +268,32 @@ func applyAll(ctx context.Context, s Store, rs []Request, atomic bool, op storeO
 	}
 }
 
+// applyBatch decides rs in s all or nothing: by hold when set (a
+// reservation), else by ApplyBatch when s is a Batcher, else one by one;
+// and checks the count of decisions.
+func applyBatch(ctx context.Context, s Store, rs []Request, hold *holdStep) ([]Decision, error) {
+	var ds []Decision
+	var err error
+	if hold != nil {
+		ds, err = hold.reserve(ctx, s, rs)
+	} else if b, ok := s.(Batcher); ok {
+		ds, err = b.ApplyBatch(ctx, rs)
+	} else {
+		ds = make([]Decision, 0, len(rs))
+		for _, r := range rs {
+			var d Decision
+			if d, err = s.Apply(ctx, r); err != nil {
+				break
+			}
+			ds = append(ds, d)
+		}
+	}
+	if err == nil && len(ds) != len(rs) {
+		err = fmt.Errorf("%w: %d decisions for %d requests", ErrUnexpectedReply, len(ds), len(rs))
+	}
+	return ds, err
+}
+
 // reportFirstLocal tells the breaker how the store answered the first
 // FailLocal request it was asked in this call: that answer is the store's
 // answer to the call.
@@ -284,8 +307,9 @@ func (l *Limiter) reportFirstLocal(c *call, local []bool) {
 }
 
 // settle fills every outcome: the store's decision, the local store's for
-// FailLocal requests the breaker held back or the store failed, or the
-// failure policy's.
+// FailLocal requests the breaker held back or the store failed, the
+// failure policy's for another store failure, or a denial for an error
+// no policy answers (see ErrStore).
 func (l *Limiter) settle(ctx context.Context, c *call, local []bool) {
 	var toLocal []int
 	for i := range c.out {
@@ -297,9 +321,13 @@ func (l *Limiter) settle(ctx context.Context, c *call, local []bool) {
 			toLocal = append(toLocal, i)
 			continue
 		}
-		if o.Err != nil {
-			*o = Outcome{Decision: failed(p), Limit: o.Limit, Err: o.Err, Policy: answeredBy(p)}
+		if o.Err == nil {
+			continue
 		}
+		if !answersByPolicy(o.Err) {
+			p = FailClosed
+		}
+		*o = Outcome{Decision: failed(p), Limit: o.Limit, Err: o.Err, Policy: answeredBy(p)}
 	}
 	if len(toLocal) == 0 {
 		return
@@ -308,7 +336,7 @@ func (l *Limiter) settle(ctx context.Context, c *call, local []bool) {
 	for j, i := range toLocal {
 		rs[j] = c.rs[i]
 	}
-	ds, lerrs := l.fb.apply(ctx, rs, c.atomic, c.op)
+	ds, lerrs := l.fb.apply(ctx, rs, c.atomic, c.hold)
 	for j, i := range toLocal {
 		o := &c.out[i]
 		if lerrs[j] != nil {

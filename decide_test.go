@@ -3,6 +3,7 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ type pipelined struct {
 func (p *pipelined) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
 	p.applies.Add(1)
 	if p.fail[r.Key] {
-		return floodgate.Decision{}, errors.New("connection refused")
+		return floodgate.Decision{}, fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 	}
 	return p.Store.Apply(ctx, r)
 }
@@ -33,7 +34,7 @@ func (p *pipelined) ApplyPipelined(ctx context.Context, rs []floodgate.Request) 
 	ds, errs := make([]floodgate.Decision, len(rs)), make([]error, len(rs))
 	for i, r := range rs {
 		if p.fail[r.Key] {
-			errs[i] = errors.New("connection refused")
+			errs[i] = fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 			continue
 		}
 		ds[i], errs[i] = p.Store.Apply(ctx, r)

@@ -34,10 +34,11 @@
 //  4. Store: the others go to the Store under Options.Timeout, in one round
 //     trip when it can (Pipeliner for independent requests, Batcher for all
 //     or nothing).
-//  5. Failure policy: a store failure is answered per request, by its own
-//     policy (Item.Policy) or the Limiter's: FailOpen allows, FailClosed
-//     denies, FailLocal decides in the local store with this instance's
-//     Share of the limit.
+//  5. Failure policy: a store failure (an error wrapping ErrStore, see its
+//     doc for the rule) is answered per request, by its own policy
+//     (Item.Policy) or the Limiter's: FailOpen allows, FailClosed denies,
+//     FailLocal decides in the local store with this instance's Share of
+//     the limit. Any other error is denied with the error.
 //  6. Observe: the Observer sees every request's Outcome and latency.
 //
 // A Limiter with no fallback, timeout or observer skips steps 3 and 6 and
@@ -47,24 +48,11 @@
 // # Durable quotas
 //
 // A counter decides atomically but can be lost (a Redis restart without
-// persistence, a failover, an eviction). A paid quota needs a second
-// requirement beside it: a durable record of what was used. A Limit with
-// Durable set, on a Limiter with Options.Ledger (package ledger makes one
-// from PostgreSQL or SQLite), is accounted in that ledger:
-//
-//   - admission stays on the counter: a reserve (Reserve, or the reserve
-//     and commit that an Allow or Decide of a durable quota is) is decided
-//     by the store; the store answers a counter with no count in its
-//     window Lost (HoldRequest.Rebuild, HoldResult.Lost), the Limiter reads
-//     the window's units from the ledger, and the store raises the counter
-//     to them and decides, in one atomic step;
-//   - a commit is written to the ledger (once per reservation ID) before
-//     the store settles it, and acknowledged only then;
-//   - so a lost counter re-admits at most the units that were held and not
-//     yet committed when it was lost, instead of the whole quota.
-//
-// Options.LedgerPolicy says what a ledger that cannot be read does to a
-// counter that must be rebuilt: FailClosed (the default) denies, FailOpen
-// decides on the counter as it is. docs/guarantees.md states the bound
-// and measures it under faults.
+// persistence, a failover, an eviction). A paid quota (Limit.Durable)
+// needs a durable record of what was used beside it: package ledger wraps
+// a Store in a decorator that records each commit in a ledger (PostgreSQL
+// or SQLite) before it is acknowledged, and rebuilds a counter the store
+// lost from it, so that a loss re-admits at most the units held and not
+// yet committed. The Limiter takes the wrapped store as any other; over a
+// store without it, a durable limit is an invalid limit.
 package floodgate

@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -37,7 +38,55 @@ var (
 	// of that ID for the key: never made, made on another key or limit, or
 	// forgotten after its retention. HTTP 404.
 	ErrUnknownReservation = errors.New("floodgate: no such reservation")
+	// ErrSplitReservation is the failure of a reservation whose items an
+	// outage split between the shared store and this instance's local
+	// store (FailLocal on some of its rules, not all, or the open breaker
+	// deciding some locally while the store answered the rest): a
+	// reservation is held, committed and cancelled in one store, all or
+	// nothing, so it is cancelled on both sides and every item answered
+	// as FailClosed. It wraps the store's failure when there was one.
+	ErrSplitReservation = errors.New("floodgate: reservation split between the shared store and the local store")
+	// ErrStore is wrapped by a store's own failure: the store is
+	// unreachable, timed out or failed to answer (a Redis client's network
+	// error, a WAIT that too few replicas acknowledged). A store wraps
+	// each such error in it, fmt.Errorf("%w: %w", ErrStore, err), and
+	// nothing else.
+	//
+	// The rule of failure policies is positive: only a store failure is
+	// answered by the policy (FailOpen allows, FailClosed denies,
+	// FailLocal decides locally and opens its breaker), so that a new kind
+	// of error is never taken for an outage. A store failure wraps
+	// ErrStore, ErrUnexpectedReply (the store answered something it
+	// should not), ErrClosed (the store was closed under the call) or
+	// context.DeadlineExceeded (no answer within the call's deadline,
+	// Options.Timeout or the caller's). Every other error is denied with
+	// the error, Outcome.Policy FailClosed, whatever the policy: the
+	// caller's mistakes and a working store's answers (ErrInvalidRequest,
+	// ErrInvalidLimit, ErrNotSupported, ErrConflict, ErrExpired,
+	// ErrUnknownReservation), and the failures of a decorator's own work
+	// (a durable record that could not be written). One exception: a
+	// cancelled call (context.Canceled) is answered by the policy, but
+	// never decided locally and never opens the breaker, since its caller
+	// gave up, which says nothing about the store.
+	ErrStore = errors.New("floodgate: store unavailable")
 )
+
+// isStoreFailure reports whether err, returned by a store, is the store's
+// own failure (see ErrStore): what FailLocal decides locally and what opens
+// its breaker. A cancelled call is not one.
+func isStoreFailure(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	return errors.Is(err, ErrStore) || errors.Is(err, ErrUnexpectedReply) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+// answersByPolicy reports whether a failure policy answers err: a store
+// failure, or a cancelled call (see ErrStore).
+func answersByPolicy(err error) bool {
+	return isStoreFailure(err) || errors.Is(err, context.Canceled)
+}
 
 // A FieldError is one problem of an input: the field it is in and what is
 // wrong with it. It is the one field error of Floodgate: Limit.Validate and

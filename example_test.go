@@ -158,20 +158,22 @@ func ExampleLimit_String() {
 	// 10/1s gcra burst=20
 }
 
-// A Limiter answers a store failure with its FailurePolicy: here the store
-// is always down, and FailOpen lets requests through while reporting the
-// error.
+// A Limiter answers a store failure, an error wrapping ErrStore, with its
+// FailurePolicy: here the store is always down, and FailOpen lets
+// requests through while reporting the error.
 func ExampleFailurePolicy() {
 	limiter, _ := floodgate.New(downStore{}, &floodgate.Options{FailurePolicy: floodgate.FailOpen})
 	d, err := limiter.Allow(context.Background(), "user:1", floodgate.Limit{Limit: 1, Period: time.Second})
 	fmt.Println(d.Allowed, err)
-	// Output: true store down
+	// Output: true floodgate: store unavailable: connection refused
 }
 
+// downStore is a store that cannot reach its server: its error wraps
+// floodgate.ErrStore, as every store's transport errors do.
 type downStore struct{}
 
 func (downStore) Apply(context.Context, floodgate.Request) (floodgate.Decision, error) {
-	return floodgate.Decision{}, errors.New("store down")
+	return floodgate.Decision{}, fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 }
 
 // With FailLocal, a Limiter that cannot reach its shared store decides in

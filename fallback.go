@@ -18,8 +18,8 @@ const DefaultProbeInterval = time.Second
 // every call whose policy is FailLocal. It is safe for concurrent use.
 //
 // The breaker is closed while the shared store answers: every call goes to
-// it. A store failure (an error other than an invalid request or a
-// cancelled context, a timeout included) opens it for ProbeInterval, during
+// it. A store failure (see ErrStore; a timeout included, a cancelled call
+// or an invalid request not) opens it for ProbeInterval, during
 // which every call is decided locally at once, without waiting on the
 // store. Then the first call to come is the probe: it alone tries the
 // store (and may wait up to the store deadline), while the others keep
@@ -146,9 +146,9 @@ func (f *fallback) useLocal() bool {
 }
 
 // report tells the breaker how the shared store answered: nil closes it; a
-// store failure opens it for the probe interval. An invalid request or
-// limit (ErrInvalidRequest, ErrInvalidLimit) or a cancelled context says
-// nothing about the store and leaves it as it was. report returns whether
+// store failure (see ErrStore) opens it for the probe interval. Any other
+// error (an invalid request, a conflict, a cancelled call) says nothing
+// about the store and leaves it as it was. report returns whether
 // err is a store failure, which the caller should decide locally.
 func (f *fallback) report(err error) bool {
 	switch {
@@ -165,15 +165,6 @@ func (f *fallback) report(err error) bool {
 	return true
 }
 
-// isStoreFailure reports whether err, returned by a store, means the store
-// failed (is unreachable, timed out, answered wrongly) rather than that the
-// request was invalid, conflicts with a reservation, or its caller gave
-// up.
-func isStoreFailure(err error) bool {
-	return err != nil && !errors.Is(err, ErrInvalidRequest) && !errors.Is(err, ErrInvalidLimit) && !errors.Is(err, context.Canceled) &&
-		!errors.Is(err, ErrConflict) && !errors.Is(err, ErrExpired) && !errors.Is(err, ErrUnknownReservation) && !errors.Is(err, ErrLedger)
-}
-
 // share is r's limit as this instance holds it.
 func (f *fallback) share(r Request) (Request, error) {
 	r.Limit = Share(r.Limit, f.instances)
@@ -187,7 +178,7 @@ func (f *fallback) share(r Request) (Request, error) {
 // limit, all or nothing when atomic and the local store is a Batcher
 // (memstore is), else each on its own, and marks the decisions Fallback.
 // ctx should be the caller's, not one whose store deadline has passed.
-func (f *fallback) apply(ctx context.Context, rs []Request, atomic bool, op storeOp) ([]Decision, []error) {
+func (f *fallback) apply(ctx context.Context, rs []Request, atomic bool, hold *holdStep) ([]Decision, []error) {
 	local := make([]Request, len(rs))
 	ds, errs := make([]Decision, len(rs)), make([]error, len(rs))
 	var bad error
@@ -201,7 +192,7 @@ func (f *fallback) apply(ctx context.Context, rs []Request, atomic bool, op stor
 		fill(errs, bad)
 	case atomic:
 		var err error
-		if ds, err = applyBatch(ctx, f.local, local, op); err != nil {
+		if ds, err = applyBatch(ctx, f.local, local, hold); err != nil {
 			ds = make([]Decision, len(rs))
 			fill(errs, fmt.Errorf("floodgate: local fallback: %w", err))
 		}
@@ -226,29 +217,4 @@ func fill(errs []error, err error) {
 	for i := range errs {
 		errs[i] = err
 	}
-}
-
-// applyBatch applies rs in s by op if set, else all or nothing when s is a
-// Batcher, else one by one, and checks the count of decisions.
-func applyBatch(ctx context.Context, s Store, rs []Request, op storeOp) ([]Decision, error) {
-	var ds []Decision
-	var err error
-	if op != nil {
-		ds, err = op(ctx, s, rs)
-	} else if b, ok := s.(Batcher); ok {
-		ds, err = b.ApplyBatch(ctx, rs)
-	} else {
-		ds = make([]Decision, 0, len(rs))
-		for _, r := range rs {
-			var d Decision
-			if d, err = s.Apply(ctx, r); err != nil {
-				break
-			}
-			ds = append(ds, d)
-		}
-	}
-	if err == nil && len(ds) != len(rs) {
-		err = fmt.Errorf("%w: %d decisions for %d requests", ErrUnexpectedReply, len(ds), len(rs))
-	}
-	return ds, err
 }

@@ -2,7 +2,7 @@ package floodgate
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,7 +34,7 @@ func TestFallbackOneProbePerInterval(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		down := errors.New("dial tcp: connection refused")
+		down := fmt.Errorf("%w: dial tcp: connection refused", ErrStore)
 		f.report(down) // open until now + 1 min
 		clock.ns.Add(int64(time.Minute))
 		var probes atomic.Int64

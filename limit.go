@@ -115,16 +115,19 @@ type Limit struct {
 	// SlidingWindowLog and Concurrency take none: units claimed now and
 	// spent later could exceed the limit in some interval.
 	LocalBudget int64
-	// Durable marks a paid quota, whose use is accounted for in the
-	// Limiter's Ledger (Options.Ledger): a commit of a reservation is
-	// acknowledged only once the ledger holds it, and a counter that the
-	// store lost (a Redis restart without persistence, a failover, an
-	// eviction) is rebuilt from the ledger before the next decision on it.
-	// A decision that is not a reservation (Allow, Decide) is a reserve and
-	// a commit of its cost. Only an aligned or first-hit FixedWindow
-	// without LocalBudget can be durable: a window's count is the sum of
-	// its commits, which no other algorithm has. See "Durable quotas" in
-	// the package doc.
+	// Durable marks a paid quota, whose use is accounted for in a durable
+	// record beside the store: a commit of a reservation is acknowledged
+	// only once the record holds it, and a counter that the store lost (a
+	// Redis restart without persistence, a failover, an eviction) is
+	// rebuilt from the record before the next decision on it. A decision
+	// that is not a reservation (Allow, Decide) is a reserve and a commit
+	// of its cost. The store does the accounting, a decorator that says
+	// so with a method DurableQuotas() bool that returns true; a Limiter
+	// over any other store refuses a durable limit (ErrInvalidLimit,
+	// naming "durable"). Only an aligned or first-hit FixedWindow without
+	// LocalBudget can be durable: a window's count is the sum of its
+	// commits, which no other algorithm has. See "Durable quotas" in the
+	// package doc.
 	Durable bool
 	// Global marks one limit shared by every region of a deployment
 	// (package region): a region.Store decides it on the share of Limit

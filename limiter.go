@@ -46,7 +46,12 @@ type Options struct {
 	FailurePolicy FailurePolicy
 	// Timeout bounds each store call when above zero (on top of the
 	// caller's context). A decision is on the hot path of a request: a few
-	// milliseconds is usual for Redis.
+	// milliseconds is usual for Redis. A store decorator whose calls do
+	// work of their own between calls of the store it wraps (one that
+	// writes a durable record between a reserve and a settle) bounds
+	// those calls itself: if the store has a method
+	// WithTimeout(time.Duration) Store, New calls it with Timeout and
+	// decides through the Store it returns, with the caller's context.
 	Timeout time.Duration
 	// Observer, if set, sees every decision and failure (for metrics).
 	Observer Observer
@@ -63,29 +68,7 @@ type Options struct {
 	// failure before one call tries the store again; default
 	// DefaultProbeInterval, timed by Clock when set.
 	ProbeInterval time.Duration
-	// Ledger is where durable quotas (Limit.Durable) are accounted: every
-	// commit is recorded in it before it is acknowledged, and a counter
-	// the store lost is rebuilt from it. Required for a durable limit;
-	// ledger.Durable makes one.
-	Ledger Ledger
-	// LedgerPolicy answers a ledger that cannot be read when a durable
-	// quota's counter must be rebuilt (a new window, or a counter the
-	// store lost): FailClosed (the default) denies, as a paid quota
-	// should; FailOpen decides on the counter as it is, which after a loss
-	// of the store re-admits what the ledger held. A commit always needs
-	// the ledger: one it did not take is not acknowledged, whatever the
-	// policy. FailLocal is not a ledger policy.
-	LedgerPolicy FailurePolicy
-	// LedgerTimeout bounds each ledger call (a commit's write, a rebuild's
-	// read) on top of the caller's context, apart from Timeout, which
-	// bounds the store's calls; 0 means DefaultLedgerTimeout.
-	LedgerTimeout time.Duration
 }
-
-// DefaultLedgerTimeout is Options.LedgerTimeout's default: a ledger write
-// waits for a disk flush or a database's commit, which is slower and
-// rarer than a decision.
-const DefaultLedgerTimeout = 5 * time.Second
 
 // Observer sees what a Limiter decides. Observe is called synchronously on
 // the caller's goroutine, so it must be fast and safe for concurrent use.
@@ -118,10 +101,8 @@ type Limiter struct {
 	timeout time.Duration
 	obs     Observer
 	fb      *fallback // FailLocal's, with Options.Local; else nil
-	// ledger accounts the durable quotas, under ledgerPolicy.
-	ledger        Ledger
-	ledgerPolicy  FailurePolicy
-	ledgerTimeout time.Duration
+	// durable: the store accounts for durable quotas (Limit.Durable).
+	durable bool
 	// direct: no fallback, timeout or observer, so apply calls the store
 	// and nothing else.
 	direct bool
@@ -146,35 +127,37 @@ func New(store Store, opts *Options) (*Limiter, error) {
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("floodgate: New: negative timeout %v", o.Timeout)
 	}
-	switch {
-	case o.LedgerTimeout < 0:
-		return nil, fmt.Errorf("floodgate: New: negative ledger timeout %v", o.LedgerTimeout)
-	case o.LedgerTimeout == 0:
-		o.LedgerTimeout = DefaultLedgerTimeout
-	}
-	switch o.LedgerPolicy {
-	case "":
-		o.LedgerPolicy = FailClosed
-	case FailClosed, FailOpen:
-	default:
-		return nil, fmt.Errorf("floodgate: New: ledger policy %q (want fail_closed or fail_open)", o.LedgerPolicy)
-	}
 	fb, err := newFallback(&o)
 	if err != nil {
 		return nil, err
 	}
+	if ts, ok := store.(timedStore); ok && o.Timeout > 0 {
+		store, o.Timeout = ts.WithTimeout(o.Timeout), 0
+	}
+	ds, ok := store.(durableStore)
 	return &Limiter{store: store, clock: o.Clock, prefix: o.KeyPrefix, policy: o.FailurePolicy, timeout: o.Timeout, obs: o.Observer, fb: fb,
-		ledger: o.Ledger, ledgerPolicy: o.LedgerPolicy, ledgerTimeout: o.LedgerTimeout,
-		direct: fb == nil && o.Timeout == 0 && o.Observer == nil}, nil
+		durable: ok && ds.DurableQuotas(), direct: fb == nil && o.Timeout == 0 && o.Observer == nil}, nil
 }
 
-// Store returns the limiter's store.
+// timedStore is a Store that bounds its own calls (see Options.Timeout).
+type timedStore interface {
+	WithTimeout(timeout time.Duration) Store
+}
+
+// durableStore is a Store that accounts for durable quotas (see
+// Limit.Durable).
+type durableStore interface {
+	DurableQuotas() bool
+}
+
+// Store returns the store the limiter decides in: the one given to New,
+// or the Store its WithTimeout returned (see Options.Timeout).
 func (l *Limiter) Store() Store { return l.store }
 
 // Allow takes one unit for key under limit. See AllowN.
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision, error) {
-	if !l.direct || limit.Durable {
-		return l.allow(ctx, key, &limit, 1)
+	if !l.direct {
+		return l.apply(ctx, &Request{Key: key, Limit: limit, Cost: 1})
 	}
 	// AllowN's common case, repeated here rather than called: see AllowN.
 	var r Request
@@ -184,7 +167,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision,
 	}
 	d, err := l.store.Apply(ctx, r)
 	if err != nil {
-		return failed(l.policy), err
+		return l.failure(err), err
 	}
 	return d, nil
 }
@@ -199,19 +182,16 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision,
 // invalid key, limit or n returns an error wrapping ErrInvalidRequest or
 // ErrInvalidLimit and a denial, whatever the policy.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
-	if !l.direct || limit.Durable && n > 0 {
-		return l.allow(ctx, key, &limit, n)
+	if !l.direct {
+		return l.apply(ctx, &Request{Key: key, Limit: limit, Cost: n})
 	}
-	// The common case, a Limiter with no fallback, timeout or observer
-	// and a limit that is not durable, builds the Request and calls the
-	// store in this one frame, and Allow repeats these lines rather than
-	// call AllowN. Most of a decision's cost outside the store is copying
-	// the Request and the Decision from frame to frame, above all copies
-	// that read with 16-byte loads what was just written a field at a
-	// time, which wait for those stores to reach the cache. So no frame
-	// stands between the caller and the store, and the Request is filled
-	// field by field, not built as a composite literal (which the
-	// compiler builds in a temporary and copies).
+	// The common case, a Limiter with no fallback, timeout or observer,
+	// builds the Request and calls the store in this one frame, and Allow
+	// repeats these lines rather than call AllowN: most of a decision's
+	// cost outside the store is copying the Request and the Decision from
+	// frame to frame, above all copies that read with wide loads what was
+	// just written a field at a time, and a composite literal, which the
+	// compiler builds in a temporary and copies.
 	var r Request
 	r.Key, r.Limit, r.Cost = key, limit, n
 	if err := l.prepare(&r, l.now()); err != nil {
@@ -219,22 +199,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 	}
 	d, err := l.store.Apply(ctx, r)
 	if err != nil {
-		return failed(l.policy), err
+		return l.failure(err), err
 	}
 	return d, nil
-}
-
-// allow is AllowN for a Limiter with a fallback, a timeout or an
-// observer, or for a durable quota.
-func (l *Limiter) allow(ctx context.Context, key string, limit *Limit, n int64) (Decision, error) {
-	if limit.Durable && n > 0 {
-		out, err := l.decideDurable(ctx, []Item{{Key: key, Limit: *limit, Cost: n}}, true)
-		if err != nil {
-			return Decision{RetryAfter: Never}, unwrapItem(err)
-		}
-		return out[0].result()
-	}
-	return l.apply(ctx, &Request{Key: key, Limit: *limit, Cost: n})
 }
 
 // Peek reports the state of key under limit without taking anything:
@@ -267,13 +234,6 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 // limits are applied one by one and a later denial cannot give back what an
 // earlier limit took.
 func (l *Limiter) AllowEach(ctx context.Context, key string, n int64, limits ...Limit) (Decision, []Decision, error) {
-	if n > 0 {
-		for _, lim := range limits {
-			if lim.Durable {
-				return l.allowEachDurable(ctx, key, n, limits)
-			}
-		}
-	}
 	rs := make([]Request, len(limits))
 	now := l.now()
 	for i, lim := range limits {
@@ -377,13 +337,22 @@ func (l *Limiter) apply(ctx context.Context, r *Request) (Decision, error) {
 		return l.applyWrapped(ctx, r)
 	}
 	// No fallback, timeout or observer: the store call alone, in a small
-	// frame with no defer (the frames and copies around the store call are
-	// most of a decision's cost outside the store).
+	// frame with no defer.
 	d, err := l.store.Apply(ctx, *r)
 	if err != nil {
-		d = failed(l.policy)
+		d = l.failure(err)
 	}
 	return d, err
+}
+
+// failure is the decision of a call whose store returned err, on a
+// Limiter without FailLocal's local store: the failure policy's if it
+// answers err, else a denial (see ErrStore).
+func (l *Limiter) failure(err error) Decision {
+	if answersByPolicy(err) {
+		return failed(l.policy)
+	}
+	return Decision{}
 }
 
 // applyWrapped is apply for a prepared r with a fallback, a timeout or an
@@ -400,8 +369,8 @@ func (l *Limiter) prepare(r *Request, now time.Time) error {
 		r.Key = l.prefix + r.Key
 	}
 	r.Now = now
-	if r.Limit.Durable && l.ledger == nil {
-		return fieldErr(ErrInvalidLimit, "durable", "a durable quota needs a Limiter with a Ledger (Options.Ledger)")
+	if r.Limit.Durable && !l.durable {
+		return fieldErr(ErrInvalidLimit, "durable", "a durable quota needs a store that accounts for it (see Limit.Durable)")
 	}
 	return r.Validate()
 }

@@ -3,6 +3,7 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func (s failingStore) Apply(ctx context.Context, _ floodgate.Request) (floodgate
 }
 
 func TestFailurePolicy(t *testing.T) {
-	down := errors.New("connection refused")
+	down := fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 	for _, tc := range []struct {
 		policy      floodgate.FailurePolicy
 		wantAllowed bool
@@ -62,6 +63,60 @@ func TestFailurePolicy(t *testing.T) {
 	}
 }
 
+// TestFailurePolicyStoreFailuresOnly: a failure policy answers a store's
+// own failure (an error wrapping ErrStore, ErrUnexpectedReply or ErrClosed,
+// or a deadline) and a cancelled call; any other error is denied with the
+// error, whatever the policy, on the direct path and through the pipeline
+// alike, and only a store failure is decided in FailLocal's local store.
+func TestFailurePolicyStoreFailuresOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		err    error
+		policy bool // the failure policy answers it
+		local  bool // FailLocal decides it locally
+	}{
+		{"ErrStore", fmt.Errorf("redis: %w: i/o timeout", floodgate.ErrStore), true, true},
+		{"ErrUnexpectedReply", fmt.Errorf("%w: 3 integers", floodgate.ErrUnexpectedReply), true, true},
+		{"ErrClosed", floodgate.ErrClosed, true, true},
+		{"deadline", context.DeadlineExceeded, true, true},
+		{"cancelled", fmt.Errorf("%w: %w", floodgate.ErrStore, context.Canceled), true, false},
+		{"unknown", errors.New("something else"), false, false},
+		{"invalid", fmt.Errorf("store: %w", floodgate.ErrInvalidRequest), false, false},
+		{"conflict", floodgate.ErrConflict, false, false},
+		{"not supported", floodgate.ErrNotSupported, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, o := range []*floodgate.Options{{FailurePolicy: floodgate.FailOpen}, {FailurePolicy: floodgate.FailOpen, Timeout: time.Hour}} {
+				l, err := floodgate.New(failingStore{err: tc.err}, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, err := l.Allow(t.Context(), "k", perSecond)
+				if !errors.Is(err, tc.err) || d.Allowed != tc.policy {
+					t.Errorf("fail_open, timeout %v: Allow = %+v, %v; want allowed %v with the error", o.Timeout, d, err, tc.policy)
+				}
+			}
+			local := memstore.New(nil)
+			defer local.Close()
+			l, err := floodgate.New(failingStore{err: tc.err}, &floodgate.Options{FailurePolicy: floodgate.FailLocal, Local: local, Instances: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := l.Decide(t.Context(), []floodgate.Item{{Key: "k", Limit: perSecond, Cost: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := floodgate.FailClosed
+			if tc.local {
+				want = floodgate.FailLocal
+			}
+			if o := out[0]; o.Policy != want || !errors.Is(o.Err, tc.err) || o.Decision.Allowed != tc.local {
+				t.Errorf("local: %+v, want policy %q with the error", o, want)
+			}
+		})
+	}
+}
+
 // failingAllowStore fails every call with err and a Decision that allows,
 // which a Limiter must replace with its failure policy's.
 type failingAllowStore struct{ err error }
@@ -75,7 +130,7 @@ func (s failingAllowStore) Apply(context.Context, floodgate.Request) (floodgate.
 // their own frames, each with its own copy of that path: the store's
 // Decision is dropped for the policy's.
 func TestFailurePolicyDirect(t *testing.T) {
-	down := errors.New("connection refused")
+	down := fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 	for _, tc := range []struct {
 		policy      floodgate.FailurePolicy
 		wantAllowed bool
@@ -257,7 +312,7 @@ func TestAcquire(t *testing.T) {
 }
 
 func TestAcquireFailOpenLeaseHoldsNothing(t *testing.T) {
-	l, _ := floodgate.New(failingStore{err: errors.New("down")}, &floodgate.Options{FailurePolicy: floodgate.FailOpen})
+	l, _ := floodgate.New(failingStore{err: fmt.Errorf("%w: down", floodgate.ErrStore)}, &floodgate.Options{FailurePolicy: floodgate.FailOpen})
 	one := floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 1, Period: time.Minute}
 	lease, d, err := l.Acquire(t.Context(), "k", one)
 	if err == nil || !d.Allowed || lease == nil {

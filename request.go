@@ -6,12 +6,14 @@ import (
 	"github.com/floodgate-rl/floodgate/algorithm"
 )
 
-// MaxKeyLen is the longest Request.Key, in bytes: 1 MiB. Stores that need a
-// shorter key (Redis) hash long keys.
-const MaxKeyLen = 1 << 20
-
-// MaxLeaseLen is the longest lease ID, in bytes.
-const MaxLeaseLen = 64
+// The longest texts of a Request.
+const (
+	// MaxKeyLen is the longest Request.Key, in bytes: 1 MiB. Stores that
+	// need a shorter key (Redis) hash long keys.
+	MaxKeyLen = 1 << 20
+	// MaxLeaseLen is the longest lease ID (and reservation ID), in bytes.
+	MaxLeaseLen = 64
+)
 
 // Never is the RetryAfter of a request that can never be admitted, because
 // its cost is above the limit's capacity or the limit is 0. Retrying it is

@@ -4,25 +4,25 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
 )
 
-// DefaultHoldTTL is how long a reservation holds its units when
-// ReserveOptions.TTL is 0: long enough for a slow upstream call (an LLM
-// answer), short enough that a caller that crashed frees nothing for long
-// (see ReleaseOnExpiry).
-const DefaultHoldTTL = time.Minute
-
-// MaxHoldTTL is the longest a reservation may hold its units.
-const MaxHoldTTL = 24 * time.Hour
-
-// DefaultHoldRetention is how long a store remembers a reservation after
-// it was settled or expired, so that a retried reserve, commit or cancel
-// gets the first answer instead of doing the step again; stores take an
-// option to change it.
-const DefaultHoldRetention = time.Hour
+// How long a reservation lives, and is remembered.
+const (
+	// DefaultHoldTTL is how long a reservation holds its units when
+	// ReserveOptions.TTL is 0: long enough for a slow upstream call (an
+	// LLM answer), short enough that a caller that crashed frees nothing
+	// for long (see ReleaseOnExpiry).
+	DefaultHoldTTL = time.Minute
+	// MaxHoldTTL is the longest a reservation may hold its units.
+	MaxHoldTTL = 24 * time.Hour
+	// DefaultHoldRetention is how long a store remembers a reservation
+	// after it was settled or expired, so that a retried reserve, commit
+	// or cancel gets the first answer instead of doing the step again;
+	// stores take an option to change it.
+	DefaultHoldRetention = time.Hour
+)
 
 // Reserver is a Store that holds units for a caller that knows only the
 // upper bound of a request's cost: Reserve takes the bound now, Settle
@@ -58,10 +58,31 @@ type HoldRequest struct {
 	// reserve and commit may have done the work.
 	Release bool
 	// Rebuild, if set, has one entry per request: how the counter of a
-	// durable quota is checked and rebuilt from the ledger (see Rebuild;
-	// only a FixedWindow request may have one). A Limiter with a Ledger
-	// sets it; stores honour it.
+	// durable quota is checked and rebuilt from its durable record (see
+	// Rebuild; only a FixedWindow request may have one). The decorator
+	// that accounts for durable quotas sets it; stores honour it.
 	Rebuild []Rebuild
+}
+
+// Rebuild is how a Reserver treats the fixed-window counter of a durable
+// request (HoldRequest.Rebuild): it is how a counter that the store lost
+// is rebuilt from the durable record of what was used (see Limit.Durable)
+// before the next decision on it.
+type Rebuild struct {
+	// Check asks the store to answer the reserve Lost, changing nothing,
+	// when the counter has no count in the window that contains the
+	// request's time (a new window, or a counter the store lost): the
+	// durable record must be read first.
+	Check bool
+	// Known, with Window and Units, is what the durable record holds for
+	// the window that starts at Window: a counter with no count in its
+	// window is first raised to Units there, as Raiser.Raise does, and
+	// then the request decided; if that window does not hold the store's
+	// time (it ended since the record was read), the store answers Lost
+	// again. Known takes precedence over Check.
+	Known  bool
+	Window time.Time
+	Units  int64
 }
 
 // HoldResult is a Reserver's answer to a HoldRequest.
@@ -79,11 +100,17 @@ type HoldResult struct {
 	// Lost, when set, has one entry per request: for a durable request
 	// whose counter had no count in its window while its Rebuild asked to
 	// Check (or knew a window that does not hold the store's time), the
-	// time the store decided at, by which the caller reads the ledger;
+	// time the store decided at, by which the caller reads its durable record;
 	// zero for the others. The store changed nothing (no hold, no
 	// decision: Decisions is nil); the caller reserves again with the
 	// Rebuild Known.
 	Lost []time.Time
+	// Windows, when set, has one entry per request: for a durable
+	// request, the start of the window its units count in, which the
+	// decorator that accounts for durable quotas sets and its settle
+	// records (Reservation.Windows, SettleRequest.Windows); zero for the
+	// others. Stores leave it nil.
+	Windows []time.Time
 }
 
 // SettleRequest asks a Reserver to settle a hold.
@@ -100,6 +127,10 @@ type SettleRequest struct {
 	Actual int64
 	// Cancel gives every held unit back instead (Actual must be 0).
 	Cancel bool
+	// Windows, if set, are the reservation's (Reservation.Windows): for
+	// a durable request, the start of the window its units count in, for
+	// the decorator that records its commit. Stores ignore it.
+	Windows []time.Time
 }
 
 // Settlement is what settling a reservation did to one key's budget.
@@ -118,7 +149,7 @@ type Settlement struct {
 	Replayed bool
 	// Durable reports a hold reserved under a durable limit
 	// (Limit.Durable), as the store recorded it: whatever the caller of
-	// the settle says of the limit, its commit is recorded in the ledger.
+	// the settle says of the limit, its commit is recorded.
 	Durable bool
 	// Decision is the key's state after the step (a peek).
 	Decision Decision
@@ -141,7 +172,8 @@ type ReserveOptions struct {
 
 // Reservation is units held by Limiter.Reserve until Commit, Cancel or
 // expiry. It is a small value: a service that gives the ID to a client
-// can settle it later from the ID and the items alone (Limiter.Settle).
+// can settle it later from the ID and the items alone
+// (Limiter.Reservation).
 type Reservation struct {
 	// ID is the reservation's ID.
 	ID string
@@ -161,8 +193,9 @@ type Reservation struct {
 	Replayed bool
 	// Windows, for a reservation of durable quotas, has one entry per
 	// item: the start of the window a durable item's units count in (zero
-	// for the others), which its commit records in the ledger. A service
-	// that settles a reservation from its ID keeps them with the items;
+	// for the others), as the store's reserve answered it
+	// (HoldResult.Windows), which its commit records. A service that
+	// settles a reservation from its ID keeps them with the items;
 	// without them a commit records the window of its own time.
 	Windows []time.Time
 
@@ -203,26 +236,17 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 	if err != nil {
 		return nil, Decision{RetryAfter: Never}, nil, err
 	}
-	var held HoldResult
-	outer := ctx
-	c.op = func(ctx context.Context, s Store, rs []Request) ([]Decision, error) {
-		rv, ok := s.(Reserver)
-		if !ok {
-			return nil, fmt.Errorf("floodgate: Reserve: %w", ErrNotSupported)
-		}
-		var err error
-		held, err = l.reserveDurable(ctx, outer, rv, HoldRequest{Requests: rs, ID: opts.ID, TTL: opts.TTL, Release: opts.ReleaseOnExpiry}, s != l.store)
-		return held.Decisions, err
-	}
+	c.hold = &holdStep{id: opts.ID, ttl: opts.TTL, release: opts.ReleaseOnExpiry}
 	l.run(ctx, &c)
 	for _, o := range c.out {
 		if o.Err != nil && !isStoreFailure(o.Err) {
-			// A conflict with an earlier reserve of the same ID, or a
-			// ledger that could not rebuild a counter: no failure policy
-			// answers it.
+			// A conflict with an earlier reserve of the same ID, a durable
+			// record that could not rebuild a counter, a cancelled call:
+			// no failure policy answers it.
 			return nil, Decision{RetryAfter: Never}, nil, o.Err
 		}
 	}
+	held := c.hold.result
 	res := &Reservation{ID: opts.ID, Items: items, Expires: held.Expires, Replayed: held.Replayed, l: l}
 	if split := l.unsplit(ctx, opts.ID, items, c.out); split != nil {
 		return res, Decision{}, c.out, split
@@ -242,19 +266,32 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 	res.Local = c.out[0].Policy == FailLocal
 	res.Held = d.Allowed
 	if res.Held {
-		res.Windows = windowsOf(items, ds)
+		res.Windows = held.Windows
 	}
 	return res, d, c.out, nil
 }
 
-// ErrSplitReservation is the failure of a reservation whose items an
-// outage split between the shared store and this instance's local store
-// (FailLocal on some of its rules, not all, or the open breaker deciding
-// some locally while the store answered the rest): a reservation is held,
-// committed and cancelled in one store, all or nothing, so it is cancelled
-// on both sides and every item answered as FailClosed. It wraps the
-// store's failure when there was one.
-var ErrSplitReservation = errors.New("floodgate: reservation split between the shared store and the local store")
+// holdStep is the reservation step of a call (ReserveEach): it holds the
+// call's requests, all or nothing, in place of a batch of Apply, in the
+// store or in FailLocal's local store, and keeps the answer.
+type holdStep struct {
+	id      string
+	ttl     time.Duration
+	release bool
+	// result is the answer of the store that held (or refused) last.
+	result HoldResult
+}
+
+// reserve holds rs in s and returns one decision per request.
+func (h *holdStep) reserve(ctx context.Context, s Store, rs []Request) ([]Decision, error) {
+	rv, ok := s.(Reserver)
+	if !ok {
+		return nil, fmt.Errorf("floodgate: Reserve: %w", ErrNotSupported)
+	}
+	var err error
+	h.result, err = rv.Reserve(ctx, HoldRequest{Requests: rs, ID: h.id, TTL: h.ttl, Release: h.release})
+	return h.result.Decisions, err
+}
 
 // unsplit returns nil when every outcome of a reservation was decided in
 // one store. Otherwise it gives back what each side holds (best effort:
@@ -282,10 +319,10 @@ func (l *Limiter) unsplit(ctx context.Context, id string, items []Item, out []Ou
 		return nil
 	}
 	if localHeld {
-		_, _ = l.settleHold(ctx, id, local, nil, 0, true, true, false)
+		_, _ = (&Reservation{ID: id, Items: local, Held: true, Local: true, l: l}).Cancel(ctx)
 	}
 	if sharedHeld {
-		_, _ = l.settleHold(ctx, id, shared, nil, 0, true, false, false)
+		_, _ = (&Reservation{ID: id, Items: shared, Held: true, l: l}).Cancel(ctx)
 	}
 	err := fmt.Errorf("%w: %d of %d items decided locally", ErrSplitReservation, len(local), len(items))
 	if cause != nil {
@@ -367,27 +404,14 @@ func (r *Reservation) Cancel(ctx context.Context) ([]Settlement, error) {
 	return r.settle(ctx, 0, true)
 }
 
+// settle settles the hold in the store that holds it, each item under
+// the limit the store kept from the reserve.
 func (r *Reservation) settle(ctx context.Context, actual int64, cancel bool) ([]Settlement, error) {
 	if !r.Held {
 		return make([]Settlement, len(r.Items)), nil
 	}
-	return r.l.settleHold(ctx, r.ID, r.Items, r.Windows, actual, cancel, r.Local, false)
-}
-
-// Reservation is the reservation id on items, as reserved, for a caller
-// that kept only the ID and the items (a service that gave the ID to its
-// client): its Commit and Cancel settle it. local says it was held by
-// FailLocal's local store (Reservation.Local), which only this Limiter's
-// process has.
-func (l *Limiter) Reservation(id string, items []Item, local bool) *Reservation {
-	return &Reservation{ID: id, Items: items, Held: true, Local: local, l: l}
-}
-
-// settleHold settles the hold id on items. A durable item's commit is
-// recorded in the ledger first (a cancel as 0 units, best effort), unless
-// recorded says the caller did.
-func (l *Limiter) settleHold(ctx context.Context, id string, items []Item, windows []time.Time, actual int64, cancel, local, recorded bool) ([]Settlement, error) {
-	if err := checkID("id", id); err != nil {
+	l := r.l
+	if err := checkID("id", r.ID); err != nil {
 		return nil, err
 	}
 	switch {
@@ -395,21 +419,21 @@ func (l *Limiter) settleHold(ctx context.Context, id string, items []Item, windo
 		return nil, fieldErr(ErrInvalidRequest, "cost", "%d is not between 0 and %d", actual, MaxLimit)
 	case cancel && actual != 0:
 		return nil, fieldErr(ErrInvalidRequest, "cost", "a cancel uses nothing, not %d", actual)
-	case len(items) == 0:
+	case len(r.Items) == 0:
 		return nil, fieldErr(ErrInvalidRequest, "items", "none to settle")
 	}
-	rs := make([]Request, len(items))
+	rs := make([]Request, len(r.Items))
 	now := l.now()
-	for i, it := range items {
+	for i, it := range r.Items {
 		rs[i] = Request{Key: it.Key, Limit: it.Limit}
 		if err := l.prepare(&rs[i], now); err != nil {
 			return nil, &ItemError{Index: i, Err: err}
 		}
 	}
 	store := l.store
-	if local {
+	if r.Local {
 		if l.fb == nil {
-			return nil, fmt.Errorf("floodgate: Settle: a local reservation on a Limiter without a local store: %w", ErrUnknownReservation)
+			return nil, fmt.Errorf("floodgate: settle: a local reservation on a Limiter without a local store: %w", ErrUnknownReservation)
 		}
 		store = l.fb.local
 		for i := range rs {
@@ -421,60 +445,20 @@ func (l *Limiter) settleHold(ctx context.Context, id string, items []Item, windo
 	}
 	rv, ok := store.(Reserver)
 	if !ok {
-		return nil, fmt.Errorf("floodgate: Settle: %w", ErrNotSupported)
+		return nil, fmt.Errorf("floodgate: settle: %w", ErrNotSupported)
 	}
-	if l.ledger != nil && !recorded {
-		actuals := make([]int64, len(rs))
-		for i := range actuals {
-			actuals[i] = actual
-		}
-		// The rs of a local hold carry this instance's shares; the ledger
-		// records the quota.
-		full := rs
-		if local {
-			full = make([]Request, len(rs))
-			copy(full, rs)
-			for i := range full {
-				full[i].Limit = items[i].Limit
-			}
-		}
-		if err := l.record(ctx, id, full, windows, actuals); err != nil && !cancel {
-			return nil, err
-		}
-	}
-	sctx, cancelCtx := l.withTimeout(ctx)
+	ctx, cancelCtx := l.withTimeout(ctx)
 	defer cancelCtx()
-	sts, err := rv.Settle(sctx, SettleRequest{Requests: rs, ID: id, Actual: actual, Cancel: cancel})
-	if err == nil && !cancel && l.ledger != nil && !local {
-		err = l.recordHeld(ctx, id, rs, sts, actual)
-	}
-	return sts, err
+	return rv.Settle(ctx, SettleRequest{Requests: rs, ID: r.ID, Actual: actual, Cancel: cancel, Windows: r.Windows})
 }
 
-// recordHeld records the commits of the holds that the store says were
-// reserved under a durable limit while the caller's items said otherwise
-// (a service's reservation token that was altered): the store's record
-// of the hold decides, and a commit the ledger did not take is not
-// acknowledged (a retry, which the store replays, records it).
-func (l *Limiter) recordHeld(ctx context.Context, id string, rs []Request, sts []Settlement, actual int64) error {
-	var late []Request
-	var windows []time.Time
-	for i, st := range sts {
-		if i < len(rs) && st.Durable && !rs[i].Limit.Durable {
-			r := rs[i]
-			r.Limit.Durable = true
-			late = append(late, r)
-			windows = append(windows, windowStart(r.Limit, st.Decision.Now, st.Decision.ResetAfter))
-		}
-	}
-	if late == nil {
-		return nil
-	}
-	actuals := make([]int64, len(late))
-	for i := range actuals {
-		actuals[i] = actual
-	}
-	return l.record(ctx, id, late, windows, actuals)
+// Reservation is the reservation id on items, as reserved, for a caller
+// that kept only the ID and the items (a service that gave the ID to its
+// client): its Commit and Cancel settle it. local says it was held by
+// FailLocal's local store (Reservation.Local), which only this Limiter's
+// process has.
+func (l *Limiter) Reservation(id string, items []Item, local bool) *Reservation {
+	return &Reservation{ID: id, Items: items, Held: true, Local: local, l: l}
 }
 
 // Validate reports the first problem of r, as Request.Validate does, for

@@ -3,6 +3,7 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,11 +17,11 @@ import (
 type downReserver struct{ failingStore }
 
 func (downReserver) Reserve(context.Context, floodgate.HoldRequest) (floodgate.HoldResult, error) {
-	return floodgate.HoldResult{}, errors.New("connection refused")
+	return floodgate.HoldResult{}, fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 }
 
 func (downReserver) Settle(context.Context, floodgate.SettleRequest) ([]floodgate.Settlement, error) {
-	return nil, errors.New("connection refused")
+	return nil, fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 }
 
 // TestReserve goes through the Limiter: reserve the bound, commit the
@@ -161,7 +162,7 @@ type switchedReserver struct {
 
 func (s *switchedReserver) Reserve(ctx context.Context, h floodgate.HoldRequest) (floodgate.HoldResult, error) {
 	if s.down.Load() {
-		return floodgate.HoldResult{}, errors.New("connection refused")
+		return floodgate.HoldResult{}, fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 	}
 	return s.Store.Reserve(ctx, h)
 }

@@ -20,6 +20,9 @@ type Store interface {
 	// rejections), records it. A denial is a Decision, not an error; an error
 	// means the request was invalid or the store failed, and then the
 	// request may or may not have been recorded (a timeout cannot tell).
+	// A store's own failure wraps ErrStore, which the failure policy
+	// answers; an invalid request wraps ErrInvalidRequest or
+	// ErrInvalidLimit.
 	Apply(ctx context.Context, r Request) (Decision, error)
 }
 
@@ -73,7 +76,7 @@ type Pinger interface {
 }
 
 // Raiser is a Store that can rebuild a fixed window's count from a durable
-// record of what was used (package ledger): Raise raises the count of
+// record of what was used (see Limit.Durable): Raise raises the count of
 // r.Key's window that starts at window to at least r.Cost, in one atomic
 // step, and never lowers it (algorithm.FixedWindow.Raise says exactly
 // what it does). r.Limit must be a FixedWindow, aligned windows starting

@@ -11,10 +11,10 @@ import (
 	"github.com/floodgate-rl/floodgate"
 )
 
-// Accounts is a Store as the floodgate.Ledger of a Limiter with durable
-// quotas (floodgate.Options.Ledger): each commit of a durable reservation
-// becomes an Entry, and a lost counter is rebuilt from Store.Usage. It
-// counts what it does, for metrics (Stats). Make one with Durable.
+// Accounts is a Store as the Ledger of durable quotas (Wrap): each commit
+// of a durable reservation becomes an Entry, and a lost counter is
+// rebuilt from Store.Usage. It counts what it does, for metrics (Stats).
+// Make one with Durable.
 //
 // # Group commit
 //
@@ -68,11 +68,12 @@ type DurableOptions struct {
 	WriteTimeout time.Duration
 }
 
-var _ floodgate.Ledger = (*Accounts)(nil)
+var _ Ledger = (*Accounts)(nil)
 
-// Durable returns s as the ledger of a Limiter's durable quotas:
+// Durable returns s as the ledger of durable quotas, for Wrap:
 //
-//	limiter, err := floodgate.New(store, &floodgate.Options{Ledger: ledger.Durable(pg, nil)})
+//	quotas, err := ledger.Wrap(store, ledger.Durable(pg, nil), nil)
+//	limiter, err := floodgate.New(quotas, nil)
 //
 // o may be nil. It does not close s.
 func Durable(s Store, o *DurableOptions) *Accounts {
@@ -103,7 +104,7 @@ func (a *Accounts) Store() Store { return a.s }
 // holds already (same Key and ID) is not written again. When ctx ends
 // first, Record returns its error and the commits may still be written:
 // not acknowledged, and a retry finds them.
-func (a *Accounts) Record(ctx context.Context, commits []floodgate.Commit) error {
+func (a *Accounts) Record(ctx context.Context, commits []Commit) error {
 	p := &pendingRecord{ctx: ctx, entries: make([]Entry, len(commits)), done: make(chan error, 1)}
 	for i, c := range commits {
 		p.entries[i] = Entry{Key: c.Key, Limit: c.Limit, Window: c.Window, Units: c.Units, ID: c.ID, At: c.At.Truncate(time.Microsecond)}

@@ -31,11 +31,22 @@ var paid = floodgate.Limit{Limit: 100, Period: 24 * time.Hour, Durable: true}
 func durableLimiter(t *testing.T, s floodgate.Store, lg ledger.Store, clock floodgate.Clock, policy floodgate.FailurePolicy) (*floodgate.Limiter, *ledger.Accounts) {
 	t.Helper()
 	acc := ledger.Durable(lg, nil)
-	l, err := floodgate.New(s, &floodgate.Options{Clock: clock, Ledger: acc, LedgerPolicy: policy})
+	return durableOver(t, s, acc, &ledger.WrapOptions{Policy: policy}, &floodgate.Options{Clock: clock}), acc
+}
+
+// durableOver is a Limiter with options lo over s wrapped to account its
+// durable quotas in lg with options o.
+func durableOver(t *testing.T, s floodgate.Store, lg ledger.Ledger, o *ledger.WrapOptions, lo *floodgate.Options) *floodgate.Limiter {
+	t.Helper()
+	q, err := ledger.Wrap(s, lg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l, acc
+	l, err := floodgate.New(q, lo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // use reserves n units of key, commits actual of them, and reports
@@ -262,7 +273,7 @@ func TestDurableLedgerDown(t *testing.T) {
 		t.Fatalf("reserve with the ledger up: %+v, %v", d, err)
 	}
 	lg.down.Store(true)
-	if _, err := res.Commit(t.Context(), 10); !errors.Is(err, floodgate.ErrLedger) {
+	if _, err := res.Commit(t.Context(), 10); !errors.Is(err, ledger.ErrLedger) {
 		t.Fatalf("commit with the ledger down: %v, want ErrLedger", err)
 	}
 	// The counter is live (the hold): reserves go on without the ledger.
@@ -271,10 +282,10 @@ func TestDurableLedgerDown(t *testing.T) {
 	}
 	// A counter that must be read from the ledger (a new key) is denied
 	// by default, and decided on the counter under FailOpen.
-	if _, d, err := closed.Reserve(t.Context(), "new", paid, 1, nil); !errors.Is(err, floodgate.ErrLedger) || d.Allowed {
+	if _, d, err := closed.Reserve(t.Context(), "new", paid, 1, nil); !errors.Is(err, ledger.ErrLedger) || d.Allowed {
 		t.Fatalf("reserve of a new window with the ledger down: %+v, %v, want denied with ErrLedger", d, err)
 	}
-	if d, err := closed.Allow(t.Context(), "new", paid); !errors.Is(err, floodgate.ErrLedger) || d.Allowed {
+	if d, err := closed.Allow(t.Context(), "new", paid); !errors.Is(err, ledger.ErrLedger) || d.Allowed {
 		t.Fatalf("Allow of a new window with the ledger down: %+v, %v, want denied with ErrLedger", d, err)
 	}
 	if _, d, err := open.Reserve(t.Context(), "new", paid, 1, nil); err != nil || !d.Allowed {
@@ -282,14 +293,11 @@ func TestDurableLedgerDown(t *testing.T) {
 	}
 	// A store failure policy never answers a ledger's failure: fail_open
 	// for the store still denies what the ledger must check.
-	storeOpen, err := floodgate.New(s, &floodgate.Options{Clock: clock, Ledger: ledger.Durable(lg, nil), FailurePolicy: floodgate.FailOpen})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, d, err := storeOpen.Reserve(t.Context(), "new2", paid, 1, nil); !errors.Is(err, floodgate.ErrLedger) || d.Allowed {
+	storeOpen := durableOver(t, s, ledger.Durable(lg, nil), nil, &floodgate.Options{Clock: clock, FailurePolicy: floodgate.FailOpen})
+	if _, d, err := storeOpen.Reserve(t.Context(), "new2", paid, 1, nil); !errors.Is(err, ledger.ErrLedger) || d.Allowed {
 		t.Fatalf("reserve with the store's policy fail_open and the ledger down: %+v, %v, want denied with ErrLedger", d, err)
 	}
-	if out, err := storeOpen.Decide(t.Context(), []floodgate.Item{{Key: "new2", Limit: paid, Cost: 1}}); err != nil || out[0].Decision.Allowed || !errors.Is(out[0].Err, floodgate.ErrLedger) {
+	if out, err := storeOpen.Decide(t.Context(), []floodgate.Item{{Key: "new2", Limit: paid, Cost: 1}}); err != nil || out[0].Decision.Allowed || !errors.Is(out[0].Err, ledger.ErrLedger) {
 		t.Fatalf("Decide with the store's policy fail_open and the ledger down: %+v, %v, want denied with ErrLedger", out, err)
 	}
 	lg.down.Store(false)
@@ -455,10 +463,7 @@ func TestDurableGroupCommit(t *testing.T) {
 	s := memstore.New(nil)
 	defer s.Close()
 	acc := ledger.Durable(lg, nil)
-	l, err := floodgate.New(s, &floodgate.Options{Ledger: acc})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := durableOver(t, s, acc, nil, nil)
 	big := paid
 	big.Limit = 1000
 	var wg sync.WaitGroup
@@ -560,7 +565,7 @@ func TestDurableStoreClock(t *testing.T) {
 	}
 }
 
-// TestDurableLedgerLate: a ledger slower than the Limiter's LedgerTimeout
+// TestDurableLedgerLate: a ledger slower than WrapOptions.Timeout
 // denies (ErrLedger) and never bills what the counter does not count: the
 // hold of a denied decision stays charged; a commit being written when its
 // caller gave up may land, charged on the counter too; one that waited
@@ -570,10 +575,7 @@ func TestDurableLedgerLate(t *testing.T) {
 	s := memstore.New(nil)
 	defer s.Close()
 	acc := ledger.Durable(lg, nil)
-	l, err := floodgate.New(s, &floodgate.Options{Ledger: acc, LedgerTimeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := durableOver(t, s, acc, &ledger.WrapOptions{Timeout: 50 * time.Millisecond}, nil)
 	// Give both keys a live counter first (a new window reads the ledger),
 	// through a Limiter with the default ledger deadline: an SQLite write
 	// that waits for a slow disk must not fail the set-up.
@@ -586,7 +588,7 @@ func TestDurableLedgerLate(t *testing.T) {
 	lg.gate() // from now on a write waits for release
 	late := func(k string) {
 		d, err := l.AllowN(context.Background(), k, paid, 7)
-		if !errors.Is(err, floodgate.ErrLedger) || d.Allowed {
+		if !errors.Is(err, ledger.ErrLedger) || d.Allowed {
 			t.Errorf("AllowN 7 of %s on a late ledger: %+v, %v, want denied with ErrLedger", k, d, err)
 		}
 	}

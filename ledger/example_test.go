@@ -118,3 +118,38 @@ func ExampleReconcile() {
 	// tenant:acme: counter 0, ledger 60, repaired true
 	// remaining: 40
 }
+
+// A durable quota: the store is wrapped so that each commit is in the
+// ledger before it is acknowledged; when the store loses its counter (a
+// new, empty store here, as a Redis restarted without persistence), the
+// next decision rebuilds it from the ledger instead of admitting the
+// whole quota again.
+func ExampleWrap() {
+	ctx := context.Background()
+	l, done := openExample(ctx)
+	defer done()
+	acc := ledger.Durable(l, nil)
+
+	paid := floodgate.Limit{Limit: 100, Period: 24 * time.Hour, Durable: true}
+	clock := floodgatetest.NewFakeClock(time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC))
+	for _, name := range []string{"before the loss", "after the loss"} {
+		store := memstore.New(&memstore.Options{Clock: clock})
+		quotas, err := ledger.Wrap(store, acc, nil)
+		if err != nil {
+			panic(err)
+		}
+		limiter, err := floodgate.New(quotas, &floodgate.Options{Clock: clock})
+		if err != nil {
+			panic(err)
+		}
+		d, err := limiter.AllowN(ctx, "tenant:acme", paid, 60)
+		fmt.Println(name+": allowed", d.Allowed, "remaining", d.Remaining, err)
+		store.Close()
+	}
+	u, _ := l.Usage(ctx, "tenant:acme", paid.Period, clock.Now())
+	fmt.Println("ledger:", u.Units, "units")
+	// Output:
+	// before the loss: allowed true remaining 40 <nil>
+	// after the loss: allowed false remaining 40 <nil>
+	// ledger: 60 units
+}

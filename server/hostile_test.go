@@ -216,7 +216,7 @@ func TestConcurrencyRuleRefused(t *testing.T) {
 type keyedFailure struct{ cause error }
 
 func (k keyedFailure) Apply(_ context.Context, r floodgate.Request) (floodgate.Decision, error) {
-	return floodgate.Decision{}, fmt.Errorf("store: fixed_window %s: %w", r.Key, k.cause)
+	return floodgate.Decision{}, fmt.Errorf("store: fixed_window %s: %w: %w", r.Key, floodgate.ErrStore, k.cause)
 }
 
 // TestStoreFailureLogsNoValues: a store failure's warning names the rule

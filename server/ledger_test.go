@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/servertest"
+	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
@@ -21,11 +22,21 @@ type downLedger struct{}
 
 var errLedgerDown = errors.New("connection refused")
 
-func (downLedger) Record(context.Context, []floodgate.Commit) error { return errLedgerDown }
+func (downLedger) Record(context.Context, []ledger.Commit) error { return errLedgerDown }
 func (downLedger) Used(context.Context, string, floodgate.Limit, time.Time) (time.Time, int64, error) {
 	return time.Time{}, 0, errLedgerDown
 }
 func (downLedger) Ping(context.Context) error { return errLedgerDown }
+
+// wrapLedger is s with its durable quotas accounted in downLedger.
+func wrapLedger(t *testing.T, s floodgate.Store, o *ledger.WrapOptions) floodgate.Store {
+	t.Helper()
+	q, err := ledger.Wrap(s, downLedger{}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
 
 // TestReadyLedger: an unreachable ledger makes the server unready under
 // the default ledger policy, and ready with the reason under fail_open.
@@ -35,7 +46,7 @@ func TestReadyLedger(t *testing.T) {
 		ready  bool
 	}{{"", false}, {floodgate.FailClosed, false}, {floodgate.FailOpen, true}} {
 		s := memstore.New(nil)
-		srv, err := server.New(server.Options{Store: s, Limiter: floodgate.Options{Ledger: downLedger{}, LedgerPolicy: c.policy}})
+		srv, err := server.New(server.Options{Store: wrapLedger(t, s, &ledger.WrapOptions{Policy: c.policy})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +76,7 @@ func TestDecideLedgerDown(t *testing.T) {
 	}
 	s := memstore.New(nil)
 	defer s.Close()
-	srv, err := server.New(server.Options{Store: s, Config: cfg, Limiter: floodgate.Options{FailurePolicy: floodgate.FailOpen, Ledger: downLedger{}}})
+	srv, err := server.New(server.Options{Store: wrapLedger(t, s, nil), Config: cfg, Limiter: floodgate.Options{FailurePolicy: floodgate.FailOpen}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +89,7 @@ func TestDecideLedgerDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Code != server.OverLimit || !errors.Is(res.Statuses[0].Err, floodgate.ErrLedger) {
+	if res.Code != server.OverLimit || !errors.Is(res.Statuses[0].Err, ledger.ErrLedger) {
 		t.Errorf("Decide with the ledger down: %+v, want OVER_LIMIT with ErrLedger", res)
 	}
 	resp, out = post(t, servertest.Handler(t, srv, nil), "/v1/reservations", body)

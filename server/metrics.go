@@ -23,7 +23,7 @@ const (
 	outcomeFailedOpen   = "failed_open"
 	outcomeFailedClosed = "failed_closed"
 	// A durable quota whose ledger failed: denied whatever the failure
-	// mode (floodgate.ErrLedger).
+	// mode (ledger.ErrLedger).
 	outcomeLedgerFailed = "ledger_failed"
 	// A descriptor with room in a request that another descriptor denied:
 	// all or nothing, so nothing was taken.
@@ -251,7 +251,7 @@ type ledgerCollector struct {
 }
 
 // registerLedger registers the metrics of lg, when it counts.
-func registerLedger(reg prometheus.Registerer, lg floodgate.Ledger) error {
+func registerLedger(reg prometheus.Registerer, lg ledger.Ledger) error {
 	st, ok := lg.(ledgerStats)
 	if !ok {
 		return nil

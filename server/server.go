@@ -50,6 +50,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -163,8 +164,9 @@ type Server struct {
 	shadowAll   bool          // Options.GlobalShadowMode
 	quotaAll    bool          // Options.GlobalQuotaMode
 	loader      config.Loader // Options.ConfigLoader
-	// ledger is Options.Limiter.Ledger, under ledgerPolicy; nil without.
-	ledger       floodgate.Ledger
+	// ledger is the ledger of Options.Store when it is a ledger.Quotas,
+	// under ledgerPolicy; nil without.
+	ledger       ledger.Ledger
 	ledgerPolicy floodgate.FailurePolicy
 	// throttle keeps repeated warnings (a store outage) to one line per
 	// rule a second.
@@ -210,8 +212,11 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.failMode, s.local, s.timeout = lo.FailurePolicy, lo.Local != nil, lo.Timeout
-	s.ledger, s.ledgerPolicy = lo.Ledger, lo.LedgerPolicy
-	if err := registerRegion(s.reg, opts.Store); err != nil {
+	store := opts.Store
+	if q, ok := store.(*ledger.Quotas); ok {
+		s.ledger, s.ledgerPolicy, store = q.Ledger(), q.Policy(), q.Store()
+	}
+	if err := registerRegion(s.reg, store); err != nil {
 		return nil, err
 	}
 	if s.ledger != nil {
@@ -682,7 +687,7 @@ func (s *Server) settle(domain string, entries []config.Entry, st *Status, o *fl
 	shadow := st.Rule != nil && st.Rule.ShadowMode
 	st.Limit, st.FailurePolicy = o.Limit, o.Policy
 	local := o.Policy == floodgate.FailLocal
-	if o.Err != nil && !local && errors.Is(o.Err, floodgate.ErrLedger) {
+	if o.Err != nil && !local && errors.Is(o.Err, ledger.ErrLedger) {
 		st.Err = o.Err
 		if !shadow {
 			st.Code = OverLimit

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -281,7 +282,7 @@ func TestBadInput(t *testing.T) {
 type downStore struct{}
 
 func (downStore) Apply(context.Context, floodgate.Request) (floodgate.Decision, error) {
-	return floodgate.Decision{}, errors.New("connection refused")
+	return floodgate.Decision{}, fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 }
 
 func TestFailureModes(t *testing.T) {

@@ -394,14 +394,22 @@ func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate
 // returned func closes the local store.
 func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, log *slog.Logger) (*server.Server, func(), error) {
 	lo := floodgate.Options{FailurePolicy: floodgate.FailurePolicy(c.failureMode), Timeout: c.timeout}
-	c.ledger.options(&lo, acc)
 	closeLocal := func() {}
 	if c.instances > 0 {
 		local := memstore.New(nil)
 		closeLocal = func() { local.Close() }
 		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
 	}
-	srv, err := server.New(server.Options{Store: store, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode,
+	// With a ledger, both stores account for durable quotas in it.
+	shared, err := c.ledger.wrap(store, acc, false)
+	if err == nil && lo.Local != nil {
+		lo.Local, err = c.ledger.wrap(lo.Local, acc, true)
+	}
+	if err != nil {
+		closeLocal()
+		return nil, nil, err
+	}
+	srv, err := server.New(server.Options{Store: shared, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode,
 		GlobalQuotaMode: c.parity.quotaMode, ConfigLoader: c.parity.loader()})
 	if err == nil {
 		switch rs := regionalStore(store).(type) {

@@ -29,7 +29,7 @@ type ledgerFlags struct {
 func (f *ledgerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.spec, "ledger", "", "the ledger of durable quotas (rules with durable: true): a PostgreSQL `URL` (postgres://user:password@host:5432/db) for several instances, or the path of an SQLite file for one machine, made if missing; its schema is migrated at start. Each commit of a durable quota is acknowledged once the ledger holds it, and a counter the store lost is rebuilt from it (env FLOODGATE_LEDGER)")
 	fs.StringVar(&f.policy, "ledger-policy", string(floodgate.FailClosed), "when the ledger cannot be read to check a durable quota's counter (a new window, or a counter the store lost): fail_closed denies, as a paid quota should; fail_open decides on the counter as it is. Commits always need the ledger (env FLOODGATE_LEDGER_POLICY)")
-	fs.DurationVar(&f.timeout, "ledger-timeout", floodgate.DefaultLedgerTimeout, "deadline of each ledger call (a commit's write, a rebuild's read), apart from -timeout, which bounds the store's (env FLOODGATE_LEDGER_TIMEOUT)")
+	fs.DurationVar(&f.timeout, "ledger-timeout", ledger.DefaultTimeout, "deadline of each ledger call (a commit's write, a rebuild's read), apart from -timeout, which bounds the store's (env FLOODGATE_LEDGER_TIMEOUT)")
 	fs.DurationVar(&f.reconcile, "ledger-reconcile", 0, "compare the counters of the current windows with the ledger this often, exporting the drift as floodgate_ledger_drift_*; repair with floodgate ledger reconcile -repair. 0 disables (env FLOODGATE_LEDGER_RECONCILE)")
 }
 
@@ -86,12 +86,14 @@ func isPostgres(spec string) bool {
 	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
 }
 
-// options sets the ledger of a Limiter's options.
-func (f *ledgerFlags) options(lo *floodgate.Options, acc *ledger.Accounts) {
+// wrap is s with its durable quotas accounted in acc (ledger.Wrap) under
+// the ledger flags; s itself without a ledger. local marks the local
+// store of the failure mode local.
+func (f *ledgerFlags) wrap(s floodgate.Store, acc *ledger.Accounts, local bool) (floodgate.Store, error) {
 	if acc == nil {
-		return
+		return s, nil
 	}
-	lo.Ledger, lo.LedgerPolicy, lo.LedgerTimeout = acc, floodgate.FailurePolicy(f.policy), f.timeout
+	return ledger.Wrap(s, acc, &ledger.WrapOptions{Policy: floodgate.FailurePolicy(f.policy), Timeout: f.timeout, Local: local})
 }
 
 // watchDrift runs ledger.Reconcile every f.reconcile until ctx ends,

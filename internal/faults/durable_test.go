@@ -91,11 +91,14 @@ func durableKill(t *testing.T, url string, durable bool, fault func(), what stri
 	lims := make([]*floodgate.Limiter, len(insts))
 	for i, in := range insts {
 		o := floodgate.Options{Timeout: timeout, FailurePolicy: floodgate.FailClosed}
+		var store floodgate.Store = in.store
 		if durable {
-			o.Ledger = ledger.Durable(lg, nil)
+			if store, err = ledger.Wrap(in.store, ledger.Durable(lg, nil), nil); err != nil {
+				t.Fatal(err)
+			}
 			limit.Durable = true
 		}
-		if lims[i], err = floodgate.New(in.store, &o); err != nil {
+		if lims[i], err = floodgate.New(store, &o); err != nil {
 			t.Fatal(err)
 		}
 	}

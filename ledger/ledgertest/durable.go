@@ -20,8 +20,9 @@ import (
 //   - op=allow: AllowN of a plain fixed window, a decision alone;
 //   - op=reserve-commit: Reserve then Commit, not durable;
 //   - op=durable: Reserve then Commit of a durable quota on a new ledger
-//     from newLedger (ledger.Durable with o): the commit waits for the
-//     ledger, and concurrent commits are written together.
+//     from newLedger (ledger.Durable with o, the store under ledger.Wrap):
+//     the commit waits for the ledger, and concurrent commits are written
+//     together.
 //
 // Each reports commits/s (decisions/s for op=allow) beside ns/op; the
 // durable ones also writes/op, the ledger writes per commit (below 1 when
@@ -33,15 +34,18 @@ func BenchmarkDurable(b *testing.B, newLedger func(b *testing.B) ledger.Store, o
 			b.Run(fmt.Sprintf("op=%s/callers=%d", op, callers), func(b *testing.B) {
 				s := memstore.New(nil)
 				defer s.Close()
-				opts := &floodgate.Options{}
+				var store floodgate.Store = s
 				lim := quota
 				var acc *ledger.Accounts
 				if op == "durable" {
 					acc = ledger.Durable(newLedger(b), o)
-					opts.Ledger = acc
-					lim.Durable = true
+					q, err := ledger.Wrap(s, acc, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					store, lim.Durable = q, true
 				}
-				l, err := floodgate.New(s, opts)
+				l, err := floodgate.New(store, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -2,7 +2,7 @@ package grpclimit_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -155,7 +155,7 @@ func TestStream(t *testing.T) {
 type downStore struct{}
 
 func (downStore) Apply(context.Context, floodgate.Request) (floodgate.Decision, error) {
-	return floodgate.Decision{}, errors.New("store down")
+	return floodgate.Decision{}, fmt.Errorf("%w: store down", floodgate.ErrStore)
 }
 
 func TestStoreFailure(t *testing.T) {

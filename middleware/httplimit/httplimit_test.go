@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -198,7 +199,7 @@ func TestSeveralLimits(t *testing.T) {
 
 type downStore struct{}
 
-var errDown = errors.New("store down")
+var errDown = fmt.Errorf("%w: store down", floodgate.ErrStore)
 
 func (downStore) Apply(context.Context, floodgate.Request) (floodgate.Decision, error) {
 	return floodgate.Decision{}, errDown

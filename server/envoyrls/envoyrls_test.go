@@ -2,7 +2,6 @@ package envoyrls_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -511,7 +510,7 @@ func TestResponseHeaders(t *testing.T) {
 type failingStore struct{}
 
 func (failingStore) Apply(context.Context, floodgate.Request) (floodgate.Decision, error) {
-	return floodgate.Decision{}, errors.New("connection refused")
+	return floodgate.Decision{}, fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 }
 
 func TestStoreFailure(t *testing.T) {

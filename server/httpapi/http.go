@@ -28,6 +28,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/transport"
@@ -309,7 +310,7 @@ type DecisionJSON struct {
 	// quota_mode, or serve -quota-mode); see QuotaCode.
 	QuotaMode  bool `json:"quota_mode,omitempty"`
 	StoreError bool `json:"store_error,omitempty"`
-	// LedgerError: a durable quota's ledger failed (floodgate.ErrLedger),
+	// LedgerError: a durable quota's ledger failed (ledger.ErrLedger),
 	// which denies whatever the failure mode.
 	LedgerError bool `json:"ledger_error,omitempty"`
 	// Fallback: decided by the failure mode local in this instance's
@@ -338,8 +339,8 @@ func statusJSON(st server.Status) DecisionJSON { return decisionJSON(st, true) }
 
 // decisionJSON is statusJSON, with the policy only if policy is set.
 func decisionJSON(st server.Status, policy bool) DecisionJSON {
-	ledger := errors.Is(st.Err, floodgate.ErrLedger)
-	out := DecisionJSON{Allowed: st.Code == server.OK, Code: st.Code.String(), StoreError: st.Err != nil && !ledger, LedgerError: ledger, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
+	ledgerFailed := errors.Is(st.Err, ledger.ErrLedger)
+	out := DecisionJSON{Allowed: st.Code == server.OK, Code: st.Code.String(), StoreError: st.Err != nil && !ledgerFailed, LedgerError: ledgerFailed, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
 		NoRule: !st.Limited && st.Rule == nil, QuotaMode: st.Quota}
 	if st.Rule != nil {
 		out.Rule = st.Rule.ID
@@ -751,7 +752,7 @@ func writeProblem(w http.ResponseWriter, err error) {
 		p.Status, p.Field = http.StatusUnprocessableEntity, "id"
 	case errors.Is(err, floodgate.ErrUnknownReservation):
 		p.Status, p.Field = http.StatusNotFound, "id"
-	case errors.Is(err, floodgate.ErrLedger):
+	case errors.Is(err, ledger.ErrLedger):
 		p.Status, p.Detail = http.StatusServiceUnavailable, "ledger failed: "+err.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		p.Status = http.StatusServiceUnavailable

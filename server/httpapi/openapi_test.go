@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -63,7 +62,7 @@ descriptors:
 // brokenStore fails every call: Apply, Reset and Ping.
 type brokenStore struct{}
 
-var errRefused = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+var errRefused = fmt.Errorf("%w: dial tcp 127.0.0.1:6379: connect: connection refused", floodgate.ErrStore)
 
 func (brokenStore) Apply(context.Context, floodgate.Request) (floodgate.Decision, error) {
 	return floodgate.Decision{}, errRefused

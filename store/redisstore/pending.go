@@ -127,7 +127,7 @@ func (p *Pending) get() (*Store, error) {
 	if s := p.store.Load(); s != nil {
 		return s, nil
 	}
-	return nil, fmt.Errorf("floodgate: Redis not connected yet (retrying every %v): %w", p.every, *p.lastErr.Load())
+	return nil, fmt.Errorf("%w: Redis not connected yet (retrying every %v): %w", floodgate.ErrStore, p.every, *p.lastErr.Load())
 }
 
 // Apply is Store.Apply once the store is open.

@@ -44,7 +44,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		return floodgate.ErrClosed
 	}
 	if err := s.conn.Ping(ctx); err != nil {
-		return fmt.Errorf("redisstore: ping: %w", err)
+		return fmt.Errorf("redisstore: ping: %w: %w", floodgate.ErrStore, err)
 	}
 	return nil
 }

@@ -343,13 +343,13 @@ func (rn *runner) fcall(ctx context.Context, sc *script, keys, args []string) ([
 			return vals, nil
 		}
 		if isUnknownCommand(err) {
-			return nil, fmt.Errorf("Options.Functions needs Redis 7.0 or later: %w", err)
+			return nil, fmt.Errorf("%w: Options.Functions needs Redis 7.0 or later: %w", floodgate.ErrStore, err)
 		}
 		if !rn.c.IsNoFunction(err) || loads == maxLoads {
 			return nil, classify(err)
 		}
 		if err := rn.lib.load(ctx, rn.c, gen); err != nil {
-			return nil, fmt.Errorf("FUNCTION LOAD %s: %w", scripts.lib.name, err)
+			return nil, fmt.Errorf("%w: FUNCTION LOAD %s: %w", floodgate.ErrStore, scripts.lib.name, err)
 		}
 	}
 }
@@ -363,7 +363,10 @@ func isUnknownCommand(err error) bool {
 // classify wraps the error replies of the scripts in floodgate's sentinels:
 // a rejected argument is an invalid request (Apply checks every request
 // first, so it means the Go and Lua checks disagree), a key holding
-// something else than Floodgate state is an unexpected reply.
+// something else than Floodgate state is an unexpected reply, and
+// anything else (the client's network errors and timeouts, a WAIT that
+// too few replicas acknowledged, Redis's own error replies) is a failure
+// of the store, floodgate.ErrStore.
 func classify(err error) error {
 	// rueidis drops the "ERR " of an error reply, go-redis keeps it.
 	msg := strings.TrimPrefix(err.Error(), "ERR ")
@@ -373,7 +376,7 @@ func classify(err error) error {
 	case strings.HasPrefix(msg, "floodgate: "):
 		return fmt.Errorf("%w: %w", floodgate.ErrInvalidRequest, err)
 	}
-	return err
+	return fmt.Errorf("%w: %w", floodgate.ErrStore, err)
 }
 
 // raise runs the raise script for c (a fixed window, its cost the units)

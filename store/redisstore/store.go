@@ -235,7 +235,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	}
 	s.budgets.forget(k)
 	if err != nil {
-		return fmt.Errorf("redisstore: reset %s: %w", k, err)
+		return fmt.Errorf("redisstore: reset %s: %w: %w", k, floodgate.ErrStore, err)
 	}
 	return nil
 }
