@@ -420,3 +420,40 @@ func withinBounds(l Limit) bool {
 	}
 	return l.Burst == 0
 }
+
+// BenchmarkValidate measures the check every decision runs, on a valid
+// request of each algorithm (op=request, Request.Validate) and on its
+// limit alone (op=limit, Limit.Validate), with the options a config
+// commonly sets.
+func BenchmarkValidate(b *testing.B) {
+	limits := []Limit{
+		{Limit: 60, Period: time.Minute},
+		{Algorithm: SlidingWindowLog, Limit: 100, Period: time.Minute},
+		{Algorithm: SlidingWindow, Limit: 100, Period: time.Minute, CountRejected: true},
+		{Algorithm: TokenBucket, Limit: 10, Period: time.Second, Burst: 20},
+		{Algorithm: GCRA, Limit: 10, Period: time.Second, LocalBudget: 5},
+		{Algorithm: Concurrency, Limit: 10, Period: 30 * time.Second},
+	}
+	for _, l := range limits {
+		r := Request{Key: "user:1", Limit: l, Cost: 1}
+		if l.Algorithm == Concurrency {
+			r.Lease = "lease-1"
+		}
+		b.Run("alg="+string(l.EffectiveAlgorithm())+"/op=request", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := r.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("alg="+string(l.EffectiveAlgorithm())+"/op=limit", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := l.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
