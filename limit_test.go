@@ -149,6 +149,20 @@ func TestLimitValidateRejects(t *testing.T) {
 	}
 }
 
+// TestLimitRules checks that limitRules has a row for every rule, once,
+// in the order of the rules' bits, so that invalid reports every rule
+// broken finds broken.
+func TestLimitRules(t *testing.T) {
+	for i, r := range limitRules {
+		if want := rule(1) << i; r.rule != want {
+			t.Errorf("limitRules[%d] is rule %#x, want %#x", i, r.rule, want)
+		}
+	}
+	if got, want := rule(1)<<len(limitRules)-1, allRules; got != want {
+		t.Errorf("limitRules covers %#x, want allRules %#x", got, want)
+	}
+}
+
 // limitFields are the names a Validate error may give a field, as in config
 // files and the HTTP API.
 var limitFields = []string{"algorithm", "limit", "period", "burst", "window", "count_rejected", "local_budget", "global"}
@@ -204,6 +218,9 @@ func checkParams(t *testing.T, l Limit) {
 	}
 	if got, want := time.Duration(p.Period)*time.Microsecond, l.Period; got != want {
 		t.Errorf("Params().Period = %d µs, want %v", got, want)
+	}
+	if got, want := p.Kind.String(), string(alg); got != want {
+		t.Errorf("Params().Kind = %s, want %s", got, want)
 	}
 	if p.Limit < 0 || p.Limit > algorithm.MaxLimit {
 		t.Errorf("Params().Limit = %d, outside [0, MaxLimit]", p.Limit)
@@ -273,11 +290,11 @@ func TestLimitParams(t *testing.T) {
 		{"first hit, count rejected", Limit{Limit: 5, Period: time.Millisecond, Window: FirstHit, CountRejected: true},
 			algorithm.Params{Limit: 5, Period: 1000, FirstHit: true, CountRejected: true}},
 		{"aligned is not first hit", Limit{Limit: 5, Period: time.Second, Window: Aligned}, algorithm.Params{Limit: 5, Period: 1_000_000}},
-		{"token bucket default burst", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second}, algorithm.Params{Limit: 10, Period: 1_000_000, Burst: 10}},
-		{"gcra burst", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Burst: 20}, algorithm.Params{Limit: 10, Period: 1_000_000, Burst: 20}},
-		{"gcra limit 0", Limit{Algorithm: GCRA, Period: time.Second}, algorithm.Params{Period: 1_000_000}},
-		{"token bucket limit 0 with a burst", Limit{Algorithm: TokenBucket, Period: time.Second, Burst: 5}, algorithm.Params{Period: 1_000_000}},
-		{"concurrency", Limit{Algorithm: Concurrency, Limit: 3, Period: 30 * time.Second}, algorithm.Params{Limit: 3, Period: 30_000_000}},
+		{"token bucket default burst", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second}, algorithm.Params{Limit: 10, Period: 1_000_000, Burst: 10, Kind: algorithm.KindTokenBucket}},
+		{"gcra burst", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Burst: 20}, algorithm.Params{Limit: 10, Period: 1_000_000, Burst: 20, Kind: algorithm.KindGCRA}},
+		{"gcra limit 0", Limit{Algorithm: GCRA, Period: time.Second}, algorithm.Params{Period: 1_000_000, Kind: algorithm.KindGCRA}},
+		{"token bucket limit 0 with a burst", Limit{Algorithm: TokenBucket, Period: time.Second, Burst: 5}, algorithm.Params{Period: 1_000_000, Kind: algorithm.KindTokenBucket}},
+		{"concurrency", Limit{Algorithm: Concurrency, Limit: 3, Period: 30 * time.Second}, algorithm.Params{Limit: 3, Period: 30_000_000, Kind: algorithm.KindConcurrency}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -285,6 +302,30 @@ func TestLimitParams(t *testing.T) {
 				t.Errorf("%v.Params() = %+v, want %+v", tc.l, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestAlgorithmKinds checks that every Algorithm is the name of an
+// algorithm.Kind, and the empty one the Kind of DefaultAlgorithm.
+func TestAlgorithmKinds(t *testing.T) {
+	if got, want := len(Algorithms), int(algorithm.NumKinds); got != want {
+		t.Errorf("%d Algorithms, %d algorithm.Kinds", got, want)
+	}
+	for _, a := range Algorithms {
+		l := Limit{Algorithm: a}
+		if k, ok := l.kind(); !ok || k.String() != string(a) {
+			t.Errorf("the Kind of %q is %v, %v", a, k, ok)
+		}
+	}
+	empty, def := Limit{}, Limit{Algorithm: DefaultAlgorithm}
+	if k, ok := empty.kind(); !ok || k != algorithm.KindFixedWindow {
+		t.Errorf("the Kind of the empty algorithm is %v, %v, want %v", k, ok, algorithm.KindFixedWindow)
+	}
+	if got, want := empty.Params().Kind, def.Params().Kind; got != want {
+		t.Errorf("the empty algorithm runs %v, DefaultAlgorithm %v", got, want)
+	}
+	if k, ok := (&Limit{Algorithm: "leaky_bucket"}).kind(); ok || k != algorithm.NumKinds {
+		t.Errorf("the Kind of an unknown algorithm is %v, %v, want %v, false", k, ok, algorithm.NumKinds)
 	}
 }
 

@@ -22,29 +22,37 @@ const (
 	NumKinds
 )
 
-// kinds is what each Kind is called and what it takes: the one table of
-// the algorithms' differences that code outside their Step needs.
-var kinds = [NumKinds]struct {
-	name string
-	// burst: Params.Burst is its capacity (the buckets).
-	burst bool
-	// firstHit, countRejected: it takes Params.FirstHit,
-	// Params.CountRejected.
-	firstHit, countRejected bool
-	// maxLimit is the largest Params.Limit: MaxLogLimit where the state
-	// keeps one entry per unit.
-	maxLimit int64
-	// maxPeriod is the largest Params.Period: MaxPeriod/2 where a key
-	// lives for two periods.
-	maxPeriod int64
-}{
-	KindFixedWindow:      {name: "fixed_window", firstHit: true, countRejected: true, maxLimit: MaxLimit, maxPeriod: MaxPeriod},
-	KindSlidingWindow:    {name: "sliding_window", countRejected: true, maxLimit: MaxLimit, maxPeriod: MaxPeriod / 2},
-	KindTokenBucket:      {name: "token_bucket", burst: true, maxLimit: MaxLimit, maxPeriod: MaxPeriod},
-	KindGCRA:             {name: "gcra", burst: true, maxLimit: MaxLimit, maxPeriod: MaxPeriod},
-	KindSlidingWindowLog: {name: "sliding_window_log", maxLimit: MaxLogLimit, maxPeriod: MaxPeriod},
-	KindConcurrency:      {name: "concurrency", maxLimit: MaxLogLimit, maxPeriod: MaxPeriod},
+// The table of the algorithms' differences that code outside their Step
+// needs, by column: the names, then what each Kind takes as a set of
+// Kinds (bit k for Kind k), constant so that asking costs a shift, not a
+// load: a store or a validator asks on every decision.
+var names = [NumKinds]string{
+	KindFixedWindow:      "fixed_window",
+	KindSlidingWindow:    "sliding_window",
+	KindTokenBucket:      "token_bucket",
+	KindGCRA:             "gcra",
+	KindSlidingWindowLog: "sliding_window_log",
+	KindConcurrency:      "concurrency",
 }
+
+const (
+	// burstKinds take Params.Burst, their capacity.
+	burstKinds = 1<<KindTokenBucket | 1<<KindGCRA
+	// firstHitKinds take Params.FirstHit.
+	firstHitKinds = 1 << KindFixedWindow
+	// countRejectedKinds take Params.CountRejected.
+	countRejectedKinds = 1<<KindFixedWindow | 1<<KindSlidingWindow
+	// perUnitKinds keep one entry per unit: their Limit is at most
+	// MaxLogLimit.
+	perUnitKinds = 1<<KindSlidingWindowLog | 1<<KindConcurrency
+	// twoPeriodKinds keep a key for two periods: their Period is at most
+	// MaxPeriod/2.
+	twoPeriodKinds = 1 << KindSlidingWindow
+	// smallKinds keep O(1) integers, a Small.
+	smallKinds = 1<<KindFixedWindow | 1<<KindSlidingWindow | 1<<KindTokenBucket | 1<<KindGCRA
+	// reservableKinds have a Refund.
+	reservableKinds = smallKinds | 1<<KindSlidingWindowLog
+)
 
 // ParseKind returns the Kind of an algorithm's name, as in config files,
 // the HTTP API and Redis keys ("fixed_window"), and whether it is one.
@@ -73,46 +81,46 @@ func (k Kind) String() string {
 	if k >= NumKinds {
 		return "Kind(" + strconv.Itoa(int(k)) + ")"
 	}
-	return kinds[k].name
+	return names[k]
 }
 
 // Small reports whether the algorithm keeps O(1) integers per key, its
 // state a Small: FixedWindow, SlidingWindow, TokenBucket and GCRA.
-func (k Kind) Small() bool { return k < KindSlidingWindowLog }
+func (k Kind) Small() bool { return smallKinds>>k&1 != 0 }
 
 // Burst reports whether Params.Burst is the algorithm's capacity
 // (TokenBucket, GCRA); every other algorithm's capacity is Limit.
-func (k Kind) Burst() bool { return k < NumKinds && kinds[k].burst }
+func (k Kind) Burst() bool { return burstKinds>>k&1 != 0 }
 
 // FirstHit reports whether the algorithm takes Params.FirstHit
 // (FixedWindow).
-func (k Kind) FirstHit() bool { return k < NumKinds && kinds[k].firstHit }
+func (k Kind) FirstHit() bool { return firstHitKinds>>k&1 != 0 }
 
 // CountRejected reports whether the algorithm takes Params.CountRejected
 // (FixedWindow, SlidingWindow).
-func (k Kind) CountRejected() bool { return k < NumKinds && kinds[k].countRejected }
+func (k Kind) CountRejected() bool { return countRejectedKinds>>k&1 != 0 }
 
 // MaxLimit is the largest Limit of the algorithm: MaxLogLimit for
 // SlidingWindowLog and Concurrency, which keep one entry per unit,
 // MaxLimit for the others.
 func (k Kind) MaxLimit() int64 {
-	if k >= NumKinds {
-		return MaxLimit
+	if perUnitKinds>>k&1 != 0 {
+		return MaxLogLimit
 	}
-	return kinds[k].maxLimit
+	return MaxLimit
 }
 
 // MaxPeriod is the longest Period of the algorithm, in microseconds:
 // MaxPeriod/2 for SlidingWindow, which keeps a key for two periods,
 // MaxPeriod for the others.
 func (k Kind) MaxPeriod() int64 {
-	if k >= NumKinds {
-		return MaxPeriod
+	if twoPeriodKinds>>k&1 != 0 {
+		return MaxPeriod / 2
 	}
-	return kinds[k].maxPeriod
+	return MaxPeriod
 }
 
 // Reservable reports whether the algorithm has a Refund, which
 // reservations need: every one but Concurrency, whose leases are holds
 // already.
-func (k Kind) Reservable() bool { return k < KindConcurrency }
+func (k Kind) Reservable() bool { return reservableKinds>>k&1 != 0 }
