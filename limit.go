@@ -461,12 +461,14 @@ func algorithmList() string {
 }
 
 // Params is the limit in the integer form algorithm.Step takes, with the
-// defaults filled in (Burst = Limit) and its algorithm.Kind. Call it on a
-// validated limit.
+// defaults filled in (Burst = Limit). Call it on a validated limit. The
+// state machine that runs it is Kind's.
 func (l Limit) Params() algorithm.Params {
-	k, _ := l.kind()
 	var burst int64 // Capacity for the buckets, 0 elsewhere
-	if k.Burst() {
+	// Two comparisons, not Kind: Params is on every decision's path, and
+	// small enough for the compiler to inline into it.
+	switch l.Algorithm {
+	case TokenBucket, GCRA:
 		burst = l.Limit
 		if l.Burst != 0 && l.Limit != 0 {
 			burst = l.Burst
@@ -478,8 +480,16 @@ func (l Limit) Params() algorithm.Params {
 		Burst:         burst,
 		FirstHit:      l.Window == FirstHit,
 		CountRejected: l.CountRejected,
-		Kind:          k,
 	}
+}
+
+// Kind is the algorithm.Kind that runs the limit, the state machine of
+// EffectiveAlgorithm: what a store or a model steps with its Params.
+// For an algorithm that Validate rejects as unknown it is
+// algorithm.NumKinds, which takes nothing.
+func (l Limit) Kind() algorithm.Kind {
+	k, _ := l.kind()
+	return k
 }
 
 // String formats the limit as "60/1m0s fixed_window", adding the options

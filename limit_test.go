@@ -219,8 +219,8 @@ func checkParams(t *testing.T, l Limit) {
 	if got, want := time.Duration(p.Period)*time.Microsecond, l.Period; got != want {
 		t.Errorf("Params().Period = %d µs, want %v", got, want)
 	}
-	if got, want := p.Kind.String(), string(alg); got != want {
-		t.Errorf("Params().Kind = %s, want %s", got, want)
+	if got, want := l.Kind().String(), string(alg); got != want {
+		t.Errorf("Kind() = %s, want %s", got, want)
 	}
 	if p.Limit < 0 || p.Limit > algorithm.MaxLimit {
 		t.Errorf("Params().Limit = %d, outside [0, MaxLimit]", p.Limit)
@@ -290,11 +290,11 @@ func TestLimitParams(t *testing.T) {
 		{"first hit, count rejected", Limit{Limit: 5, Period: time.Millisecond, Window: FirstHit, CountRejected: true},
 			algorithm.Params{Limit: 5, Period: 1000, FirstHit: true, CountRejected: true}},
 		{"aligned is not first hit", Limit{Limit: 5, Period: time.Second, Window: Aligned}, algorithm.Params{Limit: 5, Period: 1_000_000}},
-		{"token bucket default burst", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second}, algorithm.Params{Limit: 10, Period: 1_000_000, Burst: 10, Kind: algorithm.KindTokenBucket}},
-		{"gcra burst", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Burst: 20}, algorithm.Params{Limit: 10, Period: 1_000_000, Burst: 20, Kind: algorithm.KindGCRA}},
-		{"gcra limit 0", Limit{Algorithm: GCRA, Period: time.Second}, algorithm.Params{Period: 1_000_000, Kind: algorithm.KindGCRA}},
-		{"token bucket limit 0 with a burst", Limit{Algorithm: TokenBucket, Period: time.Second, Burst: 5}, algorithm.Params{Period: 1_000_000, Kind: algorithm.KindTokenBucket}},
-		{"concurrency", Limit{Algorithm: Concurrency, Limit: 3, Period: 30 * time.Second}, algorithm.Params{Limit: 3, Period: 30_000_000, Kind: algorithm.KindConcurrency}},
+		{"token bucket default burst", Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second}, algorithm.Params{Limit: 10, Period: 1_000_000, Burst: 10}},
+		{"gcra burst", Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Burst: 20}, algorithm.Params{Limit: 10, Period: 1_000_000, Burst: 20}},
+		{"gcra limit 0", Limit{Algorithm: GCRA, Period: time.Second}, algorithm.Params{Period: 1_000_000}},
+		{"token bucket limit 0 with a burst", Limit{Algorithm: TokenBucket, Period: time.Second, Burst: 5}, algorithm.Params{Period: 1_000_000}},
+		{"concurrency", Limit{Algorithm: Concurrency, Limit: 3, Period: 30 * time.Second}, algorithm.Params{Limit: 3, Period: 30_000_000}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -321,7 +321,7 @@ func TestAlgorithmKinds(t *testing.T) {
 	if k, ok := empty.kind(); !ok || k != algorithm.KindFixedWindow {
 		t.Errorf("the Kind of the empty algorithm is %v, %v, want %v", k, ok, algorithm.KindFixedWindow)
 	}
-	if got, want := empty.Params().Kind, def.Params().Kind; got != want {
+	if got, want := empty.Kind(), def.Kind(); got != want {
 		t.Errorf("the empty algorithm runs %v, DefaultAlgorithm %v", got, want)
 	}
 	if k, ok := (&Limit{Algorithm: "leaky_bucket"}).kind(); ok || k != algorithm.NumKinds {

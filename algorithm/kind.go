@@ -3,9 +3,8 @@ package algorithm
 import "strconv"
 
 // Kind is one of the algorithms, for code that handles any of them: a
-// store, a model, a validator. Params.Kind says which one a limit runs,
-// State and Small step it, and the Kind's methods say what its Params may
-// hold. The Kinds whose state is Small come first, so that a store can
+// store, a model, a validator. State and Small step the algorithm a Kind
+// names, and the Kind's methods say what its Params may hold. The Kinds whose state is Small come first, so that a store can
 // index a table of them by Kind. The zero Kind is KindFixedWindow, as an
 // empty algorithm is a fixed window in floodgate.
 type Kind uint8

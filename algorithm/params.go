@@ -46,9 +46,6 @@ type Params struct {
 	// CountRejected makes a denied request of FixedWindow or SlidingWindow
 	// add its cost to the count.
 	CountRejected bool
-	// Kind is the algorithm the Params are for: State and Small run its
-	// Step. Each algorithm's own Step ignores it.
-	Kind Kind
 }
 
 // Decision is what a Step answers. It mirrors floodgate.Decision with times

@@ -54,7 +54,7 @@ func TestKindTakes(t *testing.T) {
 }
 
 // TestStateIsEachAlgorithm checks that State (and through it Small) runs
-// the algorithm Params.Kind names: on random sequences of steps, refunds
+// the algorithm its Kind names: on random sequences of steps, refunds
 // and leases, the same decisions, refunds, expiries and states as the
 // algorithm's own type.
 func TestStateIsEachAlgorithm(t *testing.T) {
@@ -62,13 +62,13 @@ func TestStateIsEachAlgorithm(t *testing.T) {
 	for k := range NumKinds {
 		t.Run(k.String(), func(t *testing.T) {
 			for range 300 {
-				p := Params{Kind: k, Limit: 1 + rng.Int64N(8), Period: 1 + rng.Int64N(5*sec)}
+				p := Params{Limit: 1 + rng.Int64N(8), Period: 1 + rng.Int64N(5*sec)}
 				if k.Burst() {
 					p.Burst = 1 + rng.Int64N(12)
 				}
 				p.FirstHit = k.FirstHit() && rng.IntN(2) == 0
 				p.CountRejected = k.CountRejected() && rng.IntN(2) == 0
-				var s State
+				s := State{Kind: k}
 				typed := newTyped(k)
 				now := t0 + rng.Int64N(sec)
 				for i := range 40 {
@@ -140,7 +140,9 @@ func (m *slidingT) refund(p Params, now, at, units int64) (back int64) {
 	m.s, back = m.s.Refund(p, now, at, units)
 	return back
 }
-func (m *slidingT) state() State { return State{Small: Small{m.s.Start, m.s.Prev, m.s.Curr}} }
+func (m *slidingT) state() State {
+	return State{Kind: KindSlidingWindow, Small: Small{m.s.Start, m.s.Prev, m.s.Curr}}
+}
 
 type bucketT struct{ bucketM }
 
@@ -148,7 +150,9 @@ func (m *bucketT) refund(p Params, now, at, units int64) (back int64) {
 	m.s, back = m.s.Refund(p, now, at, units)
 	return back
 }
-func (m *bucketT) state() State { return State{Small: Small{m.s.Taken, m.s.Last, m.s.LastFrac}} }
+func (m *bucketT) state() State {
+	return State{Kind: KindTokenBucket, Small: Small{m.s.Taken, m.s.Last, m.s.LastFrac}}
+}
 
 type gcraT struct{ gcraM }
 
@@ -156,7 +160,7 @@ func (m *gcraT) refund(p Params, now, at, units int64) (back int64) {
 	m.s, back = m.s.Refund(p, now, at, units)
 	return back
 }
-func (m *gcraT) state() State { return State{Small: Small{A: m.s.TAT, B: m.s.TATFrac}} }
+func (m *gcraT) state() State { return State{Kind: KindGCRA, Small: Small{A: m.s.TAT, B: m.s.TATFrac}} }
 
 type logT struct{ logM }
 
@@ -164,9 +168,9 @@ func (m *logT) refund(p Params, now, at, units int64) (back int64) {
 	m.s, back = m.s.Refund(p, now, at, units)
 	return back
 }
-func (m *logT) state() State { return State{Log: m.s.Log} }
+func (m *logT) state() State { return State{Kind: KindSlidingWindowLog, Log: m.s.Log} }
 
 type concT struct{ concM }
 
 func (m *concT) refund(Params, int64, int64, int64) int64 { return 0 }
-func (m *concT) state() State                             { return State{Units: m.s.Units} }
+func (m *concT) state() State                             { return State{Kind: KindConcurrency, Units: m.s.Units} }
