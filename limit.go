@@ -146,7 +146,7 @@ type Limit struct {
 // TokenBucket and GCRA, Limit otherwise; 0 when Limit is 0, which admits
 // nothing.
 func (l Limit) Capacity() int64 {
-	if (l.Algorithm == TokenBucket || l.Algorithm == GCRA) && l.Burst != 0 && l.Limit != 0 {
+	if k, _ := l.kind(); k.Burst() && l.Burst != 0 && l.Limit != 0 {
 		return l.Burst
 	}
 	return l.Limit
@@ -165,6 +165,19 @@ func (l Limit) EffectiveAlgorithm() Algorithm {
 	return l.Algorithm
 }
 
+// kind is the algorithm.Kind of the limit's algorithm, and whether it is
+// one; for an unknown algorithm, algorithm.NumKinds, which takes nothing.
+func (l *Limit) kind() (algorithm.Kind, bool) {
+	if l.Algorithm == "" {
+		return algorithm.KindFixedWindow, true
+	}
+	k, ok := algorithm.ParseKind(string(l.Algorithm))
+	if !ok {
+		return algorithm.NumKinds, false
+	}
+	return k, true
+}
+
 // Validate reports every problem of the limit at once, each wrapping
 // ErrInvalidLimit and naming its field. It allocates nothing for a valid
 // limit.
@@ -175,165 +188,255 @@ func (l Limit) Validate() error {
 	return l.invalid()
 }
 
-// invalid is Validate's error for a limit that valid rejects.
+// valid is the fast path of Validate, run on every decision: the rules'
+// predicates, without a call or an allocation. It takes a pointer so that
+// Request.Validate does not copy the Limit.
+func (l *Limit) valid() bool { return l.broken() == 0 }
+
+// invalid is Validate's error for a limit that valid rejects: a FieldError
+// for each rule it breaks, in the order of limitRules, joined. It takes a
+// copy, which the messages may keep, so that Validate's limit stays on
+// the stack.
 func (l Limit) invalid() error {
+	broken := l.broken()
 	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fieldErr(ErrInvalidLimit, field, format, args...))
-	}
-	alg := l.EffectiveAlgorithm()
-	known := false
-	for _, a := range Algorithms {
-		known = known || a == alg
-	}
-	// name is the algorithm in the messages below: quoted when unknown, so
-	// that text from a config file cannot break a message's one line.
-	name := string(alg)
-	if !known {
-		name = strconv.Quote(name)
-		bad("algorithm", "unknown algorithm %s (want one of %s)", name, algorithmList())
-	}
-	switch {
-	case l.Limit < 0:
-		bad("limit", "%d is negative", l.Limit)
-	case l.Limit > MaxLimit:
-		bad("limit", "%d is above the maximum %d", l.Limit, MaxLimit)
-	case (alg == SlidingWindowLog || alg == Concurrency) && l.Limit > MaxLogLimit:
-		bad("limit", "%d is above %d, the maximum for %s, which keeps one entry per unit", l.Limit, MaxLogLimit, alg)
-	}
-	switch {
-	case l.Period <= 0:
-		bad("period", "%v must be above zero", l.Period)
-	case l.Period > MaxPeriod:
-		bad("period", "%v is above the maximum %v", l.Period, MaxPeriod)
-	case l.Period%time.Microsecond != 0:
-		bad("period", "%v is not a whole number of microseconds", l.Period)
-	}
-	periodUS := int64(l.Period / time.Microsecond)
-	bucket := alg == TokenBucket || alg == GCRA
-	switch {
-	case !bucket && l.Burst != 0:
-		bad("burst", "%s takes no burst (only token_bucket and gcra do)", name)
-	case l.Burst < 0:
-		bad("burst", "%d is negative", l.Burst)
-	case l.Burst > MaxLimit:
-		bad("burst", "%d is above the maximum %d", l.Burst, MaxLimit)
-	case bucket && l.Limit > 0 && l.Limit <= MaxLimit && periodUS > 0:
-		b := l.Capacity()
-		switch productOK, refillOK := bucketFits(b, l.Limit, periodUS); {
-		case !productOK:
-			bad("burst", "burst %d times limit %d is above 2^52; lower one of them", b, l.Limit)
-		case !refillOK:
-			bad("burst", "burst %d takes longer than %v to refill", b, MaxPeriod)
+	for _, r := range limitRules {
+		if broken&r.rule != 0 {
+			errs = append(errs, fieldErr(ErrInvalidLimit, r.field, "%s", r.problem(&l)))
 		}
-	}
-	if alg == SlidingWindow && l.Limit >= 0 && l.Limit <= MaxLimit && periodUS > 0 && periodUS <= algorithm.MaxPeriod {
-		if l.Limit+1 > algorithm.MaxExact/periodUS {
-			bad("limit", "(limit+1) × period in microseconds is above 2^52 for sliding_window (at most %d per %v); use a shorter period or another algorithm",
-				algorithm.MaxExact/periodUS-1, l.Period)
-		}
-		if periodUS > algorithm.MaxPeriod/2 {
-			bad("period", "%v is above %v, the maximum for sliding_window, which keeps a key for two periods", l.Period, MaxPeriod/2)
-		}
-	}
-	switch l.Window {
-	case "", Aligned:
-	case FirstHit:
-		if alg != FixedWindow {
-			bad("window", "%s takes no window (only fixed_window does)", name)
-		}
-	default:
-		bad("window", "unknown window %q (want aligned or first_hit)", l.Window)
-	}
-	if l.CountRejected && alg != FixedWindow && alg != SlidingWindow {
-		bad("count_rejected", "%s does not count rejected requests (only fixed_window and sliding_window do)", name)
-	}
-	if msg := l.budgetProblem(alg); msg != "" {
-		bad("local_budget", "%s", msg)
-	}
-	switch {
-	case l.Durable && alg != FixedWindow:
-		bad("durable", "%s cannot be durable: only a fixed_window's count is the sum of its commits, which a ledger can rebuild", name)
-	case l.Durable && l.LocalBudget != 0:
-		bad("durable", "a durable quota takes no local_budget: units claimed by an instance are outside the reservations the ledger records")
-	case l.Durable && l.Global:
-		bad("durable", "a global limit cannot be durable: a region decides it on its leased share, which takes no reservations, and a durable quota is accounted by reservations")
-	}
-	switch {
-	case l.Global && alg != FixedWindow:
-		bad("global", "only an aligned fixed_window can be global, not %s", name)
-	case l.Global && l.Window == FirstHit:
-		bad("global", "only an aligned fixed_window can be global, not a first_hit one")
-	}
-	if len(errs) == 0 {
-		// valid() is stricter than the checks above only by mistake.
-		bad("limit", "%v is not valid", l)
 	}
 	return errors.Join(errs...)
 }
 
-// valid is the fast path of Validate: a few comparisons and, for the
-// buckets, two 128-bit products; no division and no allocation. It takes a
-// pointer so that Request.Validate does not copy the Limit.
-func (l *Limit) valid() bool {
-	if l.Limit < 0 || l.Limit > MaxLimit || l.Period <= 0 || l.Period > MaxPeriod || l.Period%time.Microsecond != 0 {
-		return false
+// A rule is one thing a valid Limit keeps, as a bit of a set of rules.
+// Its predicate is in broken, its field and problem in limitRules.
+type rule uint32
+
+// The rules of a Limit; limitRules has their order.
+const (
+	algorithmUnknown rule = 1 << iota
+	limitNegative
+	limitAboveMax
+	limitAboveUnitMax // of the algorithms that keep an entry per unit
+	periodNotPositive
+	periodAboveMax
+	periodNotWholeMicros
+	burstNotTaken
+	burstNegative
+	burstAboveMax
+	bucketProductInexact // burst × limit above MaxExact
+	bucketRefillTooLong  // refilling the whole bucket takes above MaxPeriod
+	slidingProductInexact
+	slidingPeriodAboveMax
+	windowNotTaken
+	windowUnknown
+	countRejectedNotTaken
+	budgetNegative
+	budgetAboveMax
+	budgetAboveRate
+	budgetOnLog
+	budgetOnConcurrency
+	durableAlgorithm
+	durableBudget
+	durableGlobal
+	globalAlgorithm
+	globalFirstHit
+	allRules = globalFirstHit<<1 - 1
+)
+
+// broken returns the set of rules l breaks: the one place each rule's
+// predicate is, which valid (every decision) and invalid (the messages)
+// both run, so the two cannot disagree. Of the rules of one switch only
+// the first that holds is set: a negative limit is not also above a
+// maximum. What each algorithm takes (a burst, a first_hit window,
+// count_rejected, its largest limit and period) is algorithm.Kind's. It
+// makes no call, so that its values stay in registers.
+func (l *Limit) broken() (set rule) {
+	k, known := l.kind()
+	if !known {
+		set |= algorithmUnknown
+	}
+	// The guards of the switches below (a comparison of unsigned values
+	// for a range, options at zero) hold for most limits, which then skip
+	// the rules that could not hold.
+	if uint64(l.Limit) > uint64(k.MaxLimit()) {
+		switch {
+		case l.Limit < 0:
+			set |= limitNegative
+		case l.Limit > MaxLimit:
+			set |= limitAboveMax
+		default:
+			set |= limitAboveUnitMax
+		}
 	}
 	periodUS := int64(l.Period / time.Microsecond)
-	if l.LocalBudget != 0 && l.budgetProblem(l.EffectiveAlgorithm()) != "" {
-		return false
-	}
-	if l.Durable && (l.EffectiveAlgorithm() != FixedWindow || l.LocalBudget != 0 || l.Global) {
-		return false
-	}
-	aligned := l.Window == "" || l.Window == Aligned
-	if l.Global && (l.EffectiveAlgorithm() != FixedWindow || !aligned) {
-		return false
-	}
-	switch l.Algorithm {
-	case "", FixedWindow:
-		return l.Burst == 0 && (aligned || l.Window == FirstHit)
-	case TokenBucket, GCRA:
-		if l.Burst < 0 || l.Burst > MaxLimit || l.CountRejected || !aligned {
-			return false
+	if uint64(l.Period-1) >= uint64(MaxPeriod) || periodUS*int64(time.Microsecond) != int64(l.Period) {
+		switch {
+		case l.Period <= 0:
+			set |= periodNotPositive
+		case l.Period > MaxPeriod:
+			set |= periodAboveMax
+		default:
+			set |= periodNotWholeMicros
 		}
-		if l.Limit == 0 {
-			return true
-		}
-		b := l.Burst
-		if b == 0 {
-			b = l.Limit
-		}
-		productOK, refillOK := bucketFits(b, l.Limit, periodUS)
-		return productOK && refillOK
-	case SlidingWindow:
-		// (Limit+1) × period ≤ MaxExact: Limit+1 ≤ 2^40+1 and periodUS ≤
-		// 2^48, so the product fits in 128 bits.
-		hi, lo := bits.Mul64(uint64(l.Limit+1), uint64(periodUS))
-		return l.Burst == 0 && aligned && hi == 0 && lo <= uint64(algorithm.MaxExact) && periodUS <= algorithm.MaxPeriod/2
-	case SlidingWindowLog, Concurrency:
-		return l.Burst == 0 && aligned && !l.CountRejected && l.Limit <= MaxLogLimit
 	}
-	return false
-}
-
-// budgetProblem says what is wrong with l.LocalBudget under alg, or "".
-func (l Limit) budgetProblem(alg Algorithm) string {
+	switch {
+	case l.Burst == 0 && !k.Burst():
+	case !k.Burst() && l.Burst != 0:
+		set |= burstNotTaken
+	case l.Burst < 0:
+		set |= burstNegative
+	case l.Burst > MaxLimit:
+		set |= burstAboveMax
+	case k.Burst() && l.Limit > 0 && l.Limit <= MaxLimit && periodUS > 0:
+		switch productOK, refillOK := bucketFits(bucketCapacity(l), l.Limit, periodUS); {
+		case !productOK:
+			set |= bucketProductInexact
+		case !refillOK:
+			set |= bucketRefillTooLong
+		}
+	}
+	if k == algorithm.KindSlidingWindow && l.Limit >= 0 && l.Limit <= MaxLimit && periodUS > 0 && periodUS <= algorithm.MaxPeriod {
+		// (Limit+1) × period <= MaxExact, without a division: Limit+1 <=
+		// 2^40+1 and periodUS <= 2^48, so the product fits in 128 bits.
+		if hi, lo := bits.Mul64(uint64(l.Limit+1), uint64(periodUS)); hi != 0 || lo > uint64(algorithm.MaxExact) {
+			set |= slidingProductInexact
+		}
+		if periodUS > k.MaxPeriod() {
+			set |= slidingPeriodAboveMax
+		}
+	}
+	if l.Window == "" && !l.CountRejected && l.LocalBudget == 0 && !l.Durable && !l.Global {
+		return set
+	}
+	switch l.Window {
+	case "", Aligned:
+	case FirstHit:
+		if !k.FirstHit() {
+			set |= windowNotTaken
+		}
+	default:
+		set |= windowUnknown
+	}
+	if l.CountRejected && !k.CountRejected() {
+		set |= countRejectedNotTaken
+	}
 	switch {
 	case l.LocalBudget == 0:
-		return ""
 	case l.LocalBudget < 0:
-		return fmt.Sprintf("%d is negative", l.LocalBudget)
+		set |= budgetNegative
 	case l.LocalBudget > MaxLimit:
-		return fmt.Sprintf("%d is above the maximum %d", l.LocalBudget, MaxLimit)
-	case (alg == TokenBucket || alg == GCRA) && l.Limit > 0 && l.LocalBudget > l.Limit:
-		return fmt.Sprintf("%d is above limit %d: for %s it is the most of the rate, in units per period, that one instance holds", l.LocalBudget, l.Limit, alg)
-	case alg == SlidingWindowLog:
-		return "sliding_window_log takes no local_budget: units claimed at one instant and spent later could exceed the limit in some trailing period; fixed_window, sliding_window, token_bucket and gcra take one"
-	case alg == Concurrency:
-		return "concurrency takes no local_budget (fixed_window, sliding_window, token_bucket and gcra take one)"
+		set |= budgetAboveMax
+	case k.Burst() && l.Limit > 0 && l.LocalBudget > l.Limit:
+		set |= budgetAboveRate
+	case k == algorithm.KindSlidingWindowLog:
+		set |= budgetOnLog
+	case k == algorithm.KindConcurrency:
+		set |= budgetOnConcurrency
 	}
-	return ""
+	switch {
+	case l.Durable && k != algorithm.KindFixedWindow:
+		set |= durableAlgorithm
+	case l.Durable && l.LocalBudget != 0:
+		set |= durableBudget
+	case l.Durable && l.Global:
+		set |= durableGlobal
+	}
+	switch {
+	case l.Global && k != algorithm.KindFixedWindow:
+		set |= globalAlgorithm
+	case l.Global && l.Window == FirstHit:
+		set |= globalFirstHit
+	}
+	return set
+}
+
+// limitRules are the rules of a Limit in the order Validate reports them,
+// each with the field it names and its problem, made only for a limit
+// that breaks it.
+var limitRules = []struct {
+	rule    rule
+	field   string
+	problem func(l *Limit) string
+}{
+	{algorithmUnknown, "algorithm", func(l *Limit) string {
+		return fmt.Sprintf("unknown algorithm %s (want one of %s)", l.name(), algorithmList())
+	}},
+	{limitNegative, "limit", func(l *Limit) string { return fmt.Sprintf("%d is negative", l.Limit) }},
+	{limitAboveMax, "limit", func(l *Limit) string { return fmt.Sprintf("%d is above the maximum %d", l.Limit, MaxLimit) }},
+	{limitAboveUnitMax, "limit", func(l *Limit) string {
+		k, _ := l.kind()
+		return fmt.Sprintf("%d is above %d, the maximum for %s, which keeps one entry per unit", l.Limit, k.MaxLimit(), l.name())
+	}},
+	{periodNotPositive, "period", func(l *Limit) string { return fmt.Sprintf("%v must be above zero", l.Period) }},
+	{periodAboveMax, "period", func(l *Limit) string { return fmt.Sprintf("%v is above the maximum %v", l.Period, MaxPeriod) }},
+	{periodNotWholeMicros, "period", func(l *Limit) string { return fmt.Sprintf("%v is not a whole number of microseconds", l.Period) }},
+	{burstNotTaken, "burst", func(l *Limit) string {
+		return fmt.Sprintf("%s takes no burst (only token_bucket and gcra do)", l.name())
+	}},
+	{burstNegative, "burst", func(l *Limit) string { return fmt.Sprintf("%d is negative", l.Burst) }},
+	{burstAboveMax, "burst", func(l *Limit) string { return fmt.Sprintf("%d is above the maximum %d", l.Burst, MaxLimit) }},
+	{bucketProductInexact, "burst", func(l *Limit) string {
+		return fmt.Sprintf("burst %d times limit %d is above 2^52; lower one of them", bucketCapacity(l), l.Limit)
+	}},
+	{bucketRefillTooLong, "burst", func(l *Limit) string {
+		return fmt.Sprintf("burst %d takes longer than %v to refill", bucketCapacity(l), MaxPeriod)
+	}},
+	{slidingProductInexact, "limit", func(l *Limit) string {
+		return fmt.Sprintf("(limit+1) × period in microseconds is above 2^52 for sliding_window (at most %d per %v); use a shorter period or another algorithm",
+			algorithm.MaxExact/int64(l.Period/time.Microsecond)-1, l.Period)
+	}},
+	{slidingPeriodAboveMax, "period", func(l *Limit) string {
+		return fmt.Sprintf("%v is above %v, the maximum for sliding_window, which keeps a key for two periods", l.Period, MaxPeriod/2)
+	}},
+	{windowNotTaken, "window", func(l *Limit) string { return fmt.Sprintf("%s takes no window (only fixed_window does)", l.name()) }},
+	{windowUnknown, "window", func(l *Limit) string { return fmt.Sprintf("unknown window %q (want aligned or first_hit)", l.Window) }},
+	{countRejectedNotTaken, "count_rejected", func(l *Limit) string {
+		return fmt.Sprintf("%s does not count rejected requests (only fixed_window and sliding_window do)", l.name())
+	}},
+	{budgetNegative, "local_budget", func(l *Limit) string { return fmt.Sprintf("%d is negative", l.LocalBudget) }},
+	{budgetAboveMax, "local_budget", func(l *Limit) string { return fmt.Sprintf("%d is above the maximum %d", l.LocalBudget, MaxLimit) }},
+	{budgetAboveRate, "local_budget", func(l *Limit) string {
+		return fmt.Sprintf("%d is above limit %d: for %s it is the most of the rate, in units per period, that one instance holds", l.LocalBudget, l.Limit, l.name())
+	}},
+	{budgetOnLog, "local_budget", func(*Limit) string {
+		return "sliding_window_log takes no local_budget: units claimed at one instant and spent later could exceed the limit in some trailing period; fixed_window, sliding_window, token_bucket and gcra take one"
+	}},
+	{budgetOnConcurrency, "local_budget", func(*Limit) string {
+		return "concurrency takes no local_budget (fixed_window, sliding_window, token_bucket and gcra take one)"
+	}},
+	{durableAlgorithm, "durable", func(l *Limit) string {
+		return fmt.Sprintf("%s cannot be durable: only a fixed_window's count is the sum of its commits, which a ledger can rebuild", l.name())
+	}},
+	{durableBudget, "durable", func(*Limit) string {
+		return "a durable quota takes no local_budget: units claimed by an instance are outside the reservations the ledger records"
+	}},
+	{durableGlobal, "durable", func(*Limit) string {
+		return "a global limit cannot be durable: a region decides it on its leased share, which takes no reservations, and a durable quota is accounted by reservations"
+	}},
+	{globalAlgorithm, "global", func(l *Limit) string {
+		return fmt.Sprintf("only an aligned fixed_window can be global, not %s", l.name())
+	}},
+	{globalFirstHit, "global", func(*Limit) string { return "only an aligned fixed_window can be global, not a first_hit one" }},
+}
+
+// name is the limit's algorithm in Validate's messages: quoted when
+// unknown, so that text from a config file cannot break a message's one
+// line.
+func (l *Limit) name() string {
+	if _, ok := l.kind(); !ok {
+		return strconv.Quote(string(l.Algorithm))
+	}
+	return string(l.EffectiveAlgorithm())
+}
+
+// bucketCapacity is the capacity of a TokenBucket or GCRA whose Limit is
+// above 0: Burst, or Limit when Burst is 0.
+func bucketCapacity(l *Limit) int64 {
+	if l.Burst == 0 {
+		return l.Limit
+	}
+	return l.Burst
 }
 
 // bucketFits reports whether a TokenBucket or GCRA of capacity b refilled
@@ -361,9 +464,12 @@ func algorithmList() string {
 }
 
 // Params is the limit in the integer form algorithm.Step takes, with the
-// defaults filled in (Burst = Limit). Call it on a validated limit.
+// defaults filled in (Burst = Limit). Call it on a validated limit. The
+// state machine that runs it is Kind's.
 func (l Limit) Params() algorithm.Params {
 	var burst int64 // Capacity for the buckets, 0 elsewhere
+	// Two comparisons, not Kind: Params is on every decision's path, and
+	// small enough for the compiler to inline into it.
 	switch l.Algorithm {
 	case TokenBucket, GCRA:
 		burst = l.Limit
@@ -378,6 +484,15 @@ func (l Limit) Params() algorithm.Params {
 		FirstHit:      l.Window == FirstHit,
 		CountRejected: l.CountRejected,
 	}
+}
+
+// Kind is the algorithm.Kind that runs the limit, the state machine of
+// EffectiveAlgorithm: what a store or a model steps with its Params.
+// For an algorithm that Validate rejects as unknown it is
+// algorithm.NumKinds, which takes nothing.
+func (l Limit) Kind() algorithm.Kind {
+	k, _ := l.kind()
+	return k
 }
 
 // String formats the limit as "60/1m0s fixed_window", adding the options

@@ -149,6 +149,20 @@ func TestLimitValidateRejects(t *testing.T) {
 	}
 }
 
+// TestLimitRules checks that limitRules has a row for every rule, once,
+// in the order of the rules' bits, so that invalid reports every rule
+// broken finds broken.
+func TestLimitRules(t *testing.T) {
+	for i, r := range limitRules {
+		if want := rule(1) << i; r.rule != want {
+			t.Errorf("limitRules[%d] is rule %#x, want %#x", i, r.rule, want)
+		}
+	}
+	if got, want := rule(1)<<len(limitRules)-1, allRules; got != want {
+		t.Errorf("limitRules covers %#x, want allRules %#x", got, want)
+	}
+}
+
 // limitFields are the names a Validate error may give a field, as in config
 // files and the HTTP API.
 var limitFields = []string{"algorithm", "limit", "period", "burst", "window", "count_rejected", "local_budget", "global"}
@@ -204,6 +218,9 @@ func checkParams(t *testing.T, l Limit) {
 	}
 	if got, want := time.Duration(p.Period)*time.Microsecond, l.Period; got != want {
 		t.Errorf("Params().Period = %d µs, want %v", got, want)
+	}
+	if got, want := l.Kind().String(), string(alg); got != want {
+		t.Errorf("Kind() = %s, want %s", got, want)
 	}
 	if p.Limit < 0 || p.Limit > algorithm.MaxLimit {
 		t.Errorf("Params().Limit = %d, outside [0, MaxLimit]", p.Limit)
@@ -285,6 +302,30 @@ func TestLimitParams(t *testing.T) {
 				t.Errorf("%v.Params() = %+v, want %+v", tc.l, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestAlgorithmKinds checks that every Algorithm is the name of an
+// algorithm.Kind, and the empty one the Kind of DefaultAlgorithm.
+func TestAlgorithmKinds(t *testing.T) {
+	if got, want := len(Algorithms), int(algorithm.NumKinds); got != want {
+		t.Errorf("%d Algorithms, %d algorithm.Kinds", got, want)
+	}
+	for _, a := range Algorithms {
+		l := Limit{Algorithm: a}
+		if k, ok := l.kind(); !ok || k.String() != string(a) {
+			t.Errorf("the Kind of %q is %v, %v", a, k, ok)
+		}
+	}
+	empty, def := Limit{}, Limit{Algorithm: DefaultAlgorithm}
+	if k, ok := empty.kind(); !ok || k != algorithm.KindFixedWindow {
+		t.Errorf("the Kind of the empty algorithm is %v, %v, want %v", k, ok, algorithm.KindFixedWindow)
+	}
+	if got, want := empty.Kind(), def.Kind(); got != want {
+		t.Errorf("the empty algorithm runs %v, DefaultAlgorithm %v", got, want)
+	}
+	if k, ok := (&Limit{Algorithm: "leaky_bucket"}).kind(); ok || k != algorithm.NumKinds {
+		t.Errorf("the Kind of an unknown algorithm is %v, %v, want %v, false", k, ok, algorithm.NumKinds)
 	}
 }
 
@@ -419,4 +460,41 @@ func withinBounds(l Limit) bool {
 				mul(b, p).Cmp(mul(algorithm.MaxPeriod, l.Limit)) <= 0
 	}
 	return l.Burst == 0
+}
+
+// BenchmarkValidate measures the check every decision runs, on a valid
+// request of each algorithm (op=request, Request.Validate) and on its
+// limit alone (op=limit, Limit.Validate), with the options a config
+// commonly sets.
+func BenchmarkValidate(b *testing.B) {
+	limits := []Limit{
+		{Limit: 60, Period: time.Minute},
+		{Algorithm: SlidingWindowLog, Limit: 100, Period: time.Minute},
+		{Algorithm: SlidingWindow, Limit: 100, Period: time.Minute, CountRejected: true},
+		{Algorithm: TokenBucket, Limit: 10, Period: time.Second, Burst: 20},
+		{Algorithm: GCRA, Limit: 10, Period: time.Second, LocalBudget: 5},
+		{Algorithm: Concurrency, Limit: 10, Period: 30 * time.Second},
+	}
+	for _, l := range limits {
+		r := Request{Key: "user:1", Limit: l, Cost: 1}
+		if l.Algorithm == Concurrency {
+			r.Lease = "lease-1"
+		}
+		b.Run("alg="+string(l.EffectiveAlgorithm())+"/op=request", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := r.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("alg="+string(l.EffectiveAlgorithm())+"/op=limit", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := l.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -8,6 +8,12 @@
 // integer arithmetic), the conformance suite and the linearizability checker
 // use it as the sequential model.
 //
+// Code that handles any algorithm names it by a Kind and keeps its state
+// in a State (or a Small, for the algorithms of O(1) integers), whose
+// methods run the Step, Refund and Expires of the algorithm the Kind
+// names: the one place an algorithm is chosen. The Kind's methods say
+// what its Params may hold.
+//
 // # Units and rounding
 //
 // Every quantity is an int64 and every time an integer number of

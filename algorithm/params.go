@@ -5,7 +5,8 @@ import "math/bits"
 // MaxExact is the largest integer every intermediate value of an algorithm
 // may reach: 2^52. Lua numbers are IEEE doubles, exact to 2^53; keeping one
 // bit of headroom lets the Lua mirror correct a floating division by one
-// step without leaving the exact range. Params.Check enforces it.
+// step without leaving the exact range. floodgate.Limit.Validate enforces
+// it.
 const MaxExact int64 = 1 << 52
 
 // MaxPeriod is the longest period, in microseconds: 2^48 µs, about 8.9 years.

@@ -14,45 +14,22 @@ import (
 // model is the sequential model of one key under one limit: the state of
 // the algorithm package, stepped directly.
 type model struct {
-	alg  floodgate.Algorithm
-	p    algorithm.Params
-	fw   algorithm.FixedWindow
-	sw   algorithm.SlidingWindow
-	log  algorithm.SlidingWindowLog
-	tb   algorithm.TokenBucket
-	gcra algorithm.GCRA
-	conc algorithm.Concurrency
+	p  algorithm.Params
+	st algorithm.State
 }
 
 func newModel(l floodgate.Limit) *model {
-	alg := l.Algorithm
-	if alg == "" {
-		alg = floodgate.FixedWindow
-	}
-	return &model{alg: alg, p: l.Params()}
+	return &model{p: l.Params(), st: algorithm.State{Kind: l.Kind()}}
 }
 
 // step decides r at nowUS and keeps the new state.
 func (m *model) step(r floodgate.Request, nowUS int64) algorithm.Decision {
-	var d algorithm.Decision
-	switch m.alg {
-	case floodgate.FixedWindow:
-		m.fw, d = m.fw.Step(m.p, nowUS, r.Cost)
-	case floodgate.SlidingWindow:
-		m.sw, d = m.sw.Step(m.p, nowUS, r.Cost)
-	case floodgate.SlidingWindowLog:
-		m.log, d = m.log.Step(m.p, nowUS, r.Cost)
-	case floodgate.TokenBucket:
-		m.tb, d = m.tb.Step(m.p, nowUS, r.Cost)
-	case floodgate.GCRA:
-		m.gcra, d = m.gcra.Step(m.p, nowUS, r.Cost)
-	case floodgate.Concurrency:
-		op := algorithm.LeaseAcquire
-		if r.Release {
-			op = algorithm.LeaseRelease
-		}
-		m.conc, d = m.conc.Step(m.p, nowUS, r.Cost, r.Lease, op)
+	op := algorithm.LeaseAcquire
+	if r.Release {
+		op = algorithm.LeaseRelease
 	}
+	var d algorithm.Decision
+	m.st, d = m.st.StepLease(m.p, nowUS, r.Cost, r.Lease, op)
 	return d
 }
 
@@ -178,17 +155,14 @@ func randomLimit(rng *rand.Rand, alg floodgate.Algorithm, serverTime bool) flood
 			periodUS = 100 + rng.Int64N(20_000)
 		}
 		l.Period = time.Duration(periodUS) * us
-		switch alg {
-		case floodgate.TokenBucket, floodgate.GCRA:
-			if rng.IntN(3) > 0 {
-				l.Burst = 1 + rng.Int64N(3*max(l.Limit, 1))
-			}
-		case floodgate.FixedWindow:
-			if rng.IntN(2) == 0 {
-				l.Window = floodgate.FirstHit
-			}
+		k := l.Kind()
+		if k.Burst() && rng.IntN(3) > 0 {
+			l.Burst = 1 + rng.Int64N(3*max(l.Limit, 1))
 		}
-		if (alg == floodgate.FixedWindow || alg == floodgate.SlidingWindow) && rng.IntN(3) == 0 {
+		if k.FirstHit() && rng.IntN(2) == 0 {
+			l.Window = floodgate.FirstHit
+		}
+		if k.CountRejected() && rng.IntN(3) == 0 {
 			l.CountRejected = true
 		}
 		if l.Validate() == nil {

@@ -14,7 +14,7 @@ import (
 func reservable() []floodgate.Algorithm {
 	var out []floodgate.Algorithm
 	for _, a := range floodgate.Algorithms {
-		if a != floodgate.Concurrency {
+		if (floodgate.Limit{Algorithm: a}).Kind().Reservable() {
 			out = append(out, a)
 		}
 	}

@@ -16,18 +16,7 @@ import (
 func (m *model) reserve(now, units, ttl int64, release bool) (algorithm.Hold, algorithm.Decision) {
 	var h algorithm.Hold
 	var d algorithm.Decision
-	switch m.alg {
-	case floodgate.FixedWindow:
-		m.fw, h, d = algorithm.Reserve(m.fw, m.p, now, units, ttl, release)
-	case floodgate.SlidingWindow:
-		m.sw, h, d = algorithm.Reserve(m.sw, m.p, now, units, ttl, release)
-	case floodgate.SlidingWindowLog:
-		m.log, h, d = algorithm.Reserve(m.log, m.p, now, units, ttl, release)
-	case floodgate.TokenBucket:
-		m.tb, h, d = algorithm.Reserve(m.tb, m.p, now, units, ttl, release)
-	case floodgate.GCRA:
-		m.gcra, h, d = algorithm.Reserve(m.gcra, m.p, now, units, ttl, release)
-	}
+	m.st, h, d = algorithm.Reserve(m.st, m.p, now, units, ttl, release)
 	return h, d
 }
 
@@ -36,18 +25,7 @@ func (m *model) settle(h algorithm.Hold, now, actual int64, cancel bool) (algori
 	var st algorithm.Settlement
 	var code algorithm.SettleCode
 	var d algorithm.Decision
-	switch m.alg {
-	case floodgate.FixedWindow:
-		m.fw, h, st, code, d = algorithm.Settle(m.fw, h, m.p, now, actual, cancel)
-	case floodgate.SlidingWindow:
-		m.sw, h, st, code, d = algorithm.Settle(m.sw, h, m.p, now, actual, cancel)
-	case floodgate.SlidingWindowLog:
-		m.log, h, st, code, d = algorithm.Settle(m.log, h, m.p, now, actual, cancel)
-	case floodgate.TokenBucket:
-		m.tb, h, st, code, d = algorithm.Settle(m.tb, h, m.p, now, actual, cancel)
-	case floodgate.GCRA:
-		m.gcra, h, st, code, d = algorithm.Settle(m.gcra, h, m.p, now, actual, cancel)
-	}
+	m.st, h, st, code, d = algorithm.Settle(m.st, h, m.p, now, actual, cancel)
 	return h, st, code, d
 }
 

@@ -300,7 +300,7 @@ func CheckName(name string) error {
 // window is the w parameter of l in seconds; see the package doc.
 func window(l floodgate.Limit) int64 {
 	period := l.Period
-	if (l.Algorithm == floodgate.TokenBucket || l.Algorithm == floodgate.GCRA) && l.Limit > 0 && l.Capacity() != l.Limit {
+	if l.Kind().Burst() && l.Limit > 0 && l.Capacity() != l.Limit {
 		// Capacity × Period / Limit, exact in 128 bits and rounded up, in
 		// microseconds (a valid Limit keeps it below MaxPeriod).
 		us := uint64(l.Period / time.Microsecond)

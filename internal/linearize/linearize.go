@@ -301,47 +301,32 @@ func keyOf(r floodgate.Request) stateKey {
 	return stateKey{r.Key, r.Limit.EffectiveAlgorithm(), r.Limit.Period}
 }
 
-// state is the model's state of one key: the algorithm's state (one of the
-// fields, by the key's algorithm) and the time of the last step.
+// state is the model's state of one key: the algorithm's state and the
+// time of the last step. The model's states are shared: a step works on
+// a copy (algorithm.State.Clone), never on st's arrays.
 type state struct {
-	fw   algorithm.FixedWindow
-	sw   algorithm.SlidingWindow
-	tb   algorithm.TokenBucket
-	gcra algorithm.GCRA
-	log  []int64
-	conc []algorithm.Unit
+	st   algorithm.State
 	last int64
 	// holds are the key's reservations, by ID (reserve.go).
 	holds []heldID
 }
 
+// algState is a copy of s's algorithm state, of r's algorithm: the
+// initial state, shared by every partition, is the zero State.
+func algState(s state, r floodgate.Request) algorithm.State {
+	st := s.st.Clone()
+	st.Kind = r.Limit.Kind()
+	return st
+}
+
 // step runs the algorithm's Step for r at now on a copy of s.
 func step(s state, r floodgate.Request, now int64) (state, floodgate.Decision) {
-	p := r.Limit.Params()
-	var d algorithm.Decision
-	switch r.Limit.EffectiveAlgorithm() {
-	case floodgate.FixedWindow:
-		s.fw, d = s.fw.Step(p, now, r.Cost)
-	case floodgate.SlidingWindow:
-		s.sw, d = s.sw.Step(p, now, r.Cost)
-	case floodgate.TokenBucket:
-		s.tb, d = s.tb.Step(p, now, r.Cost)
-	case floodgate.GCRA:
-		s.gcra, d = s.gcra.Step(p, now, r.Cost)
-	case floodgate.SlidingWindowLog:
-		// Step reuses its argument's array; the model's states are shared.
-		var st algorithm.SlidingWindowLog
-		st, d = algorithm.SlidingWindowLog{Log: slices.Clone(s.log)}.Step(p, now, r.Cost)
-		s.log = st.Log
-	case floodgate.Concurrency:
-		op := algorithm.LeaseAcquire
-		if r.Release {
-			op = algorithm.LeaseRelease
-		}
-		var st algorithm.Concurrency
-		st, d = algorithm.Concurrency{Units: slices.Clone(s.conc)}.Step(p, now, r.Cost, r.Lease, op)
-		s.conc = st.Units
+	op := algorithm.LeaseAcquire
+	if r.Release {
+		op = algorithm.LeaseRelease
 	}
+	var d algorithm.Decision
+	s.st, d = algState(s, r).StepLease(r.Limit.Params(), now, r.Cost, r.Lease, op)
 	s.last = max(s.last, now)
 	return s, floodgate.FromAlgorithm(d, now)
 }
@@ -399,14 +384,16 @@ func nextStates(opts Options, s state, in Input, out Output) []state {
 	return states
 }
 
+// equal compares two states of one partition, whose algorithm is one: the
+// initial state's Kind is the zero Kind, whatever the partition's.
 func equal(a, b state) bool {
-	return a.fw == b.fw && a.sw == b.sw && a.tb == b.tb && a.gcra == b.gcra && a.last == b.last &&
-		slices.Equal(a.log, b.log) && slices.Equal(a.conc, b.conc) && slices.Equal(a.holds, b.holds)
+	a.st.Kind = b.st.Kind
+	return a.st.Equal(b.st) && a.last == b.last && slices.Equal(a.holds, b.holds)
 }
 
 func hash(s state) uint64 {
 	h := fnv.New64a()
-	fmt.Fprint(h, s.fw, s.sw, s.tb, s.gcra, s.last, s.log, s.conc, s.holds)
+	fmt.Fprint(h, s.st.Small, s.last, s.st.Log, s.st.Units, s.holds)
 	return h.Sum64()
 }
 
@@ -488,18 +475,12 @@ func retryMicros(d time.Duration) int64 {
 
 func describeState(s state) string {
 	switch {
-	case s.fw != algorithm.FixedWindow{}:
-		return fmt.Sprintf("fixed_window %+v last=%d", s.fw, s.last)
-	case s.sw != algorithm.SlidingWindow{}:
-		return fmt.Sprintf("sliding_window %+v last=%d", s.sw, s.last)
-	case s.tb != algorithm.TokenBucket{}:
-		return fmt.Sprintf("token_bucket %+v last=%d", s.tb, s.last)
-	case s.gcra != algorithm.GCRA{}:
-		return fmt.Sprintf("gcra %+v last=%d", s.gcra, s.last)
-	case len(s.log) > 0:
-		return fmt.Sprintf("log %v last=%d", s.log, s.last)
-	case len(s.conc) > 0:
-		return fmt.Sprintf("leases %+v last=%d", s.conc, s.last)
+	case len(s.st.Log) > 0:
+		return fmt.Sprintf("log %v last=%d", s.st.Log, s.last)
+	case len(s.st.Units) > 0:
+		return fmt.Sprintf("leases %+v last=%d", s.st.Units, s.last)
+	case s.st.Small != algorithm.Small{}:
+		return fmt.Sprintf("%s %+v last=%d", s.st.Kind, s.st.Small, s.last)
 	}
 	return fmt.Sprintf("empty last=%d", s.last)
 }

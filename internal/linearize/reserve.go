@@ -107,58 +107,6 @@ func (rec *Recorder) add(client int, in Input, out Output, callWall time.Time, e
 	}
 }
 
-// withState runs f on the algorithm state of s for r's algorithm, through
-// the generic functions of algorithm/reserve.go, and stores the result.
-func withState(s state, alg floodgate.Algorithm, f func(any) any) state {
-	switch alg {
-	case floodgate.FixedWindow:
-		s.fw = f(s.fw).(algorithm.FixedWindow)
-	case floodgate.SlidingWindow:
-		s.sw = f(s.sw).(algorithm.SlidingWindow)
-	case floodgate.TokenBucket:
-		s.tb = f(s.tb).(algorithm.TokenBucket)
-	case floodgate.GCRA:
-		s.gcra = f(s.gcra).(algorithm.GCRA)
-	case floodgate.SlidingWindowLog:
-		s.log = f(algorithm.SlidingWindowLog{Log: slices.Clone(s.log)}).(algorithm.SlidingWindowLog).Log
-	}
-	return s
-}
-
-// reserveStep is algorithm.Reserve on any state withState passes.
-func reserveStep(st any, p algorithm.Params, now, units, ttl int64, release bool) (any, algorithm.Hold, algorithm.Decision) {
-	switch x := st.(type) {
-	case algorithm.FixedWindow:
-		return algorithm.Reserve(x, p, now, units, ttl, release)
-	case algorithm.SlidingWindow:
-		return algorithm.Reserve(x, p, now, units, ttl, release)
-	case algorithm.TokenBucket:
-		return algorithm.Reserve(x, p, now, units, ttl, release)
-	case algorithm.GCRA:
-		return algorithm.Reserve(x, p, now, units, ttl, release)
-	case algorithm.SlidingWindowLog:
-		return algorithm.Reserve(x, p, now, units, ttl, release)
-	}
-	panic(fmt.Sprintf("linearize: no reservations for %T", st))
-}
-
-// settleStep is algorithm.Settle on any state withState passes.
-func settleStep(st any, h algorithm.Hold, p algorithm.Params, now, actual int64, cancel bool) (any, algorithm.Hold, algorithm.Settlement, algorithm.SettleCode, algorithm.Decision) {
-	switch x := st.(type) {
-	case algorithm.FixedWindow:
-		return algorithm.Settle(x, h, p, now, actual, cancel)
-	case algorithm.SlidingWindow:
-		return algorithm.Settle(x, h, p, now, actual, cancel)
-	case algorithm.TokenBucket:
-		return algorithm.Settle(x, h, p, now, actual, cancel)
-	case algorithm.GCRA:
-		return algorithm.Settle(x, h, p, now, actual, cancel)
-	case algorithm.SlidingWindowLog:
-		return algorithm.Settle(x, h, p, now, actual, cancel)
-	}
-	panic(fmt.Sprintf("linearize: no reservations for %T", st))
-}
-
 // holdOf is the reservation id in s, if any.
 func holdOf(s state, id string) (algorithm.Hold, bool) {
 	for _, h := range s.holds {
@@ -201,7 +149,7 @@ func compareStrings(a, b string) int {
 // reserveStates is the model's step for a reserve, at now.
 func reserveStates(s state, in Input, out Output, now int64, known bool) []state {
 	r, h := in.Req, in.Hold
-	p, alg := r.Limit.Params(), r.Limit.EffectiveAlgorithm()
+	p := r.Limit.Params()
 	if old, ok := holdOf(s, h.ID); ok {
 		// A retry: the first answer if it asks the same, else a conflict;
 		// nothing changes.
@@ -218,11 +166,8 @@ func reserveStates(s state, in Input, out Output, now int64, known bool) []state
 	}
 	var hold algorithm.Hold
 	var d algorithm.Decision
-	next := withState(s, alg, func(st any) any {
-		var after any
-		after, hold, d = reserveStep(st, p, now, r.Cost, int64(h.TTL/time.Microsecond), h.Release)
-		return after
-	})
+	next := s
+	next.st, hold, d = algorithm.Reserve(algState(s, r), p, now, r.Cost, int64(h.TTL/time.Microsecond), h.Release)
 	next = withHold(next, h.ID, hold)
 	next.last = max(next.last, now)
 	if !known {
@@ -244,16 +189,12 @@ func settleStates(s state, in Input, out Output, now int64, known bool) []state 
 		}
 		return nil
 	}
-	p, alg := r.Limit.Params(), r.Limit.EffectiveAlgorithm()
 	var hold algorithm.Hold
 	var st algorithm.Settlement
 	var code algorithm.SettleCode
 	var d algorithm.Decision
-	next := withState(s, alg, func(x any) any {
-		var after any
-		after, hold, st, code, d = settleStep(x, old, p, now, h.Actual, h.Cancel)
-		return after
-	})
+	next := s
+	next.st, hold, st, code, d = algorithm.Settle(algState(s, r), old, r.Limit.Params(), now, h.Actual, h.Cancel)
 	next = withHold(next, h.ID, hold)
 	next.last = max(next.last, now)
 	if !known {

@@ -3,6 +3,8 @@ package memstore
 import (
 	"errors"
 	"fmt"
+
+	"github.com/floodgate-rl/floodgate/algorithm"
 )
 
 // ErrFull is the failure of a request that would add a key to a Store at
@@ -24,12 +26,12 @@ func (sh *shard) keys() int {
 
 // has reports whether the shard holds state of kind k under r; the caller
 // holds its lock.
-func (sh *shard) has(k kind, r ref) bool {
+func (sh *shard) has(k algorithm.Kind, r ref) bool {
 	switch k {
-	case kLog:
+	case algorithm.KindSlidingWindowLog:
 		_, ok := sh.logs.get(r)
 		return ok
-	case kConc:
+	case algorithm.KindConcurrency:
 		_, ok := sh.conc.get(r)
 		return ok
 	}
@@ -41,7 +43,7 @@ func (sh *shard) has(k kind, r ref) bool {
 // state of kind k under r: it does already, or it is below its share of
 // Options.MaxKeys, or is once its expired keys are dropped (at most once a
 // second).
-func (s *Store) room(sh *shard, k kind, r ref) bool {
+func (s *Store) room(sh *shard, k algorithm.Kind, r ref) bool {
 	// The count first: below the cap, a decision pays a few additions,
 	// not a second lookup of its key.
 	if s.perShard == 0 || sh.keys() < s.perShard || sh.has(k, r) {
@@ -69,7 +71,7 @@ func (s *Store) fullError() error {
 // room is Store.room for every request of the batch.
 func (b *batch) room() error {
 	for i := range b.rs {
-		if !b.s.room(b.shard(i), kindOf(b.rs[i].Limit.Algorithm), b.items[i].ref) {
+		if !b.s.room(b.shard(i), b.items[i].kind, b.items[i].ref) {
 			return b.s.fullError()
 		}
 	}

@@ -99,34 +99,10 @@ var (
 	_ floodgate.Raiser   = (*Store)(nil)
 )
 
-// kind indexes the state maps of a shard.
-type kind uint8
-
-const (
-	kFixed kind = iota
-	kSliding
-	kToken
-	kGCRA
-	kLog
-	kConc
-	numKinds
-)
-
-func kindOf(a floodgate.Algorithm) kind {
-	switch a {
-	case floodgate.SlidingWindow:
-		return kSliding
-	case floodgate.TokenBucket:
-		return kToken
-	case floodgate.GCRA:
-		return kGCRA
-	case floodgate.SlidingWindowLog:
-		return kLog
-	case floodgate.Concurrency:
-		return kConc
-	}
-	return kFixed
-}
+// numSmall is the number of algorithms whose state is an algorithm.Small:
+// their Kinds come first, so that a shard's small tables are indexed by
+// Kind.
+const numSmall = algorithm.KindSlidingWindowLog
 
 // mkey identifies a state: the key and the limit's period. Two limits on
 // one key that differ only in Limit, Burst or options share state (raising a
@@ -136,11 +112,11 @@ type mkey struct {
 	period int64
 }
 
-// slot is the state of one key of an O(1) algorithm: up to three integers
-// and the time (µs, by the store's clock) at which the sweeper may drop it.
+// slot is the state of one key of an O(1) algorithm and the time (µs, by
+// the store's clock) at which the sweeper may drop it.
 type slot struct {
-	a, b, c int64
-	exp     int64
+	st  algorithm.Small
+	exp int64
 }
 
 type logSlot struct {
@@ -155,7 +131,7 @@ type concSlot struct {
 
 type shard struct {
 	mu    sync.Mutex
-	small [kLog]table[slot]
+	small [numSmall]table[slot]
 	logs  table[*logSlot]
 	conc  table[*concSlot]
 	// holds are the reservations of this shard's keys (reserve.go); nil
@@ -247,7 +223,7 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (out floodgate.D
 	if err := ctx.Err(); err != nil {
 		return floodgate.Decision{}, err
 	}
-	k := kindOf(r.Limit.Algorithm)
+	k := r.Limit.Kind()
 	i, ref := s.locate(r.Key, int64(r.Limit.Period/time.Microsecond))
 	var now, skew int64
 	if r.Now.IsZero() && s.system {
@@ -262,12 +238,12 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (out floodgate.D
 		return floodgate.Decision{}, s.fullError()
 	}
 	var d algorithm.Decision
-	if k < kLog {
+	if k < numSmall {
 		// The O(1) algorithms, most decisions, skip step's switch:
 		// stepSlot takes the limit's Params in registers.
 		stepSlot(&d, &sh.small[k], k, r.Limit.Params(), ref, now, skew, r.Cost, true)
 	} else {
-		d = sh.step(&r, r.Limit.Params(), ref, now, skew, true)
+		d = sh.step(&r, k, r.Limit.Params(), ref, now, skew, true)
 	}
 	sh.mu.Unlock()
 	setDecision(&out, &d, now)
@@ -300,11 +276,10 @@ func setDecision(out *floodgate.Decision, d *algorithm.Decision, nowUS int64) {
 // older than its period as the empty state, and returns the empty state,
 // which step then deletes. The state's sweeping deadline is its Expires
 // plus skew (see Store.times), on the store's clock.
-func (sh *shard) step(r *floodgate.Request, p algorithm.Params, mk ref, now, skew int64, commit bool) algorithm.Decision {
-	k := kindOf(r.Limit.Algorithm)
+func (sh *shard) step(r *floodgate.Request, k algorithm.Kind, p algorithm.Params, mk ref, now, skew int64, commit bool) algorithm.Decision {
 	var d algorithm.Decision
 	switch k {
-	case kLog:
+	case algorithm.KindSlidingWindowLog:
 		ls, _ := sh.logs.get(mk)
 		var st algorithm.SlidingWindowLog
 		if ls != nil {
@@ -326,7 +301,7 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, mk ref, now, ske
 		} else if ls != nil {
 			sh.logs.del(mk)
 		}
-	case kConc:
+	case algorithm.KindConcurrency:
 		cs, _ := sh.conc.get(mk)
 		var st algorithm.Concurrency
 		if cs != nil {
@@ -359,38 +334,21 @@ func (sh *shard) step(r *floodgate.Request, p algorithm.Params, mk ref, now, ske
 }
 
 // stepSlot is shard.step for the O(1) algorithms, whose state is a slot
-// in t, the table of kind k: it decides cost units under p at now and, if
+// in t, the table of k: it decides cost units under p at now and, if
 // commit is set, stores the new state with its sweeping deadline moved by
 // skew.
-func stepSlot(d *algorithm.Decision, t *table[slot], k kind, p algorithm.Params, mk ref, now, skew, cost int64, commit bool) {
+func stepSlot(d *algorithm.Decision, t *table[slot], k algorithm.Kind, p algorithm.Params, mk ref, now, skew, cost int64, commit bool) {
 	old, w := t.find(mk)
-	// Each Step's Decision is assigned straight to the result: every
-	// further copy of it costs a wait (see setDecision).
-	var next slot
-	switch k {
-	case kFixed:
-		var st algorithm.FixedWindow
-		st, *d = algorithm.FixedWindow{Start: old.a, Count: old.b}.Step(p, now, cost)
-		next = slot{a: st.Start, b: st.Count, exp: st.Expires(p)}
-	case kSliding:
-		var st algorithm.SlidingWindow
-		st, *d = algorithm.SlidingWindow{Start: old.a, Prev: old.b, Curr: old.c}.Step(p, now, cost)
-		next = slot{a: st.Start, b: st.Prev, c: st.Curr, exp: st.Expires(p)}
-	case kToken:
-		var st algorithm.TokenBucket
-		st, *d = algorithm.TokenBucket{Taken: old.a, Last: old.b, LastFrac: old.c}.Step(p, now, cost)
-		next = slot{a: st.Taken, b: st.Last, c: st.LastFrac, exp: st.Expires(p)}
-	case kGCRA:
-		var st algorithm.GCRA
-		st, *d = algorithm.GCRA{TAT: old.a, TATFrac: old.b}.Step(p, now, cost)
-		next = slot{a: st.TAT, b: st.TATFrac, exp: st.Expires(p)}
-	}
+	// StepTo writes the Decision straight to the result: every further
+	// copy of it costs a wait (see setDecision).
+	next := old
+	next.st.StepTo(k, d, p, now, cost)
 	// A decision that changes no state (a denial, a peek) leaves the
 	// deadline as the last change set it, as a Redis TTL would.
-	if !commit || next.a == old.a && next.b == old.b && next.c == old.c {
+	if !commit || next.st == old.st {
 		return
 	}
-	if next.exp > 0 {
+	if next.exp = next.st.Expires(k, p); next.exp > 0 {
 		next.exp += skew
 		t.set(mk, next, w)
 	} else if w != absent {
@@ -437,6 +395,7 @@ type batch struct {
 type batchItem struct {
 	idx       uint64 // the shard
 	ref       ref
+	kind      algorithm.Kind
 	params    algorithm.Params
 	now, skew int64
 }
@@ -447,7 +406,7 @@ func (s *Store) lockBatch(rs []floodgate.Request) *batch {
 	b := &batch{s: s, rs: rs, items: make([]batchItem, len(rs)), locked: make([]uint64, len(rs))}
 	for i := range rs {
 		it := &b.items[i]
-		it.params = rs[i].Limit.Params()
+		it.kind, it.params = rs[i].Limit.Kind(), rs[i].Limit.Params()
 		it.idx, it.ref = s.locate(rs[i].Key, it.params.Period)
 		b.locked[i] = it.idx
 	}
@@ -484,8 +443,8 @@ func (b *batch) apply() ([]algorithm.Decision, bool) {
 	admitted := true
 	for i := range rs {
 		sh := b.shard(i)
-		undo[i] = sh.save(kindOf(rs[i].Limit.Algorithm), b.items[i].ref)
-		ds[i] = sh.step(&rs[i], b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, true)
+		undo[i] = sh.save(b.items[i].kind, b.items[i].ref)
+		ds[i] = sh.step(&rs[i], b.items[i].kind, b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, true)
 		admitted = admitted && ds[i].Allowed
 	}
 	if admitted {
@@ -500,7 +459,7 @@ func (b *batch) apply() ([]algorithm.Decision, bool) {
 			ds[i] = b.peek(i)
 			ds[i].Allowed, ds[i].RetryAfter = false, 0
 		case rs[i].Limit.CountRejected:
-			b.shard(i).step(&rs[i], b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, true)
+			b.shard(i).step(&rs[i], b.items[i].kind, b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, true)
 		}
 	}
 	return ds, false
@@ -510,7 +469,7 @@ func (b *batch) apply() ([]algorithm.Decision, bool) {
 func (b *batch) peek(i int) algorithm.Decision {
 	peek := b.rs[i]
 	peek.Cost, peek.Lease, peek.Release = 0, "", false
-	return b.shard(i).step(&peek, b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, false)
+	return b.shard(i).step(&peek, b.items[i].kind, b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, false)
 }
 
 func (b *batch) decisions(ds []algorithm.Decision) []floodgate.Decision {
@@ -523,7 +482,7 @@ func (b *batch) decisions(ds []algorithm.Decision) []floodgate.Decision {
 
 // snapshot is the state of one key before a batch changed it.
 type snapshot struct {
-	k     kind
+	k     algorithm.Kind
 	key   ref
 	ok    bool
 	small slot
@@ -531,14 +490,14 @@ type snapshot struct {
 	conc  concSlot
 }
 
-func (sh *shard) save(k kind, key ref) snapshot {
+func (sh *shard) save(k algorithm.Kind, key ref) snapshot {
 	sn := snapshot{k: k, key: key}
 	switch k {
-	case kLog:
+	case algorithm.KindSlidingWindowLog:
 		if ls, _ := sh.logs.get(key); ls != nil {
 			sn.ok, sn.log = true, logSlot{log: append([]int64(nil), ls.log...), exp: ls.exp}
 		}
-	case kConc:
+	case algorithm.KindConcurrency:
 		if cs, _ := sh.conc.get(key); cs != nil {
 			sn.ok, sn.conc = true, concSlot{units: append([]algorithm.Unit(nil), cs.units...), exp: cs.exp}
 		}
@@ -550,13 +509,13 @@ func (sh *shard) save(k kind, key ref) snapshot {
 
 func (sh *shard) restore(sn snapshot) {
 	switch {
-	case sn.k == kLog && sn.ok:
+	case sn.k == algorithm.KindSlidingWindowLog && sn.ok:
 		sh.logs.put(sn.key, &logSlot{log: sn.log.log, exp: sn.log.exp})
-	case sn.k == kLog:
+	case sn.k == algorithm.KindSlidingWindowLog:
 		sh.logs.del(sn.key)
-	case sn.k == kConc && sn.ok:
+	case sn.k == algorithm.KindConcurrency && sn.ok:
 		sh.conc.put(sn.key, &concSlot{units: sn.conc.units, exp: sn.conc.exp})
-	case sn.k == kConc:
+	case sn.k == algorithm.KindConcurrency:
 		sh.conc.del(sn.key)
 	case sn.ok:
 		sh.small[sn.k].put(sn.key, sn.small)
@@ -579,10 +538,10 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	switch k := kindOf(limit.Algorithm); k {
-	case kLog:
+	switch k := limit.Kind(); k {
+	case algorithm.KindSlidingWindowLog:
 		sh.logs.del(mk)
-	case kConc:
+	case algorithm.KindConcurrency:
 		sh.conc.del(mk)
 	default:
 		sh.small[k].del(mk)

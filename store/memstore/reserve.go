@@ -15,7 +15,7 @@ import (
 type holdKey struct {
 	key    string
 	period int64
-	kind   kind
+	kind   algorithm.Kind
 	id     string
 }
 
@@ -27,7 +27,7 @@ type holdEntry struct {
 	p algorithm.Params
 	// durable: reserved under a durable limit (Settlement.Durable).
 	durable bool
-	kind    kind
+	kind    algorithm.Kind
 	ref     ref // of the state
 	skew    int64
 	keep    int64
@@ -70,14 +70,14 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 			sh.holds = make(map[holdKey]*holdEntry)
 		}
 		h := algorithm.Hold{State: state, Units: b.rs[i].Cost, At: b.items[i].now, Expires: b.items[i].now + ttl, Release: r.Release}
-		sh.holds[b.holdKey(i, r.ID)] = &holdEntry{h: h, p: b.items[i].params, durable: b.rs[i].Limit.Durable, kind: kindOf(b.rs[i].Limit.Algorithm), ref: b.items[i].ref,
+		sh.holds[b.holdKey(i, r.ID)] = &holdEntry{h: h, p: b.items[i].params, durable: b.rs[i].Limit.Durable, kind: b.items[i].kind, ref: b.items[i].ref,
 			skew: b.items[i].skew, keep: h.Expires + b.items[i].skew + s.retain}
 	}
 	return floodgate.HoldResult{Decisions: b.decisions(ds), Expires: time.UnixMicro(b.items[0].now + ttl)}, nil
 }
 
 func (b *batch) holdKey(i int, id string) holdKey {
-	return holdKey{key: b.rs[i].Key, period: b.items[i].params.Period, kind: kindOf(b.rs[i].Limit.Algorithm), id: id}
+	return holdKey{key: b.rs[i].Key, period: b.items[i].params.Period, kind: b.items[i].kind, id: id}
 }
 
 // findHolds returns the holds of id on every request, nil if there is
@@ -122,7 +122,7 @@ func (b *batch) replayReserve(found []*holdEntry, ttl int64, release bool) (floo
 
 // peekCost is what request i would get now, without taking it.
 func (b *batch) peekCost(i int) algorithm.Decision {
-	return b.shard(i).step(&b.rs[i], b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, false)
+	return b.shard(i).step(&b.rs[i], b.items[i].kind, b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, false)
 }
 
 // Settle commits or cancels the hold r.ID on every request of r: see
@@ -206,53 +206,35 @@ func (sh *shard) settleHold(e *holdEntry, now, actual int64, cancel, expireOnly 
 	var code algorithm.SettleCode
 	var d algorithm.Decision
 	p, mk := e.p, e.ref
-	switch k := e.kind; k {
-	case kLog:
+	state := algorithm.State{Kind: e.kind}
+	if e.kind == algorithm.KindSlidingWindowLog {
 		ls, _ := sh.logs.get(mk)
-		var s algorithm.SlidingWindowLog
 		if ls != nil {
-			s.Log = ls.log
+			state.Log = ls.log
 		}
-		s, e.h, st, code, d = settleOrExpire(s, e.h, p, now, actual, cancel, expireOnly)
-		if exp := s.Expires(p); exp > 0 {
+		state, e.h, st, code, d = settleOrExpire(state, e.h, p, now, actual, cancel, expireOnly)
+		if exp := state.Expires(p); exp > 0 {
 			if ls == nil {
 				ls = &logSlot{}
 				sh.logs.put(mk, ls)
 			}
-			ls.log, ls.exp = s.Log, exp+e.skew
+			ls.log, ls.exp = state.Log, exp+e.skew
 		} else if ls != nil {
 			sh.logs.del(mk)
 		}
-	default:
-		m := &sh.small[k]
-		old, w := m.find(mk)
-		var next slot
-		switch k {
-		case kFixed:
-			var s algorithm.FixedWindow
-			s, e.h, st, code, d = settleOrExpire(algorithm.FixedWindow{Start: old.a, Count: old.b}, e.h, p, now, actual, cancel, expireOnly)
-			next = slot{a: s.Start, b: s.Count, exp: s.Expires(p)}
-		case kSliding:
-			var s algorithm.SlidingWindow
-			s, e.h, st, code, d = settleOrExpire(algorithm.SlidingWindow{Start: old.a, Prev: old.b, Curr: old.c}, e.h, p, now, actual, cancel, expireOnly)
-			next = slot{a: s.Start, b: s.Prev, c: s.Curr, exp: s.Expires(p)}
-		case kToken:
-			var s algorithm.TokenBucket
-			s, e.h, st, code, d = settleOrExpire(algorithm.TokenBucket{Taken: old.a, Last: old.b, LastFrac: old.c}, e.h, p, now, actual, cancel, expireOnly)
-			next = slot{a: s.Taken, b: s.Last, c: s.LastFrac, exp: s.Expires(p)}
-		case kGCRA:
-			var s algorithm.GCRA
-			s, e.h, st, code, d = settleOrExpire(algorithm.GCRA{TAT: old.a, TATFrac: old.b}, e.h, p, now, actual, cancel, expireOnly)
-			next = slot{a: s.TAT, b: s.TATFrac, exp: s.Expires(p)}
-		}
-		switch {
-		case next.a == old.a && next.b == old.b && next.c == old.c:
-		case next.exp > 0:
-			next.exp += e.skew
-			m.set(mk, next, w)
-		case w != absent:
-			m.del(mk)
-		}
+		return st, code, d
+	}
+	m := &sh.small[e.kind]
+	old, w := m.find(mk)
+	state.Small = old.st
+	state, e.h, st, code, d = settleOrExpire(state, e.h, p, now, actual, cancel, expireOnly)
+	switch next := (slot{st: state.Small, exp: state.Expires(p)}); {
+	case next.st == old.st:
+	case next.exp > 0:
+		next.exp += e.skew
+		m.set(mk, next, w)
+	case w != absent:
+		m.del(mk)
 	}
 	return st, code, d
 }
@@ -302,10 +284,10 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 // raised to at least units in the window that starts at window (µs).
 func (b *batch) raise(i int, window, units int64) {
 	it := &b.items[i]
-	m := &b.shard(i).small[kFixed]
+	m := &b.shard(i).small[algorithm.KindFixedWindow]
 	old, w := m.find(it.ref)
-	st := algorithm.FixedWindow{Start: old.a, Count: old.b}.Raise(it.params, it.now, window, units)
-	if next := (slot{a: st.Start, b: st.Count, exp: st.Expires(it.params)}); next.a != old.a || next.b != old.b {
+	st := algorithm.FixedWindow{Start: old.st.A, Count: old.st.B}.Raise(it.params, it.now, window, units)
+	if next := (slot{st: algorithm.Small{A: st.Start, B: st.Count}, exp: st.Expires(it.params)}); next.st != old.st {
 		next.exp += it.skew
 		m.set(it.ref, next, w)
 	}
@@ -323,8 +305,8 @@ func (b *batch) rebuild(rb []floodgate.Rebuild) []time.Time {
 			continue
 		}
 		it := &b.items[i]
-		old, _ := b.shard(i).small[kFixed].find(it.ref)
-		if (algorithm.FixedWindow{Start: old.a, Count: old.b}).Live(it.params, it.now) {
+		old, _ := b.shard(i).small[algorithm.KindFixedWindow].find(it.ref)
+		if (algorithm.FixedWindow{Start: old.st.A, Count: old.st.B}).Live(it.params, it.now) {
 			continue
 		}
 		if w := x.Window.UnixMicro(); x.Known && it.now >= w && it.now < w+it.params.Period {

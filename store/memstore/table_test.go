@@ -1,6 +1,10 @@
 package memstore
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/floodgate-rl/floodgate/algorithm"
+)
 
 // TestTableCollisions drives a table through pairs that share one hash,
 // which a seeded 64-bit hash practically never produces, and checks it
@@ -112,5 +116,15 @@ func TestTableSweepShrinks(t *testing.T) {
 	}
 	if tb.len() != 10 {
 		t.Errorf("len = %d, want 10", tb.len())
+	}
+}
+
+// TestSmallKindsFirst checks what the shard's small tables rely on: the
+// Kinds whose state is an algorithm.Small are the first numSmall.
+func TestSmallKindsFirst(t *testing.T) {
+	for k := range algorithm.NumKinds {
+		if got, want := k.Small(), k < numSmall; got != want {
+			t.Errorf("%v: Small() = %v, but it is below numSmall: %v", k, got, want)
+		}
 	}
 }
