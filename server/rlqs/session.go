@@ -192,7 +192,20 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 		ss.domain = m.GetDomain()
 	}
 	now := s.o.Clock()
-	usages := m.GetBucketQuotaUsages()
+	bs, err := ss.subscribe(cfg, m.GetBucketQuotaUsages(), now)
+	if err != nil {
+		return nil, err
+	}
+	jobs := ss.grantAll(ctx, bs, now)
+	return ss.answer(jobs, now), nil
+}
+
+// subscribe finds or makes the bucket of each usage reported, in order,
+// after forgetting the buckets abandoned for longer than TTL+Grace, and
+// measures each one's demand; a report beyond the stream's or the
+// replica's bucket bounds is refused whole.
+func (ss *session) subscribe(cfg *config.Config, usages []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) ([]*bucket, error) {
+	s := ss.svc
 	if len(usages) > s.o.MaxStreamBuckets {
 		return nil, invalidField("bucket_quota_usages", "%d usages in one report, more than the %d buckets a stream may have", len(usages), s.o.MaxStreamBuckets)
 	}
@@ -226,18 +239,32 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 		bs[i] = b
 	}
 	s.m.reports.Add(float64(len(usages)))
-	// Grants first, all buckets at once (a report of many buckets waits
-	// for one round trip to home, not one per bucket), then the answer.
-	type job struct {
-		b       *bucket
-		abandon bool
-		out     *strategy
-	}
-	jobs := make([]job, len(bs))
+	return bs, nil
+}
+
+// reportJob is what one bucket of a report is answered with: abandon it,
+// or the strategy out (nil: no action, when home did not answer); first
+// is the index of the bucket's first job in the report, whose answer a
+// bucket reported twice shares.
+type reportJob struct {
+	b       *bucket
+	abandon bool
+	out     *strategy
+	first   int
+}
+
+// grantAll decides each bucket of a report: idle or stale buckets are
+// abandoned, buckets without a rule get their blanket strategy, and the
+// others are granted by home, all at once (a report of many buckets
+// waits for about one round trip to home, not one per bucket) and once
+// per bucket however often the report names it.
+func (ss *session) grantAll(ctx context.Context, bs []*bucket, now time.Time) []reportJob {
+	s := ss.svc
+	jobs := make([]reportJob, len(bs))
 	var calls []int                         // the jobs that call home
 	first := make(map[*bucket]int, len(bs)) // each bucket's first job
 	for i, b := range bs {
-		jobs[i].b = b
+		jobs[i].b, jobs[i].first = b, i
 		if jobs[i].abandon = b.stale || now.Sub(b.active) >= s.o.Idle; jobs[i].abandon {
 			continue
 		}
@@ -245,14 +272,14 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 			jobs[i].out = &strategy{blanket: b.blanket}
 			continue
 		}
-		if _, twice := first[b]; twice {
-			continue // reported twice in one report: granted once
+		if k, twice := first[b]; twice {
+			jobs[i].first = k // reported twice in one report: granted once
+			continue
 		}
 		first[b] = i
 		calls = append(calls, i)
 	}
-	// A few workers call home for all of them, so that a report of many
-	// buckets waits for about one round trip, not one per bucket.
+	// A few workers call home for all of them.
 	if len(calls) == 1 {
 		j := &jobs[calls[0]]
 		j.out = ss.grant(ctx, j.b, now)
@@ -269,11 +296,21 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 		}
 		wg.Wait()
 	}
-	resp := &rlqsv3.RateLimitQuotaResponse{}
-	for i, j := range jobs {
-		if k, ok := first[j.b]; ok && k != i {
-			j.out = jobs[k].out
+	for i := range jobs {
+		if k := jobs[i].first; k != i {
+			jobs[i].out = jobs[k].out
 		}
+	}
+	return jobs
+}
+
+// answer is the response to a report whose buckets were decided as jobs,
+// one action per job in the report's order (none for a bucket whose home
+// did not answer).
+func (ss *session) answer(jobs []reportJob, now time.Time) *rlqsv3.RateLimitQuotaResponse {
+	s := ss.svc
+	resp := &rlqsv3.RateLimitQuotaResponse{}
+	for _, j := range jobs {
 		switch {
 		case j.abandon:
 			if !j.b.abandoned {
@@ -286,7 +323,7 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 			resp.BucketAction = append(resp.BucketAction, ss.assign(j.b, j.out, now, s.o.TTL))
 		}
 	}
-	return resp, nil
+	return resp
 }
 
 // forget drops the bucket of key from the session.
