@@ -34,6 +34,10 @@ const (
 	// Concurrency admits at most Limit units held at once by leases that
 	// expire after Period; see Limiter.Acquire.
 	Concurrency Algorithm = "concurrency"
+
+	// DefaultAlgorithm is the algorithm of a Limit whose Algorithm is
+	// empty, in the library, config files and the HTTP API alike.
+	DefaultAlgorithm = FixedWindow
 )
 
 // Algorithms lists every algorithm, in the order of the docs.
@@ -151,10 +155,6 @@ func (l Limit) Capacity() int64 {
 	}
 	return l.Limit
 }
-
-// DefaultAlgorithm is the algorithm of a Limit whose Algorithm is empty,
-// in the library, config files and the HTTP API alike.
-const DefaultAlgorithm = FixedWindow
 
 // EffectiveAlgorithm is the algorithm the limit runs: Algorithm, or
 // DefaultAlgorithm when it is empty.

@@ -6,19 +6,20 @@ import (
 	"github.com/floodgate-rl/floodgate/algorithm"
 )
 
-// The longest texts of a Request.
+// The longest texts of a Request, and the RetryAfter of one that can
+// never pass.
 const (
 	// MaxKeyLen is the longest Request.Key, in bytes: 1 MiB. Stores that
 	// need a shorter key (Redis) hash long keys.
 	MaxKeyLen = 1 << 20
 	// MaxLeaseLen is the longest lease ID (and reservation ID), in bytes.
 	MaxLeaseLen = 64
-)
 
-// Never is the RetryAfter of a request that can never be admitted, because
-// its cost is above the limit's capacity or the limit is 0. Retrying it is
-// pointless.
-const Never time.Duration = -1
+	// Never is the RetryAfter of a request that can never be admitted,
+	// because its cost is above the limit's capacity or the limit is 0.
+	// Retrying it is pointless.
+	Never time.Duration = -1
+)
 
 // Request asks a store to decide cost units for one key under one limit.
 // Most callers use a Limiter, which builds Requests; stores receive them.
