@@ -35,6 +35,9 @@ type feed struct {
 	// nil when none was built since prev.
 	prev *sample
 	last [2][]byte
+
+	// onLeave, if set, runs after a subscriber leaves (a test's).
+	onLeave func()
 }
 
 // subscriber is one stream of the feed: frames arrive on ch, which holds
@@ -97,6 +100,9 @@ func (f *feed) leave(s *subscriber) {
 	f.scopes[scopeOf(s.admin)]--
 	if len(f.subs) == 0 {
 		f.prev, f.last = nil, [2][]byte{}
+	}
+	if f.onLeave != nil {
+		f.onLeave()
 	}
 }
 
