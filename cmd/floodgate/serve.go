@@ -150,7 +150,7 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.maxOwnPeriod, "max-own-period", server.DefaultMaxOwnPeriod, "the longest period of a limit a request brings (an inline limit of the HTTP API, Envoy's descriptor override); longer is refused as invalid, since each of its keys is kept that long; negative: no bound (env FLOODGATE_MAX_OWN_PERIOD)")
 	fs.IntVar(&c.maxKeys, "max-keys", defaultMaxKeys, "memory store: the most keys holding state (docs/serve.md says the memory each takes); a request that would add one more, once expired keys are dropped, is answered by its rule's failure mode and counted in floodgate_memstore_refused_total; 0: no bound (env FLOODGATE_MAX_KEYS)")
 	fs.IntVar(&c.maxConns, "max-connections", 0, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so that clients opening thousands cannot take every file descriptor; 0: derived from the process's file limit, so that both listeners together stay under it (docs/serve.md has the formula) (env FLOODGATE_MAX_CONNECTIONS)")
-	fs.IntVar(&c.maxConnsPerPeer, "max-connections-per-peer", transport.DefaultMaxConnsPerPeer, "the most connections one peer (an IPv4 address, an IPv6 /64) holds open on each listener; more are closed as soon as accepted, so that one client cannot starve the others; never above -max-connections (env FLOODGATE_MAX_CONNECTIONS_PER_PEER)")
+	fs.IntVar(&c.maxConnsPerPeer, "max-connections-per-peer", 0, "the most connections one peer (an IPv4 address, an IPv6 /64) holds open on each listener; more are closed as soon as accepted, so that one client cannot starve the others; never above -max-connections; 0: 1000, or half of -max-connections if less (env FLOODGATE_MAX_CONNECTIONS_PER_PEER)")
 	fs.UintVar(&c.grpcMaxStreams, "grpc-max-streams", transport.DefaultMaxStreams, "gRPC: the most calls in flight on one connection (HTTP/2 max concurrent streams); more are refused (env FLOODGATE_GRPC_MAX_STREAMS)")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", transport.DefaultWriteTimeout, "HTTP: the longest a response may take, from the end of its request's header to its last byte, and the longest each frame of the dashboard's feed may take to send; a client that does not read loses its connection then (env FLOODGATE_WRITE_TIMEOUT)")
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "HTTP without token files: comma-separated host `names` the Host header may name besides an IP address and localhost (a name the listener is reached by, behind a proxy, say); any other is refused with 421, against DNS rebinding (env FLOODGATE_ALLOWED_HOSTS)")
@@ -201,8 +201,8 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-timeout: %v must be above zero", c.timeout)
 	case c.maxConns < 0:
 		return fmt.Sprintf("-max-connections: %d is negative (0 derives it from the file limit)", c.maxConns)
-	case c.maxConnsPerPeer < 1:
-		return fmt.Sprintf("-max-connections-per-peer: %d must be at least 1", c.maxConnsPerPeer)
+	case c.maxConnsPerPeer < 0:
+		return fmt.Sprintf("-max-connections-per-peer: %d is negative (0 derives it from -max-connections)", c.maxConnsPerPeer)
 	case c.grpcMaxStreams < 1 || c.grpcMaxStreams > math.MaxUint32:
 		return fmt.Sprintf("-grpc-max-streams: %d is not from 1 to %d", c.grpcMaxStreams, uint64(math.MaxUint32))
 	case c.writeTimeout <= 0:

@@ -28,7 +28,9 @@ type ListenOptions struct {
 	// host is usually given). A connection beyond it is closed as soon as
 	// it is accepted, before any TLS handshake, so that one peer cannot
 	// take MaxConns and starve the others (health checks included).
-	// Default DefaultMaxConnsPerPeer, and never above MaxConns.
+	// Default DefaultMaxConnsPerPeer or half of MaxConns, whichever is
+	// less (at least 1), so that another peer always has room; never
+	// above MaxConns.
 	MaxConnsPerPeer int
 	// TLS, if set, makes the listener speak TLS, negotiating Protos by
 	// ALPN ("h2" and "http/1.1" for HTTP). A gRPC listener takes its TLS
@@ -56,7 +58,7 @@ func (o *ListenOptions) withDefaults() ListenOptions {
 		c.MaxConns = DefaultMaxConns
 	}
 	if c.MaxConnsPerPeer <= 0 {
-		c.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+		c.MaxConnsPerPeer = min(DefaultMaxConnsPerPeer, max(1, c.MaxConns/2))
 	}
 	c.MaxConnsPerPeer = min(c.MaxConnsPerPeer, c.MaxConns)
 	return c

@@ -48,12 +48,13 @@ func dialFrom(t testing.TB, local, addr string, rcvbuf int) net.Conn {
 	return c
 }
 
-// TestListenPerPeer: a peer holding MaxConnsPerPeer connections has its
-// next one closed at once, and counted, while another peer is still
-// served; once one of its connections closes, the peer is served again.
+// TestListenPerPeer: a peer holding MaxConnsPerPeer connections (by
+// default half of MaxConns) has its next one closed at once, and
+// counted, while another peer is still served; once one of its
+// connections closes, the peer is served again.
 func TestListenPerPeer(t *testing.T) {
 	refused := make(chan string, 10)
-	ln, err := transport.Listen("127.0.0.1:0", &transport.ListenOptions{MaxConns: 10, MaxConnsPerPeer: 2,
+	ln, err := transport.Listen("127.0.0.1:0", &transport.ListenOptions{MaxConns: 4,
 		OnRefused: func(peer string) { refused <- peer }})
 	if err != nil {
 		t.Fatal(err)
