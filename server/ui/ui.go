@@ -12,7 +12,11 @@
 // The page is three embedded files (HTML, JavaScript, CSS) with its charts
 // drawn in SVG by hand: nothing is fetched from another origin, nothing
 // to install. It reads the feed, GET /ui/events: server-sent events, one
-// Frame (JSON) per Options.Interval, a second by default.
+// Frame (JSON) per Options.Interval, a second by default, built once per
+// interval for every stream of its scope (admin or not), so that a stream
+// costs its connection and little else. The streams are capped in all
+// and per client (Options.MaxSubscribers, MaxSubscribersPerPeer), and
+// each frame must be sent within Options.WriteTimeout.
 //
 // # Where the figures come from
 //
