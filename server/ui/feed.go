@@ -159,13 +159,6 @@ func scopeOf(admin bool) int {
 	return 0
 }
 
-// subscribers is the number of streams of the feed.
-func (f *feed) subscribers() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.subs)
-}
-
 // maxFrames bounds ?frames=.
 const maxFrames = 1_000_000
 
