@@ -64,3 +64,22 @@ func (lt *logThrottle) log(l *slog.Logger, level slog.Level, key, msg string, ar
 	}
 	l.Log(context.Background(), level, msg, args...)
 }
+
+// LogThrottle keeps repeated log lines from flooding a log, as the
+// server's own warnings are kept: at most one line per key per interval,
+// and the next line of a key that goes out carries "suppressed", the
+// count held back since. At most 1024 keys are tracked; the rest share
+// one. It is safe for concurrent use.
+type LogThrottle struct{ lt *logThrottle }
+
+// NewLogThrottle returns a LogThrottle letting one line per key through
+// every interval.
+func NewLogThrottle(every time.Duration) *LogThrottle {
+	return &LogThrottle{newLogThrottle(every)}
+}
+
+// Log writes msg at level to l, with args, unless a line of key went out
+// less than the interval ago.
+func (t *LogThrottle) Log(l *slog.Logger, level slog.Level, key, msg string, args ...any) {
+	t.lt.log(l, level, key, msg, args...)
+}

@@ -181,7 +181,7 @@ func TestExampleConfig(t *testing.T) {
 // not served while two are held (it waits in the accept queue instead of
 // taking a file descriptor), and is served as soon as one closes.
 func TestServeConnectionCap(t *testing.T) {
-	in := startServe(t, "-max-connections", "2")
+	in := startServe(t, "-max-connections", "2", "-max-connections-per-peer", "2")
 	addr := strings.TrimPrefix(in.httpURL, "http://")
 	var held []net.Conn
 	for range 2 {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -38,14 +39,6 @@ import (
 // no round trip. 65,536 entries take a few MiB.
 const defaultDenyCache = 1 << 16
 
-// defaultMaxConns is serve's default -max-connections per listener: room
-// for a large fleet of Envoys and clients (each Envoy holds a few
-// connections), well under the file limit Go raises the process to at
-// start (the hard limit, 1,048,576 or more on current Linux), so that a
-// flood of connections waits in the kernel's accept queue instead of
-// taking every descriptor.
-const defaultMaxConns = 10_000
-
 // serveConfig is everything `floodgate serve` reads from its flags and
 // environment, once, at start.
 type serveConfig struct {
@@ -75,7 +68,13 @@ type serveConfig struct {
 	shadowMode          bool
 	independent         bool
 	holdRetention       time.Duration
-	maxConns            int
+	maxConns            int // 0: derived from the file limit (maxConnsFor)
+	maxConnsPerPeer     int
+	grpcMaxStreams      uint
+	writeTimeout        time.Duration
+	allowedHosts        string
+	uiMaxSubscribers    int
+	uiMaxPerPeer        int
 	grpcMaxIdle         time.Duration
 	gogc                int
 	// ledger: -ledger and its flags (serveledger.go).
@@ -150,7 +149,13 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM `file` of the CAs that sign client certificates: with it every client of both listeners must present one (mutual TLS); read again when it changes (env FLOODGATE_TLS_CLIENT_CA)")
 	fs.DurationVar(&c.maxOwnPeriod, "max-own-period", server.DefaultMaxOwnPeriod, "the longest period of a limit a request brings (an inline limit of the HTTP API, Envoy's descriptor override); longer is refused as invalid, since each of its keys is kept that long; negative: no bound (env FLOODGATE_MAX_OWN_PERIOD)")
 	fs.IntVar(&c.maxKeys, "max-keys", defaultMaxKeys, "memory store: the most keys holding state (docs/serve.md says the memory each takes); a request that would add one more, once expired keys are dropped, is answered by its rule's failure mode and counted in floodgate_memstore_refused_total; 0: no bound (env FLOODGATE_MAX_KEYS)")
-	fs.IntVar(&c.maxConns, "max-connections", defaultMaxConns, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so a client that opens thousands cannot take every file descriptor (env FLOODGATE_MAX_CONNECTIONS)")
+	fs.IntVar(&c.maxConns, "max-connections", 0, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so that clients opening thousands cannot take every file descriptor; 0: derived from the process's file limit, so that both listeners together stay under it (docs/serve.md has the formula) (env FLOODGATE_MAX_CONNECTIONS)")
+	fs.IntVar(&c.maxConnsPerPeer, "max-connections-per-peer", 0, "the most connections one peer (an IPv4 address, an IPv6 /64) holds open on each listener; more are closed as soon as accepted, so that one client cannot starve the others; never above -max-connections; 0: 1000, or half of -max-connections if less (env FLOODGATE_MAX_CONNECTIONS_PER_PEER)")
+	fs.UintVar(&c.grpcMaxStreams, "grpc-max-streams", transport.DefaultMaxStreams, "gRPC: the most calls in flight on one connection (HTTP/2 max concurrent streams); more are refused (env FLOODGATE_GRPC_MAX_STREAMS)")
+	fs.DurationVar(&c.writeTimeout, "write-timeout", transport.DefaultWriteTimeout, "HTTP: the longest a response may take, from the end of its request's header to its last byte, and the longest each frame of the dashboard's feed may take to send; a client that does not read loses its connection then (env FLOODGATE_WRITE_TIMEOUT)")
+	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "HTTP without token files: comma-separated host `names` the Host header may name besides an IP address and localhost (a name the listener is reached by, behind a proxy, say); any other is refused with 421, against DNS rebinding (env FLOODGATE_ALLOWED_HOSTS)")
+	fs.IntVar(&c.uiMaxSubscribers, "ui-max-subscribers", ui.DefaultMaxSubscribers, "the most streams of the dashboard's feed (GET /ui/events) at once; more are answered 503 with Retry-After (env FLOODGATE_UI_MAX_SUBSCRIBERS)")
+	fs.IntVar(&c.uiMaxPerPeer, "ui-max-subscribers-per-peer", ui.DefaultMaxSubscribersPerPeer, "the most streams of the dashboard's feed one peer (an IPv4 address, an IPv6 /64) holds at once; more are answered 503 with Retry-After (env FLOODGATE_UI_MAX_SUBSCRIBERS_PER_PEER)")
 	fs.DurationVar(&c.grpcMaxIdle, "grpc-max-idle", 5*time.Minute, "gRPC: close a connection that has had no call for this long (Envoy reconnects when it needs to) (env FLOODGATE_GRPC_MAX_IDLE)")
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
@@ -194,8 +199,20 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-probe-interval: %v must be above zero", c.probeInterval)
 	case c.timeout <= 0:
 		return fmt.Sprintf("-timeout: %v must be above zero", c.timeout)
-	case c.maxConns < 1:
-		return fmt.Sprintf("-max-connections: %d must be at least 1", c.maxConns)
+	case c.maxConns < 0:
+		return fmt.Sprintf("-max-connections: %d is negative (0 derives it from the file limit)", c.maxConns)
+	case c.maxConnsPerPeer < 0:
+		return fmt.Sprintf("-max-connections-per-peer: %d is negative (0 derives it from -max-connections)", c.maxConnsPerPeer)
+	case c.grpcMaxStreams < 1 || c.grpcMaxStreams > math.MaxUint32:
+		return fmt.Sprintf("-grpc-max-streams: %d is not from 1 to %d", c.grpcMaxStreams, uint64(math.MaxUint32))
+	case c.writeTimeout <= 0:
+		return fmt.Sprintf("-write-timeout: %v must be above zero", c.writeTimeout)
+	case c.uiMaxSubscribers < 1:
+		return fmt.Sprintf("-ui-max-subscribers: %d must be at least 1", c.uiMaxSubscribers)
+	case c.uiMaxPerPeer < 1:
+		return fmt.Sprintf("-ui-max-subscribers-per-peer: %d must be at least 1", c.uiMaxPerPeer)
+	case hostsProblem(c.allowedHosts) != "":
+		return hostsProblem(c.allowedHosts)
 	case c.maxKeys < 0:
 		return fmt.Sprintf("-max-keys: %d is negative (0 means no bound)", c.maxKeys)
 	case c.gogc < 0:
@@ -289,7 +306,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeQuota()
-	l, err := c.listen(srv, auth, ltls, handler)
+	l, err := c.listen(srv, auth, ltls, log)
 	if err != nil {
 		log.Error("cannot listen", "error", err)
 		return 1
@@ -478,24 +495,53 @@ type listeners struct {
 }
 
 // listen opens the HTTP and gRPC listeners of the flags, with the handlers
-// of srv.
-func (c serveConfig) listen(srv *server.Server, auth *transport.Auth, ltls *transport.TLSFiles, handler slog.Handler) (*listeners, error) {
+// of srv, within their bounds: connections per listener and per peer,
+// gRPC streams per connection, HTTP read and write deadlines, the
+// dashboard's subscribers.
+func (c serveConfig) listen(srv *server.Server, auth *transport.Auth, ltls *transport.TLSFiles, log *slog.Logger) (*listeners, error) {
 	rls := envoyService(srv, c.headers, c.parity)
-	api, err := httpapi.New(srv, &httpapi.Options{Auth: auth})
+	api, err := httpapi.New(srv, &httpapi.Options{Auth: auth, GuardBrowsers: true, AllowedHosts: c.hosts()})
 	if err != nil {
 		return nil, err
 	}
-	httpLn, err := transport.Listen(c.httpAddr, c.maxConns, ltls, "h2", "http/1.1")
+	n := 2
+	if c.grpcAddr == "" {
+		n = 1
+	}
+	maxConns, nofile := c.maxConns, fileLimit()
+	if maxConns == 0 {
+		maxConns = maxConnsFor(nofile, n)
+	} else if nofile > 0 && uint64(maxConns)*uint64(n)+reservedFiles(nofile) > nofile {
+		log.Warn("-max-connections: the listeners together may hold more connections than the file limit allows, leaving none for the store; lower it, or leave it 0 to derive it", "max_connections", maxConns, "listeners", n, "file_limit", nofile)
+	}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "floodgate_connections_refused_total",
+		Help: "Connections closed as soon as accepted because their peer held -max-connections-per-peer already, by listener (http, grpc).",
+	}, []string{"listener"})
+	if err := srv.Registry().Register(refused); err != nil {
+		return nil, err
+	}
+	throttle := server.NewLogThrottle(time.Second)
+	bounds := func(name string, tls *transport.TLSFiles, protos ...string) *transport.ListenOptions {
+		count := refused.WithLabelValues(name)
+		return &transport.ListenOptions{MaxConns: maxConns, MaxConnsPerPeer: c.maxConnsPerPeer, TLS: tls, Protos: protos,
+			OnRefused: func(peer string) {
+				count.Inc()
+				throttle.Log(log, slog.LevelWarn, "refused_"+name, "connection refused: its peer holds -max-connections-per-peer already", "listener", name, "peer", peer)
+			}}
+	}
+	httpLn, err := transport.Listen(c.httpAddr, bounds("http", ltls, "h2", "http/1.1"))
 	if err != nil {
 		return nil, fmt.Errorf("-http %s: %w", c.httpAddr, err)
 	}
 	extras := httpExtras(rls)
 	var dash *ui.Dashboard
 	if c.dashboard {
-		dash = ui.New(srv, &ui.Options{Auth: auth})
+		dash = ui.New(srv, &ui.Options{Auth: auth, MaxSubscribers: c.uiMaxSubscribers, MaxSubscribersPerPeer: c.uiMaxPerPeer, WriteTimeout: c.writeTimeout})
 		maps.Copy(extras, dash.Handlers())
 	}
-	l := &listeners{httpLn: httpLn, http: transport.NewHTTPServer(api.Handler(extras), slog.NewLogLogger(handler, slog.LevelWarn))}
+	l := &listeners{httpLn: httpLn, http: transport.NewHTTPServer(api.Handler(extras), &transport.HTTPOptions{
+		WriteTimeout: c.writeTimeout, ErrorLog: throttledErrorLog(log, throttle)})}
 	if dash != nil {
 		// The feed's streams never go idle: end them when Shutdown starts.
 		l.http.RegisterOnShutdown(dash.Close)
@@ -510,18 +556,44 @@ func (c serveConfig) listen(srv *server.Server, auth *transport.Auth, ltls *tran
 	if c.grpcAddr == "" {
 		return l, nil
 	}
-	if l.grpcLn, err = transport.Listen(c.grpcAddr, c.maxConns, nil); err != nil {
+	if l.grpcLn, err = transport.Listen(c.grpcAddr, bounds("grpc", nil)); err != nil {
 		httpLn.Close()
 		if l.debugLn != nil {
 			l.debugLn.Close()
 		}
 		return nil, fmt.Errorf("-grpc %s: %w", c.grpcAddr, err)
 	}
-	gopts := append(transport.GRPCServerOptions(c.grpcMaxIdle, ltls), auth.GRPCOptions()...)
-	l.grpc = grpc.NewServer(gopts...)
+	l.grpc = grpc.NewServer(transport.GRPCServerOptions(&transport.GRPCOptions{
+		MaxIdle: c.grpcMaxIdle, MaxStreams: uint32(c.grpcMaxStreams), TLS: ltls, Auth: auth})...)
 	registerGRPC(l.grpc, rls)
 	healthpb.RegisterHealthServer(l.grpc, health.NewServer())
 	return l, nil
+}
+
+// hosts are the names the HTTP API takes in a Host header without token
+// files besides IP addresses and localhost: -allowed-hosts, and the
+// host of -http when it is a name.
+func (c serveConfig) hosts() []string {
+	var out []string
+	for h := range strings.SplitSeq(c.allowedHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	if h, _, err := net.SplitHostPort(c.httpAddr); err == nil && h != "" {
+		out = append(out, h)
+	}
+	return out
+}
+
+// hostsProblem is the problem of an -allowed-hosts value, or "".
+func hostsProblem(list string) string {
+	for h := range strings.SplitSeq(list, ",") {
+		if h = strings.TrimSpace(h); strings.ContainsAny(h, " /:@[]") {
+			return fmt.Sprintf("-allowed-hosts: %q is not a host name (give names without scheme or port, separated by commas)", h)
+		}
+	}
+	return ""
 }
 
 // serve serves both listeners; the channel gets the error of the first to
@@ -571,6 +643,13 @@ func (l *listeners) shutdown(timeout time.Duration, log *slog.Logger) (complete 
 	if err := l.http.Shutdown(sctx); err != nil {
 		log.Warn("HTTP shutdown incomplete", "error", err)
 		complete = false
+	}
+	select {
+	case <-done:
+		// Finished, even if the HTTP side used up the time: a select of
+		// both would pick either when both are ready.
+		return complete
+	default:
 	}
 	select {
 	case <-done:

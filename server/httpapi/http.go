@@ -18,7 +18,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"mime"
+	"net"
 	"net/http"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strconv"
@@ -47,6 +50,14 @@ type Options struct {
 	// client tokens, resets, inspections and the config to admin
 	// tokens; nil serves every route to every caller.
 	Auth *transport.Auth
+	// GuardBrowsers, when Auth is nil, keeps browsers from using the API
+	// on another site's behalf (see Handler); floodgate serve sets it.
+	// Ignored with Auth.
+	GuardBrowsers bool
+	// AllowedHosts are the host names (without port; case does not
+	// matter) a request's Host may name under GuardBrowsers, besides an
+	// IP address and localhost.
+	AllowedHosts []string
 }
 
 // API is the HTTP JSON API over a server.Server. It is safe for
@@ -54,6 +65,10 @@ type Options struct {
 type API struct {
 	srv  *server.Server
 	auth *transport.Auth
+	// guard is Options.GuardBrowsers without Auth; hosts are
+	// Options.AllowedHosts, lower case.
+	guard bool
+	hosts map[string]bool
 	// reservations counts the steps of reservations, by step and result.
 	reservations *prometheus.CounterVec
 }
@@ -62,9 +77,13 @@ type API struct {
 // be nil. The API of one server can be made more than once (they share
 // the metrics).
 func New(srv *server.Server, opts *Options) (*API, error) {
-	s := &API{srv: srv}
+	s := &API{srv: srv, hosts: map[string]bool{}}
 	if opts != nil {
 		s.auth = opts.Auth
+		s.guard = opts.GuardBrowsers && opts.Auth == nil
+		for _, h := range opts.AllowedHosts {
+			s.hosts[strings.TrimSuffix(strings.ToLower(h), ".")] = true
+		}
 	}
 	s.reservations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_reservations_total",
@@ -106,12 +125,64 @@ func New(srv *server.Server, opts *Options) (*API, error) {
 // GET /openapi.yaml. A test drives this handler through every route and
 // status the document lists and validates each exchange against it, so a
 // route or a status added on one side only fails the test.
+//
+// With Options.GuardBrowsers and without Auth (no token files: every
+// route open, floodgate serve's loopback default), a browser is kept
+// from using the API on another site's behalf: a POST
+// must say Content-Type: application/json (else 415), which no form and
+// no cross-site fetch without a CORS preflight can send, and the Host
+// must be an IP address, localhost (or a name under .localhost) or one
+// of Options.AllowedHosts (else 421), which no DNS rebinding can send: a
+// page of evil.example whose name is made to point at 127.0.0.1 still
+// says Host: evil.example.
 func (s *API) Handler(extra map[string]http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	for _, r := range s.routes(extra) {
 		mux.Handle(r.pattern, guard(s.auth, r.scope, r.h))
 	}
-	return mux
+	if !s.guard {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.hostAllowed(r.Host) {
+			writeProblem(w, &httpError{status: http.StatusMisdirectedRequest, field: "Host",
+				msg: fmt.Sprintf("%q is not a name of this server; without token files it answers only to an IP address, localhost and -allowed-hosts", r.Host)})
+			return
+		}
+		if r.Method == http.MethodPost && !isJSON(r.Header.Get("Content-Type")) {
+			writeProblem(w, &httpError{status: http.StatusUnsupportedMediaType, field: "Content-Type",
+				msg: fmt.Sprintf("%q: a POST must be application/json (curl: -H 'Content-Type: application/json', or --json)", r.Header.Get("Content-Type"))})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// hostAllowed reports whether a Host header names this server for a
+// client without a token: empty (HTTP/1.0, never a browser), an IP
+// address, localhost or a name under .localhost (RFC 6761: a browser
+// resolves them to loopback itself), or an allowed host; the port is not
+// looked at.
+func (s *API) hostAllowed(host string) bool {
+	if host == "" {
+		return true
+	}
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	name = strings.TrimSuffix(strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")), ".")
+	if _, err := netip.ParseAddr(name); err == nil {
+		return true
+	}
+	return name == "localhost" || strings.HasSuffix(name, ".localhost") || s.hosts[name]
+}
+
+// isJSON reports whether a Content-Type is application/json, with or
+// without parameters (charset=utf-8).
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
 }
 
 // guard wraps h so that it serves only callers of scope (auth nil: every
@@ -607,6 +678,12 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	}
 	if err := decodeStrict(body, v); err != nil {
 		writeProblem(w, jsonError(err))
+		return false
+	}
+	// The same for a \u escape of half a surrogate pair, which it also
+	// reads as U+FFFD.
+	if field, ok := loneSurrogate(body); ok {
+		writeProblem(w, invalid(field, "a \\u escape of half a UTF-16 surrogate pair (\\ud800 to \\udfff) without its other half, which is no character"))
 		return false
 	}
 	return true

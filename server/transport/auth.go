@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // Scope is what a route needs of its caller's bearer token.
@@ -204,11 +205,11 @@ func (a *Auth) allowed(header string, scope Scope) (unauthenticated bool, err er
 	if header == "" {
 		return true, errNoToken
 	}
-	tok, ok := strings.CutPrefix(header, "Bearer ")
+	tok, ok := bearer(header)
 	if !ok {
 		return true, errMalformed
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	sum := sha256.Sum256([]byte(tok))
 	if _, ok := t.admin[sum]; ok {
 		return false, nil
 	}
@@ -219,6 +220,17 @@ func (a *Auth) allowed(header string, scope Scope) (unauthenticated bool, err er
 		return false, errNotAdmin
 	}
 	return true, errBadToken
+}
+
+// bearer is the token of an Authorization value of the Bearer scheme,
+// whose name is case-insensitive (RFC 9110 section 11.1: "bearer" and
+// "BEARER" are "Bearer"), followed by one space or more.
+func bearer(header string) (string, bool) {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
 }
 
 // IsAdmin reports whether r carries an admin token.
@@ -233,15 +245,13 @@ func (a *Auth) IsAdmin(r *http.Request) bool {
 // gRPC methods every caller may call: health checks.
 const grpcHealthPrefix = "/grpc.health.v1.Health/"
 
-func (a *Auth) grpcCheck(ctx context.Context, method string) error {
+func (a *Auth) grpcCheck(method string, md metadata.MD) error {
 	if strings.HasPrefix(method, grpcHealthPrefix) {
 		return nil
 	}
 	var header string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("authorization"); len(v) > 0 {
-			header = v[0]
-		}
+	if v := md.Get("authorization"); len(v) > 0 {
+		header = v[0]
 	}
 	unauth, err := a.allowed(header, ScopeClient)
 	switch {
@@ -254,24 +264,20 @@ func (a *Auth) grpcCheck(ctx context.Context, method string) error {
 	}
 }
 
-// GRPCOptions are the interceptors that hold every gRPC call but health
-// checks to ScopeClient.
+// GRPCOptions hold every gRPC call but health checks to ScopeClient. The
+// check is gRPC's tap handle (grpc.InTapHandle), which runs on the
+// connection's reader as a call's headers arrive, before the call has a
+// goroutine or reads its message: a call without a valid token is
+// answered Unauthenticated at once, so unauthenticated clients cannot
+// hold calls open (a unary interceptor would only run once the request
+// message had arrived, on a goroutine of its own). A nil Auth has none.
 func (a *Auth) GRPCOptions() []grpc.ServerOption {
 	if a == nil {
 		return nil
 	}
 	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if err := a.grpcCheck(ctx, info.FullMethod); err != nil {
-				return nil, err
-			}
-			return h(ctx, req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if err := a.grpcCheck(ss.Context(), info.FullMethod); err != nil {
-				return err
-			}
-			return h(srv, ss)
+		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+			return ctx, a.grpcCheck(info.FullMethodName, info.Header)
 		}),
 	}
 }

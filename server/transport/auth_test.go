@@ -84,3 +84,28 @@ func FuzzTokenFile(f *testing.F) {
 		}
 	})
 }
+
+// TestBearerSchemeCaseInsensitive: the scheme of an Authorization value
+// is case-insensitive (RFC 9110 section 11.1), so "bearer" and "BEARER"
+// are "Bearer"; the token itself is not.
+func TestBearerSchemeCaseInsensitive(t *testing.T) {
+	const tok = "client-0123456789abcdef"
+	auth, err := transport.LoadAuth(tokenFile(t, tok+"\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for header, want := range map[string]bool{
+		"Bearer " + tok:                  true,
+		"bearer " + tok:                  true,
+		"BEARER " + tok:                  true,
+		"bEaReR   " + tok:                true,
+		"Bearer " + strings.ToUpper(tok): false,
+		"Basic " + tok:                   false,
+		"Bearer" + tok:                   false,
+		tok:                              false,
+	} {
+		if _, err := auth.Allowed(header, transport.ScopeClient); (err == nil) != want {
+			t.Errorf("Allowed(%q): %v, want allowed %v", header, err, want)
+		}
+	}
+}

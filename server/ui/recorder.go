@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/loop"
 	"github.com/floodgate-rl/floodgate/internal/topk"
 	"github.com/floodgate-rl/floodgate/server/transport"
 )
@@ -17,6 +18,10 @@ const (
 	DefaultSlice    = 15 * time.Second
 	DefaultInterval = time.Second
 	DefaultTop      = 10
+	// DefaultMaxSubscribers and DefaultMaxSubscribersPerPeer are the
+	// caps of the feed's streams, in all and from one peer.
+	DefaultMaxSubscribers        = 100
+	DefaultMaxSubscribersPerPeer = 10
 )
 
 // Options configure a Dashboard. The zero value of each field is its
@@ -43,10 +48,24 @@ type Options struct {
 	// admitted decision counts its key as near its limit; default 0.8, as
 	// server.Options.
 	NearLimitRatio float64
+	// MaxSubscribers is the most streams of the feed at once, and
+	// MaxSubscribersPerPeer the most from one peer (an IPv4 address, an
+	// IPv6 /64: transport.Peer); a stream beyond either is answered 503
+	// with Retry-After. Defaults DefaultMaxSubscribers and
+	// DefaultMaxSubscribersPerPeer.
+	MaxSubscribers        int
+	MaxSubscribersPerPeer int
+	// WriteTimeout is the longest each frame of the feed may take to
+	// send; a stream whose client does not read ends then. Default
+	// transport.DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// Auth is the server's tokens (the HTTP API's httpapi.Options.Auth):
 	// the feed shows its top keys and rules only to admin tokens. Nil:
 	// to every caller, as on a server without token files.
 	Auth *transport.Auth
+
+	// newTicker, if set, makes the feed's ticker (a test's).
+	newTicker func(time.Duration) loop.Ticker
 }
 
 func (o *Options) withDefaults() Options {
@@ -65,6 +84,15 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.Top <= 0 {
 		c.Top = DefaultTop
+	}
+	if c.MaxSubscribers <= 0 {
+		c.MaxSubscribers = DefaultMaxSubscribers
+	}
+	if c.MaxSubscribersPerPeer <= 0 {
+		c.MaxSubscribersPerPeer = DefaultMaxSubscribersPerPeer
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = transport.DefaultWriteTimeout
 	}
 	if c.NearLimitRatio <= 0 || c.NearLimitRatio > 1 {
 		c.NearLimitRatio = 0.8

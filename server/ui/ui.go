@@ -12,7 +12,11 @@
 // The page is three embedded files (HTML, JavaScript, CSS) with its charts
 // drawn in SVG by hand: nothing is fetched from another origin, nothing
 // to install. It reads the feed, GET /ui/events: server-sent events, one
-// Frame (JSON) per Options.Interval, a second by default.
+// Frame (JSON) per Options.Interval, a second by default, built once per
+// interval for every stream of its scope (admin or not), so that a stream
+// costs its connection and little else. The streams are capped in all
+// and per client (Options.MaxSubscribers, MaxSubscribersPerPeer), and
+// each frame must be sent within Options.WriteTimeout.
 //
 // # Where the figures come from
 //
@@ -53,7 +57,6 @@ package ui
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"mime"
@@ -82,6 +85,10 @@ type Dashboard struct {
 	stop func() // ends the recorder's watch and its rotation
 	// rotation drops the older sketches of the recorder every Slice.
 	rotation loop.Loop
+	// feed sends the frames of GET /ui/events; ticks makes them, every
+	// Interval.
+	feed  *feed
+	ticks loop.Loop
 
 	mu     sync.Mutex
 	closed bool
@@ -98,9 +105,13 @@ func New(srv *server.Server, opts *Options) *Dashboard {
 		d.rec.rotate()
 		return true
 	})
+	d.feed = newFeed(d)
+	d.ticks.NewTicker = d.opts.newTicker
+	d.ticks.Start(d.opts.Interval, d.feed.tick)
 	d.stop = func() {
 		stopWatch()
 		d.rotation.Stop()
+		d.ticks.Stop()
 	}
 	return d
 }
@@ -189,58 +200,4 @@ func (d *Dashboard) serveFile(w http.ResponseWriter, name string) {
 
 func (d *Dashboard) notFound(w http.ResponseWriter, name string) {
 	httpapi.WriteProblem(w, http.StatusNotFound, "asset", fmt.Sprintf("the dashboard has no file %q", name))
-}
-
-// maxFrames bounds ?frames=.
-const maxFrames = 1_000_000
-
-// serveEvents streams frames: one at once (without rates), then one per
-// interval, until the client goes, the Dashboard closes, or ?frames=N
-// have been sent (for scripts: ?frames=2 is one reading with rates).
-func (d *Dashboard) serveEvents(w http.ResponseWriter, r *http.Request) {
-	frames := 0
-	if v := r.URL.Query().Get("frames"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxFrames {
-			httpapi.WriteProblem(w, http.StatusBadRequest, "frames", fmt.Sprintf("%q is not a number of frames from 1 to %d", v, maxFrames))
-			return
-		}
-		frames = n
-	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		httpapi.WriteProblem(w, http.StatusInternalServerError, "", "the connection cannot stream")
-		return
-	}
-	admin := d.opts.Auth.IsAdmin(r)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no") // a proxy in front must not hold frames back
-	w.WriteHeader(http.StatusOK)
-
-	t := time.NewTicker(d.opts.Interval)
-	defer t.Stop()
-	var prev *sample
-	for sent := 0; frames == 0 || sent < frames; sent++ {
-		if sent > 0 {
-			select {
-			case <-r.Context().Done():
-				return
-			case <-d.done:
-				return
-			case <-t.C:
-			}
-		}
-		cur := d.sample()
-		b, err := json.Marshal(d.frame(prev, &cur, admin))
-		if err != nil {
-			return
-		}
-		prev = &cur
-		if _, err := fmt.Fprintf(w, "event: frame\ndata: %s\n\n", b); err != nil {
-			return
-		}
-		flusher.Flush()
-	}
 }
