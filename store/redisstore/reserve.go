@@ -13,7 +13,7 @@ import (
 var (
 	_ floodgate.Reserver   = (*Store)(nil)
 	_ floodgate.HoldReader = (*Store)(nil)
-	_ floodgate.Raiser   = (*Store)(nil)
+	_ floodgate.Raiser     = (*Store)(nil)
 )
 
 // Reserve holds the cost of every request of r, all or nothing, under
