@@ -47,6 +47,12 @@ type Options struct {
 	// client tokens, resets, inspections and the config to admin
 	// tokens; nil serves every route to every caller.
 	Auth *transport.Auth
+	// IDKeys sign the ids of reservations and leases (see LoadIDKeys):
+	// each at least MinIDKeyLen bytes, the first signs, every one
+	// verifies. Several instances that settle each other's ids need the
+	// same keys. None: a random key of this process, whose ids settle
+	// only here and only until it restarts.
+	IDKeys [][]byte
 }
 
 // API is the HTTP JSON API over a server.Server. It is safe for
@@ -54,6 +60,8 @@ type Options struct {
 type API struct {
 	srv  *server.Server
 	auth *transport.Auth
+	// ids signs the ids of reservations and leases.
+	ids *signer
 	// reservations counts the steps of reservations, by step and result.
 	reservations *prometheus.CounterVec
 }
@@ -63,8 +71,13 @@ type API struct {
 // the metrics).
 func New(srv *server.Server, opts *Options) (*API, error) {
 	s := &API{srv: srv}
+	var keys [][]byte
 	if opts != nil {
-		s.auth = opts.Auth
+		s.auth, keys = opts.Auth, opts.IDKeys
+	}
+	var err error
+	if s.ids, err = newSigner(keys); err != nil {
+		return nil, err
 	}
 	s.reservations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_reservations_total",

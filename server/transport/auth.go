@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -219,6 +220,28 @@ func (a *Auth) allowed(header string, scope Scope) (unauthenticated bool, err er
 		return false, errNotAdmin
 	}
 	return true, errBadToken
+}
+
+// Identity is who a caller presenting header (an Authorization value) is,
+// for what it owns: the reservations and leases of the HTTP API are bound
+// to it, so that another token can neither settle nor replay them. It is
+// the first 16 bytes of the SHA-256 digest of the bearer token, in hex,
+// when the token is one of the server's (client or admin); "" when it is
+// not, when there is none, and for a nil Auth. A caller that passed a
+// route of ScopeClient has an identity whenever the server has client
+// tokens; without them (open mode) every caller is "", one tenant.
+func (a *Auth) Identity(header string) string {
+	if a == nil || len(header) < len("Bearer ") || !strings.EqualFold(header[:len("Bearer ")], "Bearer ") {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(header[len("Bearer "):])))
+	t := a.tokens.Load()
+	_, admin := t.admin[sum]
+	_, client := t.client[sum]
+	if !admin && !client {
+		return ""
+	}
+	return hex.EncodeToString(sum[:16])
 }
 
 // IsAdmin reports whether r carries an admin token.
