@@ -70,17 +70,17 @@ type serveConfig struct {
 	authFile, adminFile string
 	idKeyFile           string
 	// idKeys are -id-key-file's keys, read at start; nil: a random key.
-	idKeys [][]byte
-	tlsCert, tlsKey     string
-	tlsClientCA         string
-	maxOwnPeriod        time.Duration
-	maxKeys             int
-	shadowMode          bool
-	independent         bool
-	holdRetention       time.Duration
-	maxConns            int
-	grpcMaxIdle         time.Duration
-	gogc                int
+	idKeys          [][]byte
+	tlsCert, tlsKey string
+	tlsClientCA     string
+	maxOwnPeriod    time.Duration
+	maxKeys         int
+	shadowMode      bool
+	independent     bool
+	holdRetention   time.Duration
+	maxConns        int
+	grpcMaxIdle     time.Duration
+	gogc            int
 	// ledger: -ledger and its flags (serveledger.go).
 	ledger ledgerFlags
 
