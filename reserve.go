@@ -254,9 +254,10 @@ type Reservation struct {
 	// Signed reservation whose hold the store lost.
 	Windows []time.Time
 	// Signed reports that Items (each Cost the units held), Windows and
-	// Expires are a record of the reserve that the service made and
-	// signed, not a caller's claim (see SettleRequest.Signed): set it only
-	// for a Reservation rebuilt from such a record.
+	// Expires are the Limiter's own record of the reserve, not a caller's
+	// claim (see SettleRequest.Signed): Reserve and ReserveEach set it on
+	// what they hold; Limiter.Reservation leaves it unset, and a service
+	// sets it only on a Reservation rebuilt from a record it signed.
 	Signed bool
 
 	l *Limiter
@@ -326,7 +327,7 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 	res.Local = c.out[0].Policy == FailLocal
 	res.Held = d.Allowed
 	if res.Held {
-		res.Windows = held.Windows
+		res.Windows, res.Signed = held.Windows, true
 	}
 	return res, d, c.out, nil
 }
