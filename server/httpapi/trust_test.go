@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
@@ -402,6 +404,12 @@ func TestTrustLostHold(t *testing.T) {
 		if flush == nil {
 			t.Skip("the memory store loses nothing while it runs")
 		}
+		doc, err := openapi3.NewLoader().LoadFromFile("openapi.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeResponseSchemas(doc)
+		settled := doc.Components.Schemas["SettleResponse"].Value
 		idA, _ := tr.reserve(tokenA, acme(10))
 		idC, _ := tr.reserve(tokenA, acme(5))
 		flush()
@@ -409,6 +417,9 @@ func TestTrustLostHold(t *testing.T) {
 			code, out := tr.do(tokenA, "/v1/reservations/"+idA+"/commit", `{"cost": 12}`)
 			if code != http.StatusOK || out["hold_lost"] != true || fmt.Sprint(out["settlements"]) != "[map[billed:10 charged:0 limit:0 refunded:0 remaining:0 short:2]]" {
 				t.Errorf("commit of 12 of a lost hold of 10: %d %v, want hold_lost, 10 billed, 2 short", code, out)
+			}
+			if err := settled.VisitJSON(map[string]any(out)); err != nil {
+				t.Errorf("the answer does not match openapi.yaml's SettleResponse: %v", err)
 			}
 		}
 		if code, out := tr.do(tokenA, "/v1/reservations/"+idC+"/cancel", ""); code != http.StatusNotFound {
