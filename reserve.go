@@ -42,6 +42,36 @@ type Reserver interface {
 	Settle(ctx context.Context, r SettleRequest) ([]Settlement, error)
 }
 
+// HoldReader is a Reserver that reads what a reservation holds without
+// settling it: the decorator that accounts for durable quotas (package
+// ledger) asks it before it records a commit, so that the key, units and
+// window it bills are those of the store's hold, and nothing is billed
+// for a hold the store does not have. Both of Floodgate's stores are
+// HoldReaders.
+type HoldReader interface {
+	// ReadHolds answers as Settle(ctx, r) would answer now, and changes
+	// nothing: an error wrapping ErrUnknownReservation (no hold),
+	// ErrConflict (some keys held, or a hold settled otherwise) or
+	// ErrExpired (nil holds), a store failure; else one HeldUnits per
+	// request, in order.
+	ReadHolds(ctx context.Context, r SettleRequest) ([]HeldUnits, error)
+}
+
+// HeldUnits is what a reservation holds on one key, as the store
+// recorded it at the reserve (HoldReader).
+type HeldUnits struct {
+	// Units are the units held: the reserve's cost.
+	Units int64
+	// Durable reports a hold reserved under a durable limit.
+	Durable bool
+	// Window is, for a durable hold, the start of the fixed window its
+	// units count in (the store's, at the reserve); zero for the others.
+	Window time.Time
+	// Replayed reports that the step asked for settled the hold already:
+	// Settle would answer its first answer.
+	Replayed bool
+}
+
 // HoldRequest asks a Reserver to hold units.
 type HoldRequest struct {
 	// Requests are the keys, limits and costs (the upper bounds) to hold,
@@ -117,8 +147,9 @@ type HoldResult struct {
 type SettleRequest struct {
 	// Requests name the keys and limits of the hold, as reserved: Key and
 	// Limit's algorithm and Period find each (a settle uses the limit the
-	// hold was made under, which the store kept); Cost is not used. Now,
-	// if set, is the time of each.
+	// hold was made under, which the store kept); Cost is not used by
+	// stores (for Signed, it is the units held). Now, if set, is the time
+	// of each.
 	Requests []Request
 	// ID is the reservation's ID.
 	ID string
@@ -128,9 +159,22 @@ type SettleRequest struct {
 	// Cancel gives every held unit back instead (Actual must be 0).
 	Cancel bool
 	// Windows, if set, are the reservation's (Reservation.Windows): for
-	// a durable request, the start of the window its units count in, for
-	// the decorator that records its commit. Stores ignore it.
+	// a durable request, the start of the window its units count in.
+	// Stores ignore it; so does the decorator that records commits, but
+	// for a Signed request whose hold the store lost.
 	Windows []time.Time
+	// Signed reports that the requests (each Cost the units held), the
+	// Windows and Expires are the service's own record of the reserve,
+	// which it signed (Reservation.Signed), not a caller's claim. When the
+	// store no longer has the hold (it lost it: a restart without
+	// persistence, a failover), the decorator that accounts for durable
+	// quotas bills a commit made before Expires from them, at most the
+	// units held, and says so (Settlement.HoldLost); without Signed such
+	// a commit is ErrUnknownReservation and billed nowhere. Stores ignore
+	// it.
+	Signed bool
+	// Expires is the reservation's, for Signed.
+	Expires time.Time
 }
 
 // Settlement is what settling a reservation did to one key's budget.
@@ -151,6 +195,16 @@ type Settlement struct {
 	// (Limit.Durable), as the store recorded it: whatever the caller of
 	// the settle says of the limit, its commit is recorded.
 	Durable bool
+	// Billed is the units the durable record holds for this commit of
+	// the key (the decorator that accounts for durable quotas sets it):
+	// the actual cost, or for a HoldLost commit what the signed record
+	// held at most; 0 for a cancel and for keys that are not durable.
+	Billed int64
+	// HoldLost reports a commit of a Signed reservation whose hold the
+	// store no longer had: nothing was settled in the store, and a
+	// durable key's commit was billed from the signed record (Billed;
+	// Short is the cost above what it held, not billed).
+	HoldLost bool
 	// Decision is the key's state after the step (a peek).
 	Decision Decision
 }
@@ -196,8 +250,15 @@ type Reservation struct {
 	// for the others), as the store's reserve answered it
 	// (HoldResult.Windows), which its commit records. A service that
 	// settles a reservation from its ID keeps them with the items;
-	// without them a commit records the window of its own time.
+	// A commit records the window of the store's hold; these serve a
+	// Signed reservation whose hold the store lost.
 	Windows []time.Time
+	// Signed reports that Items (each Cost the units held), Windows and
+	// Expires are the Limiter's own record of the reserve, not a caller's
+	// claim (see SettleRequest.Signed): Reserve and ReserveEach set it on
+	// what they hold; Limiter.Reservation leaves it unset, and a service
+	// sets it only on a Reservation rebuilt from a record it signed.
+	Signed bool
 
 	l *Limiter
 }
@@ -266,7 +327,7 @@ func (l *Limiter) ReserveEach(ctx context.Context, items []Item, o *ReserveOptio
 	res.Local = c.out[0].Policy == FailLocal
 	res.Held = d.Allowed
 	if res.Held {
-		res.Windows = held.Windows
+		res.Windows, res.Signed = held.Windows, true
 	}
 	return res, d, c.out, nil
 }
@@ -447,9 +508,14 @@ func (r *Reservation) settle(ctx context.Context, actual int64, cancel bool) ([]
 	if !ok {
 		return nil, fmt.Errorf("floodgate: settle: %w", ErrNotSupported)
 	}
+	if r.Signed {
+		for i, it := range r.Items {
+			rs[i].Cost = it.Cost
+		}
+	}
 	ctx, cancelCtx := l.withTimeout(ctx)
 	defer cancelCtx()
-	return rv.Settle(ctx, SettleRequest{Requests: rs, ID: r.ID, Actual: actual, Cancel: cancel, Windows: r.Windows})
+	return rv.Settle(ctx, SettleRequest{Requests: rs, ID: r.ID, Actual: actual, Cancel: cancel, Windows: r.Windows, Signed: r.Signed, Expires: r.Expires})
 }
 
 // Reservation is the reservation id on items, as reserved, for a caller

@@ -37,6 +37,7 @@ func (s *suite) testReserve(t *testing.T) {
 	t.Run("expiry", func(t *testing.T) { s.testReserveExpiry(t, rv) })
 	t.Run("invalid", func(t *testing.T) { s.testReserveInvalid(t, rv) })
 	t.Run("differential", func(t *testing.T) { s.testReserveDifferential(t, rv) })
+	t.Run("read_holds", func(t *testing.T) { s.testReadHolds(t, rv) })
 }
 
 // hold reserves cost of key under l as id, failing the test on an error.
@@ -320,5 +321,92 @@ func (s *suite) testReserveInvalid(t *testing.T, rv floodgate.Reserver) {
 	}
 	if d := s.apply(t, floodgate.Request{Key: ok.Key, Limit: l, Now: s.at(0)}); d.Remaining != 10 {
 		t.Errorf("after invalid reserves: %d remaining, want 10", d.Remaining)
+	}
+}
+
+// testReadHolds tests a floodgate.HoldReader: ReadHolds answers as Settle
+// would (unknown, conflict, expired, replayed), with the units, the
+// durability and, for a durable hold, the window the store recorded at
+// the reserve, and changes nothing.
+func (s *suite) testReadHolds(t *testing.T, rv floodgate.Reserver) {
+	hr, ok := rv.(floodgate.HoldReader)
+	if !ok {
+		t.Skip("the store is not a floodgate.HoldReader")
+	}
+	t.Parallel()
+	aligned := s.limit(t, floodgate.Limit{Limit: 10, Period: time.Minute, Durable: true})
+	first := s.limit(t, floodgate.Limit{Limit: 10, Period: time.Minute, Window: floodgate.FirstHit, Durable: true})
+	plain := s.limit(t, lim(floodgate.SlidingWindow, 10, time.Minute))
+	ka, kf, kp := s.key(t, "aligned"), s.key(t, "first"), s.key(t, "plain")
+	at := s.at(7 * time.Second)
+	// A live first-hit window that started 2 s before the hold.
+	s.apply(t, floodgate.Request{Key: kf, Limit: first, Cost: 1, Now: s.at(5 * time.Second)})
+	res := s.hold(t, rv, "h1", time.Minute,
+		floodgate.Request{Key: ka, Limit: aligned, Cost: 6, Now: at},
+		floodgate.Request{Key: kf, Limit: first, Cost: 3, Now: at},
+		floodgate.Request{Key: kp, Limit: plain, Cost: 2, Now: at})
+	if !floodgate.Combine(res.Decisions).Allowed {
+		t.Fatalf("reserve: %+v", res)
+	}
+	names := []floodgate.Request{{Key: ka, Limit: aligned, Now: at}, {Key: kf, Limit: first, Now: at}, {Key: kp, Limit: plain, Now: at}}
+	commit := floodgate.SettleRequest{Requests: names, ID: "h1", Actual: 2}
+	peek := func() []int64 {
+		var out []int64
+		for _, n := range names {
+			out = append(out, s.apply(t, n).Remaining)
+		}
+		return out
+	}
+	before := peek()
+	held, err := hr.ReadHolds(t.Context(), commit)
+	if err != nil || len(held) != 3 {
+		t.Fatalf("ReadHolds: %+v, %v; want 3 holds", held, err)
+	}
+	for i, want := range []floodgate.HeldUnits{{Units: 6, Durable: true}, {Units: 3, Durable: true}, {Units: 2}} {
+		got := held[i]
+		if got.Units != want.Units || got.Durable != want.Durable || got.Replayed || got.Durable != !got.Window.IsZero() {
+			t.Errorf("ReadHolds[%d] = %+v, want %+v (a window iff durable)", i, got, want)
+		}
+	}
+	if !s.opts.ServerTime {
+		if !held[0].Window.Equal(base) || !held[1].Window.Equal(s.at(5*time.Second)) {
+			t.Errorf("ReadHolds windows %v and %v, want the aligned minute %v and the live first-hit window %v", held[0].Window, held[1].Window, base, s.at(5*time.Second))
+		}
+	}
+	for _, c := range []struct {
+		name string
+		r    floodgate.SettleRequest
+		want error
+	}{
+		{"unknown", floodgate.SettleRequest{Requests: names, ID: "never-made", Actual: 2}, floodgate.ErrUnknownReservation},
+		{"some keys", floodgate.SettleRequest{Requests: append(names[:2:2], floodgate.Request{Key: s.key(t, "other"), Limit: plain, Now: at}), ID: "h1", Actual: 2}, floodgate.ErrConflict},
+	} {
+		if _, err := hr.ReadHolds(t.Context(), c.r); !errors.Is(err, c.want) {
+			t.Errorf("ReadHolds, %s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if after := peek(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("remaining after ReadHolds %v, before %v: it changed the state", after, before)
+	}
+	if _, err := rv.Settle(t.Context(), commit); err != nil {
+		t.Fatalf("commit after ReadHolds: %v", err)
+	}
+	if held, err := hr.ReadHolds(t.Context(), commit); err != nil || !held[0].Replayed || held[0].Units != 6 {
+		t.Errorf("ReadHolds of the same commit after it: %+v, %v; want replayed", held, err)
+	}
+	for _, other := range []floodgate.SettleRequest{{Actual: 3}, {Cancel: true}} {
+		other.Requests, other.ID = names, "h1"
+		if _, err := hr.ReadHolds(t.Context(), other); !errors.Is(err, floodgate.ErrConflict) {
+			t.Errorf("ReadHolds of %+v after a commit of 2: %v, want ErrConflict", other, err)
+		}
+	}
+	if s.opts.ServerTime {
+		return
+	}
+	ke := s.key(t, "expiring")
+	s.hold(t, rv, "h2", time.Second, floodgate.Request{Key: ke, Limit: aligned, Cost: 1, Now: at})
+	late := floodgate.SettleRequest{Requests: []floodgate.Request{{Key: ke, Limit: aligned, Now: at.Add(2 * time.Second)}}, ID: "h2", Actual: 1}
+	if _, err := hr.ReadHolds(t.Context(), late); !errors.Is(err, floodgate.ErrExpired) {
+		t.Errorf("ReadHolds after the expiry: %v, want ErrExpired", err)
 	}
 }

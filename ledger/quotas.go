@@ -95,11 +95,12 @@ type WrapOptions struct {
 //     window (a new window, or one the store lost) is answered Lost, the
 //     window's units are read from the ledger (Ledger.Used), and the
 //     store raises the counter to them and decides, in one atomic step;
-//   - a commit (Settle) is written to the ledger (once per reservation
-//     ID) before the store settles it, and acknowledged only then; a
-//     cancel is recorded as a commit of 0 units, best effort, so that a
-//     commit after it (which the store refuses) cannot have been billed
-//     first;
+//   - a commit (Settle) of a hold that the store has, and recorded as
+//     durable, is written to the ledger (once per reservation ID) under
+//     the hold's key and in the hold's window, before the store settles
+//     it, and acknowledged only then; nothing is written for a hold the
+//     store does not have, but for a signed record's (see Settle), nor
+//     for a cancel;
 //   - a decision that takes units (Apply, ApplyBatch, ApplyPipelined) is
 //     a reserve of its cost and its commit at once: admitted only once
 //     the ledger holds the commit. A commit the ledger does not take
@@ -108,9 +109,10 @@ type WrapOptions struct {
 // So a lost counter re-admits at most the units that were held and not
 // yet committed when it was lost, instead of the whole quota
 // (docs/guarantees.md states the bound and measures it). The store must
-// be a floodgate.Reserver; its other abilities (Batcher, Pipeliner,
-// Resetter, Pinger, Raiser) are found by type assertion, as a Limiter
-// finds them.
+// be a floodgate.Reserver, and should be a floodgate.HoldReader (both of
+// Floodgate's stores are; see Settle for one that is not); its other
+// abilities (Batcher, Pipeliner, Resetter, Pinger, Raiser) are found by
+// type assertion, as a Limiter finds them.
 type Quotas struct {
 	inner floodgate.Store
 	rv    floodgate.Reserver
@@ -424,31 +426,170 @@ func (q *Quotas) reserve(ctx context.Context, r floodgate.HoldRequest) (floodgat
 	return q.rv.Reserve(ctx, r)
 }
 
-// Settle records the commit of r.Actual units of each durable request in
-// the ledger (a cancel as 0 units, best effort), then settles the hold in
-// the store, under its deadline: a commit the ledger did not take is an
-// error wrapping ErrLedger, and the store is not asked. A hold the store
-// recorded as durable while r says otherwise (a service's reservation
-// token that was altered) is recorded after the store's answer, which a
-// retry replays; its commit is acknowledged only once the ledger holds it.
+// Settle settles the hold r.ID in the store, recording the commit of
+// each durable hold in the ledger first. What it records is the store's:
+// it reads the holds (floodgate.HoldReader) and records, for each hold
+// that the store recorded as durable, r.Actual units under its key in
+// the hold's window, once per reservation ID; then the store settles,
+// under its deadline. So nothing is recorded for a hold the store does
+// not have, for a step the store will refuse (a conflict, an expiry), or
+// in a window a caller names; a commit the ledger did not take is an
+// error wrapping ErrLedger, and the store is not asked (the hold stays,
+// and a retry records it). A cancel records nothing. Each Settlement of a
+// durable hold reports what the ledger holds for it (Billed).
+//
+// The one commit recorded without a hold is that of a Signed request
+// whose hold the store no longer has (floodgate.SettleRequest.Signed:
+// the service's own record, which a store that lost the hold cannot
+// contradict): made before its Expires, it is recorded from that record,
+// at most the units held per durable key, and every Settlement says
+// HoldLost. See docs/guarantees.md ("Durable quotas").
+//
+// A store that is no HoldReader is settled first and recorded after,
+// from its Settlements (Durable): a commit the ledger did not take is
+// then settled in the store but not acknowledged, and its retry, which
+// the store answers as a replay, records it.
 func (q *Quotas) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	actuals := make([]int64, len(r.Requests))
-	for i := range actuals {
-		actuals[i] = r.Actual
-	}
-	if err := q.record(ctx, r.ID, r.Requests, r.Windows, actuals); err != nil && !r.Cancel {
-		return nil, err
+	hr, ok := q.inner.(floodgate.HoldReader)
+	if !ok {
+		return q.settleFirst(ctx, r)
 	}
 	sctx, cancel := q.storeCtx(ctx)
-	sts, err := q.rv.Settle(sctx, r)
+	held, err := hr.ReadHolds(sctx, r)
 	cancel()
-	if err == nil && !r.Cancel && !q.o.Local {
-		err = q.recordHeld(ctx, r.ID, r.Requests, sts, r.Actual)
+	switch {
+	case errors.Is(err, floodgate.ErrUnknownReservation):
+		if sts, billed, lerr := q.billLost(ctx, r); billed {
+			return sts, lerr
+		}
+		return nil, err
+	case errors.Is(err, floodgate.ErrConflict), errors.Is(err, floodgate.ErrExpired):
+		// Nothing to record: the store answers the step as it refuses it
+		// (an expiry with its settlements).
+		return q.settle(ctx, r)
+	case err != nil:
+		return nil, err
+	case len(held) != len(r.Requests):
+		return nil, fmt.Errorf("ledger: Settle: %w: %d holds for %d requests", floodgate.ErrUnexpectedReply, len(held), len(r.Requests))
+	}
+	if !r.Cancel {
+		var rs []floodgate.Request
+		var windows []time.Time
+		for i, h := range held {
+			if !h.Durable || h.Replayed {
+				// A replay was recorded before its first settle.
+				continue
+			}
+			rq := r.Requests[i]
+			rq.Limit.Durable = true
+			w := h.Window
+			if w.IsZero() && i < len(r.Windows) {
+				// A hold from a store that kept no window.
+				w = r.Windows[i]
+			}
+			rs, windows = append(rs, rq), append(windows, w)
+		}
+		if err := q.record(ctx, r.ID, rs, windows, repeat(r.Actual, len(rs))); err != nil {
+			return nil, err
+		}
+	}
+	sts, err := q.settle(ctx, r)
+	for i := range sts {
+		if i < len(held) && held[i].Durable && !r.Cancel {
+			sts[i].Billed = r.Actual
+		}
 	}
 	return sts, err
+}
+
+// settle is the store's Settle, under its deadline.
+func (q *Quotas) settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+	sctx, cancel := q.storeCtx(ctx)
+	defer cancel()
+	return q.rv.Settle(sctx, r)
+}
+
+// settleFirst is Settle over a store that is no HoldReader: the store
+// settles, then the commits of the holds it reports durable are recorded
+// (a replay's again: the ledger writes it once), each in the window of r
+// (floodgate.Reservation.Windows) or else of the settle's decision.
+func (q *Quotas) settleFirst(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+	sts, err := q.settle(ctx, r)
+	if err != nil || r.Cancel {
+		return sts, err
+	}
+	var rs []floodgate.Request
+	var windows []time.Time
+	for i, st := range sts {
+		if i >= len(r.Requests) || !st.Durable {
+			continue
+		}
+		rq := r.Requests[i]
+		rq.Limit.Durable = true
+		var w time.Time
+		if i < len(r.Windows) {
+			w = r.Windows[i]
+		}
+		if w.IsZero() {
+			w = windowStart(rq.Limit, st.Decision.Now, st.Decision.ResetAfter)
+		}
+		rs, windows = append(rs, rq), append(windows, w)
+		sts[i].Billed = r.Actual
+	}
+	if err := q.record(ctx, r.ID, rs, windows, repeat(r.Actual, len(rs))); err != nil {
+		return nil, err
+	}
+	return sts, nil
+}
+
+// billLost records the commit of a Signed request whose hold the store
+// no longer has, from the signed record (see Settle): billed reports
+// whether it applies (a commit, before Expires, of a durable key); each
+// durable key is billed r.Actual, at most the units it held (the rest is
+// Short).
+func (q *Quotas) billLost(ctx context.Context, r floodgate.SettleRequest) (sts []floodgate.Settlement, billed bool, err error) {
+	if !r.Signed || r.Cancel || len(r.Windows) != len(r.Requests) {
+		return nil, false, nil
+	}
+	now := time.Now()
+	if !r.Requests[0].Now.IsZero() {
+		now = r.Requests[0].Now
+	}
+	if !now.Before(r.Expires) {
+		return nil, false, nil
+	}
+	sts = make([]floodgate.Settlement, len(r.Requests))
+	var rs []floodgate.Request
+	var windows []time.Time
+	var units []int64
+	for i, rq := range r.Requests {
+		sts[i].HoldLost = true
+		if !rq.Limit.Durable || r.Windows[i].IsZero() {
+			continue
+		}
+		u := min(r.Actual, rq.Cost)
+		sts[i].Billed, sts[i].Short, sts[i].Durable = u, r.Actual-u, true
+		rs, windows, units = append(rs, rq), append(windows, r.Windows[i]), append(units, u)
+	}
+	if len(rs) == 0 {
+		return nil, false, nil
+	}
+	if err := q.record(ctx, r.ID, rs, windows, units); err != nil {
+		return nil, true, err
+	}
+	return sts, true, nil
+}
+
+// repeat is n copies of v.
+func repeat(v int64, n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
 }
 
 // record writes the commit of actual[i] units of reservation id on each
@@ -494,30 +635,6 @@ func (q *Quotas) record(ctx context.Context, id string, rs []floodgate.Request, 
 		return fmt.Errorf("ledger: commit of %s: %w: %w", id, ErrLedger, err)
 	}
 	return nil
-}
-
-// recordHeld records the commits of the holds that the store says were
-// reserved under a durable limit while the settle's requests said
-// otherwise, each in the window of the settle's decision.
-func (q *Quotas) recordHeld(ctx context.Context, id string, rs []floodgate.Request, sts []floodgate.Settlement, actual int64) error {
-	var late []floodgate.Request
-	var windows []time.Time
-	for i, st := range sts {
-		if i < len(rs) && st.Durable && !rs[i].Limit.Durable {
-			r := rs[i]
-			r.Limit.Durable = true
-			late = append(late, r)
-			windows = append(windows, windowStart(r.Limit, st.Decision.Now, st.Decision.ResetAfter))
-		}
-	}
-	if late == nil {
-		return nil
-	}
-	actuals := make([]int64, len(late))
-	for i := range actuals {
-		actuals[i] = actual
-	}
-	return q.record(ctx, id, late, windows, actuals)
 }
 
 // windowsOf returns the start of the window each durable request's units

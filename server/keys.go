@@ -3,11 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/ledger"
 )
 
 // KeyRef names the state of one key, as POST /v1/reset and POST
@@ -94,6 +97,22 @@ func (s *Server) InspectKey(ctx context.Context, ref KeyRef) (KeyState, error) {
 	d, err := s.lim.Peek(ctx, key, limit)
 	if err != nil {
 		return KeyState{}, inlineField(err)
+	}
+	if limit.Durable && s.ledger != nil {
+		// A counter the store lost reads as empty until the next reserve
+		// rebuilds it: what the quota used is what the ledger holds, when
+		// that is more.
+		at := d.Now
+		if at.IsZero() {
+			at = time.Now()
+		}
+		_, units, err := s.ledger.Used(ctx, key, limit, at)
+		if err != nil {
+			return KeyState{}, fmt.Errorf("the quota's use is unknown: %w: %w", ledger.ErrLedger, err)
+		}
+		if used := d.Limit - d.Remaining; units > used {
+			d.Remaining = max(0, d.Limit-units)
+		}
 	}
 	// A peek takes nothing, so it is admitted even at the limit: the
 	// key is over its limit when a request of cost 1 would not be.

@@ -587,6 +587,11 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 			st.Quota = m.Rule.QuotaMode
 			it.Key = "d|" + m.Rule.Key(d.Entries)
 			it.Policy = m.Rule.FailurePolicy
+			if it.Policy == "" && m.Rule.Limit.Durable {
+				// A durable quota fails closed unless its rule says
+				// otherwise: a use the store did not hold is never billed.
+				it.Policy = floodgate.FailClosed
+			}
 			it.Lease = lease
 		}
 		st.Limited = true

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -112,13 +114,16 @@ func freeAddr(t *testing.T) string {
 }
 
 // TestServeReservationsRedis: a reservation made through one `floodgate
-// serve` on Redis is committed through another (the id names what it
-// holds), a retried commit is answered from the first, and the budget is
-// what the commit left.
+// serve` on Redis is committed through another with the same
+// -id-key-file (the id names what it holds), a retried commit is answered
+// from the first, and the budget is what the commit left; an instance
+// with another key answers the id 404.
 func TestServeReservationsRedis(t *testing.T) {
 	redis := redistest.Standalone(t)
-	a := startServe(t, "-redis", "redis://"+redis.Addr, "-timeout", "2s")
-	b := startServe(t, "-redis", "redis://"+redis.Addr, "-timeout", "2s")
+	keys := idKeyFile(t, "first-id-key-0123456789abcdef-0123456789", "old-id-key-0123456789abcdef-0123456789ab")
+	a := startServe(t, "-redis", "redis://"+redis.Addr, "-timeout", "2s", "-id-key-file", keys)
+	b := startServe(t, "-redis", "redis://"+redis.Addr, "-timeout", "2s", "-id-key-file", keys)
+	other := startServe(t, "-redis", "redis://"+redis.Addr, "-timeout", "2s")
 	post := func(in *instance, path, body string) (int, map[string]any) {
 		t.Helper()
 		resp, err := http.Post(in.httpURL+path, "application/json", strings.NewReader(body))
@@ -138,6 +143,9 @@ func TestServeReservationsRedis(t *testing.T) {
 	if code != http.StatusOK || res["allowed"] != true || id == "" {
 		t.Fatalf("reserve: %d %v", code, res)
 	}
+	if code, st := post(other, "/v1/reservations/"+id+"/commit", `{"cost": 350}`); code != http.StatusNotFound {
+		t.Fatalf("commit through an instance without the id key file: %d %v, want 404", code, st)
+	}
 	for i := range 2 {
 		code, st := post(b, "/v1/reservations/"+id+"/commit", `{"cost": 350}`)
 		sts, _ := st["settlements"].([]any)
@@ -148,6 +156,40 @@ func TestServeReservationsRedis(t *testing.T) {
 	code, d := post(a, "/v1/allow", `{"key": "tenant:acme", "limit": `+limit+`, "cost": 0}`)
 	if code != http.StatusOK || d["remaining"] != 650.0 {
 		t.Errorf("after the commit: %d %v, want 650 remaining", code, d)
+	}
+}
+
+// idKeyFile is an -id-key-file of keys.
+func idKeyFile(t *testing.T, keys ...string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "id.keys")
+	if err := os.WriteFile(f, []byte("# signing key first\n"+strings.Join(keys, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestServeIDKeyFile: a key file that cannot serve is refused at start,
+// naming the file and line; without one, serve says once that its ids
+// settle only on this instance.
+func TestServeIDKeyFile(t *testing.T) {
+	for _, c := range []struct{ name, file, want string }{
+		{"short key", idKeyFile(t, "too-short"), "id.keys:2: a key of 9 bytes, want at least 32"},
+		{"no key", idKeyFile(t), "no key in it"},
+		{"missing", filepath.Join(t.TempDir(), "absent"), "no such file"},
+	} {
+		var stdout, stderr strings.Builder
+		code := run(t.Context(), []string{"serve", "-http", "127.0.0.1:0", "-grpc", "", "-id-key-file", c.file}, &stdout, &stderr)
+		if code != 1 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want 1 and %q", c.name, code, stderr.String(), c.want)
+		}
+	}
+	in := startServe(t)
+	if code := in.stop(); code != 0 {
+		t.Fatalf("serve exited %d", code)
+	}
+	if n := strings.Count(in.stderr.String(), "no -id-key-file"); n != 1 {
+		t.Errorf("serve without -id-key-file logged %d lines about it, want 1:\n%s", n, in.stderr.String())
 	}
 }
 

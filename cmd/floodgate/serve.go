@@ -61,22 +61,25 @@ type serveConfig struct {
 	shutdownTimeout     time.Duration
 	debugAddr           string
 	authFile, adminFile string
-	tlsCert, tlsKey     string
-	tlsClientCA         string
-	maxOwnPeriod        time.Duration
-	maxKeys             int
-	shadowMode          bool
-	independent         bool
-	holdRetention       time.Duration
-	maxConns            int // 0: derived from the file limit (maxConnsFor)
-	maxConnsPerPeer     int
-	grpcMaxStreams      uint
-	writeTimeout        time.Duration
-	allowedHosts        string
-	uiMaxSubscribers    int
-	uiMaxPerPeer        int
-	grpcMaxIdle         time.Duration
-	gogc                int
+	idKeyFile           string
+	// idKeys are -id-key-file's keys, read at start; nil: a random key.
+	idKeys           [][]byte
+	tlsCert, tlsKey  string
+	tlsClientCA      string
+	maxOwnPeriod     time.Duration
+	maxKeys          int
+	shadowMode       bool
+	independent      bool
+	holdRetention    time.Duration
+	maxConns         int // 0: derived from the file limit (maxConnsFor)
+	maxConnsPerPeer  int
+	grpcMaxStreams   uint
+	writeTimeout     time.Duration
+	allowedHosts     string
+	uiMaxSubscribers int
+	uiMaxPerPeer     int
+	grpcMaxIdle      time.Duration
+	gogc             int
 	// ledger: -ledger and its flags (serveledger.go).
 	ledger ledgerFlags
 
@@ -144,6 +147,7 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler, /debug/pprof/, on this `address` of its own (127.0.0.1:6060, say), never on the API's; empty disables (env FLOODGATE_DEBUG_ADDR)")
 	fs.StringVar(&c.authFile, "auth-token-file", "", "`file` of client bearer tokens, one per line (# comments), reloaded on change: the HTTP API's decisions, reservations and leases and every gRPC call but health checks need one (Authorization: Bearer <token>); empty leaves them open (env FLOODGATE_AUTH_TOKEN_FILE)")
 	fs.StringVar(&c.adminFile, "admin-token-file", "", "`file` of admin bearer tokens, as -auth-token-file: they may do what client tokens do and also POST /v1/reset, GET /v1/config and read /readyz's detail; with either file, those need an admin token (env FLOODGATE_ADMIN_TOKEN_FILE)")
+	fs.StringVar(&c.idKeyFile, "id-key-file", "", "`file` of the keys that sign reservation and lease ids (HMAC-SHA256), one per line (# comments), each at least 32 bytes (openssl rand -hex 32): the first signs, every one verifies, so keys rotate; read at start; instances that settle each other's ids need the same file; empty: a random key of this process, whose ids settle only on this instance and only until it restarts (env FLOODGATE_ID_KEY_FILE)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM `file` of the certificate the HTTP and gRPC listeners present (TLS), with -tls-key; read again when it changes (env FLOODGATE_TLS_CERT)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the key of -tls-cert (env FLOODGATE_TLS_KEY)")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM `file` of the CAs that sign client certificates: with it every client of both listeners must present one (mutual TLS); read again when it changes (env FLOODGATE_TLS_CLIENT_CA)")
@@ -258,6 +262,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 1
 	}
+	if c.idKeys, err = c.loadIDKeys(log); err != nil {
+		log.Error("cannot start", "error", err)
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 1
+	}
 	ltls, err := transport.NewTLSFiles(c.tlsCert, c.tlsKey, c.tlsClientCA, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
@@ -355,6 +364,16 @@ func (c serveConfig) loadAuth(ctx context.Context, log *slog.Logger) (*transport
 	}
 	go auth.Watch(ctx, authWatchEvery, log)
 	return auth, nil
+}
+
+// loadIDKeys reads -id-key-file; without it, nil (the HTTP API then
+// signs with a random key of this process), which it logs once.
+func (c serveConfig) loadIDKeys(log *slog.Logger) ([][]byte, error) {
+	if c.idKeyFile == "" {
+		log.Info("no -id-key-file: reservation and lease ids are signed with a random key of this process, and settle only on this instance until it restarts; several instances need the same -id-key-file")
+		return nil, nil
+	}
+	return httpapi.LoadIDKeys(c.idKeyFile)
 }
 
 // authWatchEvery is how often the token files are looked at for a change.
@@ -500,7 +519,7 @@ type listeners struct {
 // dashboard's subscribers.
 func (c serveConfig) listen(srv *server.Server, auth *transport.Auth, ltls *transport.TLSFiles, log *slog.Logger) (*listeners, error) {
 	rls := envoyService(srv, c.headers, c.parity)
-	api, err := httpapi.New(srv, &httpapi.Options{Auth: auth, GuardBrowsers: true, AllowedHosts: c.hosts()})
+	api, err := httpapi.New(srv, &httpapi.Options{Auth: auth, GuardBrowsers: true, AllowedHosts: c.hosts(), IDKeys: c.idKeys})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -17,29 +18,30 @@ func (s *API) Patterns(extra map[string]http.Handler) []string {
 	return ps
 }
 
-// ReservationToken is the id POST /v1/reservations answers for an inline
-// reservation of key under limit made with Idempotency-Key idem.
-func ReservationToken(idem, key string, limit floodgate.Limit) string {
-	r, err := http.NewRequest("POST", "/", nil)
-	if err != nil {
-		panic(err)
-	}
-	r.Header.Set("Idempotency-Key", idem)
-	o, err := reserveOptions(r, &ReserveRequest{})
-	if err != nil {
-		panic(err)
-	}
-	tok, err := encodeToken(&floodgate.Reservation{ID: o.ID, Items: []floodgate.Item{{Key: "i|" + key, Limit: limit}}})
+// TestIDKey is the id key (Options.IDKeys) of the tests' APIs whose ids
+// ReservationToken and LeaseToken make.
+var TestIDKey = []byte("floodgate-httpapi-test-id-key-0123456789")
+
+var testSigner = &signer{keys: [][]byte{TestIDKey}}
+
+// ReservationToken is the id POST /v1/reservations answers, under
+// TestIDKey without tokens, for an inline reservation of units of key
+// under limit made with Idempotency-Key idem, expiring at expires.
+func ReservationToken(idem, key string, limit floodgate.Limit, units int64, expires time.Time) string {
+	s := &API{ids: testSigner}
+	res := &floodgate.Reservation{ID: s.ids.idempotencyID("", idem), Items: []floodgate.Item{{Key: "i|" + key, Limit: limit, Cost: units}}, Expires: expires}
+	tok, err := s.encodeToken(res, "")
 	if err != nil {
 		panic(err)
 	}
 	return tok
 }
 
-// LeaseToken is the id POST /v1/leases answers for lease on an inline key
-// under limit, holding cost units.
+// LeaseToken is the id POST /v1/leases answers, under TestIDKey without
+// tokens, for lease on an inline key under limit, holding cost units.
 func LeaseToken(lease, key string, limit floodgate.Limit, cost int64) string {
-	tok, err := encodeLease(lease, &AllowRequest{Key: key, Limit: limitJSON(limit), Cost: &cost})
+	s := &API{ids: testSigner}
+	tok, err := s.encodeLease(lease, &AllowRequest{Key: key, Limit: limitJSON(limit), Cost: &cost}, "")
 	if err != nil {
 		panic(err)
 	}

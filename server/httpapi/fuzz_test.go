@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/server/httpapi"
@@ -117,8 +118,8 @@ func FuzzReset(f *testing.F) {
 func FuzzIDs(f *testing.F) {
 	limit := floodgate.Limit{Limit: 10, Period: 3600e9}
 	for _, seed := range []struct{ path, id, body string }{
-		{"/v1/reservations/%s/commit", httpapi.ReservationToken("k1", "llm:acme", limit), `{"cost": 1}`},
-		{"/v1/reservations/%s/cancel", httpapi.ReservationToken("k2", "x", limit), ``},
+		{"/v1/reservations/%s/commit", httpapi.ReservationToken("k1", "llm:acme", limit, 1, start.Add(time.Minute)), `{"cost": 1}`},
+		{"/v1/reservations/%s/cancel", httpapi.ReservationToken("k2", "x", limit, 1, start.Add(time.Minute)), ``},
 		{"/v1/leases/%s/renew", httpapi.LeaseToken("abc", "w", floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 2, Period: 30e9}, 1), ``},
 		{"/v1/leases/%s/release", "l1.e30", ``},
 		{"/v1/reservations/%s/commit", "r1.eyJpIjoiYSIsImsiOlt7ImsiOiJ4IiwibCI6eyJsaW1pdCI6LTF9fV19", `{"cost": -1}`},

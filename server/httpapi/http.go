@@ -58,6 +58,12 @@ type Options struct {
 	// matter) a request's Host may name under GuardBrowsers, besides an
 	// IP address and localhost.
 	AllowedHosts []string
+	// IDKeys sign the ids of reservations and leases (see LoadIDKeys):
+	// each at least MinIDKeyLen bytes, the first signs, every one
+	// verifies. Several instances that settle each other's ids need the
+	// same keys. None: a random key of this process, whose ids settle
+	// only here and only until it restarts.
+	IDKeys [][]byte
 }
 
 // API is the HTTP JSON API over a server.Server. It is safe for
@@ -69,6 +75,8 @@ type API struct {
 	// Options.AllowedHosts, lower case.
 	guard bool
 	hosts map[string]bool
+	// ids signs the ids of reservations and leases.
+	ids *signer
 	// reservations counts the steps of reservations, by step and result.
 	reservations *prometheus.CounterVec
 }
@@ -78,12 +86,17 @@ type API struct {
 // the metrics).
 func New(srv *server.Server, opts *Options) (*API, error) {
 	s := &API{srv: srv, hosts: map[string]bool{}}
+	var keys [][]byte
 	if opts != nil {
-		s.auth = opts.Auth
+		s.auth, keys = opts.Auth, opts.IDKeys
 		s.guard = opts.GuardBrowsers && opts.Auth == nil
 		for _, h := range opts.AllowedHosts {
 			s.hosts[strings.TrimSuffix(strings.ToLower(h), ".")] = true
 		}
+	}
+	var err error
+	if s.ids, err = newSigner(keys); err != nil {
+		return nil, err
 	}
 	s.reservations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_reservations_total",

@@ -14,11 +14,11 @@ import (
 // rules, all or nothing) under a new lease, and answers an id;
 // POST /v1/leases/{id}/renew holds them for another period (the limit's
 // Period is the lease's TTL); POST /v1/leases/{id}/release gives them
-// back. The id is a token that carries the lease (128 random bits) and
-// the request that acquired it, which renew and release decide again:
-// the limits of rules come from the config in force, never from the
-// token, and an inline key stays apart from the keys of rules, so a
-// forged id can do no more than the request it names could.
+// back. The id carries the lease (128 random bits) and the request that
+// acquired it, which renew and release decide again (the limits of rules
+// come from the config in force), signed and bound to the caller that
+// acquired it as a reservation's id is (ids.go): a forged, altered or
+// another caller's id is a 404 that touches nothing.
 
 // leaseToken is what a lease's id carries.
 type leaseToken struct {
@@ -26,17 +26,17 @@ type leaseToken struct {
 	Req   AllowRequest `json:"r"`
 }
 
-func encodeLease(lease string, req *AllowRequest) (string, error) {
-	return sealToken("l1.", "lease", leaseToken{Lease: lease, Req: *req})
+func (s *API) encodeLease(lease string, req *AllowRequest, caller string) (string, error) {
+	return s.ids.seal(leasePrefix, "lease", caller, leaseToken{Lease: lease, Req: *req})
 }
 
-func decodeLease(s string) (string, AllowRequest, error) {
+func (s *API) decodeLease(id, caller string) (string, AllowRequest, error) {
 	var t leaseToken
-	if err := openToken("l1.", "lease", s, &t); err != nil {
+	if err := s.ids.open(leasePrefix, "lease", caller, id, &t); err != nil {
 		return "", AllowRequest{}, err
 	}
 	if t.Lease == "" {
-		return "", AllowRequest{}, badToken("lease", "malformed")
+		return "", AllowRequest{}, badToken("lease")
 	}
 	return t.Lease, t.Req, nil
 }
@@ -96,7 +96,7 @@ func (s *API) acquire(w http.ResponseWriter, r *http.Request, lease string, req 
 	}
 	resp := LeaseResponse{AllowResponse: allowResponse(inline, overall, res.Statuses)}
 	if res.Code == server.OK && limited(res.Statuses) && held(res.Statuses) {
-		if resp.ID, err = encodeLease(lease, req); err != nil {
+		if resp.ID, err = s.encodeLease(lease, req, s.caller(r)); err != nil {
 			writeProblem(w, err)
 			return
 		}
@@ -166,7 +166,7 @@ func held(statuses []server.Status) bool {
 // the request the id carries is decided again under its lease.
 func (s *API) handleLease(release bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		lease, req, err := decodeLease(r.PathValue("id"))
+		lease, req, err := s.decodeLease(r.PathValue("id"), s.caller(r))
 		if err != nil {
 			writeProblem(w, err)
 			return

@@ -85,16 +85,28 @@ func TestLeases(t *testing.T) {
 	if code, _ := post("/v1/leases/l1.bm90/release", ""); code != http.StatusNotFound {
 		t.Errorf("release of a bad id: %d, want 404", code)
 	}
-	// A forged id can do no more than the request it names: the rule's
-	// limit comes from the config (2, full now), not from the id, and an
-	// inline key never reaches the keys of rules.
-	forge := func(v any) string {
-		b, _ := json.Marshal(v)
-		return "l1." + base64.RawURLEncoding.EncodeToString(b)
+	// A forged id (the unsigned form of earlier versions, or the signed
+	// form with a tag of its own) names nothing: 404, and the rule is
+	// untouched.
+	alter := func(id string) string {
+		i, c := len(id)-5, byte('A')
+		if id[i] == c {
+			c = 'B'
+		}
+		return id[:i] + string(c) + id[i+1:]
 	}
-	forged := forge(map[string]any{"i": "forged", "r": map[string]any{"domain": "api", "hits": 1,
-		"descriptors": []any{map[string]any{"entries": []any{map[string]string{"key": "job", "value": "export"}}}}}})
-	if code, out := post("/v1/leases/"+forged+"/renew", ""); code != http.StatusOK || out["allowed"] != false {
-		t.Errorf("a forged lease on the full rule: %d %v, want denied by the config's limit", code, out)
+	forge := func(prefix string, v any) string {
+		b, _ := json.Marshal(v)
+		return prefix + base64.RawURLEncoding.EncodeToString(b)
+	}
+	lease := map[string]any{"i": "forged", "r": map[string]any{"domain": "api", "hits": 1,
+		"descriptors": []any{map[string]any{"entries": []any{map[string]string{"key": "job", "value": "export"}}}}}}
+	for _, forged := range []string{forge("l1.", lease), forge("l2.", lease) + ".AAAA", alter(ids[1])} {
+		if code, out := post("/v1/leases/"+forged+"/release", ""); code != http.StatusNotFound {
+			t.Errorf("release of a forged lease %s: %d %v, want 404", forged, code, out)
+		}
+	}
+	if code, out := post("/v1/leases", job); code != http.StatusOK || out["allowed"] != false {
+		t.Errorf("acquire after the forged releases: %d %v, want denied (the two leases still held)", code, out)
 	}
 }

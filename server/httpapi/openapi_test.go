@@ -142,7 +142,7 @@ func openAPIServer(t *testing.T, setup func(opts *fixture, mem func() floodgate.
 	dash := ui.New(srv, &ui.Options{Auth: fx.Auth})
 	t.Cleanup(dash.Close)
 	maps.Copy(extra, dash.Handlers())
-	api, err := httpapi.New(srv, &httpapi.Options{Auth: fx.Auth})
+	api, err := httpapi.New(srv, &httpapi.Options{Auth: fx.Auth, IDKeys: [][]byte{httpapi.TestIDKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,10 +207,13 @@ const reserveBody = `{"key": "llm:acme", "limit": {"limit": 100, "period": "1h"}
 
 var (
 	idemKey        = map[string]string{"Idempotency-Key": "4a2f1c9e-7b3d-4e8a-9c61-2d5f0b7e8a13"}
-	reservationID  = httpapi.ReservationToken(idemKey["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour})
+	reservationID  = httpapi.ReservationToken(idemKey["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour}, 40, start.Add(time.Minute))
 	leaseID        = httpapi.LeaseToken("6f1c2a9b8e7d4c3b", "worker:exports", floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 4, Period: 30 * time.Second}, 1)
 	idemKey2       = map[string]string{"Idempotency-Key": "0b9d2e41-5c7a-4f3e-8d12-6a4e9c0f1b27"}
-	reservationID2 = httpapi.ReservationToken(idemKey2["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour})
+	reservationID2 = httpapi.ReservationToken(idemKey2["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour}, 40, start.Add(time.Minute))
+	// forgedID is reservationID with one unit more held: its tag no longer
+	// matches.
+	forgedID = httpapi.ReservationToken(idemKey["Idempotency-Key"], "llm:acme", floodgate.Limit{Limit: 100, Period: time.Hour}, 41, start.Add(time.Minute))[:strings.LastIndex(reservationID, ".")] + reservationID[strings.LastIndex(reservationID, "."):]
 )
 
 const (
@@ -371,7 +374,7 @@ var exchanges = []exchange{
 	{name: "reserve denied", method: "POST", path: "/v1/reservations", body: strings.Replace(reserveBody, `"cost": 40`, `"cost": 200`, 1), status: 200,
 		want: []string{`"allowed":false`, `"retry_after_ms":-1`}, header: map[string]string{"Retry-After": ""}},
 	{name: "reserve descriptors", method: "POST", path: "/v1/reservations", body: descriptors(user("r"), `{"entries": [{"key": "tenant", "value": "t"}]}`), status: 200,
-		want: []string{`"allowed":true`, `"id":"r1.`, `"rule":"api|tenant"`}},
+		want: []string{`"allowed":true`, `"id":"r2.`, `"rule":"api|tenant"`}},
 	{name: "reserve bad ttl", method: "POST", path: "/v1/reservations", body: `{"key": "k", "limit": {"limit": 1, "period": "1s"}, "ttl_ms": 0}`, invalid: true, status: 400,
 		want: []string{`"field":"ttl_ms"`}},
 	{name: "reserve too large", method: "POST", path: "/v1/reservations", body: big(`{"key": "`, `", "limit": {"limit": 1, "period": "1s"}}`), status: 413,
@@ -392,7 +395,9 @@ var exchanges = []exchange{
 		want: []string{`"id":"` + reservationID2 + `"`, `"remaining":35`}},
 	{name: "cancel", method: "POST", path: "/v1/reservations/" + reservationID2 + "/cancel", status: 200,
 		want: []string{`"refunded":40`, `"remaining":75`}},
-	{name: "commit unknown", method: "POST", path: "/v1/reservations/r1.bm90aGluZw/commit", body: `{"cost": 1}`, status: 404,
+	{name: "commit unsigned id of an earlier version", method: "POST", path: "/v1/reservations/r1.bm90aGluZw/commit", body: `{"cost": 1}`, status: 404,
+		want: []string{`"field":"id"`}},
+	{name: "commit altered id", method: "POST", path: "/v1/reservations/" + forgedID + "/commit", body: `{"cost": 1}`, status: 404,
 		want: []string{`"field":"id"`}},
 	{name: "cancel unknown", method: "POST", path: "/v1/reservations/nothing/cancel", status: 404,
 		want: []string{`"field":"id"`}},
@@ -402,9 +407,9 @@ var exchanges = []exchange{
 
 	// POST /v1/leases and the steps after it.
 	{name: "lease inline", method: "POST", path: "/v1/leases", body: `{"key": "worker:exports", "limit": {"algorithm": "concurrency", "limit": 4, "period": "30s"}}`, status: 200,
-		want: []string{`"allowed":true`, `"remaining":3`, `"id":"l1.`}},
+		want: []string{`"allowed":true`, `"remaining":3`, `"id":"l2.`}},
 	{name: "lease descriptors", method: "POST", path: "/v1/leases", body: descriptors(`{"entries": [{"key": "job", "value": "export"}]}`), status: 200,
-		want: []string{`"allowed":true`, `"rule":"api|job"`, `"id":"l1.`}},
+		want: []string{`"allowed":true`, `"rule":"api|job"`, `"id":"l2.`}},
 	{name: "lease of a rate rule", method: "POST", path: "/v1/leases", body: descriptors(user("1")), status: 400,
 		want: []string{"not a concurrency limit"}},
 	{name: "lease too large", method: "POST", path: "/v1/leases", body: big(`{"key": "`, `", "limit": {"limit": 1, "period": "1s"}}`), status: 413,
@@ -496,7 +501,7 @@ var exchanges = []exchange{
 	{name: "cancel store down", fixture: "down", method: "POST", path: "/v1/reservations/" + reservationID + "/cancel", status: 503,
 		want: []string{"store failed"}},
 	{name: "reserve to expire", fixture: "hourly", method: "POST", path: "/v1/reservations", body: reserveBody, reqHeader: idemKey, status: 200,
-		want: []string{`"id":"` + reservationID + `"`}},
+		want: []string{`"id":"r2.`}},
 	{name: "commit expired", fixture: "hourly", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{"cost": 1}`, status: 410,
 		want: []string{"stayed charged"}},
 	{name: "cancel expired", fixture: "hourly", method: "POST", path: "/v1/reservations/" + reservationID + "/cancel", status: 410,

@@ -2,14 +2,9 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -24,17 +19,18 @@ import (
 // idempotent: the store keeps each hold's answer (see floodgate.Reserver),
 // so a retry gets the first answer and another step is a conflict (422).
 //
-// The id is a token that names what it holds: the store's reservation ID
-// and, for each key, the key and limit it was reserved under, so that any
-// replica of the service settles it without a shared table, and a reload
-// that changes a rule's limit changes nothing of a reservation made
-// before. It is base64url JSON, not signed: a client can read and forge
-// one, and that gains nothing, because a settle acts only on holds the
-// store has under each named key and the ID, with the limit and units
-// the hold recorded at its reserve (never the token's), each state at
-// most once (a token naming one twice is refused). The store's ID is 128
-// random bits, or with an Idempotency-Key header a hash of that key,
-// which a client should make unguessable (a UUID).
+// The id is the service's record of what it holds, signed and bound to
+// the caller that reserved (ids.go): the store's reservation ID and, for
+// each key, the key, the limit it was reserved under, the units held and,
+// for a durable quota, the window its units count in, with the
+// reservation's expiry; so that any replica of the service with the same
+// id keys settles it without a shared table, and a reload that changes a
+// rule's limit changes nothing of a reservation made before. A settle
+// still acts only on holds the store has, with the limit and units the
+// hold recorded; the signed record serves a durable quota's commit whose
+// hold the store lost (floodgate.SettleRequest.Signed), which the answer
+// reports (hold_lost). The store's ID is 128 random bits, or with an
+// Idempotency-Key header an HMAC of the caller and that key.
 
 // maxTokenLen bounds a reservation token, and so the keys a reservation
 // holds (a path segment of a URL).
@@ -45,85 +41,59 @@ type token struct {
 	ID    string      `json:"i"`
 	Items []tokenItem `json:"k"`
 	Local bool        `json:"l,omitempty"`
+	// Expires is the reservation's expiry, µs since the epoch.
+	Expires int64 `json:"e"`
 }
 
 type tokenItem struct {
 	Key   string    `json:"k"`
 	Limit LimitJSON `json:"l"`
+	// Units are the units held.
+	Units int64 `json:"u"`
 	// Durable and Window are a durable quota's: the window its units
-	// count in (µs since the epoch), which the commit records in the
-	// ledger. The store's record of the hold decides whether a commit is
-	// recorded (floodgate.Settlement.Durable), so an altered token cannot
-	// leave a commit out of the ledger.
+	// count in (µs since the epoch), as the reserve answered it.
 	Durable bool  `json:"d,omitempty"`
 	Window  int64 `json:"w,omitempty"`
 }
 
-func encodeToken(res *floodgate.Reservation) (string, error) {
-	t := token{ID: res.ID, Local: res.Local}
+func (s *API) encodeToken(res *floodgate.Reservation, caller string) (string, error) {
+	t := token{ID: res.ID, Local: res.Local, Expires: res.Expires.UnixMicro()}
 	for i, it := range res.Items {
-		ti := tokenItem{Key: it.Key, Limit: *limitJSON(it.Limit), Durable: it.Limit.Durable}
+		ti := tokenItem{Key: it.Key, Limit: *limitJSON(it.Limit), Units: it.Cost, Durable: it.Limit.Durable}
 		if i < len(res.Windows) && !res.Windows[i].IsZero() {
 			ti.Window = res.Windows[i].UnixMicro()
 		}
 		t.Items = append(t.Items, ti)
 	}
-	return sealToken("r1.", "reservation", t)
+	return s.ids.seal(reservationPrefix, "reservation", caller, t)
 }
 
-func decodeToken(s string) (token, []floodgate.Item, error) {
+// decodeToken opens a reservation's id made for caller into the
+// reservation it names, as the service made it (Signed).
+func (s *API) decodeToken(id, caller string) (*floodgate.Reservation, error) {
 	var t token
-	if err := openToken("r1.", "reservation", s, &t); err != nil {
-		return token{}, nil, err
+	if err := s.ids.open(reservationPrefix, "reservation", caller, id, &t); err != nil {
+		return nil, err
 	}
 	if t.ID == "" || len(t.Items) == 0 {
-		return token{}, nil, badToken("reservation", "malformed")
+		return nil, badToken("reservation")
 	}
 	items := make([]floodgate.Item, len(t.Items))
+	windows := make([]time.Time, len(t.Items))
 	for i, ti := range t.Items {
 		lim, err := ti.Limit.toLimit("limit")
 		if err != nil || ti.Key == "" {
-			return token{}, nil, badToken("reservation", "malformed item")
+			return nil, badToken("reservation")
 		}
 		lim.Durable = ti.Durable
-		items[i] = floodgate.Item{Key: ti.Key, Limit: lim}
+		items[i] = floodgate.Item{Key: ti.Key, Limit: lim, Cost: ti.Units}
+		if ti.Window > 0 {
+			windows[i] = time.UnixMicro(ti.Window).UTC()
+		}
 	}
-	return t, items, nil
-}
-
-// sealToken is the id of v: prefix and v in JSON, base64url, at most
-// maxTokenLen bytes. what names the thing for an error ("reservation").
-func sealToken(prefix, what string, v any) (string, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "", err
-	}
-	s := prefix + base64.RawURLEncoding.EncodeToString(b)
-	if len(s) > maxTokenLen {
-		return "", invalid("key", "the keys of the %s make an id of %d bytes, more than the %d allowed", what, len(s), maxTokenLen)
-	}
-	return s, nil
-}
-
-// openToken reads an id that sealToken made into v; a malformed one is a
-// 404, as an id that names nothing.
-func openToken(prefix, what, s string, v any) error {
-	rest, ok := strings.CutPrefix(s, prefix)
-	if !ok || len(s) > maxTokenLen {
-		return badToken(what, "unknown form")
-	}
-	b, err := base64.RawURLEncoding.DecodeString(rest)
-	if err != nil {
-		return badToken(what, "not base64url")
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return badToken(what, "malformed")
-	}
-	return nil
-}
-
-func badToken(what, why string) error {
-	return &httpError{status: http.StatusNotFound, field: "id", msg: "not a " + what + " id: " + why}
+	res := s.srv.Limiter().Reservation(t.ID, items, t.Local)
+	res.Windows, res.Expires, res.Signed = windows, time.UnixMicro(t.Expires).UTC(), true
+	return res, nil
 }
 
 // ReserveRequest is the body of POST /v1/reservations: an AllowRequest
@@ -165,12 +135,19 @@ type SettlementJSON struct {
 	Short     int64 `json:"short"`
 	Remaining int64 `json:"remaining"`
 	Limit     int64 `json:"limit"`
+	// Billed is what the ledger holds for this commit of a durable
+	// quota's key.
+	Billed int64 `json:"billed,omitempty"`
 }
 
 // SettleResponse answers commit and cancel: one settlement per key held,
 // in the order reserved.
 type SettleResponse struct {
-	Replayed    bool             `json:"replayed,omitempty"`
+	Replayed bool `json:"replayed,omitempty"`
+	// HoldLost reports a commit whose hold the store no longer had (it
+	// lost it): nothing was settled in the store, and each durable
+	// quota's key was billed what the reservation held at most (billed).
+	HoldLost    bool             `json:"hold_lost,omitempty"`
 	Settlements []SettlementJSON `json:"settlements"`
 }
 
@@ -179,7 +156,8 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, r, &req) {
 		return
 	}
-	o, err := reserveOptions(r, &req)
+	caller := s.caller(r)
+	o, err := s.reserveOptions(r, &req, caller)
 	if err != nil {
 		writeProblem(w, err)
 		return
@@ -208,7 +186,7 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	s.reservations.WithLabelValues("reserve", pick(res != nil && res.Held, "held", "denied")).Inc()
 	resp := ReserveResponse{AllowResponse: allowResponse(inline, overall, statuses)}
 	if res != nil && res.Held {
-		if resp.ID, err = encodeToken(res); err != nil {
+		if resp.ID, err = s.encodeToken(res, caller); err != nil {
 			// Nothing should hold what no one can settle.
 			_, _ = res.Cancel(r.Context())
 			writeProblem(w, err)
@@ -219,9 +197,10 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	writeAllow(w, resp, overall, statuses)
 }
 
-// reserveOptions reads the TTL and the Idempotency-Key header, whose hash
-// is the store's reservation ID.
-func reserveOptions(r *http.Request, req *ReserveRequest) (*floodgate.ReserveOptions, error) {
+// reserveOptions reads the TTL and the Idempotency-Key header, whose
+// HMAC with caller is the store's reservation ID: one caller's key is
+// never another's.
+func (s *API) reserveOptions(r *http.Request, req *ReserveRequest, caller string) (*floodgate.ReserveOptions, error) {
 	o := &floodgate.ReserveOptions{ReleaseOnExpiry: req.ReleaseOnExpiry}
 	if req.TTLMS != nil {
 		ms := *req.TTLMS
@@ -234,8 +213,7 @@ func reserveOptions(r *http.Request, req *ReserveRequest) (*floodgate.ReserveOpt
 		if len(key) > 256 {
 			return nil, invalid("Idempotency-Key", "%d bytes, more than the 256 allowed", len(key))
 		}
-		sum := sha256.Sum256([]byte(key))
-		o.ID = hex.EncodeToString(sum[:16])
+		o.ID = s.ids.idempotencyID(caller, key)
 	}
 	return o, nil
 }
@@ -256,10 +234,13 @@ func (s *API) reserveDescriptors(ctx context.Context, req *AllowRequest, o *floo
 	return s.srv.Reserve(ctx, req.Domain, ds, hits, o)
 }
 
-// handleSettle answers commit (cancel false) and cancel.
+// handleSettle answers commit (cancel false) and cancel. An id that
+// does not open for this caller (forged, altered, another caller's, or
+// of an earlier version) is a 404 that touches nothing, metrics
+// included.
 func (s *API) handleSettle(cancel bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		t, items, err := decodeToken(r.PathValue("id"))
+		res, err := s.decodeToken(r.PathValue("id"), s.caller(r))
 		if err != nil {
 			writeProblem(w, err)
 			return
@@ -276,7 +257,12 @@ func (s *API) handleSettle(cancel bool) http.HandlerFunc {
 			}
 			cost = *body.Cost
 		}
-		sts, err := s.settleReservation(r.Context(), t, items, cost, cancel)
+		var sts []floodgate.Settlement
+		if cancel {
+			sts, err = res.Cancel(r.Context())
+		} else {
+			sts, err = res.Commit(r.Context(), cost)
+		}
 		step := pick(cancel, "cancel", "commit")
 		switch {
 		case errors.Is(err, floodgate.ErrExpired):
@@ -291,36 +277,17 @@ func (s *API) handleSettle(cancel bool) http.HandlerFunc {
 		resp := SettleResponse{Settlements: make([]SettlementJSON, len(sts))}
 		for i, st := range sts {
 			resp.Replayed = resp.Replayed || st.Replayed
+			resp.HoldLost = resp.HoldLost || st.HoldLost
 			resp.Settlements[i] = SettlementJSON{Refunded: st.Refunded, Charged: st.Charged, Short: st.Short,
-				Remaining: st.Decision.Remaining, Limit: st.Decision.Limit}
+				Remaining: st.Decision.Remaining, Limit: st.Decision.Limit, Billed: st.Billed}
 		}
-		s.reservations.WithLabelValues(step, pick(resp.Replayed, "replayed", "settled")).Inc()
+		result := pick(resp.Replayed, "replayed", "settled")
+		if resp.HoldLost {
+			result = "billed_lost"
+		}
+		s.reservations.WithLabelValues(step, result).Inc()
 		writeJSON(w, http.StatusOK, resp)
 	}
-}
-
-// settleReservation settles the reservation of token t. One that the
-// failure mode local held is in this instance's memory: another instance
-// answers 404.
-func (s *API) settleReservation(ctx context.Context, t token, items []floodgate.Item, cost int64, cancel bool) ([]floodgate.Settlement, error) {
-	res := s.srv.Limiter().Reservation(t.ID, items, t.Local)
-	now := time.Now()
-	for i, ti := range t.Items {
-		// A window the reserve could have had: one that was open at most
-		// MaxHoldTTL ago (a hold lasts no longer). Another is not believed,
-		// and the commit records the window of its own time.
-		w := time.UnixMicro(ti.Window).UTC()
-		if ti.Window > 0 && !w.After(now.Add(time.Minute)) && w.Add(items[i].Limit.Period+floodgate.MaxHoldTTL).After(now) {
-			if res.Windows == nil {
-				res.Windows = make([]time.Time, len(items))
-			}
-			res.Windows[i] = w
-		}
-	}
-	if cancel {
-		return res.Cancel(ctx)
-	}
-	return res.Commit(ctx, cost)
 }
 
 // expiredDetail says what the expiry of a reservation did.

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -231,6 +232,29 @@ func bearer(header string) (string, bool) {
 		return "", false
 	}
 	return strings.TrimSpace(tok), true
+}
+
+// Identity is who a caller presenting header (an Authorization value) is,
+// for what it owns: the reservations and leases of the HTTP API are bound
+// to it, so that another token can neither settle nor replay them. It is
+// the first 16 bytes of the SHA-256 digest of the bearer token, in hex,
+// when the token is one of the server's (client or admin); "" when it is
+// not, when there is none, and for a nil Auth. A caller that passed a
+// route of ScopeClient has an identity whenever the server has client
+// tokens; without them (open mode) every caller is "", one tenant.
+func (a *Auth) Identity(header string) string {
+	tok, ok := bearer(header)
+	if a == nil || !ok {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(tok))
+	t := a.tokens.Load()
+	_, admin := t.admin[sum]
+	_, client := t.client[sum]
+	if !admin && !client {
+		return ""
+	}
+	return hex.EncodeToString(sum[:16])
 }
 
 // IsAdmin reports whether r carries an admin token.

@@ -9,6 +9,8 @@ import (
 	"github.com/floodgate-rl/floodgate/algorithm"
 )
 
+var _ floodgate.HoldReader = (*Store)(nil)
+
 // holdKey names a reservation: its ID on the state of one key, algorithm
 // and period. It is kept in the shard of the key, so that a reserve or a
 // settle changes the hold and the state under one lock.
@@ -25,8 +27,11 @@ type holdKey struct {
 type holdEntry struct {
 	h algorithm.Hold
 	p algorithm.Params
-	// durable: reserved under a durable limit (Settlement.Durable).
+	// durable: reserved under a durable limit (Settlement.Durable);
+	// window: then the start of the fixed window its units count in (µs
+	// of the request's clock), for the ledger (floodgate.HeldUnits).
 	durable bool
+	window  int64
 	kind    algorithm.Kind
 	ref     ref // of the state
 	skew    int64
@@ -70,10 +75,29 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 			sh.holds = make(map[holdKey]*holdEntry)
 		}
 		h := algorithm.Hold{State: state, Units: b.rs[i].Cost, At: b.items[i].now, Expires: b.items[i].now + ttl, Release: r.Release}
-		sh.holds[b.holdKey(i, r.ID)] = &holdEntry{h: h, p: b.items[i].params, durable: b.rs[i].Limit.Durable, kind: b.items[i].kind, ref: b.items[i].ref,
+		e := &holdEntry{h: h, p: b.items[i].params, durable: b.rs[i].Limit.Durable, kind: b.items[i].kind, ref: b.items[i].ref,
 			skew: b.items[i].skew, keep: h.Expires + b.items[i].skew + s.retain}
+		if e.durable && e.kind == algorithm.KindFixedWindow {
+			e.window = b.window(i)
+		}
+		sh.holds[b.holdKey(i, r.ID)] = e
 	}
 	return floodgate.HoldResult{Decisions: b.decisions(ds), Expires: time.UnixMicro(b.items[0].now + ttl)}, nil
+}
+
+// window is the start of the fixed window that request i's units count
+// in, after it was decided: the live window's, else the one a request
+// would open now (reserve.lua's hold_window).
+func (b *batch) window(i int) int64 {
+	it := &b.items[i]
+	old, _ := b.shard(i).small[algorithm.KindFixedWindow].find(it.ref)
+	switch {
+	case (algorithm.FixedWindow{Start: old.st.A, Count: old.st.B}).Live(it.params, it.now):
+		return old.st.A
+	case it.params.FirstHit:
+		return it.now
+	}
+	return it.now - it.now%it.params.Period
 }
 
 func (b *batch) holdKey(i int, id string) holdKey {
@@ -164,6 +188,51 @@ func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodg
 	}
 	if late {
 		return out, fmt.Errorf("memstore: reservation %s: %w", r.ID, floodgate.ErrExpired)
+	}
+	return out, nil
+}
+
+// ReadHolds answers as Settle would, changing nothing: see
+// floodgate.HoldReader.
+func (s *Store) ReadHolds(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.HeldUnits, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	rs := make([]floodgate.Request, len(r.Requests))
+	for i, q := range r.Requests {
+		rs[i] = q
+		rs[i].Cost = 0
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b := s.lockBatch(rs)
+	defer b.unlock()
+	found, err := b.findHolds(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, fmt.Errorf("memstore: reservation %s: %w", r.ID, floodgate.ErrUnknownReservation)
+	}
+	out := make([]floodgate.HeldUnits, len(found))
+	late := false
+	for i, e := range found {
+		switch settleCode(e.h, b.items[i].now, r.Actual, r.Cancel) {
+		case algorithm.Conflict:
+			return nil, fmt.Errorf("memstore: reservation %s: %w: it was settled otherwise (%s)", r.ID, floodgate.ErrConflict, settledAs(e.h))
+		case algorithm.TooLate:
+			late = true
+		case algorithm.Replayed:
+			out[i].Replayed = true
+		}
+		out[i].Units, out[i].Durable = e.h.Units, e.durable
+		if e.durable {
+			out[i].Window = time.UnixMicro(e.window).UTC()
+		}
+	}
+	if late {
+		return nil, fmt.Errorf("memstore: reservation %s: %w", r.ID, floodgate.ErrExpired)
 	}
 	return out, nil
 }

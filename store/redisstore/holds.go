@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algorithm"
@@ -46,6 +47,7 @@ const (
 	modeSettle = "settle"
 	modeDeny   = "deny"
 	modeUndo   = "undo"
+	modeRead   = "read"
 )
 
 // The outcomes of settle.lua's expire mode.
@@ -263,6 +265,80 @@ func (rn *runner) settle(ctx context.Context, mode string, cs []call, holds []st
 		r.codes[i] = algorithm.SettleCode(code)
 		r.sts[i] = floodgate.Settlement{Refunded: refunded, Charged: charged, Short: short, Replayed: code == int64(algorithm.Replayed),
 			Durable: durable == 1, Decision: d}
+	}
+	return r, nil
+}
+
+// read is the settle script's read mode's answer for the holds of one
+// slot: the status of a settle, and what each hold holds.
+type read struct {
+	status        int64
+	state, actual int64
+	codes         []algorithm.SettleCode
+	held          []floodgate.HeldUnits
+}
+
+// readWidth is the integers of one hold in the read mode's reply: code,
+// units, durable, window_us.
+const readWidth = 4
+
+// read runs the settle script's read mode for the holds at holds of cs,
+// stamped: what a settle of actual (or a cancel) would answer, changing
+// nothing.
+func (rn *runner) read(ctx context.Context, cs []call, holds []string, actual int64, cancel bool, clock int64) (read, error) {
+	keys := make([]string, 0, 2*len(cs))
+	args := make([]string, 0, 4+len(cs)*(1+argsPerRequest))
+	args = append(args, modeRead, strconv.FormatInt(actual, 10), bit(cancel), strconv.FormatInt(clock, 10))
+	for i := range cs {
+		c := &cs[i]
+		keys = append(keys, c.key, holds[i])
+		args = append(args, string(c.alg))
+		args = appendRequest(args, &c.r, c.alg, c.now)
+	}
+	vals, err := rn.run(ctx, scripts.settle, keys, args)
+	if err != nil {
+		return read{}, fmt.Errorf("redisstore: read %s: %w", holds[0], err)
+	}
+	bad := func(format string, a ...any) (read, error) {
+		return read{}, fmt.Errorf("redisstore: read %s: %w: "+format, append([]any{holds[0], floodgate.ErrUnexpectedReply}, a...)...)
+	}
+	if len(vals) < 3 {
+		return bad("%d integers", len(vals))
+	}
+	r := read{status: vals[0], state: vals[1], actual: vals[2]}
+	switch r.status {
+	case settleUnknown, settleOtherKeys, settleConflict:
+		if len(vals) != 3 {
+			return bad("%d integers for status %d", len(vals), r.status)
+		}
+		return r, nil
+	case settleDone:
+	default:
+		return bad("status %d", r.status)
+	}
+	if len(vals) != 3+readWidth*len(cs) {
+		return bad("%d integers, want %d", len(vals), 3+readWidth*len(cs))
+	}
+	r.codes = make([]algorithm.SettleCode, len(cs))
+	r.held = make([]floodgate.HeldUnits, len(cs))
+	for i := range cs {
+		v := vals[3+i*readWidth : 3+(i+1)*readWidth]
+		code, units, durable, window := v[0], v[1], v[2], v[3]
+		switch {
+		case code < int64(algorithm.Settled) || code > int64(algorithm.TooLate):
+			return bad("code %d", code)
+		case durable != 0 && durable != 1:
+			return bad("durable %d", durable)
+		case units < 0 || units > algorithm.MaxLimit:
+			return bad("units %d", units)
+		case window < 0 || window > algorithm.MaxExact:
+			return bad("window_us %d", window)
+		}
+		r.codes[i] = algorithm.SettleCode(code)
+		r.held[i] = floodgate.HeldUnits{Units: units, Durable: durable == 1, Replayed: code == int64(algorithm.Replayed)}
+		if durable == 1 {
+			r.held[i].Window = time.UnixMicro(window).UTC()
+		}
 	}
 	return r, nil
 }

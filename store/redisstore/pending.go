@@ -189,6 +189,15 @@ func (p *Pending) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floo
 	return s.Settle(ctx, r)
 }
 
+// ReadHolds is Store.ReadHolds once the store is open.
+func (p *Pending) ReadHolds(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.HeldUnits, error) {
+	s, err := p.get()
+	if err != nil {
+		return nil, err
+	}
+	return s.ReadHolds(ctx, r)
+}
+
 // Raise is Store.Raise once the store is open.
 func (p *Pending) Raise(ctx context.Context, r floodgate.Request, window time.Time) (floodgate.Decision, error) {
 	s, err := p.get()

@@ -11,8 +11,9 @@ import (
 )
 
 var (
-	_ floodgate.Reserver = (*Store)(nil)
-	_ floodgate.Raiser   = (*Store)(nil)
+	_ floodgate.Reserver   = (*Store)(nil)
+	_ floodgate.HoldReader = (*Store)(nil)
+	_ floodgate.Raiser     = (*Store)(nil)
 )
 
 // Reserve holds the cost of every request of r, all or nothing, under
@@ -252,6 +253,64 @@ func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodg
 	}
 	if late {
 		return out, fmt.Errorf("redisstore: reservation %s: %w", r.ID, floodgate.ErrExpired)
+	}
+	return out, nil
+}
+
+// ReadHolds answers as Settle would, changing nothing: see
+// floodgate.HoldReader. On a Cluster each slot's holds are read in one
+// script run, all at once; a settle that follows may find them changed
+// by another in between, as it may on one slot.
+func (s *Store) ReadHolds(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.HeldUnits, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	if s.closed.Load() {
+		return nil, floodgate.ErrClosed
+	}
+	cs := make([]call, len(r.Requests))
+	holds := make([]string, len(cs))
+	for i, q := range r.Requests {
+		q.Cost = 0
+		cs[i] = call{r: q, alg: q.Limit.EffectiveAlgorithm(), key: s.Key(q.Key, q.Limit)}
+		holds[i] = holdKey(cs[i].key, r.ID)
+	}
+	clock := s.runner.stampAll(cs)
+	groups := s.slotGroups(cs)
+	res := make([]read, len(groups))
+	errs := make([]error, len(groups))
+	runAll(len(groups), func(g int) {
+		res[g], errs[g] = s.runner.read(ctx, pick(cs, groups[g]), pick(holds, groups[g]), r.Actual, r.Cancel, clock)
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	unknown := 0
+	for _, sr := range res {
+		switch sr.status {
+		case settleUnknown:
+			unknown++
+		case settleOtherKeys:
+			return nil, fmt.Errorf("redisstore: reservation %s: %w: it holds other keys", r.ID, floodgate.ErrConflict)
+		case settleConflict:
+			return nil, fmt.Errorf("redisstore: reservation %s: %w: it was settled otherwise (%s)", r.ID, floodgate.ErrConflict, settledAs(sr.state, sr.actual))
+		}
+	}
+	switch unknown {
+	case 0:
+	case len(res):
+		return nil, fmt.Errorf("redisstore: reservation %s: %w", r.ID, floodgate.ErrUnknownReservation)
+	default:
+		return nil, fmt.Errorf("redisstore: reservation %s: %w: it holds other keys", r.ID, floodgate.ErrConflict)
+	}
+	out := make([]floodgate.HeldUnits, len(cs))
+	for g, sr := range res {
+		for j, i := range groups[g] {
+			if sr.codes[j] == algorithm.TooLate {
+				return nil, fmt.Errorf("redisstore: reservation %s: %w", r.ID, floodgate.ErrExpired)
+			}
+			out[i] = sr.held[j]
+		}
 	}
 	return out, nil
 }

@@ -22,8 +22,11 @@
 -- reserved under (limit, period, burst, flags: 1 first_hit, 2
 -- count_rejected; and 4 when the limit is durable, floodgate.Limit.Durable), which a settle uses whatever the limit is by then,
 -- and skew, what turns a time of the request's clock into one of the sweep's
--- clock (the store's Clock with ClientTime, else the server's TIME); and
--- alg, the algorithm's name. Its TTL is set when it is made: until expires
+-- clock (the store's Clock with ClientTime, else the server's TIME); for a
+-- durable hold, window: the start of the fixed window its units count in
+-- (µs of the request's clock; absent or 0 for the others, and in holds
+-- made before it existed), which the ledger bills (settle.lua's read
+-- mode, floodgate.HeldUnits); and alg, the algorithm's name. Its TTL is set when it is made: until expires
 -- plus retention_us, after which a retry finds nothing (memstore's
 -- HoldRetention); and keys, a digest of the keys of the whole
 -- reservation (see reserve_replay).
@@ -115,6 +118,11 @@ local function load_hold(key)
   h.keys = h.keys or ''
   h.p = {limit = h.limit, period = h.period, burst = h.burst, first_hit = h.flags % 2 == 1, count_rejected = h.flags % 4 >= 2}
   h.durable = h.flags % 8 >= 4
+  local w = h.window or '0'
+  if type(w) ~= 'string' or #w > 17 or not match(w, '^%d+$') then
+    fail('state', 'the hold ' .. key .. ' has no integer window')
+  end
+  h.window = w + 0
   return h
 end
 
@@ -130,7 +138,8 @@ local function save_hold(key, h, ttl)
   end
   call('HSET', key, 'alg', h.alg, 'state', h.state, 'units', h.units, 'at', h.at, 'expires', h.expires,
     'release', release, 'actual', h.actual, 'refunded', h.refunded, 'charged', h.charged, 'short', h.short,
-    'limit', h.p.limit, 'period', h.p.period, 'burst', h.p.burst, 'flags', hold_flags(h.p, h.durable), 'skew', h.skew, 'keys', h.keys)
+    'limit', h.p.limit, 'period', h.p.period, 'burst', h.p.burst, 'flags', hold_flags(h.p, h.durable), 'skew', h.skew, 'keys', h.keys,
+    'window', h.window or 0)
   if ttl then
     call('PEXPIRE', key, ttl)
   elseif call('PTTL', key) < 0 then
@@ -201,6 +210,20 @@ local function hold_settle(a, s, h, p, now, actual, cancel, id)
   local d
   s, d = a.step(p, s, now, 0, '')
   return s, h, code, d
+end
+
+-- hold_window is memstore's batch.window: the start of the fixed window
+-- that request q's units count in, after it was decided: the live
+-- window's, else the one a request would open now.
+local function hold_window(q)
+  local s = reserver('fixed_window').load(q.key)
+  local now = q.r.now
+  if fixed_window_live(q.p, s, now) then
+    return s.start
+  elseif q.p.first_hit then
+    return now
+  end
+  return now - mod(now, q.p.period)
 end
 
 -- same_params reports whether params p and q are equal (algorithm.Params).
@@ -377,7 +400,10 @@ local function reserve_main(keys, argv)
     end
     local h = {alg = q.name, state = state, units = q.r.cost, at = q.r.now, expires = q.r.now + ttl, release = release,
       actual = 0, refunded = 0, charged = 0, short = 0, p = q.p, keys = digest, skew = skew,
-      durable = rebuild ~= nil and rebuild[i].durable}
+      durable = rebuild ~= nil and rebuild[i].durable, window = 0}
+    if h.durable then
+      h.window = hold_window(q)
+    end
     save_hold(holds[i], h, ttl_ms(h.expires + retention, q.r.now))
     reply(out, ds[i], q.r.now)
   end

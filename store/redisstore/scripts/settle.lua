@@ -30,6 +30,8 @@
 --            changed nothing.
 --          mode expire: each hold HELD whose expiry has come at clock_us
 --            (less the hold's skew) expires (Expire).
+--          mode read: nothing changes; the checks of settle, then what
+--            each hold holds (memstore.Store.ReadHolds).
 -- Reply    settle, deny, undo: {status, state, actual, then per hold code,
 --          refunded, charged, short, durable 0/1 (the hold's), allowed
 --          0/1, limit, remaining,
@@ -40,11 +42,15 @@
 --          actual follow); code a SettleCode (deny and undo: SETTLED for a
 --          hold they changed, else REPLAYED); refunded, charged and short
 --          the Settlement; then a peek at the state after the step.
+--          read: {status, state, actual, then per hold code (the
+--          SettleCode a settle would answer now), units, durable 0/1,
+--          window_us (the hold's window; 0 unless durable)}, status as
+--          for settle.
 --          expire: per hold {outcome, refunded, due_us}: outcome
 --          NOT_HELD (no hold, or settled: the sweep forgets it),
 --          EXPIRED_NOW (expired now, refunded units given back) or NOT_DUE
 --          (due_us is its expiry on the sweep's clock).
--- Mirrors  memstore.Store.Settle, settleCode and sweepHolds
+-- Mirrors  memstore.Store.Settle, ReadHolds, settleCode and sweepHolds
 --          (store/memstore/reserve.go); algorithm.Settle and Expire
 --          through reserve.lua's hold_settle and hold_expire
 
@@ -109,13 +115,13 @@ local function expire_holds(states, holds, clock)
   return out
 end
 
-local SETTLE_MODES = {settle = true, deny = true, undo = true, expire = true}
+local SETTLE_MODES = {settle = true, deny = true, undo = true, expire = true, read = true}
 
 -- settle_main is the settle script: see the header.
 local function settle_main(keys, argv)
   local mode = argv[1]
   if not SETTLE_MODES[mode] then
-    fail('mode', 'not settle, deny, undo or expire: ' .. tostring(mode))
+    fail('mode', 'not settle, deny, undo, expire or read: ' .. tostring(mode))
   end
   local states, holds = hold_pairs(keys)
   local n = #holds
@@ -146,7 +152,7 @@ local function settle_main(keys, argv)
       end
     end
   end
-  if mode == 'settle' then
+  if mode == 'settle' or mode == 'read' then
     if held == 0 then
       return {SETTLE_UNKNOWN, 0, 0}
     elseif held < n then
@@ -157,6 +163,16 @@ local function settle_main(keys, argv)
         return {SETTLE_CONFLICT, h.state, h.actual}
       end
     end
+  end
+  if mode == 'read' then
+    local out = {SETTLE_DONE, 0, 0}
+    for i, h in ipairs(found) do
+      out[#out + 1] = settle_code(h, reqs[i].r.now, actual, cancel)
+      out[#out + 1] = h.units
+      out[#out + 1] = h.durable and 1 or 0
+      out[#out + 1] = h.durable and h.window or 0
+    end
+    return out
   end
   local out = {SETTLE_DONE, 0, 0}
   for i, q in ipairs(reqs) do
