@@ -104,8 +104,16 @@ func newPaceClock(t time.Time) *paceClock {
 	return &paceClock{fake: floodgatetest.NewFakeClock(t), real: time.Now()}
 }
 
-// Now is the fake clock's time plus the real time since the start.
-func (c *paceClock) Now() time.Time { return c.fake.Now().Add(time.Since(c.real)) }
+// Now is the fake clock's time plus the real time since the start, in
+// whole microseconds, as the fake clock's steps are: an instance's bucket
+// time (rateSlices.micros, from its start) and the Decision.Now it
+// reports (the time's own microsecond) then agree, as they did on the
+// fake clock alone. With nanoseconds they could differ by 1 µs, and the
+// arrival curve, checked on the reported times, once found 350 units in
+// 1.099999 s of a limit that allows 20 + 300/s.
+func (c *paceClock) Now() time.Time {
+	return c.fake.Now().Add(time.Since(c.real).Truncate(time.Microsecond))
+}
 
 // Advance moves the clock forward by d, on top of real time.
 func (c *paceClock) Advance(d time.Duration) { c.fake.Advance(d) }
