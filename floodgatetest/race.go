@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -25,7 +24,7 @@ func (s *suite) testRace(t *testing.T) {
 	for _, alg := range floodgate.Algorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			t.Parallel()
-			l := s.limit(t, lim(alg, limit, time.Minute))
+			l := s.limit(t, lim(alg, limit, still))
 			lease := func(id string) string {
 				if alg == floodgate.Concurrency {
 					return id
@@ -88,7 +87,7 @@ func (s *suite) testManyKeys(t *testing.T) {
 	ops := rounds(2000)
 	limits := make([]floodgate.Limit, len(floodgate.Algorithms))
 	for i, alg := range floodgate.Algorithms {
-		limits[i] = s.limit(t, lim(alg, capacity, time.Minute))
+		limits[i] = s.limit(t, lim(alg, capacity, still))
 	}
 	type tally struct {
 		attempts, admitted int64

@@ -288,6 +288,19 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// still is the period of the cases whose requests all carry one instant
+// and whose subject is not time (race, many_keys, reset). A store may
+// forget a key's state by its own clock once the state's life on the
+// requests' clock has passed: a Redis store gives each key a TTL, in real
+// time, of what is left of it at the request's Now (a tenth of the period
+// for a token bucket with one unit of ten taken, at least a second). With
+// periods of a second or a minute, a case that ran for seconds on a
+// loaded machine saw its keys expire while its clock stood still (11
+// admitted of 10; a Reset seeming to change other limits), a history no
+// clock that moves makes. A day's period gives every key hours, beyond
+// any run, however slow; the decisions are the same at any period.
+const still = 24 * time.Hour
+
 // rounds is n, or a tenth of it (at least 1) with -short.
 func rounds(n int) int {
 	if testing.Short() {

@@ -464,11 +464,11 @@ func (s *suite) testReset(t *testing.T) {
 		t.Skip("the store is not a floodgate.Resetter")
 	}
 	key, other := s.key(t, "k"), s.key(t, "other")
-	fw := s.limit(t, lim(floodgate.FixedWindow, 2, sec))
-	fwMin := s.limit(t, lim(floodgate.FixedWindow, 2, time.Minute))
-	g := s.limit(t, lim(floodgate.GCRA, 2, sec))
-	conc := s.limit(t, lim(floodgate.Concurrency, 2, sec))
-	log := s.limit(t, lim(floodgate.SlidingWindowLog, 2, sec))
+	fw := s.limit(t, lim(floodgate.FixedWindow, 2, still))
+	fw2 := s.limit(t, lim(floodgate.FixedWindow, 2, 2*still)) // another period
+	g := s.limit(t, lim(floodgate.GCRA, 2, still))
+	conc := s.limit(t, lim(floodgate.Concurrency, 2, still))
+	log := s.limit(t, lim(floodgate.SlidingWindowLog, 2, still))
 	take := func(key string, l floodgate.Limit) {
 		t.Helper()
 		r := floodgate.Request{Key: key, Limit: l, Cost: 2, Now: s.at(0)}
@@ -483,7 +483,7 @@ func (s *suite) testReset(t *testing.T) {
 		t.Helper()
 		return s.apply(t, floodgate.Request{Key: key, Limit: l, Now: s.at(0)}).Remaining
 	}
-	for _, l := range []floodgate.Limit{fw, fwMin, g, conc, log} {
+	for _, l := range []floodgate.Limit{fw, fw2, g, conc, log} {
 		take(key, l)
 	}
 	take(other, fw)
@@ -493,7 +493,7 @@ func (s *suite) testReset(t *testing.T) {
 	if got := remaining(key, fw); got != 2 {
 		t.Errorf("after Reset: Remaining = %d, want 2", got)
 	}
-	for _, l := range []floodgate.Limit{fwMin, g, conc, log} {
+	for _, l := range []floodgate.Limit{fw2, g, conc, log} {
 		if got := remaining(key, l); got != 0 {
 			t.Errorf("Reset(%s) changed %s of the same key: Remaining = %d, want 0", fw, l, got)
 		}
