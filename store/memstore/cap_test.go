@@ -1,6 +1,7 @@
 package memstore_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -72,5 +73,38 @@ func TestMaxKeysFailurePolicy(t *testing.T) {
 	}
 	if d, err := l.Allow(t.Context(), "b", lim); !errors.Is(err, memstore.ErrFull) || d.Allowed {
 		t.Errorf("a second key under fail_closed: %+v %v, want denied with ErrFull", d, err)
+	}
+}
+
+// TestNoLimiterDeadline: a Limiter's Timeout puts no deadline on the
+// memory store's calls (finding 3 of issue 25): with a deadline shorter
+// than any call, a saturated host in the small, FailOpen still admits
+// exactly the limit, with no error.
+func TestNoLimiterDeadline(t *testing.T) {
+	s := memstore.New(&memstore.Options{SweepInterval: -1})
+	defer s.Close()
+	l, err := floodgate.New(s, &floodgate.Options{FailurePolicy: floodgate.FailOpen, Timeout: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := floodgate.Limit{Limit: 5, Period: time.Hour}
+	admitted := 0
+	for range 20 {
+		d, err := l.Allow(t.Context(), "k", lim)
+		if err != nil {
+			t.Fatalf("Allow under a 1 ns Timeout: %v, want the store's decision", err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("admitted %d of 20 against a limit of 5", admitted)
+	}
+	// The caller's own context still counts.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.Apply(ctx, floodgate.Request{Key: "k", Limit: lim, Cost: 1}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Apply with a cancelled context: %v, want context.Canceled", err)
 	}
 }
