@@ -31,8 +31,8 @@ import (
 	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/server"
-	"github.com/floodgate-rl/floodgate/store/memstore"
 	"github.com/floodgate-rl/floodgate/server/transport"
+	"github.com/floodgate-rl/floodgate/store/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
