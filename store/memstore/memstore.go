@@ -651,16 +651,15 @@ func (s *Store) startSweeper(interval time.Duration) {
 	})
 }
 
-// WithTimeout returns s itself: a floodgate.Limiter calls it with its
-// Options.Timeout, and the memory store takes no deadline from it. A call
-// of the memory store is its own work under one shard's lock, a few
-// microseconds, and the store cannot be unreachable: under a deadline, a
-// call could only fail because its caller's goroutine waited for a CPU
-// (a saturated host), and the Limiter would answer that by its failure
-// policy, which under FailOpen stops limiting when the host is busiest.
-// The caller's own context still counts: a call whose context has ended
-// is refused with its error, as before.
-func (s *Store) WithTimeout(time.Duration) floodgate.Store { return s }
+// InProcess reports true: a floodgate.Limiter puts no deadline of its
+// Options.Timeout on the memory store's calls. A call is the store's own
+// work under one shard's lock, a few microseconds, and the store cannot
+// be unreachable: under a deadline, a call could only fail because its
+// caller's goroutine waited for a CPU (a saturated host), and the Limiter
+// would answer that by its failure policy, which under FailOpen stops
+// limiting when the host is busiest. The caller's own context still
+// counts: a call whose context has ended is refused with its error.
+func (s *Store) InProcess() bool { return true }
 
 // Close stops the sweeper. The store still answers afterwards.
 func (s *Store) Close() error {
