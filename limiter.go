@@ -51,7 +51,11 @@ type Options struct {
 	// writes a durable record between a reserve and a settle) bounds
 	// those calls itself: if the store has a method
 	// WithTimeout(time.Duration) Store, New calls it with Timeout and
-	// decides through the Store it returns, with the caller's context.
+	// decides through the Store it returns, with the caller's context. A
+	// store whose InProcess method reports true (memstore's) decides in
+	// this process without I/O and cannot be unreachable: its calls get
+	// no deadline from Timeout, which there could only turn the caller's
+	// own wait for a CPU into the failure policy.
 	Timeout time.Duration
 	// Observer, if set, sees every decision and failure (for metrics).
 	Observer Observer
@@ -131,6 +135,9 @@ func New(store Store, opts *Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	if ip, ok := store.(inProcessStore); ok && ip.InProcess() {
+		o.Timeout = 0
+	}
 	if ts, ok := store.(timedStore); ok && o.Timeout > 0 {
 		store, o.Timeout = ts.WithTimeout(o.Timeout), 0
 	}
@@ -142,6 +149,12 @@ func New(store Store, opts *Options) (*Limiter, error) {
 // timedStore is a Store that bounds its own calls (see Options.Timeout).
 type timedStore interface {
 	WithTimeout(timeout time.Duration) Store
+}
+
+// inProcessStore is a Store that decides in this process, without I/O
+// (see Options.Timeout).
+type inProcessStore interface {
+	InProcess() bool
 }
 
 // durableStore is a Store that accounts for durable quotas (see

@@ -186,9 +186,25 @@ func (q *Quotas) DurableQuotas() bool { return true }
 // timeout, on top of the caller's context: a floodgate.Limiter calls it
 // with its Options.Timeout (see there), so that the deadline bounds the
 // store's calls and not the ledger's, which WrapOptions.Timeout bounds.
+// The store's own rule is kept: a store that bounds its calls itself
+// (a WithTimeout method: the Redis store counts the deadline from each
+// script's send) is given timeout that way, and a store that decides in
+// this process (InProcess reports true: the memory store) gets none.
 func (q *Quotas) WithTimeout(timeout time.Duration) floodgate.Store {
 	c := *q
 	c.timeout = timeout
+	switch inner := q.inner.(type) {
+	case interface{ InProcess() bool }:
+		if inner.InProcess() {
+			c.timeout = 0
+		}
+	case interface {
+		WithTimeout(time.Duration) floodgate.Store
+	}:
+		if rv, ok := inner.WithTimeout(timeout).(floodgate.Reserver); ok {
+			c.inner, c.rv, c.timeout = rv.(floodgate.Store), rv, 0
+		}
+	}
 	return &c
 }
 

@@ -186,3 +186,68 @@ func (downStore) Reserve(context.Context, floodgate.HoldRequest) (floodgate.Hold
 func (downStore) Settle(context.Context, floodgate.SettleRequest) ([]floodgate.Settlement, error) {
 	return nil, errStoreDown
 }
+
+// TestQuotasKeepStoreDeadlineRule: under a Limiter's Timeout, Quotas
+// keeps the wrapped store's own rule for its deadline (issue 30 item 1:
+// the first reserve of a durable key, two scripts and a ledger read,
+// failed against the store's deadline on a busy machine): the memory
+// store gets none, however short the Timeout, and a store that bounds its
+// calls itself (WithTimeout, as the Redis store does from each script's
+// send) is given the Timeout that way, with no deadline of Quotas' own.
+func TestQuotasKeepStoreDeadlineRule(t *testing.T) {
+	clock := floodgatetest.NewFakeClock(base.Add(time.Hour))
+	s := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
+	defer s.Close()
+	q, err := ledger.Wrap(s, ledger.Durable(openSQLite(t), nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New(q, &floodgate.Options{Clock: clock, Timeout: time.Nanosecond, FailurePolicy: floodgate.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.AllowN(t.Context(), "k", paid, 3); err != nil || !d.Allowed {
+		t.Errorf("the first units of a durable key on the memory store under a 1 ns Timeout: %+v, %v; want the store's admission", d, err)
+	}
+
+	s2 := memstore.New(&memstore.Options{Clock: clock, SweepInterval: -1})
+	defer s2.Close()
+	own := &timedStore{deadlines: deadlines{Store: s2}}
+	q2, err := ledger.Wrap(own, ledger.Durable(openSQLite(t), nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := floodgate.New(q2, &floodgate.Options{Clock: clock, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l2.AllowN(t.Context(), "k", paid, 3); err != nil || !d.Allowed {
+		t.Fatalf("AllowN: %+v, %v", d, err)
+	}
+	if own.timeout != time.Minute {
+		t.Errorf("the store's WithTimeout got %v, want the Limiter's minute", own.timeout)
+	}
+	own.mu.Lock()
+	defer own.mu.Unlock()
+	if len(own.got) == 0 {
+		t.Fatal("no call reached the store WithTimeout returned")
+	}
+	for i, dl := range own.got {
+		if !dl.IsZero() {
+			t.Errorf("store call %d: deadline %v from Quotas, want none: the store bounds its calls itself", i, dl)
+		}
+	}
+}
+
+// timedStore is a store that bounds its own calls: WithTimeout records
+// the timeout and returns the store, whose Reserve and Settle record the
+// deadline they got.
+type timedStore struct {
+	deadlines
+	timeout time.Duration
+}
+
+func (s *timedStore) WithTimeout(d time.Duration) floodgate.Store {
+	s.timeout = d
+	return &s.deadlines
+}

@@ -376,15 +376,17 @@ descriptors:
 }
 
 // TestServeMaxKeys: on the memory store, -max-keys bounds the keys a
-// caller can make: the first new key beyond it is answered by the rule's
-// failure mode (fail_closed here: denied), and counted; held keys are
+// caller can make: the first new key beyond it is denied, though its rule
+// is fail_open (finding 2 of issue 25: a full store answered by the
+// failure mode admitted 250 of 250), with store_full and not store_error
+// on the HTTP API, OVER_LIMIT over gRPC, and counted; held keys are
 // decided as ever.
 func TestServeMaxKeys(t *testing.T) {
 	dir, _ := writeConfig(t, `
 domain: edge
 descriptors:
   - key: user
-    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: fail_closed}
+    rate_limit: {unit: hour, requests_per_unit: 100, failure_mode: fail_open}
 `)
 	in := startServe(t, "-config", dir, "-max-keys", "50")
 	allowed := func(user int) bool {
@@ -392,8 +394,8 @@ descriptors:
 		switch {
 		case code == http.StatusOK && strings.Contains(body, `"allowed":true`):
 			return true
-		case code == http.StatusServiceUnavailable && strings.Contains(body, `"store_error":true`):
-			return false // fail_closed's answer to ErrFull
+		case code == http.StatusServiceUnavailable && strings.Contains(body, `"store_full":true`) && !strings.Contains(body, `"store_error"`):
+			return false // the refusal of a full store
 		}
 		t.Fatalf("POST /v1/allow: %d %s", code, body)
 		return false
@@ -417,11 +419,48 @@ descriptors:
 	if first < 0 {
 		t.Fatalf("no key refused among %d, with -max-keys 50 over %d shards", most+1, shards)
 	}
+	for range 5 {
+		if allowed(first) {
+			t.Fatalf("the refused key u%d admitted on a retry", first)
+		}
+	}
+	resp, err := in.rls(t).ShouldRateLimit(t.Context(), rlsRequest("edge", "user", fmt.Sprintf("u%d", first)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("gRPC on a full store: %v, want OVER_LIMIT", resp.OverallCode)
+	}
 	if !allowed(0) {
 		t.Error("a held key at the cap: denied")
 	}
-	if n := in.metric(t, "floodgate_memstore_refused_total"); n < 1 {
-		t.Errorf("floodgate_memstore_refused_total = %d, want at least 1", n)
+	if n := in.metric(t, "floodgate_memstore_refused_total"); n < 7 {
+		t.Errorf("floodgate_memstore_refused_total = %d, want at least 7", n)
+	}
+}
+
+// TestServeMaxMemory: -max-memory bounds the memory store's accounted
+// bytes, per shard (finding 1 of issue 25: 1,500 keys of 1 MB took RSS to
+// 2.41 GB): a key longer than a shard's share never gets state, whatever
+// its failure mode, while short keys do.
+func TestServeMaxMemory(t *testing.T) {
+	in := startServe(t, "-max-memory", "1MiB")
+	inline := func(key string) (int, string) {
+		return in.allow(t, fmt.Sprintf(`{"key": %q, "limit": {"limit": 5, "period": "1h"}}`, key))
+	}
+	// 1 MiB over at least 128 shards: at most 8 KiB each.
+	long := strings.Repeat("k", 10_000)
+	for i := range 20 {
+		code, body := inline(fmt.Sprintf("%d%s", i, long))
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, `"store_full":true`) || strings.Contains(body, `"allowed":true`) {
+			t.Fatalf("a 10,000-byte key under -max-memory 1MiB: %d %s, want a 503 with store_full", code, body)
+		}
+	}
+	if code, body := inline("short"); code != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
+		t.Errorf("a short key: %d %s", code, body)
+	}
+	if n := in.metric(t, "floodgate_memstore_bytes"); n <= 0 || n > 1<<20 {
+		t.Errorf("floodgate_memstore_bytes = %d, want above 0 and at most 1 MiB", n)
 	}
 }
 

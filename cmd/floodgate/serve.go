@@ -68,6 +68,8 @@ type serveConfig struct {
 	tlsClientCA      string
 	maxOwnPeriod     time.Duration
 	maxKeys          int
+	maxMemory        memSize
+	maxHoldsPerKey   int
 	shadowMode       bool
 	independent      bool
 	holdRetention    time.Duration
@@ -152,7 +154,10 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM `file` of the key of -tls-cert (env FLOODGATE_TLS_KEY)")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM `file` of the CAs that sign client certificates: with it every client of both listeners must present one (mutual TLS); read again when it changes (env FLOODGATE_TLS_CLIENT_CA)")
 	fs.DurationVar(&c.maxOwnPeriod, "max-own-period", server.DefaultMaxOwnPeriod, "the longest period of a limit a request brings (an inline limit of the HTTP API, Envoy's descriptor override); longer is refused as invalid, since each of its keys is kept that long; negative: no bound (env FLOODGATE_MAX_OWN_PERIOD)")
-	fs.IntVar(&c.maxKeys, "max-keys", defaultMaxKeys, "memory store: the most keys holding state (docs/serve.md says the memory each takes); a request that would add one more, once expired keys are dropped, is answered by its rule's failure mode and counted in floodgate_memstore_refused_total; 0: no bound (env FLOODGATE_MAX_KEYS)")
+	fs.IntVar(&c.maxKeys, "max-keys", defaultMaxKeys, "memory store: the most keys holding state (docs/serve.md says the memory each takes); a request that would add one more, once expired keys are dropped, is denied whatever its rule's failure mode (503 with \"store_full\" on the HTTP API, OVER_LIMIT over gRPC) and counted in floodgate_memstore_refused_total; 0: no bound (env FLOODGATE_MAX_KEYS)")
+	c.maxMemory = memSize{auto: true}
+	fs.Var(&c.maxMemory, "max-memory", "memory store: the most `bytes` of state it holds, by an accounted estimate (docs/serve.md): keys, logged and leased units, reservations; a request that would pass it, once expired state is dropped, is denied as at -max-keys; a size (512MiB, 2GiB), auto (a quarter of GOMEMLIMIT, the cgroup's limit or the machine's memory, the least, between 64MiB and 4GiB) or 0 for no bound (env FLOODGATE_MAX_MEMORY)")
+	fs.IntVar(&c.maxHoldsPerKey, "max-holds-per-key", defaultMaxHoldsPerKey, "memory store: the most reservations remembered for one key (held, or settled and kept for -hold-retention); one more is denied as at -max-keys; 0: no bound (env FLOODGATE_MAX_HOLDS_PER_KEY)")
 	fs.IntVar(&c.maxConns, "max-connections", 0, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so that clients opening thousands cannot take every file descriptor; 0: derived from the process's file limit, so that both listeners together stay under it (docs/serve.md has the formula) (env FLOODGATE_MAX_CONNECTIONS)")
 	fs.IntVar(&c.maxConnsPerPeer, "max-connections-per-peer", 0, "the most connections one peer (an IPv4 address, an IPv6 /64) holds open on each listener; more are closed as soon as accepted, so that one client cannot starve the others; never above -max-connections; 0: 1000, or half of -max-connections if less (env FLOODGATE_MAX_CONNECTIONS_PER_PEER)")
 	fs.UintVar(&c.grpcMaxStreams, "grpc-max-streams", transport.DefaultMaxStreams, "gRPC: the most calls in flight on one connection (HTTP/2 max concurrent streams); more are refused (env FLOODGATE_GRPC_MAX_STREAMS)")
@@ -219,6 +224,8 @@ func (c serveConfig) problem() string {
 		return hostsProblem(c.allowedHosts)
 	case c.maxKeys < 0:
 		return fmt.Sprintf("-max-keys: %d is negative (0 means no bound)", c.maxKeys)
+	case c.maxHoldsPerKey < 0:
+		return fmt.Sprintf("-max-holds-per-key: %d is negative (0 means no bound)", c.maxHoldsPerKey)
 	case c.gogc < 0:
 		return fmt.Sprintf("-gogc: %d is negative (0 leaves Go's setting)", c.gogc)
 	case c.grpcMaxIdle <= 0:
@@ -399,7 +406,7 @@ func logHandler(c serveConfig, stderr io.Writer) slog.Handler {
 // -redis with its TLS files and options.
 func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate.Store, func(), error) {
 	if c.redisURL == "" {
-		s := memstore.New(&memstore.Options{HoldRetention: c.holdRetention, MaxKeys: c.maxKeys})
+		s := memstore.New(&memstore.Options{HoldRetention: c.holdRetention, MaxKeys: c.maxKeys, MaxBytes: c.maxMemory.resolve(), MaxHoldsPerKey: c.maxHoldsPerKey})
 		return s, func() { s.Close() }, nil
 	}
 	tlsConf, err := c.redisTLS.config(log)
@@ -720,6 +727,12 @@ func redactURL(u string) string {
 // of a dozen bytes.
 const defaultMaxKeys = 1_000_000
 
+// defaultMaxHoldsPerKey is -max-holds-per-key's default: a key
+// reserving 25 times a second, each reservation remembered for the
+// default hour of -hold-retention after its TTL, keeps 90,000; the bound
+// costs at most about 35 MiB of accounted bytes per key.
+const defaultMaxHoldsPerKey = 100_000
+
 // registerMemStats exports the memory store's key count and its ErrFull
 // refusals.
 func registerMemStats(reg *prometheus.Registry, s *memstore.Store) error {
@@ -728,9 +741,13 @@ func registerMemStats(reg *prometheus.Registry, s *memstore.Store) error {
 			Name: "floodgate_memstore_keys",
 			Help: "Keys the memory store holds state for, live or expired but not yet swept (-max-keys bounds them).",
 		}, func() float64 { return float64(s.Len()) })),
+		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "floodgate_memstore_bytes",
+			Help: "Bytes the memory store holds by its accounted estimate (keys, logged and leased units, reservations; -max-memory bounds them).",
+		}, func() float64 { return float64(s.Bytes()) })),
 		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "floodgate_memstore_refused_total",
-			Help: "Requests the memory store refused because a new key would exceed -max-keys; each was answered by its rule's failure mode.",
+			Help: "Requests the memory store refused because they would exceed -max-keys, -max-memory or -max-holds-per-key; each was denied, whatever its rule's failure mode.",
 		}, func() float64 { return float64(s.Refused()) })),
 	)
 }

@@ -100,3 +100,33 @@ func TestServeDocListsEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxMemoryFlag: -max-memory reads sizes with units and auto, and
+// refuses anything else naming the flag; auto is a quarter of the
+// process's memory, within its bounds.
+func TestMaxMemoryFlag(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "1048576": 1 << 20, "512MiB": 512 << 20, "2GiB": 2 << 30, "64KiB": 64 << 10, "100B": 100} {
+		var m memSize
+		if err := m.Set(in); err != nil || m.resolve() != want {
+			t.Errorf("Set(%q): %d, %v; want %d", in, m.resolve(), err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5GiB", "1GB", "lots", "9999999999GiB"} {
+		var m memSize
+		if err := m.Set(in); err == nil {
+			t.Errorf("Set(%q): no error", in)
+		}
+	}
+	for limit, want := range map[int64]int64{0: 1 << 30, 100 << 20: 64 << 20, 8 << 30: 2 << 30, 64 << 30: 4 << 30} {
+		if got := autoMaxMemory(limit); got != want {
+			t.Errorf("autoMaxMemory(%d) = %d, want %d", limit, got, want)
+		}
+	}
+	if n := (memSize{auto: true}).resolve(); n < 64<<20 || n > 4<<30 {
+		t.Errorf("auto on this machine: %d, want between 64 MiB and 4 GiB", n)
+	}
+	code, _, stderr := runCmd(t, "serve", "-max-memory", "lots")
+	if code != 2 || !strings.Contains(stderr, "-max-memory") {
+		t.Errorf("serve -max-memory lots: exit %d, %s", code, stderr)
+	}
+}

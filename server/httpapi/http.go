@@ -35,6 +35,7 @@ import (
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/transport"
+	"github.com/floodgate-rl/floodgate/store/memstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -394,6 +395,10 @@ type DecisionJSON struct {
 	// quota_mode, or serve -quota-mode); see QuotaCode.
 	QuotaMode  bool `json:"quota_mode,omitempty"`
 	StoreError bool `json:"store_error,omitempty"`
+	// StoreFull: the memory store is at one of its bounds (-max-keys,
+	// -max-memory, -max-holds-per-key) and refused the descriptor, which
+	// is denied whatever the failure mode (memstore.ErrFull).
+	StoreFull bool `json:"store_full,omitempty"`
 	// LedgerError: a durable quota's ledger failed (ledger.ErrLedger),
 	// which denies whatever the failure mode.
 	LedgerError bool `json:"ledger_error,omitempty"`
@@ -424,7 +429,8 @@ func statusJSON(st server.Status) DecisionJSON { return decisionJSON(st, true) }
 // decisionJSON is statusJSON, with the policy only if policy is set.
 func decisionJSON(st server.Status, policy bool) DecisionJSON {
 	ledgerFailed := errors.Is(st.Err, ledger.ErrLedger)
-	out := DecisionJSON{Allowed: st.Code == server.OK, Code: st.Code.String(), StoreError: st.Err != nil && !ledgerFailed, LedgerError: ledgerFailed, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
+	full := errors.Is(st.Err, memstore.ErrFull)
+	out := DecisionJSON{Allowed: st.Code == server.OK, Code: st.Code.String(), StoreError: st.Err != nil && !ledgerFailed && !full, StoreFull: full, LedgerError: ledgerFailed, ShadowMode: st.Shadow, Fallback: st.Decision.Fallback,
 		NoRule: !st.Limited && st.Rule == nil, QuotaMode: st.Quota}
 	if st.Rule != nil {
 		out.Rule = st.Rule.ID

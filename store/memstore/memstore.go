@@ -57,18 +57,38 @@ type Options struct {
 	HoldRetention time.Duration
 	// MaxKeys bounds the keys holding state (each an entry, a map slot
 	// and its key string; see the package doc): a request that would add
-	// a key to a full store fails with ErrFull, after the expired keys of
-	// its shard are dropped (at most once a second), and the Limiter
-	// answers it by its failure policy. The bound is kept per
-	// shard, without a shared counter on the hot path: each shard holds
-	// at most ceil(MaxKeys/Shards) keys, so the store holds at most that
-	// times Shards, and refuses a key once its shard is full. With
-	// uniform keys and MaxKeys far above Shards, refusals start within a
-	// few percent of MaxKeys (1M keys over 128 shards: about 97%); with
-	// MaxKeys near Shards they start much earlier. A batch may pass its
-	// shard's bound by its own size. Reservations are not counted. 0
-	// means no bound.
+	// a key to a full store is refused with ErrFull, after the expired
+	// keys of its shard are dropped (at most once a second). The bound is
+	// kept per shard, without a shared counter on the hot path: each
+	// shard holds at most ceil(MaxKeys/Shards) keys, so the store holds
+	// at most that times Shards, and refuses a key once its shard is
+	// full. With uniform keys and MaxKeys far above Shards, refusals
+	// start within a few percent of MaxKeys (1M keys over 128 shards:
+	// about 97%); with MaxKeys near Shards they start much earlier. A
+	// batch may pass its shard's bound by its own size. 0 means no
+	// bound.
 	MaxKeys int
+	// MaxBytes bounds the bytes the store holds, by an accounted estimate
+	// of each thing it holds (not a measure of the heap): a key's state
+	// is 128 bytes plus the key's length; sliding_window_log adds 8 bytes
+	// per logged unit (of its slice's capacity), concurrency 48 bytes
+	// plus the lease ID's length per held unit; a reservation is 320
+	// bytes plus its key's and ID's lengths, until it is forgotten after
+	// Options.HoldRetention. A request that would take its shard past
+	// ceil(MaxBytes/Shards) (a new key, more logged or leased units, a
+	// new reservation) is refused with ErrFull, after the shard's expired
+	// state is dropped (at most once a second), as at MaxKeys. One
+	// request may pass the bound by what it adds. The garbage collector's
+	// slack comes on top (up to 1+GOGC/100 times the live heap). 0 means
+	// no bound.
+	MaxBytes int64
+	// MaxHoldsPerKey bounds the reservations the store remembers for one
+	// key and period, held or settled and kept for HoldRetention: a
+	// reserve beyond it is refused with ErrFull, so that one key's
+	// reservations cannot take the store. A key reserving n times a
+	// second keeps about n*(TTL+HoldRetention) of them. 0 means no
+	// bound.
+	MaxHoldsPerKey int
 }
 
 // Store is the in-memory floodgate.Store. It is safe for concurrent use.
@@ -85,9 +105,14 @@ type Store struct {
 	// retain is Options.HoldRetention in µs.
 	retain int64
 	// maxKeys is Options.MaxKeys, perShard its share per shard (0: no
-	// bound); refused counts ErrFull answers.
-	maxKeys, perShard int
-	refused           atomic.Int64
+	// bound); maxBytes and perShardBytes are Options.MaxBytes and its
+	// share; maxHoldsPerKey is Options.MaxHoldsPerKey; bounded is set
+	// when MaxKeys or MaxBytes is. refused counts ErrFull answers.
+	maxKeys, perShard       int
+	maxBytes, perShardBytes int64
+	maxHoldsPerKey          int
+	bounded                 bool
+	refused                 atomic.Int64
 }
 
 var (
@@ -119,14 +144,18 @@ type slot struct {
 	exp int64
 }
 
+// logSlot and concSlot are the states of the O(limit) algorithms; acct
+// is the bytes accounted for their units (see account).
 type logSlot struct {
-	log []int64
-	exp int64
+	log  []int64
+	exp  int64
+	acct int64
 }
 
 type concSlot struct {
 	units []algorithm.Unit
 	exp   int64
+	acct  int64
 }
 
 type shard struct {
@@ -137,6 +166,11 @@ type shard struct {
 	// holds are the reservations of this shard's keys (reserve.go); nil
 	// until the first.
 	holds map[holdKey]*holdEntry
+	// holdBytes is the accounted size of holds (see Options.MaxBytes),
+	// holdsPer their number per key and period; both kept by putHold and
+	// dropHold.
+	holdBytes int64
+	holdsPer  map[mkey]int
 	// fullSwept is when room last swept the shard because it was full
 	// (store clock, µs).
 	fullSwept int64
@@ -165,10 +199,14 @@ func New(opts *Options) *Store {
 		o.HoldRetention = floodgate.DefaultHoldRetention
 	}
 	s := &Store{clock: o.Clock, system: system, seed: maphash.MakeSeed(), mask: uint64(size - 1), shards: make([]shard, size),
-		retain: o.HoldRetention.Microseconds(), maxKeys: max(o.MaxKeys, 0)}
+		retain: o.HoldRetention.Microseconds(), maxKeys: max(o.MaxKeys, 0), maxBytes: max(o.MaxBytes, 0), maxHoldsPerKey: max(o.MaxHoldsPerKey, 0)}
 	if s.maxKeys > 0 {
 		s.perShard = (s.maxKeys + size - 1) / size
 	}
+	if s.maxBytes > 0 {
+		s.perShardBytes = (s.maxBytes + int64(size) - 1) / int64(size)
+	}
+	s.bounded = s.perShard != 0 || s.perShardBytes != 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		for k := range sh.small {
@@ -233,7 +271,7 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (out floodgate.D
 	}
 	sh := &s.shards[i]
 	sh.mu.Lock()
-	if s.perShard != 0 && !s.room(sh, k, ref) {
+	if s.bounded && !s.room(sh, k, ref, growth(&r, k)) {
 		sh.mu.Unlock()
 		return floodgate.Decision{}, s.fullError()
 	}
@@ -298,6 +336,7 @@ func (sh *shard) step(r *floodgate.Request, k algorithm.Kind, p algorithm.Params
 				sh.logs.put(mk, ls)
 			}
 			ls.log, ls.exp = st.Log, exp+skew
+			ls.account(&sh.logs)
 		} else if ls != nil {
 			sh.logs.del(mk)
 		}
@@ -324,6 +363,7 @@ func (sh *shard) step(r *floodgate.Request, k algorithm.Kind, p algorithm.Params
 				sh.conc.put(mk, cs)
 			}
 			cs.units, cs.exp = st.Units, exp+skew
+			cs.account(&sh.conc)
 		} else if cs != nil {
 			sh.conc.del(mk)
 		}
@@ -510,11 +550,15 @@ func (sh *shard) save(k algorithm.Kind, key ref) snapshot {
 func (sh *shard) restore(sn snapshot) {
 	switch {
 	case sn.k == algorithm.KindSlidingWindowLog && sn.ok:
-		sh.logs.put(sn.key, &logSlot{log: sn.log.log, exp: sn.log.exp})
+		ls := &logSlot{log: sn.log.log, exp: sn.log.exp}
+		sh.logs.put(sn.key, ls)
+		ls.account(&sh.logs)
 	case sn.k == algorithm.KindSlidingWindowLog:
 		sh.logs.del(sn.key)
 	case sn.k == algorithm.KindConcurrency && sn.ok:
-		sh.conc.put(sn.key, &concSlot{units: sn.conc.units, exp: sn.conc.exp})
+		cs := &concSlot{units: sn.conc.units, exp: sn.conc.exp}
+		sh.conc.put(sn.key, cs)
+		cs.account(&sh.conc)
 	case sn.k == algorithm.KindConcurrency:
 		sh.conc.del(sn.key)
 	case sn.ok:
@@ -606,6 +650,16 @@ func (s *Store) startSweeper(interval time.Duration) {
 		return true
 	})
 }
+
+// InProcess reports true: a floodgate.Limiter puts no deadline of its
+// Options.Timeout on the memory store's calls. A call is the store's own
+// work under one shard's lock, a few microseconds, and the store cannot
+// be unreachable: under a deadline, a call could only fail because its
+// caller's goroutine waited for a CPU (a saturated host), and the Limiter
+// would answer that by its failure policy, which under FailOpen stops
+// limiting when the host is busiest. The caller's own context still
+// counts: a call whose context has ended is refused with its error.
+func (s *Store) InProcess() bool { return true }
 
 // Close stops the sweeper. The store still answers afterwards.
 func (s *Store) Close() error {

@@ -59,6 +59,9 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 	if err := b.room(); err != nil {
 		return floodgate.HoldResult{}, err
 	}
+	if err := b.holdRoom(r.ID); err != nil {
+		return floodgate.HoldResult{}, err
+	}
 	if r.Rebuild != nil {
 		if lost := b.rebuild(r.Rebuild); lost != nil {
 			return floodgate.HoldResult{Lost: lost}, nil
@@ -71,16 +74,13 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 	}
 	for i := range b.rs {
 		sh := b.shard(i)
-		if sh.holds == nil {
-			sh.holds = make(map[holdKey]*holdEntry)
-		}
 		h := algorithm.Hold{State: state, Units: b.rs[i].Cost, At: b.items[i].now, Expires: b.items[i].now + ttl, Release: r.Release}
 		e := &holdEntry{h: h, p: b.items[i].params, durable: b.rs[i].Limit.Durable, kind: b.items[i].kind, ref: b.items[i].ref,
 			skew: b.items[i].skew, keep: h.Expires + b.items[i].skew + s.retain}
 		if e.durable && e.kind == algorithm.KindFixedWindow {
 			e.window = b.window(i)
 		}
-		sh.holds[b.holdKey(i, r.ID)] = e
+		sh.putHold(b.holdKey(i, r.ID), e)
 	}
 	return floodgate.HoldResult{Decisions: b.decisions(ds), Expires: time.UnixMicro(b.items[0].now + ttl)}, nil
 }
@@ -288,6 +288,7 @@ func (sh *shard) settleHold(e *holdEntry, now, actual int64, cancel, expireOnly 
 				sh.logs.put(mk, ls)
 			}
 			ls.log, ls.exp = state.Log, exp+e.skew
+			ls.account(&sh.logs)
 		} else if ls != nil {
 			sh.logs.del(mk)
 		}
@@ -324,7 +325,7 @@ func (sh *shard) sweepHolds(now int64) {
 	for hk, e := range sh.holds {
 		switch {
 		case e.keep <= now:
-			delete(sh.holds, hk)
+			sh.dropHold(hk)
 		case e.h.State == algorithm.Held && e.h.Expires+e.skew <= now:
 			sh.settleHold(e, now-e.skew, 0, false, true)
 		}

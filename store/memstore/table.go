@@ -34,13 +34,25 @@ type tentry[V any] struct {
 // whenever over is not empty. A deletion moves the last entry of ents into
 // the hole, so ents stays dense; sweep gives back the slice's memory when
 // it is mostly empty.
-type table[V any] struct {
-	idx  map[uint64]int // hash → position in ents
-	ents []tentry[V]
-	over map[mkey]V // nil until a first collision
+//
+// bytes is the table's accounted size (see Options.MaxBytes): keyBytes
+// for each pair, plus each value's extraBytes as it was when the value
+// was put or last accounted (account), so that what a removal takes off
+// is exactly what was added.
+type table[V sized] struct {
+	idx   map[uint64]int // hash → position in ents
+	ents  []tentry[V]
+	over  map[mkey]V // nil until a first collision
+	bytes int64
 }
 
-func newTable[V any]() table[V] {
+// sized is a table's value: extraBytes is what it holds beyond its
+// entry, as accounted (0 for the O(1) states).
+type sized interface {
+	extraBytes() int64
+}
+
+func newTable[V sized]() table[V] {
 	return table[V]{idx: make(map[uint64]int)}
 }
 
@@ -76,6 +88,8 @@ func (t *table[V]) find(r ref) (V, where) {
 
 // set is put for a pair that find just reported at w, with no change to
 // the table in between: it skips put's lookup when the pair is present.
+// It keeps the accounted size only for values whose extraBytes is 0 (the
+// O(1) states, whose tables it serves): the hot path pays no call for it.
 func (t *table[V]) set(r ref, v V, w where) {
 	switch {
 	case w >= 0:
@@ -91,9 +105,11 @@ func (t *table[V]) put(r ref, v V) {
 	i, ok := t.idx[r.hash]
 	switch {
 	case ok && t.ents[i].key == r.key && t.ents[i].period == r.period:
+		t.bytes += v.extraBytes() - t.ents[i].v.extraBytes()
 		t.ents[i].v = v
 		return
 	case len(t.over) > 0 && t.inOver(r.mkey):
+		t.bytes += v.extraBytes() - t.over[r.mkey].extraBytes()
 		t.over[r.mkey] = v
 		return
 	case ok:
@@ -101,8 +117,10 @@ func (t *table[V]) put(r ref, v V) {
 			t.over = make(map[mkey]V)
 		}
 		t.over[r.mkey] = v
+		t.bytes += keyBytes(len(r.key)) + v.extraBytes()
 		return
 	}
+	t.bytes += keyBytes(len(r.key)) + v.extraBytes()
 	t.idx[r.hash] = len(t.ents)
 	t.ents = append(t.ents, tentry[V]{hash: r.hash, key: r.key, period: r.period, v: v})
 }
@@ -118,13 +136,17 @@ func (t *table[V]) del(r ref) {
 		return
 	}
 	if len(t.over) > 0 {
-		delete(t.over, r.mkey)
+		if v, ok := t.over[r.mkey]; ok {
+			t.bytes -= keyBytes(len(r.key)) + v.extraBytes()
+			delete(t.over, r.mkey)
+		}
 	}
 }
 
 // removeAt deletes the primary entry at i, moving the last entry there.
 func (t *table[V]) removeAt(i int) {
 	last := len(t.ents) - 1
+	t.bytes -= keyBytes(len(t.ents[i].key)) + t.ents[i].v.extraBytes()
 	delete(t.idx, t.ents[i].hash)
 	if i != last {
 		t.ents[i] = t.ents[last]
@@ -153,6 +175,7 @@ func (t *table[V]) sweep(expired func(V) bool) int {
 	}
 	for k, v := range t.over {
 		if expired(v) {
+			t.bytes -= keyBytes(len(k.key)) + v.extraBytes()
 			delete(t.over, k)
 			n++
 		}

@@ -6,6 +6,12 @@ import (
 	"github.com/floodgate-rl/floodgate/algorithm"
 )
 
+// tval is a table value of no accounted extra size, as a slot: the
+// table's bytes are its keys'.
+type tval int
+
+func (tval) extraBytes() int64 { return 0 }
+
 // TestTableCollisions drives a table through pairs that share one hash,
 // which a seeded 64-bit hash practically never produces, and checks it
 // against a plain map after every step.
@@ -16,8 +22,8 @@ func TestTableCollisions(t *testing.T) {
 	c := ref{hash: h, mkey: mkey{"a", 2}}
 	d := ref{hash: h + 1, mkey: mkey{"d", 1}}
 	e := ref{hash: h + 2, mkey: mkey{"e", 1}}
-	tb := newTable[int]()
-	want := map[mkey]int{}
+	tb := newTable[tval]()
+	want := map[mkey]tval{}
 	check := func(step string) {
 		t.Helper()
 		for _, r := range []ref{a, b, c, d, e} {
@@ -27,11 +33,18 @@ func TestTableCollisions(t *testing.T) {
 				t.Errorf("after %s: get(%v) = %d, %v; want %d, %v", step, r.mkey, got, ok, w, wok)
 			}
 		}
+		var bytes int64
+		for k, v := range want {
+			bytes += keyBytes(len(k.key)) + v.extraBytes()
+		}
+		if tb.bytes != bytes {
+			t.Errorf("after %s: bytes = %d, want %d", step, tb.bytes, bytes)
+		}
 		if got, w := tb.len(), len(want); got != w {
 			t.Errorf("after %s: len = %d, want %d", step, got, w)
 		}
 	}
-	put := func(r ref, v int) {
+	put := func(r ref, v tval) {
 		t.Helper()
 		tb.put(r, v)
 		want[r.mkey] = v
@@ -59,7 +72,7 @@ func TestTableCollisions(t *testing.T) {
 	if got := len(tb.over); got != 2 {
 		t.Errorf("%d pairs in over after updating b, want 2", got)
 	}
-	set := func(r ref, v int, at where) {
+	set := func(r ref, v tval, at where) {
 		t.Helper()
 		_, w := tb.find(r)
 		if w != at && !(at == inPrimary && w >= 0) {
@@ -77,7 +90,7 @@ func TestTableCollisions(t *testing.T) {
 	del(b)
 	del(b) // absent: no effect
 	put(b, 7)
-	if got, w := tb.sweep(func(v int) bool { return v >= 6 }), 2; got != w {
+	if got, w := tb.sweep(func(v tval) bool { return v >= 6 }), 2; got != w {
 		t.Errorf("sweep dropped %d, want %d", got, w)
 	}
 	delete(want, a.mkey)
@@ -95,14 +108,14 @@ func TestTableCollisions(t *testing.T) {
 // under a quarter full moves the entries to a smaller slice, and that
 // every pair left is still found at its new position.
 func TestTableSweepShrinks(t *testing.T) {
-	tb := newTable[int]()
+	tb := newTable[tval]()
 	refs := make([]ref, 200)
 	for i := range refs {
 		refs[i] = ref{hash: uint64(i) * 7919, mkey: mkey{"k", int64(i)}}
-		tb.put(refs[i], i)
+		tb.put(refs[i], tval(i))
 	}
 	before := cap(tb.ents)
-	if got := tb.sweep(func(v int) bool { return v%20 != 0 }); got != 190 {
+	if got := tb.sweep(func(v tval) bool { return v%20 != 0 }); got != 190 {
 		t.Fatalf("sweep dropped %d, want 190", got)
 	}
 	if c := cap(tb.ents); c >= before/4 {
@@ -110,7 +123,7 @@ func TestTableSweepShrinks(t *testing.T) {
 	}
 	for i, r := range refs {
 		v, ok := tb.get(r)
-		if want := i%20 == 0; ok != want || ok && v != i {
+		if want := i%20 == 0; ok != want || ok && v != tval(i) {
 			t.Errorf("get(%v) = %d, %v; want %d, %v", r.mkey, v, ok, i, want)
 		}
 	}

@@ -223,19 +223,35 @@ func (c *coalescer) send(g *group, tag string, run []*waiter) {
 // the calls, or never if one of them has no deadline. It carries none of
 // the calls' values or cancellation, so that no caller ends the others'
 // run.
+//
+// It carries the longest deadline from send (WithTimeout) of the calls,
+// if every call has one, so that the run's script is bounded from its
+// send as each of its calls would be.
 func runContext(run []*waiter) (context.Context, context.CancelFunc) {
 	var latest time.Time
+	var send time.Duration
+	bounded, sendBounded := true, true
 	for _, w := range run {
+		if d := sendTimeout(w.ctx); d > 0 {
+			send = max(send, d)
+		} else {
+			sendBounded = false
+		}
 		d, ok := w.ctx.Deadline()
 		if !ok {
-			return context.Background(), func() {}
+			bounded = false
+			continue
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	if latest.IsZero() {
-		return context.Background(), func() {}
+	ctx := context.Background()
+	if sendBounded && send > 0 {
+		ctx = withSendTimeout(ctx, send)
 	}
-	return context.WithDeadline(context.Background(), latest)
+	if !bounded || latest.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, latest)
 }

@@ -87,7 +87,10 @@
 // each fault on real Redis.
 //
 // Errors from Redis are returned wrapped with the algorithm and key; a
-// context's deadline and cancellation end a call. A key that holds
+// context's deadline and cancellation end a call. A Limiter's
+// Options.Timeout (through Store.WithTimeout) bounds each script from its
+// send to Redis, not the time a call waited in the process before it
+// (timeout.go says why). A key that holds
 // something else than a state, or a reply of an unexpected shape, is an
 // error wrapping floodgate.ErrUnexpectedReply, never a panic.
 //

@@ -33,18 +33,25 @@ type PendingOptions struct {
 }
 
 // Pending is a Redis store that serves before Redis can be reached: until
-// a background goroutine has opened the Store (OpenPending), every call
-// fails with an error saying so, wrapping the last try's, which a
-// Limiter's failure policy answers as it answers any store failure, and
-// Ping fails, so readiness says the store is unreachable; then every call
-// goes to the Store. So a fleet can start before its Redis, and
-// fail_open, fail_closed and local behave as they would if Redis had
-// gone down later. It is safe for concurrent use.
+// a background goroutine has opened the Store (OpenPending), a call waits
+// for the store to open, up to its deadline, and then fails with an
+// error saying so, wrapping the last try's, which a Limiter's failure
+// policy answers as it answers any store failure; a call without a
+// deadline does not wait. Ping fails at once, so readiness says the
+// store is unreachable. Once open, every call goes to the Store. So the
+// first calls of a service that started while its Redis was coming up
+// are decided by Redis if the dial completes within their deadline
+// (a Limiter's Options.Timeout, through WithTimeout, or the caller's
+// context), and a fleet can start before its Redis, fail_open,
+// fail_closed and local behaving as they would if Redis had gone down
+// later. It is safe for concurrent use.
 type Pending struct {
 	store   atomic.Pointer[Store]
 	lastErr atomic.Pointer[error]
 	every   time.Duration
 	loop    iloop.Loop
+	// opened is closed once store is set.
+	opened chan struct{}
 }
 
 var (
@@ -82,7 +89,7 @@ func openPending(rawURL string, opts *Options, first error, po *PendingOptions, 
 		c := *opts
 		ropts = &c
 	}
-	p := &Pending{every: o.RetryEvery}
+	p := &Pending{every: o.RetryEvery, opened: make(chan struct{})}
 	p.lastErr.Store(&first)
 	p.loop.NewTicker = newTicker
 	p.loop.Start(o.RetryEvery, func(ctx context.Context) bool {
@@ -97,6 +104,7 @@ func openPending(rawURL string, opts *Options, first error, po *PendingOptions, 
 			return true
 		}
 		p.store.Store(s)
+		close(p.opened)
 		if o.OnOpen != nil {
 			o.OnOpen()
 		}
@@ -122,17 +130,91 @@ func Retryable(err error) bool {
 func (p *Pending) Store() *Store { return p.store.Load() }
 
 // get is the store once open, or the error of not being connected yet,
-// wrapping the last try's.
-func (p *Pending) get() (*Store, error) {
+// wrapping the last try's. Until the store is open, it waits for it until
+// ctx ends or, with a deadline carried for its scripts (WithTimeout),
+// for that long: a call waits for the dial in progress within its
+// deadline. Without either it does not wait.
+func (p *Pending) get(ctx context.Context) (*Store, error) {
 	if s := p.store.Load(); s != nil {
 		return s, nil
+	}
+	_, bounded := ctx.Deadline()
+	if d := sendTimeout(ctx); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+		bounded = true
+	}
+	if bounded {
+		select {
+		case <-p.opened:
+			return p.store.Load(), nil
+		case <-ctx.Done():
+		}
 	}
 	return nil, fmt.Errorf("%w: Redis not connected yet (retrying every %v): %w", floodgate.ErrStore, p.every, *p.lastErr.Load())
 }
 
+// WithTimeout returns p with timeout as a Limiter's deadline (see
+// Store.WithTimeout): until the store is open, a call waits for it that
+// long; once open, each script is bounded by it from its send.
+func (p *Pending) WithTimeout(timeout time.Duration) floodgate.Store {
+	return &pendingTimed{Pending: p, timeout: timeout}
+}
+
+// pendingTimed is Pending with a Limiter's deadline.
+type pendingTimed struct {
+	*Pending
+	timeout time.Duration
+}
+
+func (t *pendingTimed) ctx(ctx context.Context) context.Context {
+	return withSendTimeout(ctx, t.timeout)
+}
+
+func (t *pendingTimed) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
+	return t.Pending.Apply(t.ctx(ctx), r)
+}
+
+func (t *pendingTimed) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
+	return t.Pending.ApplyBatch(t.ctx(ctx), rs)
+}
+
+func (t *pendingTimed) ApplyPipelined(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, []error) {
+	return t.Pending.ApplyPipelined(t.ctx(ctx), rs)
+}
+
+func (t *pendingTimed) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate.HoldResult, error) {
+	return t.Pending.Reserve(t.ctx(ctx), r)
+}
+
+func (t *pendingTimed) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+	return t.Pending.Settle(t.ctx(ctx), r)
+}
+
+func (t *pendingTimed) Raise(ctx context.Context, r floodgate.Request, window time.Time) (floodgate.Decision, error) {
+	return t.Pending.Raise(t.ctx(ctx), r, window)
+}
+
+func (t *pendingTimed) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	return t.Pending.Reset(ctx, key, limit)
+}
+
+func (t *pendingTimed) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	return t.Pending.Ping(ctx)
+}
+
+func (t *pendingTimed) WithTimeout(timeout time.Duration) floodgate.Store {
+	return t.Pending.WithTimeout(timeout)
+}
+
 // Apply is Store.Apply once the store is open.
 func (p *Pending) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
-	s, err := p.get()
+	s, err := p.get(ctx)
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
@@ -141,7 +223,7 @@ func (p *Pending) Apply(ctx context.Context, r floodgate.Request) (floodgate.Dec
 
 // ApplyBatch is Store.ApplyBatch once the store is open.
 func (p *Pending) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
-	s, err := p.get()
+	s, err := p.get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +233,7 @@ func (p *Pending) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]flo
 // ApplyPipelined is Store.ApplyPipelined once the store is open; until
 // then each request has the error.
 func (p *Pending) ApplyPipelined(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, []error) {
-	s, err := p.get()
+	s, err := p.get(ctx)
 	if err != nil {
 		errs := make([]error, len(rs))
 		for i := range errs {
@@ -164,7 +246,7 @@ func (p *Pending) ApplyPipelined(ctx context.Context, rs []floodgate.Request) ([
 
 // Reset is Store.Reset once the store is open.
 func (p *Pending) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
-	s, err := p.get()
+	s, err := p.get(ctx)
 	if err != nil {
 		return err
 	}
@@ -173,7 +255,7 @@ func (p *Pending) Reset(ctx context.Context, key string, limit floodgate.Limit) 
 
 // Reserve is Store.Reserve once the store is open.
 func (p *Pending) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate.HoldResult, error) {
-	s, err := p.get()
+	s, err := p.get(ctx)
 	if err != nil {
 		return floodgate.HoldResult{}, err
 	}
@@ -182,7 +264,7 @@ func (p *Pending) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodga
 
 // Settle is Store.Settle once the store is open.
 func (p *Pending) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
-	s, err := p.get()
+	s, err := p.get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +273,7 @@ func (p *Pending) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floo
 
 // ReadHolds is Store.ReadHolds once the store is open.
 func (p *Pending) ReadHolds(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.HeldUnits, error) {
-	s, err := p.get()
+	s, err := p.get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +282,7 @@ func (p *Pending) ReadHolds(ctx context.Context, r floodgate.SettleRequest) ([]f
 
 // Raise is Store.Raise once the store is open.
 func (p *Pending) Raise(ctx context.Context, r floodgate.Request, window time.Time) (floodgate.Decision, error) {
-	s, err := p.get()
+	s, err := p.get(ctx)
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
@@ -209,7 +291,7 @@ func (p *Pending) Raise(ctx context.Context, r floodgate.Request, window time.Ti
 
 // Ping is Store.Ping once the store is open.
 func (p *Pending) Ping(ctx context.Context) error {
-	s, err := p.get()
+	s, err := p.get(context.Background())
 	if err != nil {
 		return err
 	}

@@ -138,3 +138,64 @@ func TestRetryable(t *testing.T) {
 		}
 	}
 }
+
+// TestPendingWaitsForOpen: a call that comes before the store is open
+// waits for it within its deadline (finding 4 of issue 25: the first
+// calls after start failed open before the Redis dial completed): a
+// Limiter's call made while Redis comes up is decided by Redis once the
+// try opens the store, and one whose deadline ends first fails with
+// ErrStore, answered by the failure policy.
+func TestPendingWaitsForOpen(t *testing.T) {
+	redis := redistest.Standalone(t)
+	url := "redis://" + redis.Addr
+	tick := manualTicker{make(chan time.Time)}
+	p := openPending(url, &Options{Prefix: testPrefix(t)}, errors.New("refused"), &PendingOptions{RetryEvery: time.Minute},
+		func(time.Duration) iloop.Ticker { return tick })
+	defer p.Close()
+	lim := floodgate.Limit{Limit: 1, Period: time.Hour}
+
+	// A deadline that ends before any try: the policy's answer.
+	short, err := floodgate.New(p, &floodgate.Options{FailurePolicy: floodgate.FailOpen, Timeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := short.Allow(t.Context(), "k", lim); !errors.Is(err, floodgate.ErrStore) || !d.Allowed {
+		t.Errorf("a call whose deadline ends before the store opens: %+v %v, want fail_open's answer with ErrStore", d, err)
+	}
+
+	// A deadline long enough for the try: Redis decides.
+	l, err := floodgate.New(p, &floodgate.Options{FailurePolicy: floodgate.FailOpen, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		d   floodgate.Decision
+		err error
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			d, err := l.Allow(t.Context(), "k", lim)
+			answers <- answer{d, err}
+		}()
+	}
+	select {
+	case a := <-answers:
+		t.Fatalf("a call answered before the store opened: %+v %v", a.d, a.err)
+	default:
+	}
+	tick.c <- time.Now()
+	allowed := 0
+	for range 2 {
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("a call that waited for the open: %v, want Redis's decision", a.err)
+		}
+		if a.d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 1 {
+		t.Errorf("%d of 2 calls admitted against a limit of 1, want Redis's exact answer", allowed)
+	}
+}

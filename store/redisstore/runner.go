@@ -314,6 +314,8 @@ func (rn *runner) giveBack(ctx context.Context, key string, limit floodgate.Limi
 // caller never sees NOSCRIPT. A script that failed with NOSCRIPT did not
 // run, so running it again cannot count twice.
 func (rn *runner) run(ctx context.Context, sc *script, keys, args []string) ([]int64, error) {
+	ctx, cancel := sendDeadline(ctx)
+	defer cancel()
 	if rn.lib != nil {
 		return rn.fcall(ctx, sc, keys, args)
 	}

@@ -548,6 +548,8 @@ func (rn *runner) seenEval(ctx context.Context, key string, mark, ttl int64) (in
 // the grant.EvalFunc of the slices' grant.ScriptHome.
 func (rn *runner) homeEval(ctx context.Context, key, src, sha string, args []string) ([]int64, error) {
 	keys := []string{key}
+	ctx, cancel := sendDeadline(ctx)
+	defer cancel()
 	vals, err := rn.c.EvalSHA(ctx, sha, keys, args, rn.wait.within(ctx))
 	if err != nil && rn.c.IsNoScript(err) {
 		vals, err = rn.c.Eval(ctx, src, keys, args, rn.wait.within(ctx))

@@ -1,0 +1,128 @@
+package redisstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// A Limiter's deadline (floodgate.Options.Timeout) on a Redis store counts
+// the time of each script's round trip, from the moment the script is
+// sent, and not the time a call waited in this process before it: for a
+// run of coalesced calls to come back (Options.Coalesce), or for a CPU on
+// a saturated host. A deadline counted from the call's start turned that
+// local wait into the failure policy: under fail_open, 30 of 30 requests
+// admitted against a limit of 5 on a host at load 13, most of them never
+// sent. A call waits for the runs ahead of it, each bounded by the
+// deadline, and then its own; the caller's own context bounds it all.
+
+// sendTimeoutKey is the context key of the deadline that the runner
+// starts when it sends a script (WithTimeout).
+type sendTimeoutKey struct{}
+
+// withSendTimeout is ctx carrying d as the deadline of each script sent
+// for it.
+func withSendTimeout(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, sendTimeoutKey{}, d)
+}
+
+// sendTimeout is the deadline ctx carries for each script sent for it, or
+// 0.
+func sendTimeout(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(sendTimeoutKey{}).(time.Duration)
+	return d
+}
+
+// sendDeadline is ctx bounded, from now, by the deadline it carries for
+// each script sent, if any: the runner calls it as it sends.
+func sendDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d := sendTimeout(ctx); d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return ctx, func() {}
+}
+
+// WithTimeout returns s with timeout as the deadline of each script's
+// round trip, counted from the moment it is sent to Redis, on top of the
+// caller's context (see the comment at the top of timeout.go): a
+// floodgate.Limiter calls it with its Options.Timeout. Ping, Reset and
+// the other commands get the deadline from the call's start, as they
+// never wait in this process. The Store returned has every method of s;
+// a type that embeds *Store and overrides some of its methods must
+// define WithTimeout too, or the Limiter decides through s.
+func (s *Store) WithTimeout(timeout time.Duration) floodgate.Store {
+	return &Timed{Store: s, timeout: timeout}
+}
+
+// Timed is a Store whose calls carry a Limiter's deadline to the moment
+// each script is sent (Store.WithTimeout). It is safe for concurrent use.
+type Timed struct {
+	*Store
+	timeout time.Duration
+}
+
+var (
+	_ floodgate.Store     = (*Timed)(nil)
+	_ floodgate.Resetter  = (*Timed)(nil)
+	_ floodgate.Batcher   = (*Timed)(nil)
+	_ floodgate.Pipeliner = (*Timed)(nil)
+	_ floodgate.Reserver  = (*Timed)(nil)
+	_ floodgate.Raiser    = (*Timed)(nil)
+	_ floodgate.Pinger    = (*Timed)(nil)
+)
+
+func (t *Timed) ctx(ctx context.Context) context.Context { return withSendTimeout(ctx, t.timeout) }
+
+// Apply is Store.Apply, each script bounded by the deadline from its send.
+func (t *Timed) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {
+	return t.Store.Apply(t.ctx(ctx), r)
+}
+
+// ApplyBatch is Store.ApplyBatch, each script bounded by the deadline
+// from its send.
+func (t *Timed) ApplyBatch(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, error) {
+	return t.Store.ApplyBatch(t.ctx(ctx), rs)
+}
+
+// ApplyPipelined is Store.ApplyPipelined, each script bounded by the
+// deadline from its send.
+func (t *Timed) ApplyPipelined(ctx context.Context, rs []floodgate.Request) ([]floodgate.Decision, []error) {
+	return t.Store.ApplyPipelined(t.ctx(ctx), rs)
+}
+
+// Reserve is Store.Reserve, each script bounded by the deadline from its
+// send.
+func (t *Timed) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate.HoldResult, error) {
+	return t.Store.Reserve(t.ctx(ctx), r)
+}
+
+// Settle is Store.Settle, each script bounded by the deadline from its
+// send.
+func (t *Timed) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+	return t.Store.Settle(t.ctx(ctx), r)
+}
+
+// Raise is Store.Raise, its script bounded by the deadline from its send.
+func (t *Timed) Raise(ctx context.Context, r floodgate.Request, window time.Time) (floodgate.Decision, error) {
+	return t.Store.Raise(t.ctx(ctx), r, window)
+}
+
+// Reset is Store.Reset under the deadline.
+func (t *Timed) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	return t.Store.Reset(ctx, key, limit)
+}
+
+// Ping is Store.Ping under the deadline.
+func (t *Timed) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	return t.Store.Ping(ctx)
+}
+
+// WithTimeout is the Store's, with timeout in place of t's.
+func (t *Timed) WithTimeout(timeout time.Duration) floodgate.Store {
+	return t.Store.WithTimeout(timeout)
+}
