@@ -339,4 +339,3 @@ func near(got, want int64) bool {
 	}
 	return d <= want/16
 }
-
