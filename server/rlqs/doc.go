@@ -64,8 +64,8 @@
 // One holder's bucket changes at most once per Options.ChangeEvery (M),
 // and the buckets created in any span of M are held at home at its end,
 // so their max_tokens add up to at most B (for a fixed window, whose
-// buckets hold a second of their share, L×1s/P plus one per holder). Over any span of length D the
-// fleet therefore admits at most
+// buckets hold a second of their share, L×1s/P plus one per holder).
+// Over any span of length D the fleet therefore admits at most
 //
 //	L×D/P + B×(1 + ⌈D/M⌉) + F(D)
 //
