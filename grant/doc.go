@@ -24,7 +24,7 @@
 //   - the live shares never add up to more than Limit: a holder asking
 //     for more gets at most what the others leave free, and never less
 //     than it holds; a holder asking for no more than it holds gets what
-//     it asks. Home never takes units from a holder; only the holder gives
+//     it asks, and one asking with Keep gets exactly what it holds. Home never takes units from a holder; only the holder gives
 //     them back (Want below its share, or Release);
 //   - Until is a multiple of Period, the first at or after Now + Term, and
 //     never earlier than the holder's previous Until.

@@ -55,6 +55,13 @@ type Request struct {
 	Demand, Floor int64
 	// Release gives the whole share back and forgets the holder.
 	Release bool
+	// Keep asks for exactly what the holder holds (0 when it holds
+	// nothing), whatever Want says: it renews the term and records Demand
+	// and Floor without changing the share. A holder that comes back
+	// under its old name (an Envoy's new stream) asks with Keep first, so
+	// that it learns its share without giving it back while its old self
+	// may still spend it.
+	Keep bool
 }
 
 // Grant is home's answer to a Request: the holder's share and its term.
@@ -103,6 +110,9 @@ func step(grants map[string]held, r Request) Grant {
 		delete(grants, r.Holder)
 	} else {
 		want := min(r.Want, r.Limit.Limit)
+		if r.Keep {
+			want = cur
+		}
 		if want <= cur {
 			out.Share = want
 		} else {

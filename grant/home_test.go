@@ -66,6 +66,7 @@ func TestHomeScriptMatchesStep(t *testing.T) {
 			Demand:  int64(rng.IntN(1000)),
 			Floor:   int64(rng.IntN(10)),
 			Release: rng.IntN(20) == 0,
+			Keep:    rng.IntN(8) == 0,
 		}
 		want, err := mh.Grant(ctx, r)
 		if err != nil {

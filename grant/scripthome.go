@@ -58,6 +58,9 @@ func (h *ScriptHome) Grant(ctx context.Context, r Request) (Grant, error) {
 	}
 	args := []string{r.Holder, i(r.Now.UnixMicro()), i(r.Limit.Limit), i(r.Limit.Period.Microseconds()),
 		i(r.Term.Microseconds()), i(r.Grace.Microseconds()), i(r.Want), i(r.Demand), i(r.Floor), release}
+	if r.Keep {
+		args = append(args, "1")
+	}
 	vals, err := h.eval(ctx, key, homeLua, homeSHA, args)
 	if err != nil {
 		return Grant{}, fmt.Errorf("grant: home %s: %w", key, err)

@@ -316,7 +316,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	quota, closeQuota, err := c.openRLQS(srv, log)
+	quota, closeQuota, err := c.openRLQS(srv, auth, log)
 	if err != nil {
 		log.Error("cannot start", "error", err)
 		return 1

@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/rlqs"
+	"github.com/floodgate-rl/floodgate/server/transport"
 	"github.com/floodgate-rl/floodgate/share"
 )
 
@@ -26,6 +27,8 @@ type rlqsFlags struct {
 	floor        float64
 	policy       string
 	streamBucket int
+	clientStream int
+	clientBucket int
 }
 
 func (f *rlqsFlags) register(fs *flag.FlagSet) {
@@ -37,6 +40,8 @@ func (f *rlqsFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.idle, "rlqs-idle", rlqs.DefaultIdle, "abandon a bucket after this long without a request (env FLOODGATE_RLQS_IDLE)")
 	fs.Float64Var(&f.floor, "rlqs-floor", rlqs.DefaultFloor, "`fraction` of each limit every Envoy reporting it keeps whatever its demand (env FLOODGATE_RLQS_FLOOR)")
 	fs.StringVar(&f.policy, "rlqs-policy", "proportional", "how a limit is split among the Envoys reporting it: proportional (to demand), max_min or equal (env FLOODGATE_RLQS_POLICY)")
+	fs.IntVar(&f.clientStream, "rlqs-max-client-streams", rlqs.DefaultMaxClientStreams, "the most quota streams one client (its bearer token, else its IP address or IPv6 /64) may hold open on this replica; beyond, a stream is refused with ResourceExhausted (env FLOODGATE_RLQS_MAX_CLIENT_STREAMS)")
+	fs.IntVar(&f.clientBucket, "rlqs-max-client-buckets", rlqs.DefaultMaxClientBuckets, "the most buckets one client's streams may hold on this replica together; beyond, a report is refused with ResourceExhausted (env FLOODGATE_RLQS_MAX_CLIENT_BUCKETS)")
 	fs.IntVar(&f.streamBucket, "rlqs-max-stream-buckets", rlqs.DefaultMaxStreamBuckets, "the most buckets one Envoy's stream may report; a report beyond is refused with InvalidArgument (env FLOODGATE_RLQS_MAX_STREAM_BUCKETS)")
 }
 
@@ -67,6 +72,10 @@ func (f *rlqsFlags) problem() string {
 		return fmt.Sprintf("-rlqs-policy: %q is not proportional, max_min or equal", f.policy)
 	case f.streamBucket < 1:
 		return fmt.Sprintf("-rlqs-max-stream-buckets: %d must be at least 1", f.streamBucket)
+	case f.clientStream < 1:
+		return fmt.Sprintf("-rlqs-max-client-streams: %d must be at least 1", f.clientStream)
+	case f.clientBucket < 1:
+		return fmt.Sprintf("-rlqs-max-client-buckets: %d must be at least 1", f.clientBucket)
 	case f.homeURL != "" && !plainRedisURL(f.homeURL):
 		return fmt.Sprintf("-rlqs-home: %q is not a redis:// or rediss:// URL", redactURL(f.homeURL))
 	}
@@ -79,8 +88,8 @@ func plainRedisURL(u string) bool {
 
 // openRLQS makes the quota service over srv, with its home: -rlqs-home,
 // else the -redis URL when it names one Redis, else (no -redis) the
-// replica's memory. It returns nil, with a log line, when it is off.
-func (c serveConfig) openRLQS(srv *server.Server, log *slog.Logger) (*rlqs.Service, func(), error) {
+// replica's memory. auth names each stream's client by its token. It returns nil, with a log line, when it is off.
+func (c serveConfig) openRLQS(srv *server.Server, auth *transport.Auth, log *slog.Logger) (*rlqs.Service, func(), error) {
 	f := &c.rlqs
 	if f.off {
 		return nil, func() {}, nil
@@ -111,7 +120,8 @@ func (c serveConfig) openRLQS(srv *server.Server, log *slog.Logger) (*rlqs.Servi
 		floor = -1 // none, where the Options' zero is the default
 	}
 	svc, err := rlqs.New(srv, &rlqs.Options{Home: home, TTL: f.ttl, Grace: f.grace, ChangeEvery: f.changeEvery,
-		Idle: f.idle, Floor: floor, Policy: policy, MaxStreamBuckets: f.streamBucket})
+		Idle: f.idle, Floor: floor, Policy: policy, MaxStreamBuckets: f.streamBucket,
+		MaxClientStreams: f.clientStream, MaxClientBuckets: f.clientBucket, Auth: auth})
 	if err != nil {
 		closeHome()
 		return nil, nil, err

@@ -62,7 +62,10 @@ descriptors:
 		return strings.ReplaceAll(qa.GetRateLimitStrategy().String(), "  ", " ")
 	}
 	sa := open(a.grpcAddr)
-	if got, want := ask(sa), `token_bucket:{max_tokens:600 tokens_per_fill:{value:600} fill_interval:{seconds:60}}`; got != want {
+	// The whole limit (no floor, so none kept for a newcomer), in a token
+	// bucket that holds a second of it: a window rule's new bucket hands
+	// out 10, not the window's 600.
+	if got, want := ask(sa), `token_bucket:{max_tokens:10 tokens_per_fill:{value:600} fill_interval:{seconds:60}}`; got != want {
 		t.Errorf("the first Envoy got %s, want %s", got, want)
 	}
 	sb := open(b.grpcAddr)
@@ -105,6 +108,8 @@ func TestServeRLQSBadFlags(t *testing.T) {
 		{[]string{"-rlqs-floor", "NaN"}, "-rlqs-floor"},
 		{[]string{"-rlqs-policy", "fair"}, "-rlqs-policy"},
 		{[]string{"-rlqs-max-stream-buckets", "0"}, "-rlqs-max-stream-buckets"},
+		{[]string{"-rlqs-max-client-streams", "0"}, "-rlqs-max-client-streams"},
+		{[]string{"-rlqs-max-client-buckets", "-1"}, "-rlqs-max-client-buckets"},
 		{[]string{"-rlqs-home", "redis-cluster://127.0.0.1:1"}, "-rlqs-home"},
 	} {
 		var stdout, stderr strings.Builder

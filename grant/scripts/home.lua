@@ -7,7 +7,8 @@
 --          name and its process's incarnation), whose value is
 --          "share,until_us,demand,floor".
 -- ARGV     holder, now_us, limit, period_us, term_us, grace_us, want,
---          demand, floor, release (0 or 1). now_us is the holder's clock,
+--          demand, floor, release (0 or 1), and optionally keep (0 or 1:
+--          ask for exactly the share held, whatever want says). now_us is the holder's clock,
 --          the clock it decides its windows by.
 -- Reply    {share, until_us, now_us, self, n, then for each of the n live
 --          holders sorted by name: demand, floor, share}. self is the
@@ -22,6 +23,8 @@
 --    already lowered its own decisions); asking for more, it gets at most
 --    what the others leave free, and never less than it holds: home never
 --    takes units from a holder, only the holder gives them back.
+--  * keep asks for exactly the share held: a holder that came back under
+--    its old name learns its share without giving it back.
 --  * a grant runs to the first multiple of period_us at or after
 --    now + term, and never ends earlier than it did.
 
@@ -36,7 +39,11 @@ local function int(i)
 end
 local now, limit, period, term, grace = int(2), int(3), int(4), int(5), int(6)
 local want, demand, floor, release = int(7), int(8), int(9), int(10)
-for _, v in ipairs({now, limit, period, term, grace, want, demand, floor, release}) do
+local keep = 0
+if #ARGV >= 11 then
+  keep = int(11)
+end
+for _, v in ipairs({now, limit, period, term, grace, want, demand, floor, release, keep}) do
   if type(v) == 'table' then
     return v
   end
@@ -76,6 +83,9 @@ if release == 1 then
   redis.call('HDEL', key, holder)
 else
   want = math.min(want, limit)
+  if keep == 1 then
+    want = cur
+  end
   if want <= cur then
     share = want
   else

@@ -50,15 +50,22 @@
 //
 // # Invariants
 //
-// Each stream is one holder at home. Home never lets the live shares of a
-// limit exceed L, and hands a holder more only from what the others gave
-// back; a holder's share is held at no less than every share sent to it
-// in the last TTL + Grace, the longest an assignment can be in force. So
-// the token buckets in force at all Envoys refill at most L/P together.
+// Each stream is one holder at home (an Envoy naming itself by
+// HolderHeader is one holder across its streams). Home never lets the
+// live shares of a limit exceed L, and hands a holder more only from what
+// the others gave back; a holder's share is held at no less than every
+// share sent to it in the last TTL + Grace (the longest an assignment can
+// be in force) that no later share confirmed by its stream (a report
+// Grace after it was sent) has replaced. So the token buckets in force at
+// all Envoys refill at most L/P together. One floor of each limit is kept
+// free, so a newcomer's first report gets its floor; a report's demand is
+// at most DemandCap × L; one client holds at most MaxClientStreams
+// streams and MaxClientBuckets buckets.
 // One holder's bucket changes at most once per Options.ChangeEvery (M),
 // and the buckets created in any span of M are held at home at its end,
-// so their max_tokens add up to at most B. Over any span of length D the
-// fleet therefore admits at most
+// so their max_tokens add up to at most B (for a fixed window, whose
+// buckets hold a second of their share, L×1s/P plus one per holder).
+// Over any span of length D the fleet therefore admits at most
 //
 //	L×D/P + B×(1 + ⌈D/M⌉) + F(D)
 //
@@ -67,7 +74,8 @@
 // argument on two replicas over a real Redis with simulated Envoys.
 //
 // A dropped stream's grant is not returned: it runs out TTL + Grace
-// after the holder's last report. Drain expires a replica's assignments
+// after the holder's last report, unless the Envoy comes back under its
+// name and keeps it. Drain expires a replica's assignments
 // (TTL 0) so that its Envoys fall back at once. When home does not answer,
 // a report gets no action for the bucket and the Envoy falls back within
 // TTL. Not covered: home losing its state, and an Envoy whose

@@ -15,6 +15,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-rl/floodgate/internal/servertest"
@@ -137,6 +138,10 @@ type simEnvoy struct {
 	loseNext bool
 	// sent counts the reports sent.
 	sent int64
+	// md is sent with every stream (a bearer token, a holder's name);
+	// lie makes every report claim 2^63-1 requests in a nanosecond.
+	md  metadata.MD
+	lie bool
 }
 
 type created struct {
@@ -178,6 +183,9 @@ func (e *simEnvoy) open() {
 	// A stream lives well under a second of real time in these
 	// simulations; a minute bounds a server that stops answering.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if e.md != nil {
+		ctx = metadata.NewOutgoingContext(ctx, e.md)
+	}
 	st, err := rlqsv3.NewRateLimitQuotaServiceClient(e.conn).StreamRateLimitQuotas(ctx)
 	if err != nil {
 		cancel()
@@ -272,12 +280,16 @@ func (e *simEnvoy) send(bs []*simBucket, now time.Time) {
 	e.open()
 	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: e.domain}
 	for _, b := range bs {
-		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		u := &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
 			BucketId:           &rlqsv3.BucketId{Bucket: b.id},
 			TimeElapsed:        &durationpb.Duration{Seconds: int64(now.Sub(b.lastReport) / time.Second)},
 			NumRequestsAllowed: b.allowed,
 			NumRequestsDenied:  b.denied,
-		})
+		}
+		if e.lie {
+			u.NumRequestsAllowed, u.NumRequestsDenied, u.TimeElapsed = 1<<63-1, 0, &durationpb.Duration{Nanos: 1}
+		}
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, u)
 		b.allowed, b.denied, b.lastReport = 0, 0, now
 	}
 	e.sent++

@@ -17,8 +17,8 @@ import (
 )
 
 // Serve Envoy's quota service beside a server's rules, and answer one
-// Envoy's first report: alone, it gets the whole limit, 600 per minute,
-// as a token bucket.
+// Envoy's first report: alone and with no floor, it gets the whole
+// limit, 600 per minute, as a token bucket that holds a second of it.
 func Example() {
 	d, _ := config.Parse("edge.yaml", []byte(`domain: edge
 descriptors:
@@ -49,5 +49,5 @@ descriptors:
 	qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
 	tb := qa.GetRateLimitStrategy().GetTokenBucket()
 	fmt.Printf("%d tokens, %d every %ds, for %v\n", tb.GetMaxTokens(), tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().GetSeconds(), qa.GetAssignmentTimeToLive().AsDuration())
-	// Output: 600 tokens, 600 every 60s, for 10s
+	// Output: 10 tokens, 600 every 60s, for 10s
 }

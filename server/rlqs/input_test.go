@@ -154,15 +154,18 @@ func TestMapping(t *testing.T) {
 		id   map[string]string
 		want string // the strategy's text
 	}{
-		// 600 per minute, one holder: the whole limit, a fixed window's
-		// capacity (600) refilled over the minute.
-		{map[string]string{"route": "/a", "tenant": "t1"}, `token_bucket:{max_tokens:600 tokens_per_fill:{value:600} fill_interval:{seconds:60}}`},
+		// 600 per minute, one holder: the limit less one floor (12, the
+		// room kept for a newcomer), 588 refilled over the minute, and a
+		// second of it (9.8, rounded up) as the capacity: a fixed window's
+		// new token bucket hands out a second's worth, not the window's.
+		{map[string]string{"route": "/a", "tenant": "t1"}, `token_bucket:{max_tokens:10 tokens_per_fill:{value:588} fill_interval:{seconds:60}}`},
 		// tenant → route knows no tenant vip; route → tenant=vip does: a
-		// gcra of 50 per second, burst 100.
-		{map[string]string{"tenant": "vip", "route": "/b"}, `token_bucket:{max_tokens:100 tokens_per_fill:{value:50} fill_interval:{seconds:1}}`},
-		// 3 per 1.5 s: a fill interval of 2 s (whole seconds), 4 tokens
-		// per fill (3×2/1.5), the capacity 3.
-		{map[string]string{"user": "u"}, `token_bucket:{max_tokens:3 tokens_per_fill:{value:4} fill_interval:{seconds:2}}`},
+		// gcra of 50 per second, burst 100, less the floor of 1: 49 per
+		// second, capacity 98.
+		{map[string]string{"tenant": "vip", "route": "/b"}, `token_bucket:{max_tokens:98 tokens_per_fill:{value:49} fill_interval:{seconds:1}}`},
+		// 3 per 1.5 s, less the floor of 1: a fill interval of 2 s (whole
+		// seconds), 2 tokens per fill (⌊2×2/1.5⌋), the capacity 2.
+		{map[string]string{"user": "u"}, `token_bucket:{max_tokens:2 tokens_per_fill:{value:2} fill_interval:{seconds:2}}`},
 		// No rule nests {route, user}: ALLOW_ALL.
 		{map[string]string{"route": "/a", "user": "u"}, `blanket_rule:ALLOW_ALL`},
 	} {
@@ -197,7 +200,8 @@ func TestTokenBucketRounding(t *testing.T) {
 		{floodgate.Limit{Limit: 10, Period: 500 * time.Millisecond}, 5, strategy{bucket: true, maxTokens: 5, tokensPerFill: 10, fillSeconds: 1, share: 5}},
 		{floodgate.Limit{Limit: 100, Period: time.Second, Algorithm: floodgate.TokenBucket, Burst: 10}, 5, strategy{share: 5, blanket: 1}}, // capacity 0.5
 		{floodgate.Limit{Limit: 1 << 40, Period: time.Second}, 1 << 40, strategy{bucket: true, maxTokens: 1<<32 - 1, tokensPerFill: 1<<32 - 1, fillSeconds: 1, share: 1 << 40}},
-		{floodgate.Limit{Limit: 7, Period: floodgate.MaxPeriod}, 7, strategy{bucket: true, maxTokens: 7, tokensPerFill: 7, fillSeconds: 281474977, share: 7}},
+		// A window's capacity is a second of the share's rate, at least 1.
+		{floodgate.Limit{Limit: 7, Period: floodgate.MaxPeriod}, 7, strategy{bucket: true, maxTokens: 1, tokensPerFill: 7, fillSeconds: 281474977, share: 7}},
 		{floodgate.Limit{Limit: 10, Period: time.Second}, 0, strategy{blanket: 1}},
 	} {
 		if got := tokenBucket(c.l, c.share); *got != c.want {

@@ -2,6 +2,8 @@ package rlqs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,10 +15,13 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/transport"
 	"github.com/floodgate-rl/floodgate/share"
 )
 
@@ -41,6 +46,24 @@ const (
 	DefaultMaxBuckets = 200_000
 	// DefaultMaxStreams is Options.MaxStreams.
 	DefaultMaxStreams = 4096
+	// DefaultMaxClientStreams is Options.MaxClientStreams: one client (a
+	// token, or a peer address) may hold 64 of a replica's streams.
+	DefaultMaxClientStreams = 64
+	// DefaultMaxClientBuckets is Options.MaxClientBuckets: one client may
+	// hold a tenth of DefaultMaxBuckets.
+	DefaultMaxClientBuckets = 20_000
+	// DemandCap bounds the demand a report can claim: at most DemandCap
+	// times the limit per period. An Envoy cannot spend more than the
+	// limit, and a higher claim only moves the split, so a report of
+	// 2^63-1 requests in a nanosecond weighs as much as one of twice the
+	// limit (docs/rlqs.md states the share it can take).
+	DemandCap = 2
+	// HolderHeader is the gRPC metadata key by which an Envoy names
+	// itself (its node id, in the rlqs_server's initial_metadata): the
+	// streams of one client with one name are one holder at home, so a
+	// reconnected Envoy keeps its share. Without it each stream is a
+	// holder of its own.
+	HolderHeader = "floodgate-holder"
 	// MaxBucketIDBytes is the most bytes of keys and values of one
 	// bucket ID.
 	MaxBucketIDBytes = 4096
@@ -87,6 +110,18 @@ type Options struct {
 	// defaults. A report beyond them is refused (InvalidArgument, or
 	// ResourceExhausted for the service's own bounds).
 	MaxStreamBuckets, MaxBuckets, MaxStreams int
+	// MaxClientStreams and MaxClientBuckets bound the streams and the
+	// buckets of one client, so that one client cannot take all of
+	// MaxStreams or MaxBuckets from the others; 0 means
+	// DefaultMaxClientStreams and DefaultMaxClientBuckets. A client is
+	// the identity of its bearer token (Auth), else its peer address
+	// (transport.Peer: the IPv4 address, or the IPv6 /64). Beyond them a
+	// stream or a report is refused with ResourceExhausted.
+	MaxClientStreams, MaxClientBuckets int
+	// Auth names the client of a stream by its bearer token
+	// (transport.Auth.Identity); nil, or a stream without a known token,
+	// names it by its peer address.
+	Auth *transport.Auth
 	// Clock is the time of every report and grant; default time.Now.
 	Clock func() time.Time
 	// Timeout bounds each call to Home; default 1 s.
@@ -115,7 +150,17 @@ type Service struct {
 
 	mu       sync.Mutex
 	streams  map[*session]chan struct{} // each stream's drain signal
+	clients  map[string]*client         // of the open streams
+	holders  map[string]*session        // the open stream of each named holder
 	draining bool
+}
+
+// client is what one client holds of a replica: its streams (under
+// Service.mu) and buckets.
+type client struct {
+	name    string
+	streams int
+	buckets atomic.Int64
 }
 
 var _ rlqsv3.RateLimitQuotaServiceServer = (*Service)(nil)
@@ -126,7 +171,8 @@ func New(srv *server.Server, opts *Options) (*Service, error) {
 	if srv == nil {
 		return nil, errors.New("rlqs: New: nil server")
 	}
-	s := &Service{srv: srv, log: srv.Logger(), streams: make(map[*session]chan struct{})}
+	s := &Service{srv: srv, log: srv.Logger(), streams: make(map[*session]chan struct{}),
+		clients: make(map[string]*client), holders: make(map[string]*session)}
 	if opts != nil {
 		s.o = *opts
 	}
@@ -158,6 +204,12 @@ func New(srv *server.Server, opts *Options) (*Service, error) {
 	if o.MaxStreams == 0 {
 		o.MaxStreams = DefaultMaxStreams
 	}
+	if o.MaxClientStreams == 0 {
+		o.MaxClientStreams = DefaultMaxClientStreams
+	}
+	if o.MaxClientBuckets == 0 {
+		o.MaxClientBuckets = DefaultMaxClientBuckets
+	}
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
@@ -179,7 +231,8 @@ func New(srv *server.Server, opts *Options) (*Service, error) {
 		return nil, fmt.Errorf("rlqs: ChangeEvery %v: want at most TTL, %v", o.ChangeEvery, o.TTL)
 	case o.Floor > 1:
 		return nil, fmt.Errorf("rlqs: Floor %v is above 1", o.Floor)
-	case o.Idle < 0 || o.MaxStreamBuckets < 0 || o.MaxBuckets < 0 || o.MaxStreams < 0 || o.Timeout < 0:
+	case o.Idle < 0 || o.MaxStreamBuckets < 0 || o.MaxBuckets < 0 || o.MaxStreams < 0 || o.Timeout < 0 ||
+		o.MaxClientStreams < 0 || o.MaxClientBuckets < 0:
 		return nil, errors.New("rlqs: a negative Idle, Timeout or bound")
 	case len(o.Name) > 128:
 		return nil, fmt.Errorf("rlqs: Name is %d bytes, more than 128", len(o.Name))
@@ -236,7 +289,7 @@ func (s *Service) Drain(ctx context.Context) error {
 // see the package doc. A malformed report ends the stream with
 // InvalidArgument naming the field.
 func (s *Service) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
-	ss, drain, err := s.open()
+	ss, drain, err := s.openStream(st.Context())
 	if err != nil {
 		return err
 	}
@@ -275,6 +328,9 @@ func (s *Service) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateL
 				// stream's end. Either way nothing is left to answer.
 				return nil
 			}
+			if ss.superseded.Load() {
+				return status.Error(codes.Aborted, "rlqs: a newer stream of the same holder took over; this one is closed")
+			}
 			resp, err := ss.handle(ctx, r.msg)
 			if err != nil {
 				s.m.refused.Inc()
@@ -290,9 +346,42 @@ func (s *Service) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateL
 	}
 }
 
-// open starts a session, or refuses a stream while draining or beyond
-// MaxStreams.
+// open starts a session of no client and a holder of its own, or
+// refuses a stream while draining or beyond MaxStreams.
 func (s *Service) open() (*session, chan struct{}, error) {
+	return s.openAs("", "")
+}
+
+// openStream starts the session of a stream: its client is the identity
+// of its bearer token, else its peer address; its holder is named by
+// HolderHeader when the stream gives one.
+func (s *Service) openStream(ctx context.Context) (*session, chan struct{}, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	first := func(k string) string {
+		if v := md.Get(k); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	name := ""
+	if id := s.o.Auth.Identity(first("authorization")); id != "" {
+		name = "token:" + id
+	} else if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		name = "peer:" + transport.Peer(p.Addr.String())
+	}
+	node := first(HolderHeader)
+	if len(node) > 256 {
+		return nil, nil, invalidField(HolderHeader, "%d bytes, more than 256", len(node))
+	}
+	return s.openAs(name, node)
+}
+
+// openAs starts a session of client name, named node when node is not
+// empty, or refuses it while draining, beyond MaxStreams or beyond the
+// client's MaxClientStreams. A named session takes over from an open
+// stream of the same holder on this replica, which is refused from its
+// next report on.
+func (s *Service) openAs(name, node string) (*session, chan struct{}, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
@@ -301,11 +390,42 @@ func (s *Service) open() (*session, chan struct{}, error) {
 	if len(s.streams) >= s.o.MaxStreams {
 		return nil, nil, status.Errorf(codes.ResourceExhausted, "rlqs: %d streams open, the most this replica serves", len(s.streams))
 	}
+	c := s.clients[name]
+	if c == nil {
+		c = &client{name: name}
+	}
+	if c.streams >= s.o.MaxClientStreams {
+		return nil, nil, status.Errorf(codes.ResourceExhausted, "rlqs: this client (%s) has %d streams open, the most one client may (floodgate serve -rlqs-max-client-streams)", clientKind(name), c.streams)
+	}
+	c.streams++
+	s.clients[name] = c
 	ss := s.newSession()
+	ss.client = c
+	if node != "" {
+		sum := sha256.Sum256([]byte(name + "\x00" + node))
+		ss.holder = "n." + hex.EncodeToString(sum[:16])
+		ss.named = true
+		if old := s.holders[ss.holder]; old != nil {
+			old.superseded.Store(true)
+		}
+		s.holders[ss.holder] = ss
+	}
 	ch := make(chan struct{})
 	s.streams[ss] = ch
 	s.m.streams.Inc()
 	return ss, ch, nil
+}
+
+// clientKind is how a refusal names a client without revealing its
+// token's digest or a peer's address to another: its kind.
+func clientKind(name string) string {
+	switch {
+	case name == "":
+		return "unnamed"
+	case name[0] == 't':
+		return "by its token"
+	}
+	return "by its address"
 }
 
 // newSession is a session of its own holder name.
@@ -317,6 +437,15 @@ func (s *Service) newSession() *session {
 func (s *Service) close(ss *session) {
 	s.mu.Lock()
 	delete(s.streams, ss)
+	if c := ss.client; c != nil {
+		c.buckets.Add(-int64(len(ss.buckets)))
+		if c.streams--; c.streams <= 0 && s.clients[c.name] == c {
+			delete(s.clients, c.name)
+		}
+	}
+	if ss.named && s.holders[ss.holder] == ss {
+		delete(s.holders, ss.holder)
+	}
 	s.mu.Unlock()
 	s.buckets.Add(-int64(len(ss.buckets)))
 	s.m.buckets.Sub(float64(len(ss.buckets)))

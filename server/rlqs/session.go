@@ -36,6 +36,12 @@ type session struct {
 	done      chan struct{}
 	drainSent bool
 	warned    bool // of reports further apart than TTL
+	// client is the stream's client (nil for a session no stream
+	// opened); named says the holder is named by HolderHeader, and
+	// superseded that a newer stream of that holder took over.
+	client     *client
+	named      bool
+	superseded atomic.Bool
 }
 
 // bucket is what a session knows of one bucket ID.
@@ -71,9 +77,15 @@ type bucket struct {
 	abandoned bool
 }
 
+// sentShare is a share assignments carried: first sent at first (which
+// a report Grace later confirms), last sent at at (which TTL+Grace later
+// no Envoy enforces). onStream is false for the share a named holder held
+// when this stream began (its Envoy may enforce it from an earlier
+// stream), which only a newer share's confirmation ends.
 type sentShare struct {
-	share int64
-	at    time.Time
+	share     int64
+	first, at time.Time
+	onStream  bool
 }
 
 // strategy is an assignment's rate limit strategy, as the bound counts
@@ -226,8 +238,15 @@ func (ss *session) subscribe(cfg *config.Config, usages []*rlqsv3.RateLimitQuota
 			if len(ss.buckets) >= s.o.MaxStreamBuckets {
 				return nil, invalidField(fmt.Sprintf("bucket_quota_usages[%d].bucket_id", i), "the stream already has %d buckets, the most allowed (floodgate serve -rlqs-max-stream-buckets)", len(ss.buckets))
 			}
+			if c := ss.client; c != nil && c.buckets.Add(1) > int64(s.o.MaxClientBuckets) {
+				c.buckets.Add(-1)
+				return nil, status.Errorf(codes.ResourceExhausted, "rlqs: this client (%s) holds %d buckets on this replica, the most one client may (floodgate serve -rlqs-max-client-buckets)", clientKind(c.name), s.o.MaxClientBuckets)
+			}
 			if s.buckets.Add(1) > int64(s.o.MaxBuckets) {
 				s.buckets.Add(-1)
+				if c := ss.client; c != nil {
+					c.buckets.Add(-1)
+				}
 				return nil, status.Errorf(codes.ResourceExhausted, "rlqs: this replica holds %d buckets, the most it serves", s.o.MaxBuckets)
 			}
 			s.m.buckets.Inc()
@@ -329,6 +348,9 @@ func (ss *session) answer(jobs []reportJob, now time.Time) *rlqsv3.RateLimitQuot
 // forget drops the bucket of key from the session.
 func (ss *session) forget(key string) {
 	delete(ss.buckets, key)
+	if c := ss.client; c != nil {
+		c.buckets.Add(-1)
+	}
 	ss.svc.buckets.Add(-1)
 	ss.svc.m.buckets.Dec()
 }
@@ -384,9 +406,14 @@ func expressible(l floodgate.Limit) bool {
 	return false
 }
 
-// measure folds a report of b into its demand: (allowed + denied) per
-// Period over the report's time_elapsed (or, when Envoy leaves it 0, the
-// time since b's last report), averaged with the previous measure.
+// measure takes b's demand from a report: (allowed + denied) per Period
+// over the span since b's previous report, the longer of the report's
+// time_elapsed and the span this replica saw (so a report cannot make a
+// count look faster by claiming a nanosecond), at most DemandCap × the
+// limit. Each measure replaces the one before, so a shift of demand is
+// seen whole at the first report after it. The report that subscribes a
+// bucket, with no span, leaves its demand unmeasured (0): the Envoy is
+// new, and holds its floor until its first full report.
 func (ss *session) measure(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) {
 	n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 	if u.GetNumRequestsAllowed() > n { // overflow: as many as can be told apart
@@ -396,8 +423,8 @@ func (ss *session) measure(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_Bucke
 		b.active = now
 	}
 	elapsed := u.GetTimeElapsed().AsDuration()
-	if elapsed <= 0 && !b.reported.IsZero() {
-		elapsed = now.Sub(b.reported)
+	if !b.reported.IsZero() {
+		elapsed = max(elapsed, now.Sub(b.reported))
 	}
 	if !b.reported.IsZero() && now.Sub(b.reported) > ss.svc.o.TTL && !ss.warned {
 		// Once per stream: the Envoy's assignments expire between its
@@ -407,15 +434,69 @@ func (ss *session) measure(b *bucket, u *rlqsv3.RateLimitQuotaUsageReports_Bucke
 			"holder", ss.holder, "gap", now.Sub(b.reported), "ttl", ss.svc.o.TTL)
 	}
 	b.reported = now
-	if b.key == "" && b.limit.Period == 0 {
+	if (b.key == "" && b.limit.Period == 0) || elapsed <= 0 {
 		return
 	}
+	b.demand = grant.Demand{}
 	b.demand.Measure(n, elapsed, b.limit.Period)
+	b.demand.Rate = min(b.demand.Rate, satMul(b.limit.Limit, DemandCap))
 }
 
-// floor is each holder's floor of l.
+// satMul is a×k for a, k >= 0, saturating at share.MaxDemand.
+func satMul(a, k int64) int64 {
+	if a > share.MaxDemand/k {
+		return share.MaxDemand
+	}
+	return a * k
+}
+
+// floor is each holder's floor of l: Options.Floor × L, and at least
+// what makes one token (a token bucket's max_tokens ⌊s×B/L⌋ is 1 from
+// s = ⌈L/B⌉ on), unless Options.Floor says none; never above L.
 func (ss *session) floor(l floodgate.Limit) int64 {
-	return int64(ss.svc.o.Floor * float64(l.Limit))
+	if ss.svc.o.Floor <= 0 || l.Limit <= 0 {
+		return 0
+	}
+	f := max(int64(ss.svc.o.Floor*float64(l.Limit)), 1)
+	if c := l.Capacity(); !isWindow(l) && c > 0 {
+		f = max(f, (l.Limit+c-1)/c)
+	}
+	return min(f, l.Limit)
+}
+
+// splitLimit is the part of l split among the holders: l less one floor,
+// the room kept free for a newcomer, whose first report then gets its
+// floor at once (when no more than one newcomer arrives per change of
+// the others' shares).
+func splitLimit(l floodgate.Limit, floor int64) int64 {
+	if floor > 0 && floor < l.Limit {
+		return l.Limit - floor
+	}
+	return l.Limit
+}
+
+// isWindow reports whether l is a fixed window (the rule's capacity is
+// its limit, handed out again at each window's start).
+func isWindow(l floodgate.Limit) bool { return l.EffectiveAlgorithm() == floodgate.FixedWindow }
+
+// confirm forgets the shares sent to b that its Envoy can no longer
+// enforce: those older than TTL+Grace (each assignment lives TTL after it
+// arrived, at most Grace after it was sent), and those sent before a
+// later share that this stream has confirmed. A share sent at t is
+// confirmed by a report on the same stream at t+Grace or later: the
+// stream still works, so the answer arrived (a gRPC stream delivers in
+// order or ends, and Grace bounds the delivery), and the Envoy enforces
+// it or a newer one, not what came before it.
+func (ss *session) confirm(b *bucket, now time.Time) {
+	s := ss.svc
+	hold := s.o.TTL + s.o.Grace
+	b.sent = slices.DeleteFunc(b.sent, func(x sentShare) bool { return now.Sub(x.at) >= hold })
+	for i := len(b.sent) - 1; i > 0; i-- {
+		if b.sent[i].onStream && !now.Before(b.sent[i].first.Add(s.o.Grace)) {
+			b.sent = slices.Delete(b.sent, 0, i)
+			break
+		}
+	}
 }
 
 // grant renews b's grant at home and returns the strategy to send, or nil
@@ -434,10 +515,13 @@ func (ss *session) grant(ctx context.Context, b *bucket, now time.Time) *strateg
 	l := b.limit
 	floor := ss.floor(l)
 	hold := s.o.TTL + s.o.Grace
-	b.sent = slices.DeleteFunc(b.sent, func(x sentShare) bool { return now.Sub(x.at) >= hold })
-	var held int64
-	for _, x := range b.sent {
-		held = max(held, x.share)
+	ss.confirm(b, now)
+	held := func() int64 {
+		var h int64
+		for _, x := range b.sent {
+			h = max(h, x.share)
+		}
+		return h
 	}
 	req := grant.Request{Key: b.key, Limit: floodgate.Limit{Limit: l.Limit, Period: time.Second}, Holder: ss.holder,
 		Now: now, Term: hold, Grace: s.o.Grace, Demand: b.demand.Rate, Floor: floor}
@@ -456,14 +540,24 @@ func (ss *session) grant(ctx context.Context, b *bucket, now time.Time) *strateg
 		return out, true
 	}
 	own := share.Party{Demand: b.demand.Rate, Floor: floor}
-	target, ok := b.last.Target(l.Limit, own, s.o.Policy)
+	split := splitLimit(l, floor)
+	target, ok := b.last.Target(split, own, s.o.Policy)
 	if !ok {
-		// The first grant of the bucket: register its demand (asking for
-		// no more than it holds) to learn the others'.
-		if _, ok := call(held); !ok {
+		// The first grant of the bucket on this stream: register its
+		// demand, keeping what the holder holds (a named holder that
+		// reconnected may hold a share its Envoy still enforces, which
+		// is held until this stream confirms a newer one), and learn
+		// the others'.
+		req.Keep = true
+		out, ok := call(0)
+		req.Keep = false
+		if !ok {
 			return nil
 		}
-		target, _ = b.last.Target(l.Limit, own, s.o.Policy)
+		if out.Share > 0 {
+			b.sent = append(b.sent, sentShare{share: out.Share, first: now, at: now})
+		}
+		target, _ = b.last.Target(split, own, s.o.Policy)
 	}
 	expired := b.cur == nil || now.Sub(b.lastSent) >= s.o.TTL
 	keep := !expired && now.Sub(b.changed) < s.o.ChangeEvery
@@ -480,7 +574,7 @@ func (ss *session) grant(ctx context.Context, b *bucket, now time.Time) *strateg
 		// ChangeEvery ago: no new one yet, DENY_ALL until then.
 		target = 0
 	}
-	out, ok := call(max(target, held))
+	out, ok := call(max(target, held()))
 	if !ok {
 		return nil
 	}
@@ -502,8 +596,11 @@ func abs(x int64) int64 {
 // tokenBucket is the token bucket of share units of l: tokens_per_fill
 // units every fill_interval, the period rounded up to whole seconds (Envoy
 // reads only the seconds of a fill interval), with the rate rounded down,
-// and max_tokens the same part of l's capacity, rounded down. A share too
-// small for one token is DENY_ALL.
+// and max_tokens the same part of l's capacity, rounded down; for a fixed
+// window, at most WindowBurst of the share's rate (rounded up, at least 1),
+// so that a new token bucket, which starts full, hands out a second of
+// the share, not a whole window's. A share too small for one token is
+// DENY_ALL.
 func tokenBucket(l floodgate.Limit, s int64) *strategy {
 	st := &strategy{blanket: typev3.RateLimitStrategy_DENY_ALL, share: s}
 	if s <= 0 || l.Limit <= 0 {
@@ -512,6 +609,9 @@ func tokenBucket(l floodgate.Limit, s int64) *strategy {
 	fill := (l.Period + time.Second - 1) / time.Second
 	tpf := mulDiv(uint64(s), uint64(fill)*uint64(time.Second), uint64(l.Period))
 	maxTokens := mulDiv(uint64(s), uint64(l.Capacity()), uint64(l.Limit))
+	if isWindow(l) {
+		maxTokens = min(maxTokens, max(1, ceilMulDiv(uint64(s), uint64(WindowBurst), uint64(l.Period))))
+	}
 	tpf, maxTokens = min(tpf, math.MaxUint32), min(maxTokens, math.MaxUint32)
 	if tpf == 0 || maxTokens == 0 {
 		return st
@@ -519,6 +619,23 @@ func tokenBucket(l floodgate.Limit, s int64) *strategy {
 	st.blanket, st.bucket, st.fillSeconds = typev3.RateLimitStrategy_ALLOW_ALL, true, int64(fill)
 	st.tokensPerFill, st.maxTokens = uint32(tpf), uint32(maxTokens)
 	return st
+}
+
+// WindowBurst is the span of a share's rate that a fixed window's token
+// bucket holds at most: a second, the least fill interval Envoy reads.
+const WindowBurst = time.Second
+
+// ceilMulDiv is ⌈a×b/c⌉ without overflow, saturating at 2^64-1.
+func ceilMulDiv(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return math.MaxUint64
+	}
+	q, r := bits.Div64(hi, lo, c)
+	if r > 0 && q < math.MaxUint64 {
+		q++
+	}
+	return q
 }
 
 // mulDiv is ⌊a×b/c⌋ without overflow, saturating at 2^64-1.
@@ -543,12 +660,14 @@ func (ss *session) assign(b *bucket, st *strategy, now time.Time, ttl time.Durat
 		// the changes of TTL+Grace (at most one per ChangeEvery, and a
 		// resent share only moves its time), however often a client
 		// reports.
+		// A share of 0 is recorded too: once confirmed, it says the
+		// Envoy no longer enforces what came before it.
 		switch n := len(b.sent); {
-		case st.share <= 0:
-		case n > 0 && b.sent[n-1].share == st.share:
+		case ttl <= 0:
+		case n > 0 && b.sent[n-1].share == st.share && b.sent[n-1].onStream:
 			b.sent[n-1].at = now
 		default:
-			b.sent = append(b.sent, sentShare{st.share, now})
+			b.sent = append(b.sent, sentShare{share: st.share, first: now, at: now, onStream: true})
 		}
 	}
 	b.cur, b.lastSent = st, now
