@@ -1,12 +1,24 @@
 package httpapi_test
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/internal/pgtest"
+	"github.com/floodgate-rl/floodgate/ledger"
+	"github.com/floodgate-rl/floodgate/ledger/postgres"
 	"github.com/floodgate-rl/floodgate/ledger/sqlite"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
+	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
 // overrideSync is the OverrideSync of srv over a new SQLite ledger when
@@ -93,4 +105,131 @@ var overrideExchanges = []exchange{
 	{name: "set override, ledger down", fixture: "ledger down", method: "POST", path: "/v1/overrides", body: acmePro, status: 503},
 	{name: "remove override, ledger down", fixture: "ledger down", method: "POST", path: "/v1/overrides/remove", body: acmeKey, status: 503},
 	{name: "audit, ledger down", fixture: "ledger down", method: "GET", path: "/v1/overrides/audit", status: 503},
+}
+
+// TestOverridesAcrossInstances: an override set through the admin API of
+// one of three instances sharing a ledger is in force on the two others
+// at their next poll (each instance's OverrideSync.Refresh, what
+// floodgate serve runs every -override-poll), and not before; the audit
+// lists it with who made it; a restart (a new instance over the ledger
+// reopened) keeps it. On a real PostgreSQL the test starts, and on
+// SQLite.
+func TestOverridesAcrossInstances(t *testing.T) {
+	for _, kind := range []string{"postgres", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			var open func() ledger.Store
+			switch kind {
+			case "postgres":
+				url := pgtest.Start(t, nil).NewDatabase(t)
+				open = func() ledger.Store {
+					l, err := postgres.Open(t.Context(), url, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { l.Close() })
+					return l
+				}
+			default:
+				path := filepath.Join(t.TempDir(), "ledger.db")
+				open = func() ledger.Store {
+					l, err := sqlite.Open(t.Context(), path, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { l.Close() })
+					return l
+				}
+			}
+			clock := floodgatetest.NewFakeClock(start)
+			store := memstore.New(&memstore.Options{Clock: clock})
+			t.Cleanup(func() { store.Close() })
+			auth := tokenAuth(t)
+			type instance struct {
+				srv  *server.Server
+				sync *server.OverrideSync
+				h    http.Handler
+			}
+			newInstance := func() instance {
+				d, err := config.Parse("api.yaml", []byte(openAPIYAML))
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg, err := config.New(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv, err := server.New(server.Options{Store: store, Config: cfg, Limiter: floodgate.Options{Clock: clock}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sync, err := server.NewOverrideSync(srv, open().(ledger.OverrideStore), &server.OverrideSyncOptions{Now: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := sync.Refresh(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				api, err := httpapi.New(srv, &httpapi.Options{Auth: auth, IDKeys: [][]byte{httpapi.TestIDKey}, Overrides: sync})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return instance{srv, sync, api.Handler(nil)}
+			}
+			call := func(in instance, method, path, body string) (int, string) {
+				t.Helper()
+				var r *http.Request
+				if body == "" {
+					r = httptest.NewRequest(method, path, nil)
+				} else {
+					r = httptest.NewRequest(method, path, strings.NewReader(body))
+				}
+				r.Header.Set("Authorization", "Bearer "+adminToken)
+				rec := httptest.NewRecorder()
+				in.h.ServeHTTP(rec, r)
+				return rec.Code, rec.Body.String()
+			}
+			limitOf := func(in instance) int64 {
+				t.Helper()
+				code, body := call(in, "POST", "/v1/allow", strings.Replace(acmeAllow, `"domain"`, `"hits": 0, "domain"`, 1))
+				var out struct{ Descriptors []struct{ Limit int64 } }
+				if code != 200 || json.Unmarshal([]byte(body), &out) != nil || len(out.Descriptors) != 1 {
+					t.Fatalf("POST /v1/allow: %d %s", code, body)
+				}
+				return out.Descriptors[0].Limit
+			}
+			ins := []instance{newInstance(), newInstance(), newInstance()}
+			for i, in := range ins {
+				if got := limitOf(in); got != 2 {
+					t.Fatalf("instance %d before: limit %d, want the rule's 2", i, got)
+				}
+			}
+			if code, body := call(ins[0], "POST", "/v1/overrides", acmePro); code != 200 {
+				t.Fatalf("POST /v1/overrides: %d %s", code, body)
+			}
+			if got := limitOf(ins[0]); got != 20 {
+				t.Errorf("instance 0, which took the change: limit %d, want the plan's 20", got)
+			}
+			for i, in := range ins[1:] {
+				if got := limitOf(in); got != 2 {
+					t.Errorf("instance %d before its poll: limit %d, want the rule's 2", i+1, got)
+				}
+				if err := in.sync.Refresh(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				if got := limitOf(in); got != 20 {
+					t.Errorf("instance %d after its poll: limit %d, want the plan's 20", i+1, got)
+				}
+			}
+			code, body := call(ins[2], "GET", "/v1/overrides/audit", "")
+			identity := auth.Identity("Bearer " + adminToken)
+			if code != 200 || !strings.Contains(body, `"version":1`) || !strings.Contains(body, `"by":"token:`+identity+`"`) ||
+				!strings.Contains(body, `"plan":"pro"`) || !strings.Contains(body, `"at":"2026-11-29T12:00:00Z"`) {
+				t.Errorf("audit from another instance: %d %s", code, body)
+			}
+			// A restart: a new instance over the ledger opened anew.
+			if got := limitOf(newInstance()); got != 20 {
+				t.Errorf("after a restart: limit %d, want the plan's 20", got)
+			}
+		})
+	}
 }
