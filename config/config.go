@@ -54,8 +54,16 @@ type Rule struct {
 	// entries.
 	Path []Level
 	// Limit is the policy, valid, with Name set from rate_limit.name. It is
-	// the zero Limit (but for Name) when Unlimited.
+	// the zero Limit (but for Name) when Unlimited. For a descriptor with
+	// rate_limits (several limits), it is the first of them: Limits has
+	// them all.
 	Limit floodgate.Limit
+	// Limits are every limit of the rule, decided all or nothing (a
+	// request passes only if each admits it, and then is counted by
+	// each): one, Limit, for rate_limit; the list in file order for
+	// rate_limits, a Floodgate extension. No two share an algorithm and a
+	// period (they would share one counter). Nil when Unlimited.
+	Limits []floodgate.Limit
 	// Unlimited (rate_limit.unlimited) matches without limiting: the server
 	// answers OK without asking the store.
 	Unlimited bool
@@ -101,6 +109,8 @@ type Domain struct {
 	// pending: the replaces naming no rate_limit of this file, when
 	// parsed for a merge; see parse.
 	pending []pendingReplace
+	// plans are the domain's plans (plans.go), by name.
+	plans map[string]*Plan
 }
 
 // Rules returns the domain's rules in file order. The slice is shared: do

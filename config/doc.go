@@ -57,6 +57,12 @@
 // floodgate.Limit.Validate; its problems are reported at the YAML field
 // they are about.
 //
+// Two more extensions sit beside rate_limit and domain: rate_limits, a
+// list of rate_limit mappings that puts several limits on one
+// descriptor, decided all or nothing (Rule.Limits); and plans, named
+// lists of limits that the server's overrides give a descriptor in
+// place of its rule's (Domain.Plan).
+//
 // A denied request is not counted, unlike upstream (which counts every
 // request's hits, so a client that keeps retrying stays denied);
 // count_rejected: true restores upstream's behaviour per rule.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/floodgate-rl/floodgate"
 )
 
 // FuzzParse feeds Parse arbitrary bytes. Its seed corpus is every config of
@@ -53,6 +55,11 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		for _, pl := range d.Plans() {
+			if err := CheckLimits(pl.Limits); err != nil {
+				t.Fatalf("plan %s: %v", pl.Name, err)
+			}
+		}
 		ids := make(map[string]bool)
 		for _, r := range d.Rules() {
 			if ids[r.ID] {
@@ -62,6 +69,14 @@ func FuzzParse(f *testing.F) {
 			if !r.Unlimited {
 				if err := r.Limit.Validate(); err != nil {
 					t.Fatalf("rule %s has an invalid limit: %v", r.ID, err)
+				}
+				if len(r.Limits) == 0 || r.Limits[0] != r.Limit {
+					t.Fatalf("rule %s: Limits %v do not start with Limit %v", r.ID, r.Limits, r.Limit)
+				}
+				if r.Limit.Algorithm != floodgate.Concurrency {
+					if err := CheckLimits(r.Limits); err != nil {
+						t.Fatalf("rule %s: %v", r.ID, err)
+					}
 				}
 			}
 			if r.Metadata != nil {

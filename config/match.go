@@ -232,11 +232,11 @@ func (c *Config) MatchAll(domain string, descriptors [][]Entry) []Match {
 	}
 	for i := range out {
 		r := out[i].Rule
-		if r == nil || r.Limit.Name == "" {
+		if r == nil {
 			continue
 		}
 		for _, o := range out {
-			if o.Rule != nil && slices.Contains(o.Rule.Replaces, r.Limit.Name) {
+			if o.Rule != nil && r.replacedBy(o.Rule) {
 				out[i].ReplacedBy = o.Rule
 				break
 			}

@@ -70,6 +70,13 @@ func merge(a, b *Domain) (*Domain, error) {
 		m.root.add(n)
 	}
 	var errs []error
+	if len(a.plans) > 0 {
+		m.plans = make(map[string]*Plan, len(a.plans))
+		for k, v := range a.plans {
+			m.plans[k] = v
+		}
+	}
+	errs = append(errs, mergePlans(m, b)...)
 	for _, n := range b.root.nodes {
 		if m.root.add(n) {
 			continue
@@ -103,12 +110,7 @@ func (d *Domain) unresolvedReplaces() []error {
 	if len(d.pending) == 0 {
 		return nil
 	}
-	names := make(map[string]bool)
-	for _, r := range d.rules {
-		if r.Limit.Name != "" {
-			names[r.Limit.Name] = true
-		}
-	}
+	names := ruleNames(d.rules)
 	var errs []error
 	for _, pr := range d.pending {
 		if !names[pr.name] {

@@ -36,8 +36,8 @@ const (
 
 // The fields of each mapping, in the order of the docs.
 var (
-	rootFields       = []string{"domain", "descriptors"}
-	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
+	rootFields       = []string{"domain", "descriptors", "plans"}
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
 	rateLimitFields  = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
 		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global"}
 	replacesFields = []string{"name"}
@@ -132,6 +132,7 @@ func (p *parser) parse(data []byte) *Domain {
 	var (
 		domain      *field
 		descriptors *yaml.Node
+		plans       *field
 	)
 	for _, f := range p.fields(root, "", 0) {
 		switch f.name {
@@ -139,6 +140,8 @@ func (p *parser) parse(data []byte) *Domain {
 			domain = &f
 		case "descriptors":
 			descriptors = f.val
+		case "plans":
+			plans = &f
 		default:
 			p.unknown(f, "", "the top level", rootFields)
 		}
@@ -157,6 +160,9 @@ func (p *parser) parse(data []byte) *Domain {
 	}
 	if descriptors != nil {
 		p.descriptors(descriptors, "descriptors", &d.root, nil, d, 1)
+	}
+	if plans != nil {
+		p.plans(plans.val, "plans", d)
 	}
 	p.checkReplaces(d)
 	return d
@@ -403,6 +409,7 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 	}
 	var (
 		key, value, rateLimit, children *field
+		rateLimits                      *field
 		lv                              Level
 		shadow, detailed, quota         bool
 		share                           *field
@@ -416,6 +423,8 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 			value = &f
 		case "rate_limit":
 			rateLimit = &f
+		case "rate_limits":
+			rateLimits = &f
 		case "descriptors":
 			children = &f
 		case "shadow_mode":
@@ -463,6 +472,18 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 		p.errorf(key.key, join(path, "key"), "duplicate descriptor: %s is already at this level", what)
 	}
 	levels := append(slices.Clip(parents), lv)
+	if rateLimit != nil && rateLimits != nil {
+		p.errorf(rateLimits.key, join(path, "rate_limits"), "give rate_limit or rate_limits, not both (put the rate_limit into the list)")
+		rateLimit = nil
+	}
+	if rateLimits != nil {
+		if r := p.rateLimits(rateLimits.val, join(path, "rate_limits"), d, levels); r != nil {
+			r.ShadowMode, r.DetailedMetric, r.Line = shadow, detailed, n.Line
+			r.QuotaMode, r.Metadata = quota, metadata
+			nd.rule = r
+			d.rules = append(d.rules, r)
+		}
+	}
 	if rateLimit != nil {
 		if r := p.rateLimit(rateLimit.val, join(path, "rate_limit"), d, levels); r != nil {
 			r.ShadowMode, r.DetailedMetric, r.Line = shadow, detailed, n.Line
@@ -535,7 +556,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	if len(p.errs) > before {
 		return nil
 	}
-	r.Limit = lim
+	r.Limit, r.Limits = lim, []floodgate.Limit{lim}
 	return r
 }
 
@@ -721,12 +742,7 @@ func (p *parser) replacesList(n *yaml.Node, path, own string) []string {
 // checkReplaces reports replaces naming no rate limit of the domain.
 // Upstream ignores them; they are almost always a typo.
 func (p *parser) checkReplaces(d *Domain) {
-	names := make(map[string]bool)
-	for _, r := range d.rules {
-		if r.Limit.Name != "" {
-			names[r.Limit.Name] = true
-		}
-	}
+	names := ruleNames(d.rules)
 	for _, pr := range p.replaces {
 		switch {
 		case names[pr.name]:

@@ -76,12 +76,19 @@ func (s *Server) resolve(ref KeyRef) (string, floodgate.Limit, *config.Rule, err
 // ResetKey gives the key of ref its whole budget back, through the
 // Limiter (Limiter.Reset).
 func (s *Server) ResetKey(ctx context.Context, ref KeyRef) error {
-	key, limit, _, err := s.resolve(ref)
+	key, limit, rule, err := s.resolve(ref)
 	if err != nil {
 		return err
 	}
-	if err := s.lim.Reset(ctx, key, limit); err != nil {
-		return inlineField(err)
+	limits := []floodgate.Limit{limit}
+	if rule != nil {
+		// Every limit of the rule (rate_limits) or of its override.
+		limits = s.limitsOf(ref.Domain, rule, key)
+	}
+	for _, l := range limits {
+		if err := s.lim.Reset(ctx, key, l); err != nil {
+			return inlineField(err)
+		}
 	}
 	return nil
 }

@@ -171,6 +171,9 @@ type Server struct {
 	// throttle keeps repeated warnings (a store outage) to one line per
 	// rule a second.
 	throttle *logThrottle
+	// overrides are the limits set through the admin API in place of
+	// rules' (overrides.go); nil for none.
+	overrides atomic.Pointer[overrideSet]
 }
 
 // New returns a Server.
@@ -345,6 +348,17 @@ type Status struct {
 	// FailurePolicy is the failure policy that answered Err, or FailLocal
 	// for a local decision.
 	FailurePolicy floodgate.FailurePolicy
+	// Limits is, for a descriptor decided by several limits (a rule's
+	// rate_limits, or an override's), the outcome of each in order; the
+	// fields above are then those of the most restrictive (see
+	// Restrictive), and Code is OverLimit if any limit denied. Nil for
+	// one limit.
+	Limits []LimitStatus
+	// Override reports that an override (SetOverrides) gave the
+	// descriptor its limits in place of its rule's; Plan names the
+	// override's plan, "" for explicit limits.
+	Override bool
+	Plan     string
 }
 
 // Result is the outcome of a request: OverLimit if any descriptor is, but
@@ -432,12 +446,9 @@ func FailedClosed(statuses []Status) bool {
 // mode, and quotas, are decided apart, each on its own, since their
 // denials alone must not deny the request.
 func (s *Server) decidePlan(ctx context.Context, p *plan) ([]floodgate.Outcome, error) {
-	if s.independent {
-		return s.lim.Decide(ctx, p.items)
-	}
 	var together, apart []int
 	for j := range p.items {
-		if p.shadow[j] || j < len(p.quota) && p.quota[j] {
+		if s.independent || p.shadow[j] || j < len(p.quota) && p.quota[j] {
 			apart = append(apart, j)
 		} else {
 			together = append(together, j)
@@ -446,11 +457,32 @@ func (s *Server) decidePlan(ctx context.Context, p *plan) ([]floodgate.Outcome, 
 	if len(apart) == 0 {
 		return s.lim.DecideAll(ctx, p.items)
 	}
-	outs := make([]floodgate.Outcome, len(p.items))
-	for _, g := range []struct {
+	if len(together) == 0 && !p.several(apart) {
+		return s.lim.Decide(ctx, p.items)
+	}
+	type group struct {
 		js     []int
 		decide func(context.Context, []floodgate.Item) ([]floodgate.Outcome, error)
-	}{{together, s.lim.DecideAll}, {apart, s.lim.Decide}} {
+	}
+	groups := []group{{together, s.lim.DecideAll}}
+	// The descriptors decided apart are each decided on its own, but a
+	// descriptor's several limits (rate_limits) all or nothing.
+	var single []int
+	for a := 0; a < len(apart); {
+		b := a + 1
+		for b < len(apart) && p.which[apart[b]] == p.which[apart[a]] {
+			b++
+		}
+		if b-a == 1 {
+			single = append(single, apart[a])
+		} else {
+			groups = append(groups, group{apart[a:b], s.lim.DecideAll})
+		}
+		a = b
+	}
+	groups = append(groups, group{single, s.lim.Decide})
+	outs := make([]floodgate.Outcome, len(p.items))
+	for _, g := range groups {
 		if len(g.js) == 0 {
 			continue
 		}
@@ -550,6 +582,7 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 	flags := make([]bool, 3*n)
 	p := plan{items: make([]floodgate.Item, 0, n), which: make([]int, 0, n),
 		ownHits: flags[0:0:n], shadow: flags[n : n : 2*n], quota: flags[2*n : 2*n : 3*n]}
+	var over []floodgate.Limit // an override's limits
 	for i, d := range ds {
 		st := &res.Statuses[i]
 		st.Code = OK
@@ -564,6 +597,11 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 			}
 			st.Limit = *d.Limit
 			it.Key = "d|" + config.Key(domain, d.Entries)
+		case d.Limit == nil && lease == "" && s.overrideFor(cfg, domain, m, d.Entries, st, &it, &over):
+			// An override's limits, in place of the rule's (overrides.go).
+			st.Quota = st.Quota || s.quotaAll
+			p.addSeveral(it, i, d.Hits != nil, m.Rule.ShadowMode, st.Quota, over, m.Rule.FailurePolicy)
+			continue
 		case m.Rule == nil || m.ReplacedBy != nil || m.Rule.Unlimited:
 			st.Rule = m.Rule
 			st.Quota = s.quotaAll && (m.Rule == nil || !m.Rule.Unlimited)
@@ -593,6 +631,12 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 				it.Policy = floodgate.FailClosed
 			}
 			it.Lease = lease
+			if len(m.Rule.Limits) > 1 {
+				st.Limited = true
+				st.Quota = st.Quota || s.quotaAll
+				p.addSeveral(it, i, d.Hits != nil, m.Rule.ShadowMode, st.Quota, m.Rule.Limits, m.Rule.FailurePolicy)
+				continue
+			}
 		}
 		st.Limited = true
 		st.Quota = st.Quota || s.quotaAll
@@ -669,16 +713,26 @@ func (p *plan) fieldOf(err error) error {
 // the descriptor of outs[j]) into res, which is OverLimit if any is. ds
 // gives the entries for metrics; nil when there are none to give.
 func (s *Server) settleEach(domain string, ds []Descriptor, res *Result, which []int, outs []floodgate.Outcome) {
-	for j, i := range which {
+	for j := 0; j < len(which); {
+		i := which[j]
+		k := j + 1
+		for k < len(which) && which[k] == i {
+			k++ // the items of one descriptor's several limits are adjacent
+		}
 		var entries []config.Entry
 		if ds != nil {
 			entries = ds[i].Entries
 		}
 		st := &res.Statuses[i]
-		s.settle(domain, entries, st, &outs[j])
+		if k-j == 1 {
+			s.settle(domain, entries, st, &outs[j])
+		} else {
+			s.settleSeveral(domain, entries, st, outs[j:k])
+		}
 		if st.Code == OverLimit {
 			res.Code = OverLimit
 		}
+		j = k
 	}
 }
 

@@ -84,6 +84,10 @@ type serveConfig struct {
 	gogc             int
 	// ledger: -ledger and its flags (serveledger.go).
 	ledger ledgerFlags
+	// overrides: -override-poll (serveoverrides.go); overrideSync is
+	// set by serve once the ledger is open.
+	overrides    overrideFlags
+	overrideSync *server.OverrideSync
 
 	// parity: the settings of envoyproxy/ratelimit's (parity.go).
 	parity parityFlags
@@ -169,6 +173,7 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.holdRetention, "hold-retention", floodgate.DefaultHoldRetention, "how long a reservation is remembered after it expires, so that a retried reserve, commit or cancel gets the first answer (env FLOODGATE_HOLD_RETENTION)")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "global shadow mode, as envoyproxy/ratelimit's SHADOW_MODE: every request its limits deny is answered OK (its descriptors still say OVER_LIMIT, and it is counted in floodgate_global_shadow_mode_total), to try limits on live traffic; a fail_closed answer stays denied (env FLOODGATE_SHADOW_MODE)")
 	c.ledger.register(fs)
+	c.overrides.register(fs)
 	fs.BoolVar(&c.independent, "independent-descriptors", false, "decide each descriptor of a request on its own, as envoyproxy/ratelimit does: a request denied by one descriptor still spends the others' budget; by default a request's descriptors are decided all or nothing (env FLOODGATE_INDEPENDENT_DESCRIPTORS)")
 	c.parity.register(fs)
 	fs.BoolVar(&c.dashboard, "ui", true, "serve the live dashboard at /ui on the HTTP listener (server/ui): decisions per rule, top denied keys, store health; its keys and rules need an admin token once token files are set, and so do its actions (env FLOODGATE_UI)")
@@ -240,6 +245,8 @@ func (c serveConfig) problem() string {
 		return tlsProblem
 	case c.ledger.problem() != "":
 		return c.ledger.problem()
+	case c.overrides.problem() != "":
+		return c.overrides.problem()
 	case c.httpAddr == "":
 		return "-http: empty"
 	}
@@ -315,6 +322,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "%v\n", err)
 			return 1
 		}
+	}
+	if c.overrideSync, err = c.overrides.start(ctx, srv, acc, log); err != nil {
+		log.Error("ledger unavailable", "error", err)
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 1
 	}
 	quota, closeQuota, err := c.openRLQS(srv, auth, log)
 	if err != nil {
@@ -526,7 +538,7 @@ type listeners struct {
 // dashboard's subscribers.
 func (c serveConfig) listen(srv *server.Server, auth *transport.Auth, ltls *transport.TLSFiles, log *slog.Logger) (*listeners, error) {
 	rls := envoyService(srv, c.headers, c.parity)
-	api, err := httpapi.New(srv, &httpapi.Options{Auth: auth, GuardBrowsers: true, AllowedHosts: c.hosts(), IDKeys: c.idKeys})
+	api, err := httpapi.New(srv, &httpapi.Options{Auth: auth, GuardBrowsers: true, AllowedHosts: c.hosts(), IDKeys: c.idKeys, Overrides: c.overrideSync})
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,32 @@ CREATE TABLE ledger_entries (
 	// existing ledger is tested from the start.)
 	{"window index", `
 CREATE INDEX ledger_entries_window ON ledger_entries (key, window_start, period_us)`},
+	// The overrides of limits set through the admin API (OverrideStore):
+	// each subject's document, the audit of every change, and the one
+	// version counter whose row lock serializes the changes, so that
+	// versions commit in order.
+	{"overrides", `
+CREATE TABLE ledger_overrides (
+	subject    bytea       PRIMARY KEY,
+	doc        bytea       NOT NULL,
+	version    bigint      NOT NULL,
+	changed_by text        NOT NULL,
+	changed_at timestamptz NOT NULL
+);
+CREATE TABLE ledger_override_audit (
+	version    bigint      PRIMARY KEY,
+	subject    bytea       NOT NULL,
+	old_doc    bytea,
+	new_doc    bytea,
+	changed_by text        NOT NULL,
+	changed_at timestamptz NOT NULL
+);
+CREATE INDEX ledger_override_audit_subject ON ledger_override_audit (subject, version);
+CREATE TABLE ledger_override_version (
+	id      integer PRIMARY KEY CHECK (id = 1),
+	version bigint  NOT NULL
+);
+INSERT INTO ledger_override_version VALUES (1, 0)`},
 }
 
 // migrationLock is the key of the advisory lock that serializes

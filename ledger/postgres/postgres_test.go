@@ -74,8 +74,8 @@ func TestUpgradeFromV1(t *testing.T) {
 		t.Fatalf("open a v1 ledger: %v", err)
 	}
 	defer l.Close()
-	if v, err := l.Version(t.Context()); err != nil || v != 2 {
-		t.Errorf("Version after opening a v1 ledger = %d, %v; want 2", v, err)
+	if v, err := l.Version(t.Context()); err != nil || v != 3 {
+		t.Errorf("Version after opening a v1 ledger = %d, %v; want 3", v, err)
 	}
 	u, err := l.Usage(t.Context(), "acme", time.Hour, start.Add(30*time.Minute))
 	if err != nil || u.Units != 7 || u.Entries != 2 || u.Limit.Limit != 100 {
@@ -139,8 +139,8 @@ func TestConcurrentOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if v, err := l.Version(t.Context()); err != nil || v != 2 {
-		t.Errorf("Version = %d, %v; want 2", v, err)
+	if v, err := l.Version(t.Context()); err != nil || v != 3 {
+		t.Errorf("Version = %d, %v; want 3", v, err)
 	}
 }
 
@@ -160,4 +160,13 @@ func TestOpenErrors(t *testing.T) {
 	if _, err := postgres.Open(t.Context(), pgtest.Database(t), &postgres.Options{MaxConns: -1}); err == nil {
 		t.Error("Open with MaxConns -1: no error")
 	}
+}
+
+func TestOverridesConformance(t *testing.T) {
+	ledgertest.RunOverrides(t, func(t *testing.T) ledgertest.Opener {
+		url := pgtest.Database(t)
+		return func(ctx context.Context) (ledger.Store, error) {
+			return postgres.Open(ctx, url, nil)
+		}
+	})
 }

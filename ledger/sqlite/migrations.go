@@ -28,4 +28,29 @@ CREATE TABLE ledger_entries (
 	// existing ledger is tested from the start.)
 	{"window index", `
 CREATE INDEX ledger_entries_window ON ledger_entries (key, window_start_us, period_us)`},
+	// The overrides of limits set through the admin API (OverrideStore):
+	// each subject's document, the audit of every change, and the one
+	// version counter (changes are serialized by SQLite's one writer).
+	{"overrides", `
+CREATE TABLE ledger_overrides (
+	subject       BLOB    PRIMARY KEY,
+	doc           BLOB    NOT NULL,
+	version       INTEGER NOT NULL,
+	changed_by    TEXT    NOT NULL,
+	changed_at_us INTEGER NOT NULL
+);
+CREATE TABLE ledger_override_audit (
+	version       INTEGER PRIMARY KEY,
+	subject       BLOB    NOT NULL,
+	old_doc       BLOB,
+	new_doc       BLOB,
+	changed_by    TEXT    NOT NULL,
+	changed_at_us INTEGER NOT NULL
+);
+CREATE INDEX ledger_override_audit_subject ON ledger_override_audit (subject, version);
+CREATE TABLE ledger_override_version (
+	id      INTEGER PRIMARY KEY CHECK (id = 1),
+	version INTEGER NOT NULL
+);
+INSERT INTO ledger_override_version VALUES (1, 0)`},
 }

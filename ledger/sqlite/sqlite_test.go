@@ -110,8 +110,8 @@ func TestUpgradeFromV1(t *testing.T) {
 		t.Fatalf("open a v1 ledger: %v", err)
 	}
 	defer l.Close()
-	if v, err := l.Version(t.Context()); err != nil || v != 2 {
-		t.Errorf("Version after opening a v1 ledger = %d, %v; want 2", v, err)
+	if v, err := l.Version(t.Context()); err != nil || v != 3 {
+		t.Errorf("Version after opening a v1 ledger = %d, %v; want 3", v, err)
 	}
 	u, err := l.Usage(t.Context(), "acme", time.Hour, start.Add(30*time.Minute))
 	if err != nil || u.Units != 7 || u.Entries != 2 || u.Limit.Limit != 100 {
@@ -183,8 +183,8 @@ func TestConcurrentOpen(t *testing.T) {
 		}
 	}
 	var n int
-	if err := sqlRead(t, path).QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != 2 {
-		t.Errorf("schema_migrations has %d rows, %v; want 2", n, err)
+	if err := sqlRead(t, path).QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != 3 {
+		t.Errorf("schema_migrations has %d rows, %v; want 3", n, err)
 	}
 }
 
@@ -199,4 +199,13 @@ func TestNoCgo(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("CGO_ENABLED=0 go build (%s): %v\n%s", runtime.GOOS, err, out)
 	}
+}
+
+func TestOverridesConformance(t *testing.T) {
+	ledgertest.RunOverrides(t, func(t *testing.T) ledgertest.Opener {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		return func(ctx context.Context) (ledger.Store, error) {
+			return sqlite.Open(ctx, path, nil)
+		}
+	})
 }

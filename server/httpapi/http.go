@@ -65,6 +65,10 @@ type Options struct {
 	// same keys. None: a random key of this process, whose ids settle
 	// only here and only until it restarts.
 	IDKeys [][]byte
+	// Overrides, if set, serves the admin routes of overrides
+	// (/v1/overrides: set, list, remove, audit; overrides.go); without
+	// it they answer 501 (no ledger).
+	Overrides *server.OverrideSync
 }
 
 // API is the HTTP JSON API over a server.Server. It is safe for
@@ -80,6 +84,8 @@ type API struct {
 	ids *signer
 	// reservations counts the steps of reservations, by step and result.
 	reservations *prometheus.CounterVec
+	// overrides is Options.Overrides.
+	overrides *server.OverrideSync
 }
 
 // New returns the API of srv, its metrics in srv's registry. opts may
@@ -89,7 +95,7 @@ func New(srv *server.Server, opts *Options) (*API, error) {
 	s := &API{srv: srv, hosts: map[string]bool{}}
 	var keys [][]byte
 	if opts != nil {
-		s.auth, keys = opts.Auth, opts.IDKeys
+		s.auth, keys, s.overrides = opts.Auth, opts.IDKeys, opts.Overrides
 		s.guard = opts.GuardBrowsers && opts.Auth == nil
 		for _, h := range opts.AllowedHosts {
 			s.hosts[strings.TrimSuffix(strings.ToLower(h), ".")] = true
@@ -267,6 +273,7 @@ func (s *API) routes(extra map[string]http.Handler) []route {
 		}), transport.ScopeOpen},
 		{"GET /openapi.yaml", http.HandlerFunc(serveOpenAPI), transport.ScopeOpen},
 	}
+	rs = append(rs, s.overrideRoutes()...)
 	for _, pattern := range slices.Sorted(maps.Keys(extra)) {
 		scope := transport.ScopeClient
 		if sh, ok := extra[pattern].(Scoped); ok {
@@ -408,6 +415,26 @@ type DecisionJSON struct {
 	// NoRule: the descriptor matched no rule of its domain (or the domain
 	// is not in the config), so nothing limited it.
 	NoRule bool `json:"no_rule,omitempty"`
+	// Limits: for a descriptor of several limits (rate_limits, or an
+	// override's), each limit's decision in order; the fields above are
+	// the most restrictive's (server.Restrictive).
+	Limits []LimitDecisionJSON `json:"limits,omitempty"`
+	// Override: an override (POST /v1/overrides) set the descriptor's
+	// limits; Plan names its plan.
+	Override bool   `json:"override,omitempty"`
+	Plan     string `json:"plan,omitempty"`
+}
+
+// LimitDecisionJSON is the decision of one limit of a descriptor of
+// several.
+type LimitDecisionJSON struct {
+	Allowed      bool       `json:"allowed"`
+	Code         string     `json:"code"`
+	Limit        int64      `json:"limit"`
+	Remaining    int64      `json:"remaining"`
+	ResetAfterMS int64      `json:"reset_after_ms"`
+	RetryAfterMS int64      `json:"retry_after_ms"`
+	Policy       *LimitJSON `json:"policy"`
 }
 
 // AllowResponse is the answer of POST /v1/allow: the overall decision and,
@@ -445,6 +472,15 @@ func decisionJSON(st server.Status, policy bool) DecisionJSON {
 		out.ResetAfterMS, out.RetryAfterMS = millisCeil(d.ResetAfter), millisCeil(d.RetryAfter)
 		if st.Shadow {
 			out.RetryAfterMS = 0
+		}
+		out.Override, out.Plan = st.Override, st.Plan
+		for _, ls := range st.Limits {
+			ld := LimitDecisionJSON{Allowed: ls.Code == server.OK, Code: ls.Code.String(), Limit: ls.Decision.Limit, Remaining: ls.Decision.Remaining,
+				ResetAfterMS: millisCeil(ls.Decision.ResetAfter), RetryAfterMS: millisCeil(ls.Decision.RetryAfter), Policy: limitJSON(ls.Limit)}
+			if ls.Shadow {
+				ld.RetryAfterMS = 0
+			}
+			out.Limits = append(out.Limits, ld)
 		}
 	}
 	return out
@@ -547,6 +583,7 @@ func allowResponse(inline bool, overall server.Status, statuses []server.Status)
 		return resp
 	}
 	resp.Rule, resp.NoRule = "", false
+	resp.Limits, resp.Override, resp.Plan = nil, false, ""
 	resp.Code = server.QuotaCode(statuses).String()
 	resp.Allowed = resp.Code == "OK"
 	resp.Descriptors = make([]DecisionJSON, len(statuses))
@@ -642,17 +679,20 @@ var headerNames = [...]string{ratelimitheader.HeaderPolicy, ratelimitheader.Head
 
 // RuleJSON is one rule in GET /v1/config.
 type RuleJSON struct {
-	ID          string     `json:"id"`
-	Domain      string     `json:"domain"`
-	Limit       *LimitJSON `json:"limit,omitempty"`
-	Unlimited   bool       `json:"unlimited,omitempty"`
-	ShadowMode  bool       `json:"shadow_mode,omitempty"`
-	QuotaMode   bool       `json:"quota_mode,omitempty"`
-	FailureMode string     `json:"failure_mode,omitempty"`
-	Durable     bool       `json:"durable,omitempty"`
-	Replaces    []string   `json:"replaces,omitempty"`
-	File        string     `json:"file"`
-	Line        int        `json:"line"`
+	ID     string     `json:"id"`
+	Domain string     `json:"domain"`
+	Limit  *LimitJSON `json:"limit,omitempty"`
+	// Limits are every limit of a rule of several (rate_limits); Limit
+	// is the first.
+	Limits      []*LimitJSON `json:"limits,omitempty"`
+	Unlimited   bool         `json:"unlimited,omitempty"`
+	ShadowMode  bool         `json:"shadow_mode,omitempty"`
+	QuotaMode   bool         `json:"quota_mode,omitempty"`
+	FailureMode string       `json:"failure_mode,omitempty"`
+	Durable     bool         `json:"durable,omitempty"`
+	Replaces    []string     `json:"replaces,omitempty"`
+	File        string       `json:"file"`
+	Line        int          `json:"line"`
 	// Metadata is the rule's metadata, as the config gives it.
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
@@ -668,6 +708,11 @@ func (s *API) handleConfig(w http.ResponseWriter, _ *http.Request) {
 				QuotaMode: r.QuotaMode, Metadata: r.Metadata}
 			if !r.Unlimited {
 				rj.Limit = limitJSON(r.Limit)
+			}
+			if len(r.Limits) > 1 {
+				for _, l := range r.Limits {
+					rj.Limits = append(rj.Limits, limitJSON(l))
+				}
 			}
 			out.Rules = append(out.Rules, rj)
 		}

@@ -57,6 +57,14 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 5, failure_mode: fail_closed}
   - key: job
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency, failure_mode: fail_closed}
+  - key: account
+    rate_limits:
+      - {unit: second, requests_per_unit: 2, name: account_second}
+      - {unit: day, requests_per_unit: 100, name: account_day}
+plans:
+  pro:
+    - {unit: second, requests_per_unit: 20}
+    - {unit: day, requests_per_unit: 1000}
 `
 
 // brokenStore fails every call: Apply, Reset and Ping.
@@ -102,6 +110,9 @@ func (a applyOnly) Apply(ctx context.Context, r floodgate.Request) (floodgate.De
 type fixture struct {
 	server.Options
 	Auth *transport.Auth
+	// Ledger gives the API overrides, in an SQLite ledger; LedgerDown
+	// closes that ledger, so that every call of it fails.
+	Ledger, LedgerDown bool
 }
 
 // openAPIServer returns the API of a Server with openAPIYAML and a fake
@@ -142,7 +153,7 @@ func openAPIServer(t *testing.T, setup func(opts *fixture, mem func() floodgate.
 	dash := ui.New(srv, &ui.Options{Auth: fx.Auth})
 	t.Cleanup(dash.Close)
 	maps.Copy(extra, dash.Handlers())
-	api, err := httpapi.New(srv, &httpapi.Options{Auth: fx.Auth, IDKeys: [][]byte{httpapi.TestIDKey}})
+	api, err := httpapi.New(srv, &httpapi.Options{Auth: fx.Auth, IDKeys: [][]byte{httpapi.TestIDKey}, Overrides: overrideSync(t, srv, fx.Ledger, fx.LedgerDown)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +447,7 @@ var exchanges = []exchange{
 	{name: "config", method: "GET", path: "/v1/config", status: 200,
 		want: []string{`"id":"api|user"`, `"unlimited":true`, `"shadow_mode":true`, `"replaces":["free"]`, `"failure_mode":"fail_closed"`, `"file":"api.yaml"`}},
 	{name: "metrics", method: "GET", path: "/metrics", status: 200,
-		want: []string{"floodgate_config_rules 8"}},
+		want: []string{"floodgate_config_rules 9"}},
 	{name: "metrics protobuf", method: "GET", path: "/metrics", accept: "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", status: 200,
 		want: []string{"floodgate_config_rules"}},
 	{name: "healthz", method: "GET", path: "/healthz", status: 200, want: []string{"ok\n"}},
@@ -539,6 +550,10 @@ func TestOpenAPI(t *testing.T) {
 		"no reset": func(o *fixture, mem func() floodgate.Store) { o.Store = applyOnly{mem()} },
 		"hourly":   func(o *fixture, _ func() floodgate.Store) { o.Limiter.Clock = &hourly{now: start} },
 		"auth":     func(o *fixture, _ func() floodgate.Store) { o.Auth = tokenAuth(t) },
+		"ledger":   func(o *fixture, _ func() floodgate.Store) { o.Ledger = true },
+		"ledger down": func(o *fixture, _ func() floodgate.Store) {
+			o.Ledger, o.LedgerDown = true, true
+		},
 	} {
 		s, x := openAPIServer(t, setup)
 		handlers[name] = s.Handler(x)
@@ -583,7 +598,7 @@ func TestOpenAPI(t *testing.T) {
 	}
 
 	seen := map[string]bool{}
-	for _, ex := range exchanges {
+	for _, ex := range append(slices.Clip(exchanges), overrideExchanges...) {
 		t.Run(ex.name, func(t *testing.T) {
 			h, ok := handlers[ex.fixture]
 			if !ok {
