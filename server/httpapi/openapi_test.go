@@ -212,6 +212,9 @@ type exchange struct {
 	header map[string]string
 }
 
+// waitBody waits up to an hour for one of 1 per 30 minutes, one at a time.
+const waitBody = `{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "30m", "burst": 1}, "max_wait_ms": 3600000}`
+
 // reserveBody reserves 40 of 100 per hour; with idemKey its id is
 // reservationID.
 const reserveBody = `{"key": "llm:acme", "limit": {"limit": 100, "period": "1h"}, "cost": 40, "ttl_ms": 60000}`
@@ -390,6 +393,16 @@ var exchanges = []exchange{
 		want: []string{`"field":"ttl_ms"`}},
 	{name: "reserve too large", method: "POST", path: "/v1/reservations", body: big(`{"key": "`, `", "limit": {"limit": 1, "period": "1s"}}`), status: 413,
 		want: []string{`"field":"body"`}},
+	{name: "reserve a slot now", method: "POST", path: "/v1/reservations", body: waitBody, status: 200,
+		want: []string{`"allowed":true`, `"wait_ms":0`, `"id":"r2.`}},
+	{name: "reserve a slot ahead", method: "POST", path: "/v1/reservations", body: waitBody, status: 200,
+		want: []string{`"allowed":true`, `"wait_ms":`, `"remaining":0`, `"id":"r2.`}},
+	{name: "reserve no slot within max_wait_ms", method: "POST", path: "/v1/reservations", body: strings.Replace(waitBody, `3600000`, `1000`, 1), status: 200,
+		want: []string{`"allowed":false`, `"retry_after_ms":`}},
+	{name: "reserve a slot of a window", method: "POST", path: "/v1/reservations", body: `{"key": "w2", "limit": {"limit": 1, "period": "1h"}, "max_wait_ms": 1000}`, status: 400,
+		want: []string{`"field":"limit.algorithm"`}},
+	{name: "reserve bad max_wait_ms", method: "POST", path: "/v1/reservations", body: strings.Replace(waitBody, `3600000`, `-1`, 1), invalid: true, status: 400,
+		want: []string{`"field":"max_wait_ms"`}},
 	{name: "commit", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{"cost": 25}`, status: 200,
 		want: []string{`"refunded":15`, `"remaining":75`}},
 	{name: "commit retried", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{"cost": 25}`, status: 200,

@@ -107,6 +107,11 @@ type ReserveRequest struct {
 	// ReleaseOnExpiry gives the units back if the reservation expires
 	// unsettled; by default they stay charged.
 	ReleaseOnExpiry bool `json:"release_on_expiry,omitempty"`
+	// MaxWaitMS, for an inline GCRA limit, asks for the earliest slot
+	// within this many milliseconds when none is free now (see
+	// docs/waiting.md): the answer's wait_ms says when the caller may
+	// proceed, and cancelling the reservation gives the slot back.
+	MaxWaitMS *int64 `json:"max_wait_ms,omitempty"`
 }
 
 // ReserveResponse answers POST /v1/reservations.
@@ -120,6 +125,10 @@ type ReserveResponse struct {
 	// Replayed reports a retry (the same Idempotency-Key) answered from
 	// the first reserve.
 	Replayed bool `json:"replayed,omitempty"`
+	// WaitMS, for a reserve with max_wait_ms that was allowed, is how long
+	// the caller waits before it proceeds, in milliseconds rounded up: 0
+	// when the slot is now.
+	WaitMS *int64 `json:"wait_ms,omitempty"`
 }
 
 // SettleBody is the body of POST /v1/reservations/{id}/commit.
@@ -170,7 +179,30 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	var res *floodgate.Reservation
 	var statuses []server.Status
 	var overall server.Status
-	if inline {
+	var wait *int64
+	if req.MaxWaitMS != nil {
+		ms := *req.MaxWaitMS
+		switch {
+		case !inline:
+			err = invalid("max_wait_ms", "only an inline reservation (key and limit) waits for a slot")
+		case ms < 0 || ms > floodgate.MaxWait.Milliseconds():
+			err = invalid("max_wait_ms", "%d is not between 0 and %d", ms, floodgate.MaxWait.Milliseconds())
+		}
+		if err != nil {
+			writeProblem(w, err)
+			return
+		}
+	}
+	if req.MaxWaitMS != nil {
+		var slot *floodgate.Slot
+		slot, overall, err = s.scheduleInline(r.Context(), &req.AllowRequest, time.Duration(*req.MaxWaitMS)*time.Millisecond, o)
+		statuses = []server.Status{overall}
+		if slot != nil {
+			res = slot.Reservation
+			ms := (slot.Delay + time.Millisecond - 1).Milliseconds()
+			wait = &ms
+		}
+	} else if inline {
 		res, overall, err = s.reserveInline(r.Context(), &req.AllowRequest, o)
 		statuses = []server.Status{overall}
 	} else {
@@ -192,7 +224,7 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, err)
 			return
 		}
-		resp.ExpiresAt, resp.Replayed = &res.Expires, res.Replayed
+		resp.ExpiresAt, resp.Replayed, resp.WaitMS = &res.Expires, res.Replayed, wait
 	}
 	writeAllow(w, resp, overall, statuses)
 }
@@ -224,6 +256,14 @@ func (s *API) reserveInline(ctx context.Context, req *AllowRequest, o *floodgate
 		return nil, server.Status{}, err
 	}
 	return s.srv.ReserveInline(ctx, req.Key, lim, cost, o)
+}
+
+func (s *API) scheduleInline(ctx context.Context, req *AllowRequest, maxWait time.Duration, o *floodgate.ReserveOptions) (*floodgate.Slot, server.Status, error) {
+	lim, cost, err := req.inlineLimit()
+	if err != nil {
+		return nil, server.Status{}, err
+	}
+	return s.srv.ScheduleInline(ctx, req.Key, lim, cost, maxWait, o)
 }
 
 func (s *API) reserveDescriptors(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, server.Result, error) {

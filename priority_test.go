@@ -1,0 +1,147 @@
+package floodgate_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/floodgatetest"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/store/memstore"
+	"github.com/floodgate-rl/floodgate/store/redisstore"
+)
+
+// TestPriorityOverload is issue 29's overload test: on a frozen injected
+// clock (so no unit comes back), the three classes ask in turn, one unit
+// each, on three instances over one real Redis (and over memory), until
+// every class is refused. Sheddable stops with 20 of 100 left, Normal
+// with 5, Critical takes the budget to its end: 80 + 15 + 5 admitted of
+// each limit, exactly, for a GCRA and for a fixed window.
+func TestPriorityOverload(t *testing.T) {
+	limits := map[string]floodgate.Limit{
+		"gcra":         {Algorithm: floodgate.GCRA, Limit: 100, Period: time.Second},
+		"fixed_window": {Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Minute},
+	}
+	for _, storeName := range []string{"memory", "redis"} {
+		t.Run(storeName, func(t *testing.T) {
+			clock := floodgatetest.NewFakeClock(start.Add(time.Second / 3))
+			var stores []floodgate.Store
+			if storeName == "memory" {
+				m := memstore.New(&memstore.Options{SweepInterval: -1, Clock: clock})
+				t.Cleanup(func() { m.Close() })
+				stores = []floodgate.Store{m, m, m}
+			} else {
+				srv := redistest.Standalone(t)
+				for range 3 {
+					s, err := redisstore.Open(t.Context(), "redis://"+srv.Addr, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { s.Close() })
+					stores = append(stores, s)
+				}
+			}
+			var ls []*floodgate.Limiter
+			for _, s := range stores {
+				l, err := floodgate.New(s, &floodgate.Options{Clock: clock})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ls = append(ls, l)
+			}
+			for name, lim := range limits {
+				t.Run(name, func(t *testing.T) {
+					admitted := map[floodgate.Priority]int{}
+					open := map[floodgate.Priority]bool{floodgate.Sheddable: true, floodgate.Normal: true, floodgate.Critical: true}
+					order := []floodgate.Priority{floodgate.Sheddable, floodgate.Normal, floodgate.Critical}
+					for i := 0; len(open) > 0 && i < 1000; i++ {
+						p := order[i%3]
+						d, err := ls[i%3].AllowPriority(t.Context(), "upstream:"+name, lim, 1, p)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if d.Allowed {
+							if !open[p] {
+								t.Fatalf("%s admitted after it was refused", p)
+							}
+							admitted[p]++
+						} else {
+							delete(open, p)
+						}
+					}
+					// Sheddable takes a third of the first 80 (the classes
+					// alternate), so: the total when each stops.
+					total := admitted[floodgate.Sheddable] + admitted[floodgate.Normal] + admitted[floodgate.Critical]
+					if total != 100 {
+						t.Errorf("admitted %d in all, want the whole budget 100: %v", total, admitted)
+					}
+					// The model: the classes ask in turn; a class is admitted
+					// while the units used after it are at most 100 less its
+					// reserve (80, 95, 100).
+					want := map[floodgate.Priority]int{}
+					used, stops := 0, map[floodgate.Priority]int{floodgate.Sheddable: 80, floodgate.Normal: 95, floodgate.Critical: 100}
+					for i, shut := 0, map[floodgate.Priority]bool{}; len(shut) < 3 && i < 1000; i++ {
+						p := order[i%3]
+						if !shut[p] && used+1 <= stops[p] {
+							used++
+							want[p]++
+						} else {
+							shut[p] = true
+						}
+					}
+					for _, p := range order {
+						if admitted[p] != want[p] {
+							t.Errorf("%s admitted %d, want %d", p, admitted[p], want[p])
+						}
+					}
+					// Sheddable was refused first, with 20 left: the units
+					// admitted until then were 80 in all.
+					d, _ := ls[0].Peek(t.Context(), "upstream:"+name, lim)
+					if d.Remaining != 0 {
+						t.Errorf("remaining %d after critical, want 0", d.Remaining)
+					}
+					t.Logf("%s: admitted by class %v of 100", name, admitted)
+				})
+			}
+		})
+	}
+}
+
+// TestPriorityReserve checks the reserve of each class exactly: from a
+// full budget of 100, Sheddable alone takes 80, then Normal 15, then
+// Critical the last 5.
+func TestPriorityReserve(t *testing.T) {
+	t.Parallel()
+	clock := floodgatetest.NewFakeClock(start)
+	m := memstore.New(&memstore.Options{SweepInterval: -1, Clock: clock})
+	t.Cleanup(func() { m.Close() })
+	l, _ := floodgate.New(m, &floodgate.Options{Clock: clock})
+	lim := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 100, Period: time.Second}
+	for _, tc := range []struct {
+		p    floodgate.Priority
+		want int
+	}{{floodgate.Sheddable, 80}, {floodgate.Normal, 15}, {floodgate.Critical, 5}} {
+		n := 0
+		for range 200 {
+			d, err := l.AllowPriority(t.Context(), "k", lim, 1, tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				break
+			}
+			n++
+		}
+		if n != tc.want {
+			t.Errorf("%s admitted %d, want %d", tc.p, n, tc.want)
+		}
+	}
+	if _, err := l.AllowPriority(t.Context(), "k", lim, 1, "urgent"); !errors.Is(err, floodgate.ErrInvalidRequest) {
+		t.Errorf("unknown class: %v, want ErrInvalidRequest", err)
+	}
+	tb := floodgate.Limit{Algorithm: floodgate.TokenBucket, Limit: 100, Period: time.Second}
+	if _, err := l.AllowPriority(t.Context(), "k", tb, 1, floodgate.Sheddable); !errors.Is(err, floodgate.ErrInvalidLimit) {
+		t.Errorf("token bucket: %v, want ErrInvalidLimit", err)
+	}
+}
