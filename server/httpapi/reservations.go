@@ -271,7 +271,7 @@ func (s *API) handleSettle(cancel bool) http.HandlerFunc {
 			sts, err = res.Commit(ctx, cost)
 		}
 		if span != nil {
-			endSettle(span, sts, err)
+			endSettle(span, cost, sts, err)
 		}
 		step := pick(cancel, "cancel", "commit")
 		switch {
@@ -300,15 +300,16 @@ func (s *API) handleSettle(cancel bool) http.HandlerFunc {
 	}
 }
 
-// endSettle ends the span of a commit or cancel with its outcome and
-// the units it charged and gave back; nothing of the reservation's id.
-func endSettle(span trace.Span, sts []floodgate.Settlement, err error) {
+// endSettle ends the span of a commit (of cost) or cancel with its
+// outcome and the units it moved; nothing of the reservation's id.
+func endSettle(span trace.Span, cost int64, sts []floodgate.Settlement, err error) {
 	if span.IsRecording() {
-		var charged, refunded int64
+		var charged, refunded, billed int64
 		outcome := "settled"
 		for _, st := range sts {
 			charged += st.Charged
 			refunded += st.Refunded
+			billed += st.Billed
 			if st.Replayed {
 				outcome = "replayed"
 			}
@@ -324,7 +325,8 @@ func endSettle(span trace.Span, sts []floodgate.Settlement, err error) {
 		case err != nil:
 			outcome = "failed"
 		}
-		span.SetAttributes(tracing.KeyOutcome.String(outcome), tracing.KeyCharged.Int64(charged), tracing.KeyRefunded.Int64(refunded))
+		span.SetAttributes(tracing.KeyOutcome.String(outcome), tracing.KeyActualCost.Int64(cost),
+			tracing.KeyCharged.Int64(charged), tracing.KeyRefunded.Int64(refunded), tracing.KeyBilled.Int64(billed))
 	}
 	tracing.EndErr(span, err)
 }

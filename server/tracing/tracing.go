@@ -91,10 +91,15 @@ const (
 	// policy).
 	KeyStoreRequests = attribute.Key("floodgate.store.requests")
 	KeyStoreFailures = attribute.Key("floodgate.store.failures")
-	// KeyCharged and KeyRefunded are the units a commit or cancel
-	// charged and gave back, over the keys of the reservation.
-	KeyCharged  = attribute.Key("floodgate.charged")
-	KeyRefunded = attribute.Key("floodgate.refunded")
+	// KeyActualCost is the cost a commit settles (0 for a cancel);
+	// KeyRefunded the units it gave back (the hold above the cost),
+	// KeyCharged those it took above the hold, KeyBilled those the
+	// ledger of durable quotas holds for it, summed over the keys of the
+	// reservation (floodgate.Settlement).
+	KeyActualCost = attribute.Key("floodgate.actual_cost")
+	KeyRefunded   = attribute.Key("floodgate.refunded")
+	KeyCharged    = attribute.Key("floodgate.charged")
+	KeyBilled     = attribute.Key("floodgate.billed")
 	// KeyLedgerCommits is the commits of one ledger write.
 	KeyLedgerCommits = attribute.Key("floodgate.ledger.commits")
 	// KeyBuckets is the buckets of one quota report.
