@@ -93,8 +93,8 @@ type serveConfig struct {
 	// otel: -otel; tracer: its Tracer, nil while tracing is off.
 	otel   bool
 	tracer *tracing.Tracer
-	region    regionFlags
-	rlqs      rlqsFlags
+	region regionFlags
+	rlqs   rlqsFlags
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
