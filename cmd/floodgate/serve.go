@@ -90,11 +90,12 @@ type serveConfig struct {
 	parity parityFlags
 
 	dashboard bool // -ui
-	// otel: -otel; tracer: its Tracer, nil while tracing is off.
+	region    regionFlags
+	rlqs      rlqsFlags
+
+	// otel: -otel (otel.go); tracer: its Tracer, nil while tracing is off.
 	otel   bool
 	tracer *tracing.Tracer
-	region regionFlags
-	rlqs   rlqsFlags
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -458,10 +459,10 @@ func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, log 
 		closeLocal = func() { local.Close() }
 		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
 	}
-	// With a ledger, both stores account for durable quotas in it.
 	if c.tracer != nil {
 		c.ledger.trace = c.tracer.Ledger
 	}
+	// With a ledger, both stores account for durable quotas in it.
 	shared, err := c.ledger.wrap(store, acc, false)
 	if err == nil && lo.Local != nil {
 		lo.Local, err = c.ledger.wrap(lo.Local, acc, true)
