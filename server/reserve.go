@@ -4,19 +4,19 @@ import (
 	"context"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/server/tracing"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Reserve holds the cost of the limited descriptors of one request of
 // domain, all or nothing, as Decide decides them (rules in shadow mode,
 // unlimited and unmatched descriptors hold nothing).
-func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hits int64, o *floodgate.ReserveOptions) (r *floodgate.Reservation, res Result, err error) {
+func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hits int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
 	if s.tr != nil {
-		var span trace.Span
-		ctx, span = s.tr.Start(ctx, tracing.SpanReserve)
-		defer func() { s.endDecide(span, domain, ds, hits, &res, err, reserveOutcome(r, &res), true) }()
+		return s.reserveTraced(ctx, domain, ds, hits, o)
 	}
+	return s.reserve(ctx, domain, ds, hits, o)
+}
+
+func (s *Server) reserve(ctx context.Context, domain string, ds []Descriptor, hits int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
 	if err := checkRequest(domain, ds); err != nil {
 		return nil, Result{}, err
 	}
@@ -53,12 +53,14 @@ func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hi
 
 // ReserveInline holds cost of an inline key under limit. A period above
 // Options.MaxOwnPeriod is invalid (field "limit.period").
-func (s *Server) ReserveInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (r *floodgate.Reservation, st Status, err error) {
+func (s *Server) ReserveInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
 	if s.tr != nil {
-		var span trace.Span
-		ctx, span = s.tr.Start(ctx, tracing.SpanReserve)
-		defer func() { s.endInline(span, limit, cost, &st, err, r != nil && r.Held) }()
+		return s.reserveInlineTraced(ctx, key, limit, cost, o)
 	}
+	return s.reserveInline(ctx, key, limit, cost, o)
+}
+
+func (s *Server) reserveInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
 	if err := s.checkOwnPeriod("limit.period", limit.Period); err != nil {
 		return nil, Status{}, err
 	}
@@ -69,7 +71,7 @@ func (s *Server) ReserveInline(ctx context.Context, key string, limit floodgate.
 	if outs == nil && err != nil {
 		return nil, Status{}, inlineField(err)
 	}
-	st = Status{Code: OK, Limited: true}
+	st := Status{Code: OK, Limited: true}
 	s.settle("", nil, &st, &outs[0])
 	return r, st, nil
 }

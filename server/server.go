@@ -53,7 +53,6 @@ import (
 	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/server/tracing"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Limits on what one request may ask, so that a caller cannot make the
@@ -770,12 +769,14 @@ func pick(cond bool, a, b string) string {
 // API's inline form), answered by the default failure mode. Keys of inline
 // limits never meet keys of config rules. A period above
 // Options.MaxOwnPeriod is invalid (field "limit.period").
-func (s *Server) DecideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64) (st Status, err error) {
+func (s *Server) DecideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
 	if s.tr != nil {
-		var span trace.Span
-		ctx, span = s.tr.Start(ctx, tracing.SpanDecide)
-		defer func() { s.endInline(span, limit, cost, &st, err, false) }()
+		return s.decideInlineTraced(ctx, key, limit, cost)
 	}
+	return s.decideInline(ctx, key, limit, cost)
+}
+
+func (s *Server) decideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
 	if err := s.checkOwnPeriod("limit.period", limit.Period); err != nil {
 		return Status{}, err
 	}
@@ -789,7 +790,7 @@ func (s *Server) DecideInline(ctx context.Context, key string, limit floodgate.L
 	if err != nil {
 		return Status{}, inlineField(err)
 	}
-	st = Status{Code: OK, Limited: true}
+	st := Status{Code: OK, Limited: true}
 	s.settle("", nil, &st, &outs[0])
 	return st, nil
 }

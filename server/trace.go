@@ -25,6 +25,30 @@ func (s *Server) decideTraced(ctx context.Context, domain string, ds []Descripto
 	return res, err
 }
 
+// decideInlineTraced is DecideInline in a span of its own.
+func (s *Server) decideInlineTraced(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
+	ctx, span := s.tr.Start(ctx, tracing.SpanDecide)
+	st, err := s.decideInline(ctx, key, limit, cost)
+	s.endInline(span, limit, cost, &st, err, false)
+	return st, err
+}
+
+// reserveTraced is Reserve in a span of its own.
+func (s *Server) reserveTraced(ctx context.Context, domain string, ds []Descriptor, hits int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
+	ctx, span := s.tr.Start(ctx, tracing.SpanReserve)
+	r, res, err := s.reserve(ctx, domain, ds, hits, o)
+	s.endDecide(span, domain, ds, hits, &res, err, reserveOutcome(r, &res), true)
+	return r, res, err
+}
+
+// reserveInlineTraced is ReserveInline in a span of its own.
+func (s *Server) reserveInlineTraced(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
+	ctx, span := s.tr.Start(ctx, tracing.SpanReserve)
+	r, st, err := s.reserveInline(ctx, key, limit, cost, o)
+	s.endInline(span, limit, cost, &st, err, r != nil && r.Held)
+	return r, st, err
+}
+
 // decideStore is decidePlan, in a span of the store's call when tracing.
 func (s *Server) decideStore(ctx context.Context, p *plan) ([]floodgate.Outcome, error) {
 	if s.tr == nil {
