@@ -118,7 +118,7 @@ func samplerProblem(getenv func(string) string) string {
 		if arg == "" {
 			return ""
 		}
-		if r, err := strconv.ParseFloat(arg, 64); err != nil || r < 0 || r > 1 {
+		if r, err := strconv.ParseFloat(arg, 64); err != nil || !(r >= 0 && r <= 1) {
 			return fmt.Sprintf("OTEL_TRACES_SAMPLER_ARG: %q is not a ratio from 0 to 1", arg)
 		}
 		return ""
