@@ -51,7 +51,7 @@ func TestTracingOffCostsNoAllocation(t *testing.T) {
 	ds := []Descriptor{{Entries: []config.Entry{{Key: "user", Value: "u1"}}}}
 	limit := floodgate.Limit{Limit: 1_000_000_000, Period: time.Second}
 	for _, c := range []struct {
-		name            string
+		name             string
 		traced, untraced func()
 	}{
 		{"Decide", func() { _, _ = s.Decide(ctx, "bench", ds, 1) }, func() { _, _ = s.decide(ctx, "bench", ds, 1) }},
