@@ -312,6 +312,12 @@ func exportedSpans(t *testing.T, recv *receiver) {
 		t.Errorf("ledger record span: status %v, attributes %v", record.status, record.attrs)
 	}
 
+	// Three calls of three spans (server, decision, store), the reserve
+	// of four (with its ledger read), the commit of three: no other.
+	if len(spans) != 13 {
+		t.Errorf("%d spans exported, want 13", len(spans))
+	}
+
 	// No value of any request, anywhere in what was exported.
 	recv.mu.Lock()
 	var dump strings.Builder
