@@ -78,6 +78,14 @@ type WrapOptions struct {
 	// rebuilt from the ledger (the ledger holds the whole fleet's use),
 	// but its commits are recorded, under the share the Limiter gave it.
 	Local bool
+	// Trace, if set, is called as each call of the Ledger starts, with
+	// its context: op "record" for a commit's write (Record, one
+	// transaction of commits commits) or "read" for a window's units
+	// (Used). The call runs under the context it returns, and calls end
+	// with its error when it returns. floodgate serve makes a span of
+	// each (server/tracing); nil traces nothing. It must be safe for
+	// concurrent use.
+	Trace func(ctx context.Context, op string, commits int) (context.Context, func(err error))
 }
 
 // Quotas is a floodgate.Store that accounts for durable quotas
@@ -415,9 +423,7 @@ func (q *Quotas) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgat
 			// The ledger is read at the store's time, by which the store
 			// counts its windows (Redis's TIME, or the store's Clock).
 			rq := r.Requests[i]
-			lctx, cancel := context.WithTimeout(ctx, q.o.Timeout)
-			window, units, err := q.l.Used(lctx, rq.Key, rq.Limit, at)
-			cancel()
+			window, units, err := q.used(ctx, rq.Key, rq.Limit, at)
 			switch {
 			case err != nil && q.o.Policy == floodgate.FailOpen:
 				// Decide on the counter as it is.
@@ -627,9 +633,7 @@ func (q *Quotas) record(ctx context.Context, id string, rs []floodgate.Request, 
 			w = windows[i]
 		}
 		if w.IsZero() && r.Limit.Window == floodgate.FirstHit {
-			lctx, cancel := context.WithTimeout(ctx, q.o.Timeout)
-			lw, units, err := q.l.Used(lctx, r.Key, r.Limit, now)
-			cancel()
+			lw, units, err := q.used(ctx, r.Key, r.Limit, now)
 			if err != nil {
 				return fmt.Errorf("ledger: commit of %s: finding the window of %q: %w: %w", id, r.Key, ErrLedger, err)
 			}
@@ -647,10 +651,33 @@ func (q *Quotas) record(ctx context.Context, id string, rs []floodgate.Request, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, q.o.Timeout)
 	defer cancel()
-	if err := q.l.Record(ctx, commits); err != nil {
+	var end func(error)
+	if q.o.Trace != nil {
+		ctx, end = q.o.Trace(ctx, "record", len(commits))
+	}
+	err := q.l.Record(ctx, commits)
+	if end != nil {
+		end(err)
+	}
+	if err != nil {
 		return fmt.Errorf("ledger: commit of %s: %w: %w", id, ErrLedger, err)
 	}
 	return nil
+}
+
+// used is the ledger's Used, under WrapOptions.Timeout.
+func (q *Quotas) used(ctx context.Context, key string, limit floodgate.Limit, at time.Time) (time.Time, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, q.o.Timeout)
+	defer cancel()
+	var end func(error)
+	if q.o.Trace != nil {
+		ctx, end = q.o.Trace(ctx, "read", 0)
+	}
+	window, units, err := q.l.Used(ctx, key, limit, at)
+	if end != nil {
+		end(err)
+	}
+	return window, units, err
 }
 
 // windowsOf returns the start of the window each durable request's units

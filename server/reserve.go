@@ -10,6 +10,13 @@ import (
 // domain, all or nothing, as Decide decides them (rules in shadow mode,
 // unlimited and unmatched descriptors hold nothing).
 func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hits int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
+	if s.tr != nil {
+		return s.reserveTraced(ctx, domain, ds, hits, o)
+	}
+	return s.reserve(ctx, domain, ds, hits, o)
+}
+
+func (s *Server) reserve(ctx context.Context, domain string, ds []Descriptor, hits int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
 	if err := checkRequest(domain, ds); err != nil {
 		return nil, Result{}, err
 	}
@@ -35,7 +42,7 @@ func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hi
 	if len(items) == 0 {
 		return nil, res, nil
 	}
-	r, _, outs, err := s.lim.ReserveEach(ctx, items, o)
+	r, outs, err := s.reserveItems(ctx, items, o)
 	if outs == nil && err != nil {
 		p.which = which
 		return nil, Result{}, p.fieldOf(err)
@@ -47,13 +54,20 @@ func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hi
 // ReserveInline holds cost of an inline key under limit. A period above
 // Options.MaxOwnPeriod is invalid (field "limit.period").
 func (s *Server) ReserveInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
+	if s.tr != nil {
+		return s.reserveInlineTraced(ctx, key, limit, cost, o)
+	}
+	return s.reserveInline(ctx, key, limit, cost, o)
+}
+
+func (s *Server) reserveInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
 	if err := s.checkOwnPeriod("limit.period", limit.Period); err != nil {
 		return nil, Status{}, err
 	}
 	if err := checkInlineKey(key); err != nil {
 		return nil, Status{}, err
 	}
-	r, _, outs, err := s.lim.ReserveEach(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}}, o)
+	r, outs, err := s.reserveItems(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}}, o)
 	if outs == nil && err != nil {
 		return nil, Status{}, inlineField(err)
 	}

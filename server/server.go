@@ -51,6 +51,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/ledger"
+	"github.com/floodgate-rl/floodgate/server/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -144,6 +145,10 @@ type Options struct {
 	// value is upstream's default (a domain in one file only), and
 	// MergeDomains merges a domain's files (upstream's MERGE_DOMAIN_CONFIG).
 	ConfigLoader config.Loader
+	// Tracer, if set, makes a span of every decision and reservation,
+	// with the store's call as a child (see server/tracing); nil traces
+	// nothing and costs nothing.
+	Tracer *tracing.Tracer
 }
 
 // Server decides requests. It is safe for concurrent use.
@@ -174,6 +179,7 @@ type Server struct {
 	// overrides are the limits set through the admin API in place of
 	// rules' (overrides.go); nil for none.
 	overrides atomic.Pointer[overrideSet]
+	tr       *tracing.Tracer // Options.Tracer; nil: tracing off
 }
 
 // New returns a Server.
@@ -183,7 +189,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{log: opts.Logger, reg: opts.Registry, near: opts.NearLimitRatio, independent: opts.IndependentDescriptors,
 		maxPeriod: opts.MaxOwnPeriod, shadowAll: opts.GlobalShadowMode, quotaAll: opts.GlobalQuotaMode, loader: opts.ConfigLoader,
-		throttle: newLogThrottle(time.Second)}
+		throttle: newLogThrottle(time.Second), tr: opts.Tracer}
 	switch {
 	case s.maxPeriod == 0:
 		s.maxPeriod = DefaultMaxOwnPeriod
@@ -381,6 +387,13 @@ type Result struct {
 // a store failure is not an error but a Status answered by its failure
 // mode.
 func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hits int64) (Result, error) {
+	if s.tr != nil {
+		return s.decideTraced(ctx, domain, ds, hits)
+	}
+	return s.decide(ctx, domain, ds, hits)
+}
+
+func (s *Server) decide(ctx context.Context, domain string, ds []Descriptor, hits int64) (Result, error) {
 	if err := checkRequest(domain, ds); err != nil {
 		return Result{}, err
 	}
@@ -391,7 +404,7 @@ func (s *Server) Decide(ctx context.Context, domain string, ds []Descriptor, hit
 	if len(p.items) == 0 {
 		return res, nil
 	}
-	outs, err := s.decidePlan(ctx, &p)
+	outs, err := s.decideStore(ctx, &p)
 	if err != nil {
 		return Result{}, p.fieldOf(err)
 	}
@@ -811,6 +824,13 @@ func pick(cond bool, a, b string) string {
 // limits never meet keys of config rules. A period above
 // Options.MaxOwnPeriod is invalid (field "limit.period").
 func (s *Server) DecideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
+	if s.tr != nil {
+		return s.decideInlineTraced(ctx, key, limit, cost)
+	}
+	return s.decideInline(ctx, key, limit, cost)
+}
+
+func (s *Server) decideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
 	if err := s.checkOwnPeriod("limit.period", limit.Period); err != nil {
 		return Status{}, err
 	}
@@ -820,7 +840,7 @@ func (s *Server) DecideInline(ctx context.Context, key string, limit floodgate.L
 	if limit.Algorithm == floodgate.Concurrency {
 		return Status{}, Invalid("limit.algorithm", "concurrency limits need a lease; they cannot be checked per request")
 	}
-	outs, err := s.lim.Decide(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}})
+	outs, err := s.decideItems(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}})
 	if err != nil {
 		return Status{}, inlineField(err)
 	}

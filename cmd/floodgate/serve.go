@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/httpapi"
+	"github.com/floodgate-rl/floodgate/server/tracing"
 	"github.com/floodgate-rl/floodgate/server/transport"
 	"github.com/floodgate-rl/floodgate/server/ui"
 	"github.com/floodgate-rl/floodgate/store/memstore"
@@ -95,6 +96,10 @@ type serveConfig struct {
 	dashboard bool // -ui
 	region    regionFlags
 	rlqs      rlqsFlags
+
+	// otel: -otel (otel.go); tracer: its Tracer, nil while tracing is off.
+	otel   bool
+	tracer *tracing.Tracer
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -180,6 +185,7 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.gogc, "gogc", 0, "the garbage collector's target `percent`, as GOGC: a new cycle once the heap has grown this much since the last; higher spends less CPU per decision and more memory (a memory store's keys are live heap, so they cost up to 1+percent/100 times their size; docs/serve.md has measured figures); GOMEMLIMIT, if set, still bounds the heap; 0 leaves Go's setting (GOGC, else 100) (env FLOODGATE_GOGC)")
 	c.region.register(fs)
 	c.rlqs.register(fs)
+	c.registerOTel(fs)
 	return fs
 }
 
@@ -249,6 +255,8 @@ func (c serveConfig) problem() string {
 		return c.overrides.problem()
 	case c.httpAddr == "":
 		return "-http: empty"
+	case tracingProblem(c.otel, os.Getenv) != "":
+		return tracingProblem(c.otel, os.Getenv)
 	}
 	return ""
 }
@@ -287,6 +295,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 1
 	}
+	tracer, stopTracing, err := c.startTracing(ctx, log)
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 1
+	}
+	defer stopTracing()
+	c.tracer = tracer
 	store, closeStore, err := c.openStore(ctx, log)
 	if err != nil {
 		log.Error("store unavailable", "error", err)
@@ -455,6 +471,9 @@ func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, log 
 		closeLocal = func() { local.Close() }
 		lo.Local, lo.Instances, lo.ProbeInterval = local, c.instances, c.probeInterval
 	}
+	if c.tracer != nil {
+		c.ledger.trace = c.tracer.Ledger
+	}
 	// With a ledger, both stores account for durable quotas in it.
 	shared, err := c.ledger.wrap(store, acc, false)
 	if err == nil && lo.Local != nil {
@@ -465,7 +484,7 @@ func (c serveConfig) newServer(store floodgate.Store, acc *ledger.Accounts, log 
 		return nil, nil, err
 	}
 	srv, err := server.New(server.Options{Store: shared, Limiter: lo, Logger: log, IndependentDescriptors: c.independent, MaxOwnPeriod: c.maxOwnPeriod, GlobalShadowMode: c.shadowMode,
-		GlobalQuotaMode: c.parity.quotaMode, ConfigLoader: c.parity.loader()})
+		GlobalQuotaMode: c.parity.quotaMode, ConfigLoader: c.parity.loader(), Tracer: c.tracer})
 	if err == nil {
 		switch rs := regionalStore(store).(type) {
 		case *redisstore.Store:

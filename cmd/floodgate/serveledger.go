@@ -24,6 +24,9 @@ type ledgerFlags struct {
 	policy    string
 	reconcile time.Duration
 	timeout   time.Duration
+	// trace traces the ledger's calls (ledger.WrapOptions.Trace); nil
+	// while tracing is off.
+	trace func(ctx context.Context, op string, commits int) (context.Context, func(error))
 }
 
 func (f *ledgerFlags) register(fs *flag.FlagSet) {
@@ -93,7 +96,7 @@ func (f *ledgerFlags) wrap(s floodgate.Store, acc *ledger.Accounts, local bool) 
 	if acc == nil {
 		return s, nil
 	}
-	return ledger.Wrap(s, acc, &ledger.WrapOptions{Policy: floodgate.FailurePolicy(f.policy), Timeout: f.timeout, Local: local})
+	return ledger.Wrap(s, acc, &ledger.WrapOptions{Policy: floodgate.FailurePolicy(f.policy), Timeout: f.timeout, Local: local, Trace: f.trace})
 }
 
 // watchDrift runs ledger.Reconcile every f.reconcile until ctx ends,

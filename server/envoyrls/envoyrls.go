@@ -75,6 +75,8 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configure a Service. A nil *Options, or the zero value, is the
@@ -138,6 +140,19 @@ func Register(g grpc.ServiceRegistrar, srv *server.Server) {
 // malformed request is an InvalidArgument error; a denial, and a store
 // failure, are answers, never errors.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if tr := s.srv.Tracer(); tr != nil {
+		// The call's span, continuing Envoy's trace context; the
+		// decision's is its child.
+		var span trace.Span
+		ctx, span = tr.GRPC(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
+		resp, err := s.shouldRateLimit(ctx, req)
+		tracing.EndGRPC(span, err)
+		return resp, err
+	}
+	return s.shouldRateLimit(ctx, req)
+}
+
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, _, err := s.decide(ctx, req)
 	if err != nil {
 		return nil, grpcError(err)

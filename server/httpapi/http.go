@@ -157,8 +157,16 @@ func New(srv *server.Server, opts *Options) (*API, error) {
 // says Host: evil.example.
 func (s *API) Handler(extra map[string]http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	tr := s.srv.Tracer()
 	for _, r := range s.routes(extra) {
-		mux.Handle(r.pattern, guard(s.auth, r.scope, r.h))
+		h := guard(s.auth, r.scope, r.h)
+		if tr != nil && strings.HasPrefix(r.pattern, "POST ") {
+			// A span per call of what decides, reserves, settles or
+			// resets; reads (metrics, probes, the dashboard's feed) have
+			// none.
+			h = tr.HTTP(r.pattern, h)
+		}
+		mux.Handle(r.pattern, h)
 	}
 	if !s.guard {
 		return mux

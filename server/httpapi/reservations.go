@@ -10,6 +10,8 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Reservations over HTTP: POST /v1/reservations holds the upper bound of a
@@ -297,11 +299,19 @@ func (s *API) handleSettle(cancel bool) http.HandlerFunc {
 			}
 			cost = *body.Cost
 		}
+		ctx := r.Context()
+		var span trace.Span
+		if tr := s.srv.Tracer(); tr != nil {
+			ctx, span = tr.Start(ctx, pick(cancel, tracing.SpanCancel, tracing.SpanCommit))
+		}
 		var sts []floodgate.Settlement
 		if cancel {
-			sts, err = res.Cancel(r.Context())
+			sts, err = res.Cancel(ctx)
 		} else {
-			sts, err = res.Commit(r.Context(), cost)
+			sts, err = res.Commit(ctx, cost)
+		}
+		if span != nil {
+			endSettle(span, cost, sts, err)
 		}
 		step := pick(cancel, "cancel", "commit")
 		switch {
@@ -328,6 +338,37 @@ func (s *API) handleSettle(cancel bool) http.HandlerFunc {
 		s.reservations.WithLabelValues(step, result).Inc()
 		writeJSON(w, http.StatusOK, resp)
 	}
+}
+
+// endSettle ends the span of a commit (of cost) or cancel with its
+// outcome and the units it moved; nothing of the reservation's id.
+func endSettle(span trace.Span, cost int64, sts []floodgate.Settlement, err error) {
+	if span.IsRecording() {
+		var charged, refunded, billed int64
+		outcome := "settled"
+		for _, st := range sts {
+			charged += st.Charged
+			refunded += st.Refunded
+			billed += st.Billed
+			if st.Replayed {
+				outcome = "replayed"
+			}
+			if st.HoldLost {
+				outcome = "billed_lost"
+			}
+		}
+		switch {
+		case errors.Is(err, floodgate.ErrExpired):
+			outcome, err = "expired", nil // an answer, not a failure
+		case errors.Is(err, floodgate.ErrConflict):
+			outcome, err = "conflict", nil // the caller's
+		case err != nil:
+			outcome = "failed"
+		}
+		span.SetAttributes(tracing.KeyOutcome.String(outcome), tracing.KeyActualCost.Int64(cost),
+			tracing.KeyCharged.Int64(charged), tracing.KeyRefunded.Int64(refunded), tracing.KeyBilled.Int64(billed))
+	}
+	tracing.EndErr(span, err)
 }
 
 // expiredDetail says what the expiry of a reservation did.

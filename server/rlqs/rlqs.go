@@ -300,6 +300,12 @@ func (s *Service) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateL
 	}
 	in := make(chan recv)
 	ctx := st.Context()
+	// Each report's span continues the trace context the stream opened
+	// with: a stream lives as long as its Envoy, too long for a span.
+	parent := ctx
+	if tr := s.srv.Tracer(); tr != nil {
+		parent = tr.Remote(ctx)
+	}
 	go func() {
 		for {
 			m, err := st.Recv()
@@ -331,7 +337,7 @@ func (s *Service) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateL
 			if ss.superseded.Load() {
 				return status.Error(codes.Aborted, "rlqs: a newer stream of the same holder took over; this one is closed")
 			}
-			resp, err := ss.handle(ctx, r.msg)
+			resp, err := ss.handleTraced(parent, r.msg)
 			if err != nil {
 				s.m.refused.Inc()
 				s.log.Debug("rlqs report refused", "holder", ss.holder, "error", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/grant"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/tracing"
 	"github.com/floodgate-rl/floodgate/share"
 )
 
@@ -210,6 +211,33 @@ func (ss *session) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepo
 	}
 	jobs := ss.grantAll(ctx, bs, now)
 	return ss.answer(jobs, now), nil
+}
+
+// handleTraced is handle, in a span of its own when tracing: the
+// domain (once the stream has one), the buckets reported, the outcome
+// (answered, or refused for a report the stream ends on).
+func (ss *session) handleTraced(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
+	tr := ss.svc.srv.Tracer()
+	if tr == nil {
+		return ss.handle(ctx, m)
+	}
+	ctx, span := tr.Start(ctx, tracing.SpanRLQSReport)
+	resp, err := ss.handle(ctx, m)
+	if span.IsRecording() {
+		domain := ss.domain
+		if ss.svc.srv.Config().Domain(domain) == nil {
+			domain = "_unknown"
+		}
+		outcome := "answered"
+		if err != nil {
+			// The Envoy's report was malformed: its error, not ours.
+			outcome = "refused"
+		}
+		span.SetAttributes(tracing.KeyDomain.String(domain), tracing.KeyBuckets.Int(len(m.GetBucketQuotaUsages())),
+			tracing.KeyOutcome.String(outcome))
+	}
+	span.End()
+	return resp, err
 }
 
 // subscribe finds or makes the bucket of each usage reported, in order,
