@@ -179,7 +179,7 @@ type Server struct {
 	// overrides are the limits set through the admin API in place of
 	// rules' (overrides.go); nil for none.
 	overrides atomic.Pointer[overrideSet]
-	tr       *tracing.Tracer // Options.Tracer; nil: tracing off
+	tr        *tracing.Tracer // Options.Tracer; nil: tracing off
 }
 
 // New returns a Server.
