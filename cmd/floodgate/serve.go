@@ -91,6 +91,8 @@ type serveConfig struct {
 	dashboard bool // -ui
 	region    regionFlags
 	rlqs      rlqsFlags
+	// xds: -config-xds and its flags (xds.go).
+	xds xdsFlags
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -175,6 +177,7 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.gogc, "gogc", 0, "the garbage collector's target `percent`, as GOGC: a new cycle once the heap has grown this much since the last; higher spends less CPU per decision and more memory (a memory store's keys are live heap, so they cost up to 1+percent/100 times their size; docs/serve.md has measured figures); GOMEMLIMIT, if set, still bounds the heap; 0 leaves Go's setting (GOGC, else 100) (env FLOODGATE_GOGC)")
 	c.region.register(fs)
 	c.rlqs.register(fs)
+	c.xds.register(fs)
 	return fs
 }
 
@@ -236,6 +239,8 @@ func (c serveConfig) problem() string {
 		return c.region.problem()
 	case c.rlqs.problem() != "":
 		return c.rlqs.problem()
+	case c.xds.problem(c.configPath) != "":
+		return c.xds.problem(c.configPath)
 	case tlsProblem != "":
 		return tlsProblem
 	case c.ledger.problem() != "":
@@ -313,6 +318,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err := watchConfig(ctx, srv, c.configPath, log); err != nil {
 			log.Error("config rejected", "error", err)
 			fmt.Fprintf(stderr, "%v\n", err)
+			return 1
+		}
+	}
+	if c.xds.addr != "" {
+		if err := c.xds.start(ctx, srv, c.parity.loader(), log); err != nil {
+			log.Error("cannot start", "error", err)
+			fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 			return 1
 		}
 	}
