@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate-rl/floodgate/config"
@@ -192,6 +193,8 @@ type client struct {
 	creds   credentials.TransportCredentials
 	// version is the version_info of the last push accepted; "" before.
 	version string
+	// refused is the last push refused, if no push was accepted since.
+	refused *refusal
 }
 
 func newClient(o Options) *client {
@@ -256,7 +259,15 @@ func (c *client) stream(ctx context.Context) (pushed bool, err error) {
 			return pushed, err
 		}
 		pushed = true
-		if err := st.Send(c.answer(resp)); err != nil {
+		req, delay := c.answer(resp)
+		if delay > 0 {
+			select {
+			case <-ctx.Done():
+				return pushed, ctx.Err()
+			case <-c.after(delay):
+			}
+		}
+		if err := st.Send(req); err != nil {
 			return pushed, recvErr(st, err)
 		}
 	}
@@ -277,8 +288,23 @@ func recvErr(st grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discovery
 // config with a thousand are enough to find them.
 const maxDetail = 16 << 10
 
-// answer converts and applies a push and returns its ACK, or its NACK.
-func (c *client) answer(resp *discoveryv3.DiscoveryResponse) *discoveryv3.DiscoveryRequest {
+// answer converts and applies a push and returns its ACK, or its NACK
+// and how long to wait before sending it.
+//
+// A push the same as the one refused last (its version and resources) is
+// refused again without another look, log line or Rejected, and its NACK
+// waits the backoff, growing while the repeats go on: a server that sends
+// a refused push again as soon as it is refused (go-control-plane's
+// snapshot cache does, since the NACK names an older version than the
+// snapshot's) would otherwise spin with the client. A server answers a
+// NACK only once it receives it, so a fixed push arrives at most
+// Backoff.Max after it is set.
+func (c *client) answer(resp *discoveryv3.DiscoveryResponse) (*discoveryv3.DiscoveryRequest, time.Duration) {
+	if r := c.refused; r != nil && r.version == resp.GetVersionInfo() && r.typeURL == resp.GetTypeUrl() && sameResources(r.resources, resp.GetResources()) {
+		d := c.backoff.wait(r.repeats, c.rand())
+		r.repeats++
+		return c.nack(resp, r.err), d
+	}
 	var err error
 	if resp.GetTypeUrl() != TypeURL {
 		err = fmt.Errorf("xds: a push of type %q; only %s was asked for", cut(resp.GetTypeUrl(), 200), TypeURL)
@@ -286,7 +312,17 @@ func (c *client) answer(resp *discoveryv3.DiscoveryResponse) *discoveryv3.Discov
 	var cfg *config.Config
 	if err == nil {
 		cfg, err = decode(resp.GetResources(), c.o.Loader)
-		if err != nil && c.o.Rejected != nil {
+	}
+	if err != nil {
+		// The same problems at the same version: a repeat whose bytes
+		// differ (a server that marshals a map in any order).
+		if r := c.refused; r != nil && r.version == resp.GetVersionInfo() && r.err.Error() == err.Error() {
+			r.resources = resp.GetResources()
+			d := c.backoff.wait(r.repeats, c.rand())
+			r.repeats++
+			return c.nack(resp, err), d
+		}
+		if c.o.Rejected != nil {
 			c.o.Rejected(err)
 		}
 	}
@@ -295,14 +331,52 @@ func (c *client) answer(resp *discoveryv3.DiscoveryResponse) *discoveryv3.Discov
 	}
 	if err != nil {
 		c.log.Error("xds push refused (NACK), keeping the config of the last version accepted", "version", resp.GetVersionInfo(), "accepted", c.version, "error", err)
-		return &discoveryv3.DiscoveryRequest{
-			TypeUrl:       TypeURL,
-			VersionInfo:   c.version,
-			ResponseNonce: resp.GetNonce(),
-			ErrorDetail:   &statuspb.Status{Code: int32(codes.InvalidArgument), Message: cut(err.Error(), maxDetail)},
-		}
+		c.refused = &refusal{version: resp.GetVersionInfo(), typeURL: resp.GetTypeUrl(), resources: resp.GetResources(), err: err}
+		return c.nack(resp, err), 0
 	}
+	c.refused = nil
 	c.version = resp.GetVersionInfo()
 	c.log.Info("xds push applied (ACK)", "version", c.version, "resources", len(resp.GetResources()), "domains", len(cfg.Domains()))
-	return &discoveryv3.DiscoveryRequest{TypeUrl: TypeURL, VersionInfo: c.version, ResponseNonce: resp.GetNonce()}
+	return &discoveryv3.DiscoveryRequest{TypeUrl: TypeURL, VersionInfo: c.version, ResponseNonce: resp.GetNonce()}, 0
+}
+
+// nack is the NACK of resp: the version last accepted, resp's nonce, and
+// err in error_detail.
+func (c *client) nack(resp *discoveryv3.DiscoveryResponse, err error) *discoveryv3.DiscoveryRequest {
+	return &discoveryv3.DiscoveryRequest{
+		TypeUrl:       TypeURL,
+		VersionInfo:   c.version,
+		ResponseNonce: resp.GetNonce(),
+		ErrorDetail:   &statuspb.Status{Code: int32(codes.InvalidArgument), Message: cut(err.Error(), maxDetail)},
+	}
+}
+
+// refusal is the push refused last.
+type refusal struct {
+	version, typeURL string
+	resources        []*anypb.Any
+	err              error
+	// repeats counts the pushes the same as it since.
+	repeats int
+}
+
+// sameResources reports whether a and b hold the same resources, in any
+// order: a snapshot cache keeps them in a map, so each response may list
+// them in another order.
+func sameResources(a, b []*anypb.Any) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	count := make(map[string]int, len(a))
+	for _, r := range a {
+		count[r.GetTypeUrl()+"\x00"+string(r.GetValue())]++
+	}
+	for _, r := range b {
+		k := r.GetTypeUrl() + "\x00" + string(r.GetValue())
+		if count[k] == 0 {
+			return false
+		}
+		count[k]--
+	}
+	return true
 }

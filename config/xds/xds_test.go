@@ -1,9 +1,12 @@
 package xds
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -151,6 +154,24 @@ func ack(version string) func(*discoveryv3.DiscoveryRequest) bool {
 
 func nack(r *discoveryv3.DiscoveryRequest) bool { return r.GetErrorDetail() != nil }
 
+// lockedBuffer is a log destination safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // rlc is a RateLimitConfig of one domain with one descriptor per key of
 // limits, each that many requests per minute.
 func rlc(name, domain string, descs ...*rlsconfv3.RateLimitDescriptor) *rlsconfv3.RateLimitConfig {
@@ -260,8 +281,9 @@ func TestPushes(t *testing.T) {
 	tg := newTarget(t)
 	var rejected []error
 	var rmu sync.Mutex
-	run(t, Options{Address: xs.addr, NodeID: "node-1", Cluster: "edge", NodeMetadata: map[string]string{"zone": "a"},
-		Headers: map[string]string{"x-tenant": "blue"}, Apply: tg.apply,
+	logs := &lockedBuffer{}
+	waits := run(t, Options{Address: xs.addr, NodeID: "node-1", Cluster: "edge", NodeMetadata: map[string]string{"zone": "a"},
+		Headers: map[string]string{"x-tenant": "blue"}, Apply: tg.apply, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Rejected: func(err error) { rmu.Lock(); rejected = append(rejected, err); rmu.Unlock() }})
 
 	first, _ := xs.waitRequest(0, "first request", func(*discoveryv3.DiscoveryRequest) bool { return true })
@@ -341,8 +363,36 @@ func TestPushes(t *testing.T) {
 		t.Error("after the NACK, request 6 of a limit of 5 allowed")
 	}
 
-	// 4: a good push applies again.
+	// go-control-plane's cache sends v3 again as soon as it is NACKed
+	// (the NACK names v2): refused again without Apply, Rejected or a log
+	// line, its NACK held for the backoff, so the two do not spin.
+	w := nextWait(t, waits)
+	if w.d < 800*time.Millisecond || w.d > 1200*time.Millisecond {
+		t.Errorf("the NACK of a repeat waits %v, want the first backoff, 1s ±20%%", w.d)
+	}
+	xs.mu.Lock()
+	nacks := 0
+	for _, r := range xs.reqs {
+		if nack(r) {
+			nacks++
+		}
+	}
+	xs.mu.Unlock()
+	if nacks != 1 {
+		t.Errorf("%d NACKs sent before the backoff ended, want 1", nacks)
+	}
+	rmu.Lock()
+	if len(rejected) != 1 {
+		t.Errorf("Rejected told of %d pushes, want 1 (a repeat is not told)", len(rejected))
+	}
+	rmu.Unlock()
+	if got := strings.Count(logs.String(), "xds push refused"); got != 1 {
+		t.Errorf("%d log lines of the refusal, want 1", got)
+	}
+
+	// 4: a good push applies again, once the held NACK asks for it.
 	xs.push("node-1", "v4", rlc("rl-shop", "shop", perMinute("user", 7)))
+	w.fire <- time.Time{}
 	cfg = tg.waitApplied(t)
 	xs.waitRequest(next, "ACK of v4", ack("v4"))
 	if cfg.Domain("api") != nil || cfg.Domain("shop").Rules()[0].Limit.Limit != 7 {
@@ -356,12 +406,13 @@ func TestApplyRefuses(t *testing.T) {
 	t.Parallel()
 	xs := startXDS(t, nil)
 	calls := make(chan *config.Config, 10)
-	run(t, Options{Address: xs.addr, NodeID: "n", Apply: func(cfg *config.Config) error {
+	waits := run(t, Options{Address: xs.addr, NodeID: "n", Apply: func(cfg *config.Config) error {
 		calls <- cfg
 		return errors.New("no room for it")
 	}})
 	xs.push("n", "v1", rlc("a", "a", perMinute("k", 1)))
 	n, _ := xs.waitRequest(0, "NACK", nack)
+	nextWait(t, waits) // the repeat of v1, its NACK held
 	if got, want := n.GetErrorDetail().GetMessage(), "no room for it"; got != want {
 		t.Errorf("NACK detail %q, want %q", got, want)
 	}
@@ -369,7 +420,7 @@ func TestApplyRefuses(t *testing.T) {
 		t.Errorf("NACK version %q, want none accepted", n.GetVersionInfo())
 	}
 	if len(calls) != 1 {
-		t.Errorf("Apply called %d times, want 1", len(calls))
+		t.Errorf("Apply called %d times, want 1 (a repeat is refused without it)", len(calls))
 	}
 }
 
@@ -564,4 +615,49 @@ func mustAny(t *testing.T, m proto.Message) *anypb.Any {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// TestRepeatRefusal: a push refused again (the same resources, or other
+// bytes with the same problems, at the same version) is NACKed after a
+// growing backoff, without Apply or Rejected; another version is looked
+// at afresh.
+func TestRepeatRefusal(t *testing.T) {
+	t.Parallel()
+	applied, rejected := 0, 0
+	c := newClient(Options{Address: "x", Backoff: Backoff{Jitter: -1},
+		Apply:    func(*config.Config) error { applied++; return nil },
+		Rejected: func(error) { rejected++ }})
+	bad := &rlsconfv3.RateLimitDescriptor{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 1}}
+	res := mustAny(t, rlc("r", "d", bad))
+	// The same resource with an unknown field: other bytes, the same config.
+	other := &anypb.Any{TypeUrl: res.TypeUrl, Value: append(append([]byte(nil), res.Value...), 0xf8, 0x3f, 0x01)}
+	push := func(version, nonce string, r *anypb.Any) (*discoveryv3.DiscoveryRequest, time.Duration) {
+		return c.answer(&discoveryv3.DiscoveryResponse{VersionInfo: version, Nonce: nonce, TypeUrl: TypeURL, Resources: []*anypb.Any{r}})
+	}
+	for i, step := range []struct {
+		version string
+		res     *anypb.Any
+		delay   time.Duration
+	}{
+		{"v1", res, 0},
+		{"v1", res, time.Second},
+		{"v1", other, 1600 * time.Millisecond},
+		{"v1", res, 2560 * time.Millisecond},
+		{"v2", res, 0},
+	} {
+		req, d := push(step.version, fmt.Sprint(i), step.res)
+		if d != step.delay || req.GetErrorDetail() == nil || req.GetResponseNonce() != fmt.Sprint(i) {
+			t.Errorf("push %d (%s): delay %v, NACK %v; want a NACK after %v", i, step.version, d, req, step.delay)
+		}
+	}
+	if applied != 0 || rejected != 2 {
+		t.Errorf("Apply %d, Rejected %d times; want 0 and 2 (v1 and v2 once each)", applied, rejected)
+	}
+	good := mustAny(t, rlc("r", "d", perMinute("k", 1)))
+	if req, d := push("v3", "g", good); d != 0 || req.GetErrorDetail() != nil || req.GetVersionInfo() != "v3" {
+		t.Errorf("good push: %v after %v, want an ACK of v3 at once", req, d)
+	}
+	if req, d := push("v1", "again", res); d != 0 || req.GetVersionInfo() != "v3" {
+		t.Errorf("v1 after an ACK: %v after %v, want a NACK at once naming v3", req, d)
+	}
 }
