@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -223,11 +224,22 @@ func newClient(o Options) *client {
 	return c
 }
 
+// keepaliveTime and keepaliveTimeout find a server gone silent (its host
+// down, the path dropping every packet), which would leave the stream
+// waiting for a push forever: a ping after 5 minutes without a frame, the
+// least a gRPC server accepts by default (more often is answered with
+// GOAWAY too_many_pings), and the connection closed when its answer has
+// not come in 20 seconds.
+const (
+	keepaliveTime    = 5 * time.Minute
+	keepaliveTimeout = 20 * time.Second
+)
+
 // stream opens a connection and a stream, asks for the resources and
 // answers each push until the stream fails or ctx ends. pushed reports
 // whether a push arrived, which shows the server healthy.
 func (c *client) stream(ctx context.Context) (pushed bool, err error) {
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(c.creds)}
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(c.creds), grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout})}
 	if c.o.MaxRecvMsgSize > 0 {
 		dial = append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.o.MaxRecvMsgSize)))
 	}
