@@ -38,7 +38,7 @@ func (ld Loader) New(domains ...*Domain) (*Config, error) {
 			c.domains[d.Name] = m
 		default:
 			errs = append(errs, newError(d.File, d.Line, d.col, "domain",
-				fmt.Sprintf("domain %q is already defined in %s:%d; each domain must be in one file (or merge them: floodgate serve -merge-domain-config, upstream's MERGE_DOMAIN_CONFIG)", d.Name, first.File, first.Line)))
+				fmt.Sprintf("domain %q is already defined in %s; each domain must be in one file (or merge them: floodgate serve -merge-domain-config, upstream's MERGE_DOMAIN_CONFIG)", d.Name, where(first.File, first.Line))))
 		}
 	}
 	for _, d := range c.domains {
@@ -88,7 +88,7 @@ func merge(a, b *Domain) (*Domain, error) {
 		first := ""
 		for _, o := range m.root.nodes {
 			if o.lv.Key == n.lv.Key && o.lv.Value == n.lv.Value {
-				first = fmt.Sprintf(" (%s:%d)", o.file, o.line)
+				first = " (" + where(o.file, o.line) + ")"
 				break
 			}
 		}

@@ -120,7 +120,12 @@ func (p *parser) parse(data []byte) *Domain {
 			return nil
 		}
 	}
-	root := p.resolve(docContent(&doc))
+	return p.domain(p.resolve(docContent(&doc)))
+}
+
+// domain reads the top of a config file, decoded or built by FromSpec: a
+// mapping with domain and descriptors.
+func (p *parser) domain(root *yaml.Node) *Domain {
 	if isNull(root) {
 		p.errs = append(p.errs, newError(p.file, 0, 0, "", "empty file: want a domain and its descriptors"))
 		return nil

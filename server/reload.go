@@ -78,10 +78,7 @@ func (r *Reloader) Reload() error {
 }
 
 func (r *Reloader) swap(cfg *config.Config) {
-	r.srv.SetConfig(cfg)
-	r.srv.m.reloads.WithLabelValues("success").Inc()
-	r.srv.m.reloadTime.SetToCurrentTime()
-	r.srv.log.Info("config loaded", "paths", r.paths, "domains", len(cfg.Domains()), "rules", countRules(cfg))
+	r.srv.swapConfig(cfg, "paths", r.paths)
 }
 
 // Watch reloads on every change under the config paths until ctx ends. A

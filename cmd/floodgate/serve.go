@@ -100,6 +100,8 @@ type serveConfig struct {
 	// otel: -otel (otel.go); tracer: its Tracer, nil while tracing is off.
 	otel   bool
 	tracer *tracing.Tracer
+	// xds: -config-xds and its flags (xds.go).
+	xds xdsFlags
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -186,6 +188,7 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	c.region.register(fs)
 	c.rlqs.register(fs)
 	c.registerOTel(fs)
+	c.xds.register(fs)
 	return fs
 }
 
@@ -247,6 +250,8 @@ func (c serveConfig) problem() string {
 		return c.region.problem()
 	case c.rlqs.problem() != "":
 		return c.rlqs.problem()
+	case c.xds.problem(c.configPath) != "":
+		return c.xds.problem(c.configPath)
 	case tlsProblem != "":
 		return tlsProblem
 	case c.ledger.problem() != "":
@@ -343,6 +348,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("ledger unavailable", "error", err)
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 1
+	}
+	if c.xds.addr != "" {
+		if err := c.xds.start(ctx, srv, c.parity.loader(), log); err != nil {
+			log.Error("cannot start", "error", err)
+			fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+			return 1
+		}
 	}
 	quota, closeQuota, err := c.openRLQS(srv, auth, log)
 	if err != nil {

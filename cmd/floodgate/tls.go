@@ -76,7 +76,7 @@ func (f redisTLSFlags) config(log *slog.Logger) (*tls.Config, error) {
 		}
 	}
 	if f.cert != "" {
-		l := &clientCert{certFile: f.cert, keyFile: f.key, log: log}
+		l := &clientCert{certFile: f.cert, keyFile: f.key, flag: "-redis-tls", peer: "Redis", log: log}
 		if _, err := l.load(); err != nil {
 			return nil, err
 		}
@@ -89,7 +89,10 @@ func (f redisTLSFlags) config(log *slog.Logger) (*tls.Config, error) {
 // that asks for one, keeping the last pair read for when the files fail.
 type clientCert struct {
 	certFile, keyFile string
-	log               *slog.Logger
+	// flag is the flags' prefix ("-redis-tls": -redis-tls-cert and
+	// -redis-tls-key) and peer the server, for the messages.
+	flag, peer string
+	log        *slog.Logger
 
 	mu   sync.Mutex
 	last *tls.Certificate
@@ -99,7 +102,7 @@ type clientCert struct {
 func (c *clientCert) load() (*tls.Certificate, error) {
 	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("-redis-tls-cert %s, -redis-tls-key %s: %w", c.certFile, c.keyFile, err)
+		return nil, fmt.Errorf("%s-cert %s, %s-key %s: %w", c.flag, c.certFile, c.flag, c.keyFile, err)
 	}
 	c.mu.Lock()
 	c.last = &cert
@@ -116,6 +119,6 @@ func (c *clientCert) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) 
 	c.mu.Lock()
 	last := c.last
 	c.mu.Unlock()
-	c.log.Warn("Redis TLS client certificate unreadable; presenting the last one read", "error", err)
+	c.log.Warn(c.peer+" TLS client certificate unreadable; presenting the last one read", "error", err)
 	return last, nil
 }
