@@ -79,23 +79,23 @@ type upstreamMode struct {
 // xdsSettings are upstream's CONFIG_GRPC_XDS_* and XDS_CLIENT_* settings,
 // parsed, for CONFIG_TYPE=GRPC_XDS_SOTW.
 type xdsSettings struct {
-	ServerURL       string            // CONFIG_GRPC_XDS_SERVER_URL, host:port
-	NodeID          string            // CONFIG_GRPC_XDS_NODE_ID
-	NodeMetadata    map[string]string // CONFIG_GRPC_XDS_NODE_METADATA
-	RetryInterval   time.Duration     // CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL
-	Headers         map[string]string // CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS
-	TLS             bool              // CONFIG_GRPC_XDS_SERVER_USE_TLS
-	ClientCert      string            // CONFIG_GRPC_XDS_CLIENT_TLS_CERT
-	ClientKey       string            // CONFIG_GRPC_XDS_CLIENT_TLS_KEY
-	ServerCA        string            // CONFIG_GRPC_XDS_SERVER_TLS_CACERT
-	ServerSAN       string            // CONFIG_GRPC_XDS_SERVER_TLS_SAN
-	BackoffInitial  time.Duration     // XDS_CLIENT_BACKOFF_INITIAL_INTERVAL
-	BackoffMax      time.Duration     // XDS_CLIENT_BACKOFF_MAX_INTERVAL
-	BackoffRandom   float64           // XDS_CLIENT_BACKOFF_RANDOM_FACTOR
-	BackoffJitter   bool              // XDS_CLIENT_BACKOFF_JITTER
-	MaxMsgSize      int               // XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES; 0: gRPC's default
-	ForceStart      bool              // FORCE_START_WITHOUT_INITIAL_CONFIG
-	MergeDomains    bool              // MERGE_DOMAIN_CONFIG
+	ServerURL      string            // CONFIG_GRPC_XDS_SERVER_URL, host:port
+	NodeID         string            // CONFIG_GRPC_XDS_NODE_ID
+	NodeMetadata   map[string]string // CONFIG_GRPC_XDS_NODE_METADATA
+	RetryInterval  time.Duration     // CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL
+	Headers        map[string]string // CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS
+	TLS            bool              // CONFIG_GRPC_XDS_SERVER_USE_TLS
+	ClientCert     string            // CONFIG_GRPC_XDS_CLIENT_TLS_CERT
+	ClientKey      string            // CONFIG_GRPC_XDS_CLIENT_TLS_KEY
+	ServerCA       string            // CONFIG_GRPC_XDS_SERVER_TLS_CACERT
+	ServerSAN      string            // CONFIG_GRPC_XDS_SERVER_TLS_SAN
+	BackoffInitial time.Duration     // XDS_CLIENT_BACKOFF_INITIAL_INTERVAL
+	BackoffMax     time.Duration     // XDS_CLIENT_BACKOFF_MAX_INTERVAL
+	BackoffRandom  float64           // XDS_CLIENT_BACKOFF_RANDOM_FACTOR
+	BackoffJitter  bool              // XDS_CLIENT_BACKOFF_JITTER
+	MaxMsgSize     int               // XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES; 0: gRPC's default
+	ForceStart     bool              // FORCE_START_WITHOUT_INITIAL_CONFIG
+	MergeDomains   bool              // MERGE_DOMAIN_CONFIG
 }
 
 // startXDS is the hook of CONFIG_TYPE=GRPC_XDS_SOTW: it subscribes srv to
