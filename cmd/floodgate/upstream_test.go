@@ -25,6 +25,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -557,6 +558,78 @@ func TestHealthcheckComponents(t *testing.T) {
 		m.stop()
 		if h.healthy(t.Context()) {
 			t.Error("healthy once shutdown started")
+		}
+	})
+}
+
+// TestRatelimitGRPCTLS: GRPC_SERVER_USE_TLS puts the gRPC listener, and
+// only it, behind TLS (mutual with GRPC_CLIENT_TLS_CACERT), as upstream's:
+// the HTTP listener stays plain for the kubelet's probe.
+func TestRatelimitGRPCTLS(t *testing.T) {
+	certs := redistest.NewCerts(t)
+	env := envoyGatewayEnv(runtimeTree(t, upstreamYAML), "")
+	env["GRPC_SERVER_USE_TLS"] = "true"
+	env["GRPC_SERVER_TLS_CERT"] = certs.ServerCertFile
+	env["GRPC_SERVER_TLS_KEY"] = certs.ServerKeyFile
+	env["GRPC_CLIENT_TLS_CACERT"] = certs.CAFile
+	in, _ := startRatelimit(t, env)
+	if status, body := httpGet(t, in.httpURL+"/healthcheck"); status != http.StatusOK || body != "OK" {
+		t.Errorf("plain HTTP /healthcheck: %d %q, want 200 \"OK\"", status, body)
+	}
+	call := func(creds credentials.TransportCredentials) error {
+		conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(t.Context(), rlsRequest("gateway", "client", "tls"))
+		return err
+	}
+	if err := call(credentials.NewTLS(tlsClient(t, certs, true))); err != nil {
+		t.Errorf("gRPC over mutual TLS: %v", err)
+	}
+	if err := call(credentials.NewTLS(tlsClient(t, certs, false))); err == nil {
+		t.Error("gRPC over TLS without a client certificate: no error")
+	}
+	if err := call(insecure.NewCredentials()); err == nil {
+		t.Error("plain gRPC on the TLS listener: no error")
+	}
+}
+
+// fuzzedSettings are the settings FuzzParseUpstream gives values to: those
+// parsed beyond a boolean, and the Redis URL's parts.
+var fuzzedSettings = []string{"REDIS_URL", "REDIS_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS", "REDIS_TIMEOUT",
+	"REDIS_SOCKET_TYPE", "HOST", "PORT", "LOG_LEVEL", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "CACHE_KEY_PREFIX",
+	"LIMIT_LIMIT_HEADER", "LOCAL_CACHE_SIZE_IN_BYTES", "CONFIG_TYPE", "CONFIG_GRPC_XDS_NODE_METADATA", "USE_STATSD"}
+
+// FuzzParseUpstream: any environment is refused with every line naming a
+// setting, or gives flags that serve takes; never a panic. The input's
+// lines are the values of fuzzedSettings, in order (USE_PROMETHEUS is
+// true, so that its address counts).
+func FuzzParseUpstream(f *testing.F) {
+	f.Add("r:6379\nSINGLE\nu:p")
+	f.Add("m,s1:26379\nsentinel\n\nx&y\ntrue\n2s\ntcp")
+	f.Add("redis-cluster://a,b\n\n\n\n\n\n\n::1\n65536\nTRACE\n:19001\nmetrics")
+	f.Add("\n\n\n\n\n\n\n\n\n\n\n\na{b\nX R\n-1\nFILE\na:b,c\nfalse")
+	f.Fuzz(func(t *testing.T, text string) {
+		env := map[string]string{"USE_PROMETHEUS": "true"}
+		for i, v := range strings.Split(text, "\n") {
+			if i < len(fuzzedSettings) {
+				env[fuzzedSettings[i]] = v
+			}
+		}
+		m, err := parseUpstream(lookupIn(env))
+		if err != nil {
+			for line := range strings.SplitSeq(err.Error(), "\n") {
+				name, _, _ := strings.Cut(line, "=")
+				if !slices.ContainsFunc(upstreamSettings, func(s upstreamSetting) bool { return s.Name == name }) {
+					t.Fatalf("refusal %q does not start with a setting's name", line)
+				}
+			}
+			return
+		}
+		if _, code, ok := parseServe(m.args, io.Discard); !ok {
+			t.Fatalf("env %q: serve refuses the flags %q (exit %d)", env, m.args, code)
 		}
 	})
 }
