@@ -3,6 +3,7 @@
 //	floodgate serve [flags]              run the rate limit service (Envoy gRPC, HTTP JSON API, metrics)
 //	floodgate config validate PATH...    check config files without starting (-merge-domain-config: as serve's)
 //	floodgate check [flags]              simulate a limit on the embedded store and print each decision
+//	floodgate ratelimit [flags]          serve as envoyproxy/ratelimit, from its environment (also: the binary named ratelimit)
 //	floodgate bench [flags]              load a running service (Envoy gRPC or HTTP API) and report rate and latency
 //
 // Every flag of serve can also be set by an environment variable:
@@ -20,6 +21,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -32,7 +34,12 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == "ratelimit" {
+		// envoyproxy/ratelimit's image starts /bin/ratelimit.
+		args = append([]string{"ratelimit"}, args...)
+	}
+	code := run(ctx, args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -44,6 +51,7 @@ commands:
   config validate    check config files (envoyproxy/ratelimit YAML) without starting
   check              simulate a limit on the embedded store and print each decision
   bench              load a running service (Envoy gRPC or the HTTP API); report decisions/s and latency
+  ratelimit          serve as envoyproxy/ratelimit does, configured by its environment variables (docs/upstream.md)
   ledger             report the usage a ledger recorded, or reconcile the counters with it
   help               print this help
 
@@ -59,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], stdout, stderr)
+	case "ratelimit":
+		return ratelimitCmd(ctx, args[1:], os.LookupEnv, stdout, stderr)
 	case "config":
 		return configCmd(args[1:], stdout, stderr)
 	case "check":

@@ -102,6 +102,9 @@ type serveConfig struct {
 	tracer *tracing.Tracer
 	// xds: -config-xds and its flags (xds.go).
 	xds xdsFlags
+	// mode is envoyproxy/ratelimit's contract (upstream.go) when started
+	// as `ratelimit`; nil for serve.
+	mode *upstreamMode
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
@@ -272,16 +275,29 @@ func (c serveConfig) problem() string {
 // the server (its Limiter and metrics), the config and its reloads, the
 // listeners, and the shutdown.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return serveMode(ctx, args, nil, stdout, stderr)
+}
+
+// serveMode is serve, with the additions of mode (nil for none).
+func serveMode(ctx context.Context, args []string, mode *upstreamMode, stdout, stderr io.Writer) int {
 	c, code, ok := parseServe(args, stderr)
 	if !ok {
 		return code
 	}
+	c.mode = mode
 	if c.gogc > 0 {
 		// Restored on return, for a serve run inside a test's process.
 		defer debug.SetGCPercent(debug.SetGCPercent(c.gogc))
 	}
 	handler := logHandler(c, stderr)
 	log := slog.New(handler)
+	c.mode.logWarnings(log)
+	stopTraces, err := c.mode.startTraces(ctx, log)
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		return 1
+	}
+	defer stopTraces()
 
 	auth, err := c.loadAuth(ctx, log)
 	if err != nil {
@@ -314,6 +330,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeStore()
+	c.mode.setStore(store)
 	acc, closeLedger, err := c.ledger.open(ctx)
 	if err != nil {
 		log.Error("ledger unavailable", "error", err)
@@ -337,7 +354,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("cannot start", "error", err)
 		return 1
 	}
-	if c.configPath != "" {
+	if started, err := c.mode.startConfig(ctx, srv, log); started {
+		if err != nil {
+			log.Error("config rejected", "error", err)
+			fmt.Fprintf(stderr, "%v\n", err)
+			return 1
+		}
+	} else if c.configPath != "" {
 		if err := watchConfig(ctx, srv, c.configPath, log); err != nil {
 			log.Error("config rejected", "error", err)
 			fmt.Fprintf(stderr, "%v\n", err)
@@ -368,6 +391,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	attachRLQS(l, quota)
+	closeProm, err := c.mode.startPrometheus(srv, log)
+	if err != nil {
+		log.Error("cannot listen", "error", err)
+		return 1
+	}
+	defer closeProm()
 	if auth == nil {
 		for _, ln := range []net.Listener{l.httpLn, l.grpcLn} {
 			if ln != nil && !loopback(ln.Addr()) {
@@ -385,6 +414,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("serving", "http_addr", l.httpAddr(), "grpc_addr", l.grpcAddr(), "store", storeName)
 	fmt.Fprintf(stdout, "floodgate: serving HTTP on %s, gRPC on %s, store %s\n", l.httpAddr(), l.grpcAddr(), storeName)
+	c.mode.announce(stdout)
 
 	select {
 	case <-ctx.Done():
@@ -392,6 +422,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("server failed", "error", err)
 		return 1
 	}
+	c.mode.stop()
 	if !l.shutdown(c.shutdownTimeout, log) {
 		// Requests were cut off: a supervisor should know.
 		return 1
@@ -454,7 +485,7 @@ func (c serveConfig) openStore(ctx context.Context, log *slog.Logger) (floodgate
 		return nil, nil, fmt.Errorf("cannot read the Redis TLS files: %w", err)
 	}
 	ro := redisstore.Options{DenyCache: c.denyCache, Functions: c.functions, Coalesce: c.coalesce,
-		WaitReplicas: c.waitReplicas, WaitTimeout: c.waitTimeout, TLS: tlsConf, HoldRetention: c.holdRetention}
+		WaitReplicas: c.waitReplicas, WaitTimeout: c.waitTimeout, TLS: tlsConf, HoldRetention: c.holdRetention, Prefix: c.mode.prefix()}
 	if c.coalesce == 0 {
 		ro.Coalesce = -1
 	}
@@ -599,11 +630,12 @@ func (c serveConfig) listen(srv *server.Server, auth *transport.Auth, ltls *tran
 				throttle.Log(log, slog.LevelWarn, "refused_"+name, "connection refused: its peer holds -max-connections-per-peer already", "listener", name, "peer", peer)
 			}}
 	}
-	httpLn, err := transport.Listen(c.httpAddr, bounds("http", ltls, "h2", "http/1.1"))
+	httpLn, err := transport.Listen(c.httpAddr, bounds("http", c.mode.httpTLS(ltls), "h2", "http/1.1"))
 	if err != nil {
 		return nil, fmt.Errorf("-http %s: %w", c.httpAddr, err)
 	}
 	extras := httpExtras(rls)
+	c.mode.addExtras(extras, srv)
 	var dash *ui.Dashboard
 	if c.dashboard {
 		dash = ui.New(srv, &ui.Options{Auth: auth, MaxSubscribers: c.uiMaxSubscribers, MaxSubscribersPerPeer: c.uiMaxPerPeer, WriteTimeout: c.writeTimeout})
