@@ -4,6 +4,7 @@
 //	floodgate config validate PATH...    check config files without starting (-merge-domain-config: as serve's)
 //	floodgate check [flags]              simulate a limit on the embedded store and print each decision
 //	floodgate bench [flags]              load a running service (Envoy gRPC or HTTP API) and report rate and latency
+//	floodgate version                    print the module version, VCS revision and Go version of the binary
 //
 // Every flag of serve can also be set by an environment variable:
 // FLOODGATE_ and the flag's name in capitals, dashes as underscores
@@ -45,6 +46,7 @@ commands:
   check              simulate a limit on the embedded store and print each decision
   bench              load a running service (Envoy gRPC or the HTTP API); report decisions/s and latency
   ledger             report the usage a ledger recorded, or reconcile the counters with it
+  version            print the version, the VCS revision and the Go version of this binary
   help               print this help
 
 Run "floodgate <command> -h" for a command's flags.
@@ -67,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return benchCmd(ctx, args[1:], stdout, stderr)
 	case "ledger":
 		return ledgerCmd(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -414,7 +414,11 @@ type DecisionJSON struct {
 // for descriptors, one per descriptor in order.
 type AllowResponse struct {
 	DecisionJSON
-	Descriptors []DecisionJSON `json:"descriptors,omitempty"`
+	// UnknownDomain: the request's domain is not in the config, so no
+	// rule applied (each descriptor also says no_rule); a descriptor of a
+	// known domain that matches no rule says only no_rule.
+	UnknownDomain bool           `json:"unknown_domain,omitempty"`
+	Descriptors   []DecisionJSON `json:"descriptors,omitempty"`
 }
 
 func millisCeil(d time.Duration) int64 {
@@ -465,16 +469,18 @@ func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 	}
 	var statuses []server.Status
 	var overall server.Status
+	var unknownDomain bool
 	if inline {
 		overall, err = s.allowInline(r.Context(), &req)
 		statuses = []server.Status{overall}
 	} else {
 		var res server.Result
 		res, err = s.allowDescriptors(r.Context(), &req)
-		statuses, overall = res.Statuses, Binding(res)
+		statuses, overall, unknownDomain = res.Statuses, Binding(res), res.UnknownDomain
 		if err == nil && res.GlobalShadow {
 			// The descriptors keep their denials; the answer is OK.
 			resp := allowResponse(inline, overall, statuses)
+			resp.UnknownDomain = unknownDomain
 			resp.Code, resp.Allowed, resp.ShadowMode = server.OK.String(), true, true
 			writeAllow(w, resp, overall, statuses)
 			return
@@ -484,7 +490,9 @@ func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, err)
 		return
 	}
-	writeAllow(w, allowResponse(inline, overall, statuses), overall, statuses)
+	resp := allowResponse(inline, overall, statuses)
+	resp.UnknownDomain = unknownDomain
+	writeAllow(w, resp, overall, statuses)
 }
 
 // form reports whether the body is in the inline form (key and limit)

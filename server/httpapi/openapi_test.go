@@ -404,6 +404,8 @@ var exchanges = []exchange{
 
 	{name: "allow no rule", method: "POST", path: "/v1/allow", body: descriptors(`{"entries": [{"key": "nothing", "value": "here"}]}`), status: 200,
 		want: []string{`"allowed":true`, `"no_rule":true`}},
+	{name: "allow unknown domain", method: "POST", path: "/v1/allow", body: `{"domain": "apj", "descriptors": [{"entries": [{"key": "user", "value": "1"}]}]}`, status: 200,
+		want: []string{`"allowed":true`, `"unknown_domain":true`, `"no_rule":true`}},
 
 	// POST /v1/leases and the steps after it.
 	{name: "lease inline", method: "POST", path: "/v1/leases", body: `{"key": "worker:exports", "limit": {"algorithm": "concurrency", "limit": 4, "period": "30s"}}`, status: 200,
