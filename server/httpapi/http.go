@@ -873,7 +873,11 @@ func writeProblem(w http.ResponseWriter, err error) {
 func WriteProblem(w http.ResponseWriter, status int, field, detail string) {
 	p := Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Field: field}
 	var buf bytes.Buffer
-	json.NewEncoder(&buf).Encode(p)
+	enc := json.NewEncoder(&buf)
+	// The body is JSON for a client, never HTML: "Bearer <token>" stays
+	// readable instead of "\u003ctoken\u003e".
+	enc.SetEscapeHTML(false)
+	enc.Encode(p)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
