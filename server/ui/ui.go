@@ -157,10 +157,12 @@ func (d *Dashboard) Handlers() map[string]http.Handler {
 	}
 }
 
-// toPage redirects to the page: a person who opens the server's address,
-// or /ui/ with a slash, finds the dashboard rather than a 404.
-func toPage(w http.ResponseWriter, r *http.Request) {
-	http.Redirect(w, r, "/ui", http.StatusFound)
+// toPage redirects to the page, without a body: a person who opens the
+// server's address, or /ui/ with a slash, finds the dashboard rather than
+// a 404.
+func toPage(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Location", "/ui")
+	w.WriteHeader(http.StatusFound)
 }
 
 // securityHeaders keep the page to its own files: no inline script, no
