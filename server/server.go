@@ -375,6 +375,12 @@ type Result struct {
 	// GlobalShadow reports an OK that Options.GlobalShadowMode made of
 	// a request its limits denied; the Statuses keep their denials.
 	GlobalShadow bool
+	// UnknownDomain reports a request whose domain the config does not
+	// have: no descriptor matched a rule (a descriptor with its own Limit
+	// is still decided by it), which is most often a typo in the domain.
+	// The server logs it as a warning naming the domain, at most one line
+	// a second.
+	UnknownDomain bool
 }
 
 // Decide decides the descriptors of one request of domain, each costing
@@ -590,7 +596,10 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 	}
 	cfg := s.cfg.Load()
 	matches := cfg.MatchAll(domain, entries)
-	res := Result{Code: OK, Statuses: make([]Status, len(ds))}
+	res := Result{Code: OK, Statuses: make([]Status, len(ds)), UnknownDomain: domain != "" && cfg.Domain(domain) == nil}
+	if res.UnknownDomain {
+		s.warnUnknownDomain(domain)
+	}
 	n := len(ds)
 	flags := make([]bool, 3*n)
 	p := plan{items: make([]floodgate.Item, 0, n), which: make([]int, 0, n),
@@ -685,6 +694,19 @@ func entryKeys(entries []config.Entry) string {
 		}
 	}
 	return b.String()
+}
+
+// warnUnknownDomain logs a request of a domain the config does not have:
+// at most one line a second for every unknown domain together, so that a
+// client sending random domains cannot flood the log. The line names the
+// domain of the request that got through (cut at 128 bytes) and, as
+// "suppressed", how many were held back.
+func (s *Server) warnUnknownDomain(domain string) {
+	if len(domain) > 128 {
+		domain = strings.ToValidUTF8(domain[:128], "") + "…"
+	}
+	s.throttle.log(s.log, slog.LevelWarn, "unknown domain", "unknown domain: no rule applies, every descriptor is allowed",
+		"domain", domain)
 }
 
 // metricDomain is the domain label of a descriptor of domain that matched

@@ -182,6 +182,9 @@ func (b *benchConfig) run(ctx context.Context, target benchTarget, name string, 
 	} else {
 		sum.WriteText(stdout)
 	}
+	for _, w := range sum.Warnings() {
+		fmt.Fprintln(stderr, "floodgate bench: "+w)
+	}
 	if res.Total() > 0 && res.Errors == res.Total() {
 		// Nothing answered: say so in the exit code for scripts.
 		return 1

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"strings"
 	"testing"
 )
@@ -25,6 +26,8 @@ type benchJSON struct {
 	OK        int64 `json:"ok"`
 	OverLimit int64 `json:"over_limit"`
 	NoRule    int64 `json:"no_rule"`
+	Unknown   int64 `json:"unknown_domain"`
+	StoreErr  int64 `json:"store_error"`
 	Errors    int64 `json:"errors"`
 	Latency   struct {
 		P50, P99, Max float64
@@ -37,6 +40,13 @@ type benchJSON struct {
 // runBench runs `floodgate bench args... -json -quiet` and decodes its
 // report.
 func runBench(t *testing.T, args ...string) benchJSON {
+	t.Helper()
+	out, _ := runBenchStderr(t, args...)
+	return out
+}
+
+// runBenchStderr is runBench, also returning what bench wrote on stderr.
+func runBenchStderr(t *testing.T, args ...string) (benchJSON, string) {
 	t.Helper()
 	var stdout, stderr strings.Builder
 	if code := run(t.Context(), append(append([]string{"bench"}, args...), "-json", "-quiet"), &stdout, &stderr); code != 0 {
@@ -57,7 +67,7 @@ func runBench(t *testing.T, args ...string) benchJSON {
 	if !(out.Latency.P50 > 0 && out.Latency.P50 <= out.Latency.P99 && out.Latency.P99 <= out.Latency.Max) {
 		t.Errorf("bench %v: latency quantiles out of order: %+v", args, out.Latency)
 	}
-	return out
+	return out, stderr.String()
 }
 
 // TestBench runs `floodgate bench` against `floodgate serve` on the memory
@@ -144,3 +154,58 @@ func TestBenchUnreachable(t *testing.T) {
 		t.Errorf("exit %d, %+v; want exit 1 and 5 errors of 5 calls", code, out)
 	}
 }
+
+// TestBenchStoreDown: with the service's Redis unreachable, bench counts
+// the failure policy's answers as store errors and warns, over both
+// protocols and both failure modes, instead of "no rule" (gRPC) or plain
+// OK (HTTP); a domain the service does not have is told apart from a
+// descriptor of no rule.
+func TestBenchStoreDown(t *testing.T) {
+	dir, _ := writeConfig(t, benchDownYAML)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := lis.Addr().String()
+	lis.Close() // a port nothing listens on: connection refused
+	in := startServe(t, "-config", dir, "-redis", "redis://"+closed, "-failure-mode", "fail_open")
+	for _, proto := range []struct{ flag, addr string }{{"-grpc", in.grpcAddr}, {"-http", in.httpURL}} {
+		t.Run(proto.flag, func(t *testing.T) {
+			for _, tc := range []struct {
+				descriptor         string
+				ok, over, storeErr int64
+			}{
+				{"user={i}", 20, 0, 20},  // fail_open
+				{"pay={i}", 0, 20, 20},   // the rule's fail_closed
+				{"nobody={i}", 20, 0, 0}, // no rule: the store is not asked
+			} {
+				got, stderr := runBenchStderr(t, proto.flag, proto.addr, "-domain", "bench", "-c", "2", "-n", "20", "-descriptor", tc.descriptor)
+				if got.OK != tc.ok || got.OverLimit != tc.over || got.StoreErr != tc.storeErr || got.Errors != 0 || got.Unknown != 0 {
+					t.Errorf("%s: %+v; want OK %d, OVER_LIMIT %d, store errors %d, no errors", tc.descriptor, got, tc.ok, tc.over, tc.storeErr)
+				}
+				if warned := strings.Contains(stderr, "warning: store unreachable: the failure policy answered 100.0%"); warned != (tc.storeErr > 0) {
+					t.Errorf("%s: stderr %q; want the store warning: %v", tc.descriptor, stderr, tc.storeErr > 0)
+				}
+				if tc.storeErr > 0 && got.NoRule != 0 {
+					t.Errorf("%s: %d counted as no rule", tc.descriptor, got.NoRule)
+				}
+			}
+			got, stderr := runBenchStderr(t, proto.flag, proto.addr, "-domain", "bnech", "-c", "2", "-n", "20")
+			if got.OK != 20 || got.Unknown != 20 || got.NoRule != 20 || got.StoreErr != 0 || !strings.Contains(stderr, "warning: unknown domain") {
+				t.Errorf("unknown domain: %+v, stderr %q; want 20 OK, all of an unknown domain, and a warning", got, stderr)
+			}
+		})
+	}
+	if !strings.Contains(in.stderr.String(), "domain=bnech") {
+		t.Errorf("serve's log names no unknown domain:\n%s", in.stderr)
+	}
+}
+
+const benchDownYAML = `
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: pay
+    rate_limit: {unit: second, requests_per_unit: 1000, failure_mode: fail_closed}
+`

@@ -230,6 +230,20 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the page wrote to its console while loading:\n%s", strings.Join(p, "\n"))
 	}
 
+	// Opened again from the server's address (a redirect to /ui), the
+	// page draws the seconds the server kept at once; a frame without
+	// rates (the first after a start) says it is waiting, not zero.
+	step(t, ctx, "open the server's address", chromedp.Navigate(in.httpURL+"/"))
+	waitJS(t, ctx, "the feed is live again", `location.pathname === "/ui" && document.getElementById("status").dataset.state === "live"`)
+	waitJS(t, ctx, "the last seconds drawn from the first frame", `Number(document.getElementById("chart-total").dataset.backfilled) >= 3 &&
+		Number(document.getElementById("chart-total").dataset.points) >= 3`)
+	if got := evalString(t, ctx, `render({at: new Date().toISOString(), interval_ms: 1000, admin: false, rates: false, totals: {}, series: [],
+		store: {calls_per_second: 0, errors_per_second: 0, failure_modes: {}, breaker: "closed"}, leases: {acquired_per_second: 0, denied_per_second: 0, released_per_second: 0},
+		config: {rules: 0, reloads_ok: 0, reloads_failed: 0}, metrics: []});
+		[document.getElementById("now-allowed").textContent, document.getElementById("calls").textContent].join(" | ")`); got != "waiting for the first second | waiting for the first second" {
+		t.Errorf("a frame without rates shows %q, want the waiting text for the rates and the store", got)
+	}
+
 	// The admin token shows the keys; heavy load denies mallory.
 	console.setPhase("admin")
 	step(t, ctx, "use the admin token",
@@ -438,6 +452,27 @@ func TestServeDashboard(t *testing.T) {
 	in := startServe(t, "-shutdown-timeout", "20s")
 	if resp, b := in.get(t, "/ui"); resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "Floodgate dashboard") {
 		t.Fatalf("GET /ui: %d %.100s", resp.StatusCode, b)
+	}
+	// The server's address and /ui/ lead to the page; without the
+	// dashboard, / is a 404 as before.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		url      string
+		status   int
+		location string
+	}{
+		{in.httpURL + "/", http.StatusFound, "/ui"},
+		{in.httpURL + "/ui/", http.StatusFound, "/ui"},
+		{off.httpURL + "/", http.StatusNotFound, ""},
+	} {
+		resp, err := noFollow.Get(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || resp.Header.Get("Location") != tc.location {
+			t.Errorf("GET %s: %d Location %q, want %d %q", tc.url, resp.StatusCode, resp.Header.Get("Location"), tc.status, tc.location)
+		}
 	}
 	resp, err := http.Get(in.httpURL + "/ui/events")
 	if err != nil {

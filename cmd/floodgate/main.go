@@ -5,6 +5,7 @@
 //	floodgate check [flags]              simulate a limit on the embedded store and print each decision
 //	floodgate ratelimit [flags]          serve as envoyproxy/ratelimit, from its environment (also: the binary named ratelimit)
 //	floodgate bench [flags]              load a running service (Envoy gRPC or HTTP API) and report rate and latency
+//	floodgate version                    print the module version, VCS revision and Go version of the binary
 //
 // Every flag of serve can also be set by an environment variable:
 // FLOODGATE_ and the flag's name in capitals, dashes as underscores
@@ -53,6 +54,7 @@ commands:
   bench              load a running service (Envoy gRPC or the HTTP API); report decisions/s and latency
   ratelimit          serve as envoyproxy/ratelimit does, configured by its environment variables (docs/upstream.md)
   ledger             report the usage a ledger recorded, or reconcile the counters with it
+  version            print the version, the VCS revision and the Go version of this binary
   help               print this help
 
 Run "floodgate <command> -h" for a command's flags.
@@ -77,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return benchCmd(ctx, args[1:], stdout, stderr)
 	case "ledger":
 		return ledgerCmd(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -58,6 +58,7 @@ type serveConfig struct {
 	waitReplicas        int
 	waitTimeout         time.Duration
 	headers             bool
+	headersOld          bool // -response-headers, the deprecated name of -ratelimit-headers
 	probeInterval       time.Duration
 	shutdownTimeout     time.Duration
 	debugAddr           string
@@ -125,6 +126,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, int, bool) {
 		fmt.Fprintf(stderr, "floodgate serve: unexpected argument %q\n", fs.Arg(0))
 		return c, 2, false
 	}
+	c.resolveAliases(fs)
 	if problem := c.problem(); problem != "" {
 		fmt.Fprintf(stderr, "floodgate serve: %s\n", problem)
 		return c, 2, false
@@ -158,7 +160,8 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.coalesce, "redis-coalesce", redisstore.DefaultCoalesce, "Redis: script runs in flight before further concurrent decisions wait and share one script run, which costs Redis far less CPU per decision (see store/redisstore); 0 disables (env FLOODGATE_REDIS_COALESCE)")
 	fs.IntVar(&c.waitReplicas, "redis-wait-replicas", 0, "Redis: return a decision only once this `number` of replicas hold its writes (WAIT after every script run), else fail the call and answer it by the failure mode, so that a failover loses fewer admitted requests (none, when every replica is waited for; see store/redisstore); 0 disables (env FLOODGATE_REDIS_WAIT_REPLICAS)")
 	fs.DurationVar(&c.waitTimeout, "redis-wait-timeout", redisstore.DefaultWaitTimeout, "Redis: how long -redis-wait-replicas waits for the replicas, at most, and never more than half of what is left of -timeout (env FLOODGATE_REDIS_WAIT_TIMEOUT)")
-	fs.BoolVar(&c.headers, "response-headers", true, "add the RateLimit response headers (draft-ietf-httpapi-ratelimit-headers, Retry-After) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default (env FLOODGATE_RESPONSE_HEADERS)")
+	fs.BoolVar(&c.headers, "ratelimit-headers", true, "add the IETF RateLimit-Policy, RateLimit and Retry-After fields (draft-ietf-httpapi-ratelimit-headers) to Envoy's answers and to POST /json; false leaves them out, as envoyproxy/ratelimit does by default; -limit-response-headers sends upstream's three fields instead (env FLOODGATE_RATELIMIT_HEADERS)")
+	fs.BoolVar(&c.headersOld, "response-headers", true, "deprecated name of -ratelimit-headers, still read; -ratelimit-headers wins when both are set (env FLOODGATE_RESPONSE_HEADERS)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to finish in-flight requests on SIGINT/SIGTERM (env FLOODGATE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's profiler, /debug/pprof/, on this `address` of its own (127.0.0.1:6060, say), never on the API's; empty disables (env FLOODGATE_DEBUG_ADDR)")
 	fs.StringVar(&c.authFile, "auth-token-file", "", "`file` of client bearer tokens, one per line (# comments), reloaded on change: the HTTP API's decisions, reservations and leases and every gRPC call but health checks need one (Authorization: Bearer <token>); empty leaves them open (env FLOODGATE_AUTH_TOKEN_FILE)")
@@ -193,6 +196,19 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	c.registerOTel(fs)
 	c.xds.register(fs)
 	return fs
+}
+
+// resolveAliases settles the flags that have a deprecated second name
+// (-response-headers for -ratelimit-headers, -rlqs-off for -rlqs), after
+// the command line and the environment: the new name wins when it is set,
+// else the old one when it is set, else the default.
+func (c *serveConfig) resolveAliases(fs *flag.FlagSet) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["ratelimit-headers"] && set["response-headers"] {
+		c.headers = c.headersOld
+	}
+	c.rlqs.resolve(set)
 }
 
 // problem is the first problem of the flags, naming the flag, or "".
@@ -554,6 +570,13 @@ func watchConfig(ctx context.Context, srv *server.Server, path string, log *slog
 	reloader, err := server.NewReloader(srv, path)
 	if err != nil {
 		return err
+	}
+	if len(srv.Config().Domains()) == 0 {
+		// `config validate` fails on it (nothing to validate is most
+		// often a wrong path); serve warns and keeps watching, since a
+		// directory filled after the start (a volume, a sidecar, xDS) is
+		// loaded when its first file appears.
+		log.Warn("no config files (*.yaml or *.yml) found: serving with no rules, every request is allowed; a file added there is loaded", "config", path)
 	}
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- reloader.Watch(ctx) }()

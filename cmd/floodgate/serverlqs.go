@@ -19,7 +19,8 @@ import (
 // (package server/rlqs), served on the gRPC port beside the rate limit
 // service.
 type rlqsFlags struct {
-	off          bool
+	on           bool // -rlqs
+	off          bool // -rlqs-off, the deprecated negative of -rlqs
 	homeURL      string
 	ttl, grace   time.Duration
 	changeEvery  time.Duration
@@ -31,8 +32,18 @@ type rlqsFlags struct {
 	clientBucket int
 }
 
+// resolve applies the deprecated -rlqs-off when -rlqs is not set; set
+// holds the names of the flags set on the command line or in the
+// environment.
+func (f *rlqsFlags) resolve(set map[string]bool) {
+	if !set["rlqs"] && set["rlqs-off"] {
+		f.on = !f.off
+	}
+}
+
 func (f *rlqsFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&f.off, "rlqs-off", false, "do not serve Envoy's rate limit quota service (envoy.service.rate_limit_quota.v3) on the gRPC port (env FLOODGATE_RLQS_OFF)")
+	fs.BoolVar(&f.on, "rlqs", true, "serve Envoy's rate limit quota service (envoy.service.rate_limit_quota.v3) on the gRPC port; -rlqs=false turns it off (env FLOODGATE_RLQS)")
+	fs.BoolVar(&f.off, "rlqs-off", false, "deprecated: -rlqs=false, still read; -rlqs wins when both are set (env FLOODGATE_RLQS_OFF)")
 	fs.StringVar(&f.homeURL, "rlqs-home", "", "`URL` of the Redis (redis:// or rediss://) that leases each Envoy's share of a limit, which every replica must reach; default the -redis URL when it is redis:// or rediss://, the replica's memory without -redis; with a Sentinel or Cluster -redis and no -rlqs-home the quota service is off (env FLOODGATE_RLQS_HOME)")
 	fs.DurationVar(&f.ttl, "rlqs-ttl", rlqs.DefaultTTL, "time to live of every quota assignment, whole seconds, above the Envoys' reporting_interval: an Envoy that hears nothing for this long falls back to its expired_assignment_behavior (env FLOODGATE_RLQS_TTL)")
 	fs.DurationVar(&f.grace, "rlqs-grace", rlqs.DefaultGrace, "the longest an assignment takes to reach its Envoy plus the largest clock difference between replicas; a share is held TTL+grace after its last assignment (env FLOODGATE_RLQS_GRACE)")
@@ -91,7 +102,7 @@ func plainRedisURL(u string) bool {
 // replica's memory. auth names each stream's client by its token. It returns nil, with a log line, when it is off.
 func (c serveConfig) openRLQS(srv *server.Server, auth *transport.Auth, log *slog.Logger) (*rlqs.Service, func(), error) {
 	f := &c.rlqs
-	if f.off {
+	if !f.on {
 		return nil, func() {}, nil
 	}
 	url := f.homeURL

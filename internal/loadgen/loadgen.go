@@ -51,6 +51,19 @@ const (
 	// descriptor matched a rule of its domain. It counts as OK, and in
 	// Snapshot.NoRule: a load test of a config that limits nothing says so.
 	NoRule
+	// UnknownDomain is NoRule because the service does not have the
+	// request's domain in its config (it said so); it counts as OK, in
+	// Snapshot.NoRule and in Snapshot.UnknownDomain.
+	UnknownDomain
+	// FailedOpen means the service's store failed or timed out and its
+	// failure mode admitted the call (fail_open, or local's own
+	// decision): the answer is not the limit's. It counts as OK and in
+	// Snapshot.StoreError.
+	FailedOpen
+	// FailedClosed means the store failed and the failure mode denied the
+	// call (fail_closed). It counts as OverLimit and in
+	// Snapshot.StoreError.
+	FailedClosed
 )
 
 // HotKey is the key index a call gets when Config.Hot picks it; targets
@@ -152,6 +165,13 @@ type Snapshot struct {
 	Errors    int64
 	// NoRule counts the OK calls that no rule limited (see NoRule).
 	NoRule int64
+	// UnknownDomain counts the NoRule calls whose domain the service
+	// does not have (see UnknownDomain).
+	UnknownDomain int64
+	// StoreError counts the calls the failure mode answered because the
+	// service's store failed (FailedOpen and FailedClosed); they are also
+	// in OK or OverLimit.
+	StoreError int64
 	// P99 is the 99th percentile latency of the calls finished so far.
 	P99 time.Duration
 }
@@ -203,6 +223,8 @@ type run struct {
 	over    atomic.Int64
 	errs    atomic.Int64
 	noRule  atomic.Int64
+	unknown atomic.Int64
+	failed  atomic.Int64
 	shards  [histShards]shard
 	errOnce sync.Once
 	err     error
@@ -288,6 +310,7 @@ func (r *run) snapshot(into *hdrhistogram.Histogram) Snapshot {
 		sh.mu.Unlock()
 	}
 	s.OK, s.OverLimit, s.Errors, s.NoRule = r.ok.Load(), r.over.Load(), r.errs.Load(), r.noRule.Load()
+	s.UnknownDomain, s.StoreError = r.unknown.Load(), r.failed.Load()
 	s.P99 = time.Duration(into.ValueAtQuantile(99))
 	return s
 }
@@ -347,6 +370,16 @@ func (r *run) caller(ctx context.Context, id int, call CallFunc) {
 		case out == NoRule:
 			r.ok.Add(1)
 			r.noRule.Add(1)
+		case out == UnknownDomain:
+			r.ok.Add(1)
+			r.noRule.Add(1)
+			r.unknown.Add(1)
+		case out == FailedOpen:
+			r.ok.Add(1)
+			r.failed.Add(1)
+		case out == FailedClosed:
+			r.over.Add(1)
+			r.failed.Add(1)
 		default:
 			r.over.Add(1)
 		}

@@ -27,6 +27,8 @@ type Summary struct {
 	OverLimit       int64         `json:"over_limit"`
 	Errors          int64         `json:"errors"`
 	NoRule          int64         `json:"no_rule"`
+	UnknownDomain   int64         `json:"unknown_domain"`
+	StoreError      int64         `json:"store_error"`
 	FirstError      string        `json:"first_error,omitempty"`
 	LatencyMS       LatencyMS     `json:"latency_ms"`
 	Histogram       []BucketCount `json:"histogram"`
@@ -55,6 +57,7 @@ func Summarize(r Result, target string, cfg Config) Summary {
 		Target: target, Callers: cfg.Callers, Rate: cfg.Rate, Keys: cfg.Keys,
 		ElapsedSeconds: r.Elapsed.Seconds(), Calls: r.Total(), Decisions: r.Decisions(), DecisionsPerSec: r.PerSecond(),
 		OK: r.OK, OverLimit: r.OverLimit, Errors: r.Errors, NoRule: r.NoRule,
+		UnknownDomain: r.UnknownDomain, StoreError: r.StoreError,
 	}
 	if r.FirstError != nil {
 		s.FirstError = r.FirstError.Error()
@@ -137,8 +140,14 @@ func (s Summary) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "outcomes    OK %d (%.1f%%), OVER_LIMIT %d (%.1f%%), errors %d (%.1f%%)\n",
 		s.OK, pct(s.OK), s.OverLimit, pct(s.OverLimit), s.Errors, pct(s.Errors))
-	if s.NoRule > 0 {
-		fmt.Fprintf(w, "no rule     %d OK answers (%.1f%%) had no limit (no rule matched, or an unlimited one): check -domain, -descriptor and the config\n", s.NoRule, pct(s.NoRule))
+	if s.StoreError > 0 {
+		fmt.Fprintf(w, "store       unreachable: the failure policy answered %d calls (%.1f%%), not the limits (the service's store failed or timed out): check its store (-redis) and its log\n", s.StoreError, pct(s.StoreError))
+	}
+	if s.UnknownDomain > 0 {
+		fmt.Fprintf(w, "no rule     %d OK answers (%.1f%%) were of a domain the service's config does not have: check -domain\n", s.UnknownDomain, pct(s.UnknownDomain))
+	}
+	if n := s.NoRule - s.UnknownDomain; n > 0 {
+		fmt.Fprintf(w, "no rule     %d OK answers (%.1f%%) had no limit (no rule matched, or an unlimited one): check -descriptor and the config\n", n, pct(n))
 	}
 	if s.FirstError != "" {
 		fmt.Fprintf(w, "first error %s\n", s.FirstError)
@@ -161,6 +170,20 @@ func (s Summary) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  <= %9s |%-*s| %6.2f%%  %d\n", FormatMS(b.UpToMS), width, strings.Repeat("#", n), pct(b.Count), b.Count)
 	}
+}
+
+// Warnings are the lines a report's reader must not miss, for stderr:
+// answers the failure policy gave instead of the limits, and a domain the
+// service does not have.
+func (s Summary) Warnings() []string {
+	var out []string
+	if s.StoreError > 0 {
+		out = append(out, fmt.Sprintf("warning: store unreachable: the failure policy answered %.1f%% of the calls; these figures are not the limits' decisions", 100*float64(s.StoreError)/float64(max(s.Calls, 1))))
+	}
+	if s.UnknownDomain > 0 {
+		out = append(out, fmt.Sprintf("warning: unknown domain: the service has no domain of that name in its config; %.1f%% of the calls matched no rule", 100*float64(s.UnknownDomain)/float64(max(s.Calls, 1))))
+	}
+	return out
 }
 
 // FormatMS prints a latency given in milliseconds with a unit that keeps

@@ -17,6 +17,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/floodgate-rl/floodgate/server/envoyrls"
 )
 
 // Placeholder in a descriptor entry's key or value is replaced by the
@@ -139,13 +142,27 @@ func (g *GRPC) NewCaller(id int) (CallFunc, error) {
 			}
 		}
 		ctx, cancel := context.WithTimeout(ctx, g.timeout)
-		resp, err := client.ShouldRateLimit(ctx, req)
+		var md metadata.MD
+		resp, err := client.ShouldRateLimit(ctx, req, grpc.Header(&md))
 		cancel()
 		if err != nil {
 			return 0, err
 		}
+		// floodgate serve says in the response header what the message
+		// cannot: a store failure answered by the failure mode (upstream
+		// answers it as a descriptor without a limit, as if no rule
+		// matched), and a domain it does not have.
+		if len(md.Get(envoyrls.MetadataStoreError)) > 0 {
+			if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+				return FailedClosed, nil
+			}
+			return FailedOpen, nil
+		}
 		switch resp.GetOverallCode() {
 		case rlsv3.RateLimitResponse_OK:
+			if len(md.Get(envoyrls.MetadataUnknownDomain)) > 0 {
+				return UnknownDomain, nil
+			}
 			// A descriptor a rule limits has its limit in the answer;
 			// upstream and floodgate leave it out when none does (or the
 			// rule is unlimited).
@@ -223,11 +240,30 @@ type httpRequest struct {
 }
 
 type httpResponse struct {
-	Allowed     *bool `json:"allowed"`
-	NoRule      bool  `json:"no_rule"`
-	Descriptors []struct {
-		NoRule bool `json:"no_rule"`
+	Allowed       *bool `json:"allowed"`
+	NoRule        bool  `json:"no_rule"`
+	StoreError    bool  `json:"store_error"`
+	Fallback      bool  `json:"fallback"`
+	UnknownDomain bool  `json:"unknown_domain"`
+	Descriptors   []struct {
+		NoRule     bool `json:"no_rule"`
+		StoreError bool `json:"store_error"`
+		Fallback   bool `json:"fallback"`
 	} `json:"descriptors"`
+}
+
+// failed reports whether the failure mode answered some descriptor (or
+// the inline key) because the store failed.
+func (r *httpResponse) failed() bool {
+	if r.StoreError || r.Fallback {
+		return true
+	}
+	for _, d := range r.Descriptors {
+		if d.StoreError || d.Fallback {
+			return true
+		}
+	}
+	return false
 }
 
 // NewCaller returns a CallFunc with its own buffers.
@@ -261,18 +297,30 @@ func (h *HTTP) NewCaller(int) (CallFunc, error) {
 		if err != nil {
 			return 0, err
 		}
+		var out httpResponse
+		if resp.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(b, &out) == nil && out.Allowed != nil && out.failed() {
+			// fail_closed's answer: a decision, not a failed call.
+			return FailedClosed, nil
+		}
 		if resp.StatusCode != http.StatusOK {
 			return 0, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b[:min(len(b), 200)])))
 		}
-		var out httpResponse
+		out = httpResponse{}
 		if err := json.Unmarshal(b, &out); err != nil {
 			return 0, fmt.Errorf("HTTP answer: %w", err)
 		}
 		if out.Allowed == nil {
 			return 0, errors.New(`HTTP answer has no "allowed" field`)
 		}
-		if !*out.Allowed {
+		switch {
+		case out.failed() && *out.Allowed:
+			return FailedOpen, nil
+		case out.failed():
+			return FailedClosed, nil
+		case !*out.Allowed:
 			return OverLimit, nil
+		case out.UnknownDomain:
+			return UnknownDomain, nil
 		}
 		if len(out.Descriptors) == 0 && !out.NoRule {
 			return OK, nil

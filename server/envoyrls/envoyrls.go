@@ -59,6 +59,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,14 +69,17 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/ledger"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/tracing"
+	"github.com/floodgate-rl/floodgate/store/memstore"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -153,20 +157,86 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	resp, _, err := s.decide(ctx, req)
+	resp, res, err := s.decide(ctx, req)
 	if err != nil {
 		return nil, grpcError(err)
+	}
+	if md := answerMarks(res); md != nil {
+		// Only on the rare answers that need it: a header costs an
+		// allocation per call. An error sending it (the stream is gone)
+		// leaves the answer as it is.
+		_ = grpc.SetHeader(ctx, metadata.New(md))
 	}
 	return resp, nil
 }
 
+// Names of the gRPC response header fields (initial metadata) that say
+// what an answer alone cannot, for a client that reads them (floodgate
+// bench, grpcurl -v). Envoy's rate limit filter reads only the response
+// message, so they change nothing of its decision and never reach the
+// downstream client, unlike response_headers_to_add; the message itself
+// stays what upstream answers (code OK and no current_limit for a
+// descriptor no rule limits, or one the failure mode fail_open let
+// through).
+const (
+	// MetadataUnknownDomain is "true" when the request's domain is not
+	// in the config (server.Result.UnknownDomain): no rule applied.
+	// Absent for a known domain, also when none of its rules matched.
+	MetadataUnknownDomain = "floodgate-unknown-domain"
+	// MetadataStoreError names the failure modes that answered some
+	// descriptor of the request because the store failed or timed out,
+	// comma separated in the request's order ("fail_open",
+	// "fail_closed", "local"); absent when the store answered every one.
+	// A full memory store and a failed ledger deny whatever the failure
+	// mode and are not marked.
+	MetadataStoreError = "floodgate-store-error"
+)
+
+// answerMarks is the header fields of MetadataUnknownDomain and
+// MetadataStoreError for res, or nil when neither applies.
+func answerMarks(res server.Result) map[string]string {
+	var md map[string]string
+	if res.UnknownDomain {
+		md = map[string]string{MetadataUnknownDomain: "true"}
+	}
+	if policies := storeFailures(res.Statuses); policies != "" {
+		if md == nil {
+			md = make(map[string]string, 1)
+		}
+		md[MetadataStoreError] = policies
+	}
+	return md
+}
+
+// storeFailures is the failure modes that answered statuses for a
+// failing store, each once, comma separated; "" when none did.
+func storeFailures(statuses []server.Status) string {
+	var out []string
+	for _, st := range statuses {
+		var p string
+		switch {
+		case st.Decision.Fallback:
+			p = string(floodgate.FailLocal)
+		case st.Err == nil, errors.Is(st.Err, ledger.ErrLedger), errors.Is(st.Err, memstore.ErrFull):
+			continue
+		default:
+			p = string(st.FailurePolicy)
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
 // decide translates req, decides it and translates the result back; the
-// statuses are returned as well for the HTTP handler's header fields.
+// result is returned as well for the HTTP handler's header fields and the
+// marks of answerMarks.
 // The request's shape (the domain, the number of descriptors and of
 // their entries, empty keys) is Server.Decide's to check, once; this
 // checks only what the translation needs (hits that fit an int64, an
 // override's unit) and what Descriptors cannot say (is_negative_hits).
-func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, []server.Status, error) {
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, server.Result, error) {
 	domain, pds := req.GetDomain(), req.GetDescriptors()
 	// Upstream applies a limit override only in a domain it knows. (A reload
 	// between this look and Decide's may decide one request by the other
@@ -184,11 +254,11 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	var hitsOf []int64
 	for i, pd := range pds {
 		if pd.GetIsNegativeHits() {
-			return nil, nil, server.Invalid(fmt.Sprintf("descriptors[%d].is_negative_hits", i), "returning hits to the budget is not supported")
+			return nil, server.Result{}, server.Invalid(fmt.Sprintf("descriptors[%d].is_negative_hits", i), "returning hits to the budget is not supported")
 		}
 		if h := pd.GetHitsAddend(); h != nil {
 			if h.GetValue() > uint64(floodgate.MaxLimit) {
-				return nil, nil, server.Invalid(fmt.Sprintf("descriptors[%d].hits_addend", i), "%d is more than the %d allowed", h.GetValue(), floodgate.MaxLimit)
+				return nil, server.Result{}, server.Invalid(fmt.Sprintf("descriptors[%d].hits_addend", i), "%d is more than the %d allowed", h.GetValue(), floodgate.MaxLimit)
 			}
 			if hitsOf == nil {
 				hitsOf = make([]int64, len(pds))
@@ -199,7 +269,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		if o := pd.GetLimit(); o != nil {
 			lim, err := overrideLimit(o, i)
 			if err != nil {
-				return nil, nil, err
+				return nil, server.Result{}, err
 			}
 			if knownDomain {
 				ds[i].Limit = &lim
@@ -217,13 +287,13 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	}
 	res, err := s.srv.Decide(ctx, domain, ds, hits)
 	if err != nil {
-		return nil, nil, err
+		return nil, server.Result{}, err
 	}
 	resp := s.response(res)
 	if s.opts.DynamicMetadata {
 		resp.DynamicMetadata = DynamicMetadata(req, res.Statuses)
 	}
-	return resp, res.Statuses, nil
+	return resp, res, nil
 }
 
 // response translates the server's result.

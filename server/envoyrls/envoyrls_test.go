@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -531,5 +532,41 @@ func TestStoreFailure(t *testing.T) {
 	// The state is unknown: no RateLimit fields.
 	if resp := call(t, f, req(desc("remote_address", "10.0.0.1"))); len(resp.GetResponseHeadersToAdd()) != 0 {
 		t.Errorf("headers %v after a store failure", resp.GetResponseHeadersToAdd())
+	}
+}
+
+// TestAnswerMarks: the gRPC response header says what the message cannot
+// (MetadataUnknownDomain, MetadataStoreError), and only when it applies; a
+// descriptor of a known domain that matches no rule is not marked.
+func TestAnswerMarks(t *testing.T) {
+	t.Parallel()
+	up, down := serve(t, nil, nil), serve(t, failingStore{}, nil)
+	for _, tc := range []struct {
+		name          string
+		f             fixture
+		req           *rlsv3.RateLimitRequest
+		unknownDomain string
+		storeError    string
+	}{
+		{"limited", up, req(desc("remote_address", "10.0.0.1")), "", ""},
+		{"unknown key of a known domain", up, req(desc("no_such_key", "x")), "", ""},
+		{"unknown domain", up, &rlsv3.RateLimitRequest{Domain: "egde", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "10.0.0.1")}}, "true", ""},
+		{"store down, fail_open", down, req(desc("remote_address", "10.0.0.1")), "", "fail_open"},
+		{"store down, fail_closed", down, req(desc("payment", "card")), "", "fail_closed"},
+		{"store down, both", down, req(desc("payment", "card"), desc("remote_address", "10.0.0.1"), desc("payment", "cash")), "", "fail_closed,fail_open"},
+		{"store down, no rule", down, req(desc("no_such_key", "x")), "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var md metadata.MD
+			if _, err := tc.f.client.ShouldRateLimit(t.Context(), tc.req, grpc.Header(&md)); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(md.Get(envoyrls.MetadataUnknownDomain), ";"); got != tc.unknownDomain {
+				t.Errorf("%s: %q, want %q", envoyrls.MetadataUnknownDomain, got, tc.unknownDomain)
+			}
+			if got := strings.Join(md.Get(envoyrls.MetadataStoreError), ";"); got != tc.storeError {
+				t.Errorf("%s: %q, want %q", envoyrls.MetadataStoreError, got, tc.storeError)
+			}
+		})
 	}
 }

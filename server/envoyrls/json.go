@@ -83,7 +83,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteProblem(w, http.StatusBadRequest, field, "body: not a RateLimitRequest in JSON: "+err.Error())
 		return
 	}
-	resp, statuses, err := s.decide(r.Context(), &req)
+	resp, res, err := s.decide(r.Context(), &req)
 	if err != nil {
 		fe, invalid := errors.AsType[*floodgate.FieldError](err)
 		switch {
@@ -101,7 +101,11 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteProblem(w, http.StatusInternalServerError, "", "marshalling the response: "+err.Error())
 		return
 	}
+	statuses := res.Statuses
 	h := w.Header()
+	for k, v := range answerMarks(res) {
+		h.Set(k, v)
+	}
 	if !s.opts.OmitHeaders && s.opts.UpstreamHeaders == nil {
 		httpapi.SetHeaders(h, statuses)
 		if h.Get(ratelimitheader.HeaderRetryAfter) == "" && server.FailedClosed(statuses) {

@@ -86,4 +86,8 @@ func TestAuthScopes(t *testing.T) {
 	if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "Bearer") {
 		t.Errorf("config with Basic auth: %d %s, want 401 saying Bearer", rec.Code, rec.Body)
 	}
+	// A problem body is JSON for a reader, not HTML: no \u003c escapes.
+	if rec := do("GET", "/v1/config", "", ""); !strings.Contains(rec.Body.String(), "Bearer <token>") {
+		t.Errorf("401 body %s, want it to say Bearer <token> as written", rec.Body)
+	}
 }

@@ -449,7 +449,11 @@ type LimitDecisionJSON struct {
 // for descriptors, one per descriptor in order.
 type AllowResponse struct {
 	DecisionJSON
-	Descriptors []DecisionJSON `json:"descriptors,omitempty"`
+	// UnknownDomain: the request's domain is not in the config, so no
+	// rule applied (each descriptor also says no_rule); a descriptor of a
+	// known domain that matches no rule says only no_rule.
+	UnknownDomain bool           `json:"unknown_domain,omitempty"`
+	Descriptors   []DecisionJSON `json:"descriptors,omitempty"`
 }
 
 func millisCeil(d time.Duration) int64 {
@@ -509,16 +513,18 @@ func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 	}
 	var statuses []server.Status
 	var overall server.Status
+	var unknownDomain bool
 	if inline {
 		overall, err = s.allowInline(r.Context(), &req)
 		statuses = []server.Status{overall}
 	} else {
 		var res server.Result
 		res, err = s.allowDescriptors(r.Context(), &req)
-		statuses, overall = res.Statuses, Binding(res)
+		statuses, overall, unknownDomain = res.Statuses, Binding(res), res.UnknownDomain
 		if err == nil && res.GlobalShadow {
 			// The descriptors keep their denials; the answer is OK.
 			resp := allowResponse(inline, overall, statuses)
+			resp.UnknownDomain = unknownDomain
 			resp.Code, resp.Allowed, resp.ShadowMode = server.OK.String(), true, true
 			writeAllow(w, resp, overall, statuses)
 			return
@@ -528,7 +534,9 @@ func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, err)
 		return
 	}
-	writeAllow(w, allowResponse(inline, overall, statuses), overall, statuses)
+	resp := allowResponse(inline, overall, statuses)
+	resp.UnknownDomain = unknownDomain
+	writeAllow(w, resp, overall, statuses)
 }
 
 // form reports whether the body is in the inline form (key and limit)
@@ -918,7 +926,11 @@ func writeProblem(w http.ResponseWriter, err error) {
 func WriteProblem(w http.ResponseWriter, status int, field, detail string) {
 	p := Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Field: field}
 	var buf bytes.Buffer
-	json.NewEncoder(&buf).Encode(p)
+	enc := json.NewEncoder(&buf)
+	// The body is JSON for a client, never HTML: "Bearer <token>" stays
+	// readable instead of "\u003ctoken\u003e".
+	enc.SetEscapeHTML(false)
+	enc.Encode(p)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)

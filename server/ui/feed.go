@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -35,6 +36,14 @@ type feed struct {
 	// nil when none was built since prev.
 	prev *sample
 	last [2][]byte
+	// first is the first frame of each scope's next subscribers, with
+	// the history; nil until one joins after the last tick.
+	first [2][]byte
+	// hist is the Totals of the last HistoryLen intervals, oldest first,
+	// kept by tick whether or not anyone subscribes (one reading of the
+	// registry an interval); base is the sample it last read.
+	hist []Point
+	base *sample
 
 	// onLeave, if set, runs after a subscriber leaves (a test's).
 	onLeave func()
@@ -69,16 +78,28 @@ func (f *feed) join(admin bool, peer string) (*subscriber, []byte, error) {
 		return nil, nil, fmt.Errorf("%w: %d streams from this client, the most one client holds (-ui-max-subscribers-per-peer)", errFull, o.MaxSubscribersPerPeer)
 	}
 	scope := scopeOf(admin)
-	first := f.last[scope]
+	// A first frame carries the history, and the rates since the feed's
+	// last reading (none in the first interval after the start); the
+	// subscribers that join within one interval share it.
+	first := f.first[scope]
 	if first == nil {
 		cur := f.d.sample()
-		b, err := f.encode(nil, &cur, admin)
+		since := f.base
+		if since != nil && cur.at.Sub(since.at) < f.d.opts.Interval/4 {
+			since = nil // too short a span for a rate: the history's last point says it
+		}
+		fr := f.d.frame(since, &cur, admin)
+		fr.History = slices.Clone(f.hist)
+		b, err := encodeFrame(fr)
 		if err != nil {
 			return nil, nil, err
 		}
-		first, f.last[scope] = b, b
+		first, f.first[scope] = b, b
 		if f.prev == nil {
-			f.prev = &cur
+			f.prev = f.base
+			if f.prev == nil {
+				f.prev = &cur
+			}
 		}
 	}
 	s := &subscriber{admin: admin, peer: peer, ch: make(chan []byte, 1)}
@@ -111,10 +132,18 @@ func (f *feed) leave(s *subscriber) {
 func (f *feed) tick(context.Context) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	cur := f.d.sample()
+	if f.base != nil {
+		if len(f.hist) == HistoryLen {
+			f.hist = append(f.hist[:0], f.hist[1:]...)
+		}
+		f.hist = append(f.hist, Point{At: cur.at.UTC().Format(time.RFC3339Nano), Totals: totals(f.base, &cur)})
+	}
+	f.base = &cur
+	f.first = [2][]byte{}
 	if len(f.subs) == 0 {
 		return true
 	}
-	cur := f.d.sample()
 	f.last = [2][]byte{}
 	for scope, n := range f.scopes {
 		if n == 0 {
@@ -142,7 +171,12 @@ func (f *feed) tick(context.Context) bool {
 }
 
 func (f *feed) encode(prev, cur *sample, admin bool) ([]byte, error) {
-	b, err := json.Marshal(f.d.frame(prev, cur, admin))
+	return encodeFrame(f.d.frame(prev, cur, admin))
+}
+
+// encodeFrame is fr as a server-sent event.
+func encodeFrame(fr Frame) ([]byte, error) {
+	b, err := json.Marshal(fr)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -179,4 +180,62 @@ func TestFeedCaps(t *testing.T) {
 		}
 	}
 	subscribe(t, hs.URL+"/ui/events").next(t)
+}
+
+// TestFeedHistory: the feed keeps the totals of past intervals whether or
+// not anyone subscribes, and a stream's first frame brings them, oldest
+// first; on a fresh dashboard the first frame has neither rates nor
+// history (the page says it is waiting).
+func TestFeedHistory(t *testing.T) {
+	srv := newServer(t)
+	ticks := testTicker{make(chan time.Time)}
+	d := New(srv, &Options{Interval: time.Second, newTicker: func(time.Duration) loop.Ticker { return ticks }})
+	t.Cleanup(d.Close)
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	d.feed.mu.Lock() // joins read d.now under the feed's lock
+	d.now = func() time.Time { return time.Unix(0, now.Load()) }
+	d.feed.mu.Unlock()
+	hs := httptest.NewServer(servertest.Handler(t, srv, d.Handlers()))
+	t.Cleanup(hs.Close)
+	firstFrame := func() Frame {
+		t.Helper()
+		s := subscribe(t, hs.URL+"/ui/events?frames=1")
+		var fr Frame
+		if err := json.Unmarshal([]byte(s.next(t)), &fr); err != nil {
+			t.Fatal(err)
+		}
+		return fr
+	}
+	if fr := firstFrame(); fr.Rates || len(fr.History) != 0 {
+		t.Fatalf("fresh dashboard: rates %v, %d history points; want neither", fr.Rates, len(fr.History))
+	}
+	// The feed's tick, called here rather than by the ticker (which never
+	// fires), so that each reading follows the decisions before it.
+	tick := func() {
+		now.Add(int64(time.Second))
+		d.feed.tick(t.Context())
+	}
+	tick() // the first reading: no interval yet
+	for _, n := range []int{3, 2, 7} {
+		decide(t, srv, "user", "hist", n)
+		tick()
+	}
+	tick()
+	now.Add(int64(600 * time.Millisecond))
+	fr := firstFrame()
+	var got []float64
+	for _, p := range fr.History {
+		sum := 0.0
+		for _, v := range p.Totals {
+			sum += v
+		}
+		got = append(got, sum)
+	}
+	if want := []float64{3, 2, 7, 0}; !slices.Equal(got, want) {
+		t.Errorf("history of decisions per second: %v, want %v", got, want)
+	}
+	if !fr.Rates {
+		t.Errorf("a first frame 0.6 s after a reading has no rates")
+	}
 }

@@ -172,6 +172,32 @@ type Frame struct {
 	// (the Redis store's deny cache and local budgets, the memory store's
 	// keys, ...), with a rate for counters.
 	Metrics []Metric `json:"metrics"`
+	// History is in the first frame of a stream only: the Totals of up to
+	// the last HistoryLen intervals before it, oldest first, which the
+	// feed keeps whether or not anyone watches, so that a page opened
+	// during an incident draws the last minute at once.
+	History []Point `json:"history,omitempty"`
+}
+
+// Point is the Totals of one past interval, ending At.
+type Point struct {
+	At     string             `json:"at"`
+	Totals map[string]float64 `json:"totals"`
+}
+
+// HistoryLen is how many intervals the feed keeps for History: a minute
+// at the default Interval.
+const HistoryLen = 60
+
+// totals is the decisions per second by outcome between two samples.
+func totals(prev, cur *sample) map[string]float64 {
+	t := map[string]float64{}
+	for k, v := range cur.decisions {
+		if r := rate(prev.decisions[k], v, prev, cur); r != 0 {
+			t[k.outcome] += r
+		}
+	}
+	return t
 }
 
 // Series is one domain and rule's decisions per second by outcome.

@@ -142,6 +142,7 @@ func (s scoped) Scope() transport.Scope { return s.scope }
 //	GET /ui           the page
 //	GET /ui/{asset}   its script, style sheet and icon
 //	GET /ui/events    the feed: server-sent events, one Frame a second
+//	GET /, GET /ui/   redirect to /ui (302), where a person looks first
 //
 // The page and its files are transport.ScopeOpen, the feed
 // transport.ScopeClient; the actions are the API's POST /v1/inspect and POST
@@ -151,7 +152,17 @@ func (d *Dashboard) Handlers() map[string]http.Handler {
 		"GET /ui":         scoped{http.HandlerFunc(d.servePage), transport.ScopeOpen},
 		"GET /ui/{asset}": scoped{http.HandlerFunc(d.serveAsset), transport.ScopeOpen},
 		"GET /ui/events":  http.HandlerFunc(d.serveEvents),
+		"GET /{$}":        scoped{http.HandlerFunc(toPage), transport.ScopeOpen},
+		"GET /ui/{$}":     scoped{http.HandlerFunc(toPage), transport.ScopeOpen},
 	}
+}
+
+// toPage redirects to the page, without a body: a person who opens the
+// server's address, or /ui/ with a slash, finds the dashboard rather than
+// a 404.
+func toPage(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Location", "/ui")
+	w.WriteHeader(http.StatusFound)
 }
 
 // securityHeaders keep the page to its own files: no inline script, no

@@ -80,6 +80,12 @@ func parseURL(raw string) (urlConfig, error) {
 	var c urlConfig
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
+		// "redis:/host" or "redis:host": a scheme without its "//".
+		if name, _, colon := strings.Cut(raw, ":"); colon {
+			if _, known := schemes[strings.ToLower(name)]; known {
+				return c, badURL("%q must be followed by \"://\" (%s://host:6379)", name+":", name)
+			}
+		}
 		return c, badURL("no scheme (want redis://, rediss://, redis-sentinel:// or redis-cluster://)")
 	}
 	kind, ok := schemes[strings.ToLower(scheme)]
@@ -217,7 +223,7 @@ func (c *urlConfig) parsePath(path string) error {
 func parseDB(s string) (int, error) {
 	db, err := strconv.Atoi(s)
 	if err != nil || db < 0 || s[0] == '+' || (len(s) > 1 && s[0] == '0') {
-		return 0, badURL("database %q is not a number from 0", s)
+		return 0, badURL("database %q is not a whole number of 0 or more (redis://host:6379/2 selects database 2)", s)
 	}
 	return db, nil
 }

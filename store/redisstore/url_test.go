@@ -49,6 +49,9 @@ func TestParseURLErrors(t *testing.T) {
 	for _, tc := range []struct{ url, want string }{
 		{"", "no scheme"},
 		{"localhost:6379", "no scheme"},
+		{"redis:/host:6379", `"redis:" must be followed by "://" (redis://host:6379)`},
+		{"rediss-cluster:host", `"rediss-cluster:" must be followed by "://"`},
+		{"redis://host:6379/0x", `database "0x" is not a whole number of 0 or more (redis://host:6379/2 selects database 2)`},
 		{"http://h", "unknown scheme"},
 		{"unix:///tmp/redis.sock", "unknown scheme"},
 		{"redis://", "no host"},
@@ -97,6 +100,7 @@ func TestParseURLHidesPassword(t *testing.T) {
 		"redis://u:hunter2@h:bad",
 		"redis://u:hunter2@h1,h2",
 		"redis://u:hunter2@h/x",
+		"redis:/u:hunter2@h",
 		"redis-sentinel://u:hunter2@s1",
 		"redis://u:hunter2@h?nope=1",
 		"redis-sentinel://s?master=m&sentinel_password=hunter2&x=1",

@@ -7,6 +7,7 @@ const HISTORY = 120; // points kept per chart: two minutes at one a second
 const TOKEN_KEY = "floodgate-token";
 const SVGNS = "http://www.w3.org/2000/svg";
 const OUTCOMES = ["allowed", "denied", "shadow", "other"];
+const WAITING = "waiting for the first second";
 
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
@@ -100,22 +101,38 @@ function render(f) {
   badge.textContent = f.admin ? "admin" : "read-only";
   badge.classList.toggle("admin", f.admin);
 
-  if (f.rates) {
-    const t = split(f.totals);
+  // The first frame of a stream brings the last minute the server kept,
+  // drawn at once; without it (the server has just started) and before
+  // the first rates, the figures say they are waiting, not zero.
+  for (const p of f.history || []) {
+    const t = split(p.totals);
     for (const o of OUTCOMES) push(state.total[o], t[o]);
+  }
+  if (f.history) $("chart-total").dataset.backfilled = String(f.history.length);
+  let t = null;
+  if (f.rates) {
+    t = split(f.totals);
+    for (const o of OUTCOMES) push(state.total[o], t[o]);
+  } else if (f.history && f.history.length) {
+    t = split(f.history[f.history.length - 1].totals);
+  }
+  const chart = $("chart-total");
+  chart.dataset.waiting = String(t === null);
+  if (t === null) {
+    for (const o of OUTCOMES) $("now-" + o).textContent = WAITING;
+  } else {
     $("now-allowed").textContent = fmt(t.allowed);
     $("now-denied").textContent = fmt(t.denied);
     $("now-shadow").textContent = fmt(t.shadow);
     $("now-other").textContent = fmt(t.other);
-    const chart = $("chart-total");
     const top = draw(chart, state.total, 600, 160);
     $("chart-max").textContent = fmt(top);
     chart.dataset.points = String(state.total.allowed.length);
     chart.dataset.allowed = String(t.allowed);
     chart.dataset.denied = String(t.denied);
     chart.dataset.shadow = String(t.shadow);
-    renderSeries(f.series || []);
   }
+  if (f.rates) renderSeries(f.series || []);
   renderStore(f);
   renderTop("top-denied", f.top_denied, f.admin, (k) => [
     countCell(k),
@@ -184,6 +201,11 @@ function renderSeries(series) {
 
 function renderStore(f) {
   const s = f.store;
+  if (!f.rates) {
+    for (const id of ["lat", "calls", "errors", "failmodes", "localhits", "leases"]) $(id).textContent = WAITING;
+    $("breaker").textContent = s.breaker;
+    return;
+  }
   $("lat").textContent = s.p50_ms === undefined ? "no store call" : [s.p50_ms, s.p90_ms, s.p99_ms].map(ms).join(" / ");
   $("calls").textContent = fmt(s.calls_per_second) + " /s";
   $("errors").textContent = fmt(s.errors_per_second) + " /s";
