@@ -91,34 +91,108 @@ func FlowName(flow string) string {
 // it). flow must not be empty; a flow above MaxFlowLen bytes is named by
 // its hash (FlowName).
 func (l *Limiter) AllowFlow(ctx context.Context, key, flow string, limit Limit, n int64) (Decision, error) {
-	sh, ok := l.store.(Sharer)
-	if !ok {
-		return Decision{RetryAfter: Never}, fieldErr(ErrInvalidLimit, "share_by", "the store (%T) cannot share a limit by flows", l.store)
+	r := Request{Key: key, Limit: limit, Cost: n}
+	if err := l.prepareFlow(&r, flow, l.now()); err != nil {
+		return Decision{RetryAfter: Never}, err
+	}
+	o := l.applyFlow(ctx, r, FlowName(flow), l.policy)
+	return o.Decision, o.Err
+}
+
+// prepareFlow prepares r as prepare does and checks it as a request of
+// flow: the store a Sharer, flow not empty, CheckFlow.
+func (l *Limiter) prepareFlow(r *Request, flow string, now time.Time) error {
+	if _, ok := l.store.(Sharer); !ok {
+		return fieldErr(ErrInvalidLimit, "share_by", "the store (%T) cannot share a limit by flows", l.store)
 	}
 	if flow == "" {
-		return Decision{RetryAfter: Never}, fieldErr(ErrInvalidRequest, "flow", "empty")
+		return fieldErr(ErrInvalidRequest, "flow", "empty")
 	}
-	r := Request{Key: key, Limit: limit, Cost: n}
-	if err := l.prepare(&r, l.now()); err != nil {
-		return Decision{RetryAfter: Never}, err
+	if err := l.prepare(r, now); err != nil {
+		return err
 	}
-	flow = FlowName(flow)
-	if err := CheckFlow(r, flow); err != nil {
-		return Decision{RetryAfter: Never}, err
-	}
+	return CheckFlow(*r, FlowName(flow))
+}
+
+// applyFlow decides r, prepared, for flow (a FlowName) in the store under
+// the Limiter's deadline, answers a store failure by policy p (FailLocal
+// as FailClosed: the local store has no flows), and tells the Observer.
+func (l *Limiter) applyFlow(ctx context.Context, r Request, flow string, p FailurePolicy) Outcome {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	start := time.Now()
-	d, err := sh.ApplyFlow(ctx, r, flow)
+	d, err := l.store.(Sharer).ApplyFlow(ctx, r, flow)
+	o := Outcome{Decision: d, Limit: r.Limit, Err: err}
 	if err != nil {
-		d = l.failure(err)
+		o.Decision = Decision{}
+		if answersByPolicy(err) {
+			o.Policy = answeredBy(p)
+			o.Decision = failed(o.Policy)
+		}
 	}
 	if l.obs != nil {
-		o := Outcome{Decision: d, Limit: limit, Err: err}
-		if err != nil && answersByPolicy(err) {
-			o.Policy = l.policy
-		}
 		l.obs.Observe(Event{Request: r, Outcome: o, Latency: time.Since(start)})
 	}
-	return d, err
+	return o
+}
+
+// decideFlows is decide for items of which some have a Flow: each of
+// those is decided on its own by its Sharer step, first; then the others,
+// as decide does. All or nothing (atomic), a flow item's denial keeps
+// the others from taking anything: they are peeked and answered denied,
+// with their unchanged state and RetryAfter 0, as a Batcher answers. A
+// flow item admitted is not given back when another item is denied: it
+// stays counted in its window (docs/fairness.md).
+func (l *Limiter) decideFlows(ctx context.Context, items []Item, atomic bool) ([]Outcome, error) {
+	now := l.now()
+	out := make([]Outcome, len(items))
+	var rest []Item
+	var restAt []int
+	rs := make([]Request, len(items))
+	for i, it := range items {
+		rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost, Lease: it.Lease, Release: it.Release}
+		var err error
+		if it.Flow != "" {
+			err = l.prepareFlow(&rs[i], it.Flow, now)
+		} else {
+			err = l.prepare(&rs[i], now)
+		}
+		if err != nil {
+			return nil, &ItemError{Index: i, Err: err}
+		}
+		if it.Flow == "" {
+			rest, restAt = append(rest, it), append(restAt, i)
+		}
+	}
+	denied := false
+	for i, it := range items {
+		if it.Flow != "" {
+			out[i] = l.applyFlow(ctx, rs[i], FlowName(it.Flow), l.policyOf(it.Policy))
+			denied = denied || !out[i].Decision.Allowed
+		}
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	peek := atomic && denied
+	if peek {
+		for j := range rest {
+			rest[j].Cost = 0
+		}
+	}
+	routs, err := l.decide(ctx, rest, atomic)
+	if err != nil {
+		ie, _ := err.(*ItemError)
+		if ie != nil {
+			return nil, &ItemError{Index: restAt[ie.Index], Err: ie.Err}
+		}
+		return nil, err
+	}
+	for j, o := range routs {
+		if peek && o.Decision.Allowed {
+			o.Decision.Allowed = false
+		}
+		out[restAt[j]] = o
+	}
+	return out, nil
 }
