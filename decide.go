@@ -27,6 +27,10 @@ type Item struct {
 	// service that hands lease IDs to its clients sets them here.
 	Lease   string
 	Release bool
+	// Flow, when not empty, decides the item as Limiter.AllowFlow does:
+	// for this flow (a tenant) of Key, whose Limit the flows share by
+	// max-min fairness. The Limiter's store must be a Sharer.
+	Flow string
 }
 
 // Outcome is the answer to one request of a Limiter: what to act on, and
@@ -106,6 +110,11 @@ func (l *Limiter) DecideAll(ctx context.Context, items []Item) ([]Outcome, error
 }
 
 func (l *Limiter) decide(ctx context.Context, items []Item, atomic bool) ([]Outcome, error) {
+	for _, it := range items {
+		if it.Flow != "" {
+			return l.decideFlows(ctx, items, atomic)
+		}
+	}
 	c, err := l.newCall(items, atomic && len(items) > 1)
 	if err != nil {
 		return nil, err

@@ -409,6 +409,9 @@ func (l *Limiter) checkReserve(items []Item, o *ReserveOptions) error {
 		if it.Limit.Algorithm == Concurrency {
 			return &ItemError{Index: i, Err: fieldErr(ErrInvalidLimit, "algorithm", "concurrency limits hold units with leases (Acquire), not reservations")}
 		}
+		if it.Flow != "" {
+			return &ItemError{Index: i, Err: fieldErr(ErrInvalidRequest, "flow", "a limit shared by flows is decided, not reserved (AllowFlow)")}
+		}
 	}
 	if o.TTL == 0 {
 		o.TTL = DefaultHoldTTL

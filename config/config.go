@@ -89,6 +89,13 @@ type Rule struct {
 	// Replaces (rate_limit.replaces) names the rules this one replaces when
 	// both match one request; see Config.MatchAll.
 	Replaces []string
+	// ShareBy (rate_limit.share_by) is the key of a level of Path whose
+	// request value is a flow: the values share one counter, and the
+	// limit is split among them by max-min fairness (Rule.Flow,
+	// floodgate.Limiter.AllowFlow). Empty for a rule that is not shared.
+	ShareBy string
+	// shareLevel is the index in Path of ShareBy's level.
+	shareLevel int
 	// File and Line locate the rule's descriptor in the config.
 	File string
 	Line int

@@ -55,7 +55,9 @@
 // unit), window (aligned or first_hit), count_rejected, local_budget,
 // durable, global and failure_mode. Each rate_limit must pass
 // floodgate.Limit.Validate; its problems are reported at the YAML field
-// they are about.
+// they are about. share_by names a level of the rule's path whose values
+// are flows sharing one counter by max-min fairness (Rule.ShareBy,
+// Rule.Flow; docs/fairness.md).
 //
 // Two more extensions sit beside rate_limit and domain: rate_limits, a
 // list of rate_limit mappings that puts several limits on one

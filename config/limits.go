@@ -67,6 +67,9 @@ func (p *parser) limitList(n *yaml.Node, path string, d *Domain, levels []Level,
 		case lim.Algorithm == floodgate.Concurrency:
 			p.errorf(item, join(ipath, "algorithm"), "a concurrency limit holds units until released and is acquired alone (POST /v1/leases): give it its own rate_limit, not an item of %s", what)
 			continue
+		case one.ShareBy != "":
+			p.errorf(item, join(ipath, "share_by"), "a limit shared by flows is decided alone: give it its own rate_limit, not an item of %s", what)
+			continue
 		case plan && len(one.Replaces) > 0:
 			p.errorf(item, join(ipath, "replaces"), "a plan takes no replaces: the rule it overrides keeps its own")
 			continue

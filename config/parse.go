@@ -39,7 +39,7 @@ var (
 	rootFields       = []string{"domain", "descriptors", "plans"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
 	rateLimitFields  = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
-		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global"}
+		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global", "share_by"}
 	replacesFields = []string{"name"}
 )
 
@@ -535,7 +535,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	}
 	if r.Unlimited {
 		// requests_per_unit is allowed and ignored, as upstream does.
-		for _, name := range []string{"unit", "period", "algorithm", "burst", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global"} {
+		for _, name := range []string{"unit", "period", "algorithm", "burst", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global", "share_by"} {
 			if f := fs[name]; f != nil {
 				p.errorf(f.key, fpath(name), "an unlimited rate limit takes no %s", name)
 			}
@@ -557,6 +557,9 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	}
 	if err := lim.Validate(); err != nil {
 		p.limitErrors(err, n, path, fs, bad)
+	}
+	if len(p.errs) == before {
+		p.shareBy(fs, fpath, levels, lim, r)
 	}
 	if len(p.errs) > before {
 		return nil

@@ -646,6 +646,12 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 			st.Rule, st.Limit = m.Rule, m.Rule.Limit
 			st.Quota = m.Rule.QuotaMode
 			it.Key = "d|" + m.Rule.Key(d.Entries)
+			if m.Rule.ShareBy != "" {
+				// One counter for every value of the level, split among
+				// them (share_by; docs/fairness.md).
+				key, flow := m.Rule.Flow(d.Entries)
+				it.Key, it.Flow = "d|"+key, flow
+			}
 			it.Policy = m.Rule.FailurePolicy
 			if it.Policy == "" && m.Rule.Limit.Durable {
 				// A durable quota fails closed unless its rule says

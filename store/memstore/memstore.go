@@ -113,6 +113,8 @@ type Store struct {
 	maxHoldsPerKey          int
 	bounded                 bool
 	refused                 atomic.Int64
+	// fair holds the states of limits shared by flows (ApplyFlow).
+	fair fairTable
 }
 
 var (
@@ -122,6 +124,7 @@ var (
 	_ floodgate.Closer   = (*Store)(nil)
 	_ floodgate.Reserver = (*Store)(nil)
 	_ floodgate.Raiser   = (*Store)(nil)
+	_ floodgate.Sharer   = (*Store)(nil)
 )
 
 // numSmall is the number of algorithms whose state is an algorithm.Small:

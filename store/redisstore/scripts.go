@@ -67,6 +67,9 @@ type scriptSet struct {
 	// settles its holds (settle.lua), and sweep keeps the index of the
 	// holds to expire (sweep.lua).
 	reserve, settle, sweep *script
+	// fair decides a request of a flow under a limit shared by flows
+	// (fair.lua).
+	fair *script
 	// lib is every script above as one Redis function library.
 	lib library
 }
@@ -224,6 +227,10 @@ func buildScripts() (scriptSet, error) {
 	if err != nil {
 		return scriptSet{}, err
 	}
+	fairFuncs, fairMain, err := split("fair.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	for i, alg := range floodgate.Algorithms {
@@ -246,9 +253,11 @@ func buildScripts() (scriptSet, error) {
 	set.settle = newScript("settle", holds+"\n"+settleFuncs+mainMarker+settleMain)
 	set.sweep = newScript("sweep", files["common.lua"]+"\n"+sweepFuncs+mainMarker+sweepMain)
 	set.raise = newScript("raise", shared.String()+batchFuncs+"\n"+refundFuncs+"\n"+raiseFuncs+mainMarker+raiseMain)
+	set.fair = newScript("fair", files["common.lua"]+"\n"+fairFuncs+mainMarker+fairMain)
 	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain},
-		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain}, mainPart{"raise", raiseMain})
-	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs, raiseFuncs} {
+		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain}, mainPart{"raise", raiseMain},
+		mainPart{"fair", fairMain})
+	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs, raiseFuncs, fairFuncs} {
 		shared.WriteString(f + "\n")
 	}
 	budgetSrc, err := read("budget.lua")
@@ -269,7 +278,7 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range set.budget {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
-	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise} {
+	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair} {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
 	// With functions, the library's multi serves every run: its helpers

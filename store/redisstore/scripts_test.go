@@ -72,7 +72,7 @@ func TestScripts(t *testing.T) {
 	if !strings.HasPrefix(set.lib.src, "#!lua name="+set.lib.name+"\n") || len(set.lib.name) != len("floodgate_")+12 {
 		t.Errorf("the library starts %q", set.lib.src[:min(40, len(set.lib.src))])
 	}
-	all := []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise}
+	all := []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair}
 	for _, sc := range set.single {
 		all = append(all, sc)
 	}
