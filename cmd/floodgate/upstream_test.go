@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -312,6 +313,9 @@ func TestParseUpstreamRefused(t *testing.T) {
 type ratelimitInstance struct {
 	httpURL, grpcAddr, promURL string
 	stderr                     *syncBuffer
+	// grpcTLS is the TLS of the gRPC listener (GRPC_SERVER_USE_TLS) as its
+	// clients see it; nil for plaintext.
+	grpcTLS *tls.Config
 }
 
 var promLine = regexp.MustCompile(`serving Prometheus metrics on (\S+)`)
@@ -430,7 +434,11 @@ func checkRatelimit(t *testing.T, in *ratelimitInstance, client string) {
 	if status != http.StatusOK || body != "OK" {
 		t.Errorf("/healthcheck: %d %q, want 200 \"OK\"", status, body)
 	}
-	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if in.grpcTLS != nil {
+		creds = credentials.NewTLS(in.grpcTLS)
+	}
+	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
