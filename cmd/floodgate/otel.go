@@ -126,6 +126,38 @@ func samplerProblem(getenv func(string) string) string {
 	return fmt.Sprintf("OTEL_TRACES_SAMPLER: %q is not supported (always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio)", s)
 }
 
+// tracingDefaults are OpenTelemetry settings a caller gives in place of
+// the SDK's defaults, each where no OTEL_* variable gives it:
+// `floodgate ratelimit`'s TRACING_* (upstreamMode.tracingDefaults). The
+// zero value changes nothing.
+type tracingDefaults struct {
+	// protocol is the OTLP protocol unless OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
+	// or OTEL_EXPORTER_OTLP_PROTOCOL is set; "" keeps http/protobuf.
+	protocol string
+	// attrs are resource attributes, under those of OTEL_SERVICE_NAME and
+	// OTEL_RESOURCE_ATTRIBUTES.
+	attrs []attribute.KeyValue
+	// sampler, named samplerName for the log, is the sampler unless
+	// OTEL_TRACES_SAMPLER is set; nil keeps the SDK's.
+	sampler     sdktrace.Sampler
+	samplerName string
+}
+
+// apply is the protocol of d under the OTEL_* variables of getenv, and
+// its sampler unless they name one (nil: the SDK reads
+// OTEL_TRACES_SAMPLER, or keeps its default).
+func (d tracingDefaults) apply(getenv func(string) string) (protocol string, sampler sdktrace.Sampler) {
+	protocol, _ = otlpProtocol(getenv)
+	unset := func(name string) bool { return strings.TrimSpace(getenv(name)) == "" }
+	if d.protocol != "" && unset("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") && unset("OTEL_EXPORTER_OTLP_PROTOCOL") {
+		protocol = d.protocol
+	}
+	if unset("OTEL_TRACES_SAMPLER") {
+		sampler = d.sampler
+	}
+	return protocol, sampler
+}
+
 // startTracing starts exporting traces when tracingWanted says so,
 // returning the Tracer for the server (nil when off) and the function
 // that flushes and stops the exporter. The exporter reads its endpoint,
@@ -138,7 +170,8 @@ func (c serveConfig) startTracing(ctx context.Context, log *slog.Logger) (*traci
 	if !on {
 		return nil, func() {}, nil
 	}
-	protocol, _ := otlpProtocol(os.Getenv)
+	defaults := c.mode.tracingDefaults()
+	protocol, sampler := defaults.apply(os.Getenv)
 	prop, _ := propagatorOf(os.Getenv)
 	var exp sdktrace.SpanExporter
 	var err error
@@ -154,20 +187,27 @@ func (c serveConfig) startTracing(ctx context.Context, log *slog.Logger) (*traci
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		version = bi.Main.Version
 	}
-	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", "floodgate"), attribute.String("service.version", version)),
-		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	// Later attributes win: the defaults' over floodgate's, the OTEL_*
+	// variables' (WithFromEnv) over both.
+	attrs := append([]attribute.KeyValue{attribute.String("service.name", "floodgate"), attribute.String("service.version", version)}, defaults.attrs...)
+	res, err := resource.New(ctx, resource.WithAttributes(attrs...), resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		_ = exp.Shutdown(ctx)
 		return nil, nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	samplerName := "OTEL_TRACES_SAMPLER, or the SDK's default"
+	if sampler != nil {
+		opts = append(opts, sdktrace.WithSampler(sampler))
+		samplerName = defaults.samplerName
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
 	// The SDK reports export failures here; a failed export loses spans,
 	// never a decision.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("tracing: export failed", "error", err)
 	}))
-	log.Info("exporting traces over OTLP", "protocol", protocol, "service", serviceName(res))
+	log.Info("exporting traces over OTLP", "protocol", protocol, "service", serviceName(res), "sampler", samplerName)
 	stop := func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -301,6 +301,7 @@ func serveMode(ctx context.Context, args []string, mode *upstreamMode, stdout, s
 		return code
 	}
 	c.mode = mode
+	c.mode.configure(&c)
 	if c.gogc > 0 {
 		// Restored on return, for a serve run inside a test's process.
 		defer debug.SetGCPercent(debug.SetGCPercent(c.gogc))
@@ -308,12 +309,6 @@ func serveMode(ctx context.Context, args []string, mode *upstreamMode, stdout, s
 	handler := logHandler(c, stderr)
 	log := slog.New(handler)
 	c.mode.logWarnings(log)
-	stopTraces, err := c.mode.startTraces(ctx, log)
-	if err != nil {
-		log.Error("cannot start", "error", err)
-		return 1
-	}
-	defer stopTraces()
 
 	auth, err := c.loadAuth(ctx, log)
 	if err != nil {
@@ -370,13 +365,7 @@ func serveMode(ctx context.Context, args []string, mode *upstreamMode, stdout, s
 		log.Error("cannot start", "error", err)
 		return 1
 	}
-	if started, err := c.mode.startConfig(ctx, srv, log); started {
-		if err != nil {
-			log.Error("config rejected", "error", err)
-			fmt.Fprintf(stderr, "%v\n", err)
-			return 1
-		}
-	} else if c.configPath != "" {
+	if c.configPath != "" {
 		if err := watchConfig(ctx, srv, c.configPath, log); err != nil {
 			log.Error("config rejected", "error", err)
 			fmt.Fprintf(stderr, "%v\n", err)

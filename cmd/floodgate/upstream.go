@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -17,11 +18,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config/xds"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/server/transport"
 	"github.com/floodgate-rl/floodgate/store/redisstore"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // ratelimitCmd is `floodgate ratelimit [serve flags]`, and the binary
@@ -76,52 +81,28 @@ type upstreamMode struct {
 	stopping atomic.Bool
 }
 
-// xdsSettings are upstream's CONFIG_GRPC_XDS_* and XDS_CLIENT_* settings,
-// parsed, for CONFIG_TYPE=GRPC_XDS_SOTW.
+// xdsSettings are what CONFIG_TYPE=GRPC_XDS_SOTW asks of serve's xDS
+// client beyond its -config-xds flags: the fields of xds.Options that have
+// no flag (configure puts them on serve's xdsFlags).
 type xdsSettings struct {
-	ServerURL      string            // CONFIG_GRPC_XDS_SERVER_URL, host:port
-	NodeID         string            // CONFIG_GRPC_XDS_NODE_ID
 	NodeMetadata   map[string]string // CONFIG_GRPC_XDS_NODE_METADATA
-	RetryInterval  time.Duration     // CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL
 	Headers        map[string]string // CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS
-	TLS            bool              // CONFIG_GRPC_XDS_SERVER_USE_TLS
-	ClientCert     string            // CONFIG_GRPC_XDS_CLIENT_TLS_CERT
-	ClientKey      string            // CONFIG_GRPC_XDS_CLIENT_TLS_KEY
-	ServerCA       string            // CONFIG_GRPC_XDS_SERVER_TLS_CACERT
-	ServerSAN      string            // CONFIG_GRPC_XDS_SERVER_TLS_SAN
-	BackoffInitial time.Duration     // XDS_CLIENT_BACKOFF_INITIAL_INTERVAL
-	BackoffMax     time.Duration     // XDS_CLIENT_BACKOFF_MAX_INTERVAL
-	BackoffRandom  float64           // XDS_CLIENT_BACKOFF_RANDOM_FACTOR
-	BackoffJitter  bool              // XDS_CLIENT_BACKOFF_JITTER
-	MaxMsgSize     int               // XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES; 0: gRPC's default
-	ForceStart     bool              // FORCE_START_WITHOUT_INITIAL_CONFIG
-	MergeDomains   bool              // MERGE_DOMAIN_CONFIG
+	MaxRecvMsgSize int               // XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES; 0: gRPC's default
+	Backoff        xds.Backoff       // XDS_CLIENT_BACKOFF_*, by upstreamBackoff
 }
-
-// startXDS is the hook of CONFIG_TYPE=GRPC_XDS_SOTW: it subscribes srv to
-// the RateLimitConfig resources of the xDS server of s and applies each
-// push as a reload, until ctx ends. It returns once the subscription is
-// started (and, unless s.ForceStart, once the first config is in force),
-// or with the error that stops the start. Unset in a build without
-// package config/xds: CONFIG_TYPE=GRPC_XDS_SOTW is then refused at start.
-var startXDS func(ctx context.Context, srv *server.Server, s xdsSettings, log *slog.Logger) error
 
 // tracingSettings are upstream's TRACING_* settings, parsed, when
-// TRACING_ENABLED=true. The exporter's endpoint and the rest come from the
-// standard OTEL_* variables.
+// TRACING_ENABLED=true (which sets -otel). Each is a default of the
+// OpenTelemetry SDK's settings that an OTEL_* variable, when set, overrides
+// (tracingDefaults); the exporter's endpoint and the rest come from the
+// OTEL_* variables alone, as upstream's.
 type tracingSettings struct {
-	ServiceName       string  // TRACING_SERVICE_NAME
-	ServiceNamespace  string  // TRACING_SERVICE_NAMESPACE
-	ServiceInstanceID string  // TRACING_SERVICE_INSTANCE_ID
-	Protocol          string  // TRACING_EXPORTER_PROTOCOL: http or grpc
-	SamplingRate      float64 // TRACING_SAMPLING_RATE, 0 to 1
+	ServiceName       string  // TRACING_SERVICE_NAME: service.name
+	ServiceNamespace  string  // TRACING_SERVICE_NAMESPACE: service.namespace, if set
+	ServiceInstanceID string  // TRACING_SERVICE_INSTANCE_ID: service.instance.id, else a random UUID as upstream's
+	Protocol          string  // TRACING_EXPORTER_PROTOCOL: http/protobuf or grpc
+	SamplingRate      float64 // TRACING_SAMPLING_RATE, 0 to 1: parentbased_traceidratio
 }
-
-// startTracing is the hook of TRACING_ENABLED=true: it starts exporting
-// traces as s says and returns the function that flushes and stops the
-// exporter. Unset in a build without tracing: TRACING_ENABLED=true is then
-// refused at start.
-var startTracing func(ctx context.Context, s tracingSettings, log *slog.Logger) (shutdown func(context.Context) error, err error)
 
 // parseUpstream reads upstream's settings through lookup. Its error joins
 // every refusal, each naming its setting.
@@ -131,6 +112,7 @@ func parseUpstream(lookup envLookup) (*upstreamMode, error) {
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
+	m.warnings = append(m.warnings, p.warnings...)
 	for _, name := range slices.Sorted(maps.Keys(p.flags)) {
 		m.args = append(m.args, "-"+name+"="+p.flags[name])
 	}
@@ -140,9 +122,10 @@ func parseUpstream(lookup envLookup) (*upstreamMode, error) {
 // upstreamParser gathers serve's flags, warnings and refusals from the
 // settings.
 type upstreamParser struct {
-	lookup envLookup
-	flags  map[string]string // serve flag name -> value
-	errs   []error
+	lookup   envLookup
+	flags    map[string]string // serve flag name -> value
+	errs     []error
+	warnings []string // beyond the table's ignored settings
 }
 
 // get is the value of a setting; an empty value is unset, as nothing
@@ -329,8 +312,7 @@ func (p *upstreamParser) parse() *upstreamMode {
 	p.flagDefault("ui", "false")
 
 	// Config.
-	mergeDomains := p.boolean("MERGE_DOMAIN_CONFIG", false)
-	if mergeDomains {
+	if p.boolean("MERGE_DOMAIN_CONFIG", false) {
 		p.flag("merge-domain-config", "true")
 	}
 	forceStart := p.boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
@@ -338,10 +320,7 @@ func (p *upstreamParser) parse() *upstreamMode {
 	case "FILE":
 		p.flag("config", filepath.Join(p.str("RUNTIME_ROOT", "/srv/runtime_data/current"), p.str("RUNTIME_SUBDIRECTORY", ""), p.str("RUNTIME_APPDIRECTORY", "config")))
 	case "GRPC_XDS_SOTW":
-		m.xds = p.xds(forceStart, mergeDomains)
-		if startXDS == nil {
-			p.refuse("CONFIG_TYPE", v, "this build has no xDS client (cmd/floodgate's startXDS is unset)")
-		}
+		m.xds = p.xds(forceStart)
 	default:
 		p.refuse("CONFIG_TYPE", v, "not FILE or GRPC_XDS_SOTW")
 	}
@@ -422,18 +401,31 @@ func (p *upstreamParser) parse() *upstreamMode {
 
 	// Tracing.
 	if p.boolean("TRACING_ENABLED", false) {
+		p.flag("otel", "true")
 		m.tracing = &tracingSettings{
 			ServiceName:       p.str("TRACING_SERVICE_NAME", "RateLimit"),
 			ServiceNamespace:  p.str("TRACING_SERVICE_NAMESPACE", ""),
 			ServiceInstanceID: p.str("TRACING_SERVICE_INSTANCE_ID", ""),
-			Protocol:          strings.ToLower(p.str("TRACING_EXPORTER_PROTOCOL", "http")),
 			SamplingRate:      p.float("TRACING_SAMPLING_RATE", 1, 0, 1),
 		}
-		if pr := m.tracing.Protocol; pr != "http" && pr != "grpc" {
+		switch pr := p.str("TRACING_EXPORTER_PROTOCOL", "http"); strings.ToLower(pr) {
+		case "http":
+			m.tracing.Protocol = "http/protobuf"
+		case "grpc":
+			m.tracing.Protocol = "grpc"
+		default:
 			p.refuse("TRACING_EXPORTER_PROTOCOL", pr, "not http or grpc")
 		}
-		if startTracing == nil {
-			p.refuse("TRACING_ENABLED", "true", "this build has no tracing (cmd/floodgate's startTracing is unset)")
+		if m.tracing.ServiceInstanceID == "" {
+			m.tracing.ServiceInstanceID = randomUUID()
+		}
+		// The OTEL_* variables that turn traces off would contradict it
+		// (serve would stop with -otel named, which the user did not set).
+		if v, _ := p.lookup("OTEL_SDK_DISABLED"); strings.EqualFold(strings.TrimSpace(v), "true") {
+			p.refuse("TRACING_ENABLED", "true", "OTEL_SDK_DISABLED=true says not to trace; unset one of them")
+		}
+		if v, _ := p.lookup("OTEL_TRACES_EXPORTER"); strings.EqualFold(strings.TrimSpace(v), "none") {
+			p.refuse("TRACING_ENABLED", "true", "OTEL_TRACES_EXPORTER=none says not to export traces; unset one of them")
 		}
 	}
 	return m
@@ -569,38 +561,164 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// xds parses CONFIG_TYPE=GRPC_XDS_SOTW's settings with upstream's
-// defaults.
-func (p *upstreamParser) xds(forceStart, merge bool) *xdsSettings {
+// xds maps CONFIG_TYPE=GRPC_XDS_SOTW's settings, with upstream's
+// defaults, onto serve's -config-xds flags, and returns the rest.
+func (p *upstreamParser) xds(forceStart bool) *xdsSettings {
+	addr := p.str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000")
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		p.refuse("CONFIG_GRPC_XDS_SERVER_URL", addr, "not host:port")
+	}
+	p.flag("config-xds", addr)
+	p.flag("config-xds-node", p.str("CONFIG_GRPC_XDS_NODE_ID", "default"))
+	if forceStart {
+		p.flag("config-xds-start-without-config", "true")
+	}
+	// Upstream reads the TLS files only with
+	// CONFIG_GRPC_XDS_SERVER_USE_TLS=true; serve's flags would turn TLS
+	// on by themselves.
+	tlsFiles := []struct{ name, flag string }{
+		{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "config-xds-tls-cert"},
+		{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "config-xds-tls-key"},
+		{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "config-xds-tls-ca"},
+		{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "config-xds-tls-server-name"},
+	}
+	if p.boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
+		p.flag("config-xds-tls", "true")
+		for _, f := range tlsFiles {
+			if v, ok := p.get(f.name); ok {
+				p.flag(f.flag, v)
+			}
+		}
+		_, cert := p.get("CONFIG_GRPC_XDS_CLIENT_TLS_CERT")
+		_, key := p.get("CONFIG_GRPC_XDS_CLIENT_TLS_KEY")
+		if cert != key {
+			v, _ := p.get("CONFIG_GRPC_XDS_CLIENT_TLS_CERT")
+			p.refuse("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", v, "give it and CONFIG_GRPC_XDS_CLIENT_TLS_KEY, or neither")
+		}
+	} else {
+		for _, f := range tlsFiles {
+			if v, ok := p.get(f.name); ok {
+				p.warn(f.name, v, "read only with CONFIG_GRPC_XDS_SERVER_USE_TLS=true, as upstream's: the xDS connection is plaintext")
+			}
+		}
+	}
 	s := &xdsSettings{
-		ServerURL:      p.str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
-		NodeID:         p.str("CONFIG_GRPC_XDS_NODE_ID", "default"),
 		NodeMetadata:   p.pairs("CONFIG_GRPC_XDS_NODE_METADATA"),
-		RetryInterval:  p.duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", 3*time.Second),
 		Headers:        p.pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"),
-		TLS:            p.boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false),
-		ClientCert:     p.str("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", ""),
-		ClientKey:      p.str("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", ""),
-		ServerCA:       p.str("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ""),
-		ServerSAN:      p.str("CONFIG_GRPC_XDS_SERVER_TLS_SAN", ""),
-		BackoffInitial: p.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", 10*time.Second),
-		BackoffMax:     p.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", 60*time.Second),
-		BackoffRandom:  p.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5, 0, 1),
-		BackoffJitter:  p.boolean("XDS_CLIENT_BACKOFF_JITTER", true),
-		MaxMsgSize:     p.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0),
-		ForceStart:     forceStart,
-		MergeDomains:   merge,
+		MaxRecvMsgSize: p.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0),
+		Backoff: upstreamBackoff(
+			p.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", 10*time.Second),
+			p.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", 60*time.Second),
+			p.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5, 0, 1000),
+			p.boolean("XDS_CLIENT_BACKOFF_JITTER", true)),
 	}
-	if _, _, err := net.SplitHostPort(s.ServerURL); err != nil {
-		p.refuse("CONFIG_GRPC_XDS_SERVER_URL", s.ServerURL, "not host:port")
+	for k, v := range s.Headers {
+		if problem := grpcMetadataProblem(k, v); problem != "" {
+			raw, _ := p.get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")
+			p.refuse("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", raw, "%s", problem)
+		}
 	}
-	if (s.ClientCert == "") != (s.ClientKey == "") {
-		p.refuse("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", s.ClientCert, "give it and CONFIG_GRPC_XDS_CLIENT_TLS_KEY, or neither")
-	}
-	if s.MaxMsgSize < 0 {
-		p.refuse("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", strconv.Itoa(s.MaxMsgSize), "negative")
+	if s.MaxRecvMsgSize < 0 {
+		p.refuse("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", strconv.Itoa(s.MaxRecvMsgSize), "negative")
 	}
 	return s
+}
+
+// warn logs, once at start, that a setting's value is not acted on.
+func (p *upstreamParser) warn(name, v, why string) {
+	p.warnings = append(p.warnings, fmt.Sprintf("%s=%s is ignored: %s", name, v, why))
+}
+
+// upstreamBackoff is upstream's reconnect backoff in xds.Backoff's terms.
+// Upstream's xDS provider waits, before its nth attempt in a row (n from
+// 0), jpillora/backoff's initial*factor^n, kept within [initial, max];
+// with jitter, a draw between initial and that. Its "random factor" is
+// that factor, so its default of 0.5 keeps every wait at the initial
+// interval (10s), unjittered since the draw's range is empty. Here: a
+// factor of 1 or less is no growth and no jitter (upstream's waits
+// exactly); above 1 it is the Multiplier, and jitter is xds.Backoff's
+// default ±20% of each wait (upstream draws from initial up to the wait,
+// a wider spread). A zero interval or factor takes jpillora/backoff's
+// default (100ms, 10s, 2), and an initial above the max is the max, as
+// there.
+func upstreamBackoff(initial, maxWait time.Duration, factor float64, jitter bool) xds.Backoff {
+	if initial <= 0 {
+		initial = 100 * time.Millisecond
+	}
+	if maxWait <= 0 {
+		maxWait = 10 * time.Second
+	}
+	if factor <= 0 {
+		factor = 2
+	}
+	b := xds.Backoff{Initial: min(initial, maxWait), Max: maxWait, Multiplier: max(factor, 1), Jitter: -1}
+	if jitter && factor > 1 && initial < maxWait {
+		b.Jitter = 0 // xds.Backoff's default
+	}
+	return b
+}
+
+// grpcMetadataProblem is why gRPC would not send k: v as metadata, or "".
+func grpcMetadataProblem(k, v string) string {
+	if k == "" || strings.HasPrefix(strings.ToLower(k), "grpc-") || strings.HasPrefix(k, ":") {
+		return fmt.Sprintf("%q is not a header gRPC sends", k)
+	}
+	for _, c := range k {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Sprintf("header %q: gRPC metadata names are letters, digits, -, _ and .", k)
+		}
+	}
+	if strings.HasSuffix(strings.ToLower(k), "-bin") {
+		return ""
+	}
+	for _, c := range v {
+		if c < 0x20 || c > 0x7e {
+			return fmt.Sprintf("header %q: its value is not printable ASCII", k)
+		}
+	}
+	return ""
+}
+
+// randomUUID is a random (version 4) UUID: upstream's service.instance.id
+// when TRACING_SERVICE_INSTANCE_ID is unset.
+func randomUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// configure puts on c what the mode asks of serve beyond its flags: the
+// xds.Options fields of CONFIG_TYPE=GRPC_XDS_SOTW that have no flag.
+func (m *upstreamMode) configure(c *serveConfig) {
+	if m == nil || m.xds == nil {
+		return
+	}
+	c.xds.nodeMetadata = m.xds.NodeMetadata
+	c.xds.headers = m.xds.Headers
+	c.xds.maxRecvMsgSize = m.xds.MaxRecvMsgSize
+	c.xds.backoff = m.xds.Backoff
+}
+
+// tracingDefaults are the OpenTelemetry settings of TRACING_*, each one
+// applied only where no OTEL_* variable says otherwise (startTracing);
+// the zero value, for serve, changes nothing.
+func (m *upstreamMode) tracingDefaults() tracingDefaults {
+	if m == nil || m.tracing == nil {
+		return tracingDefaults{}
+	}
+	t := m.tracing
+	attrs := []attribute.KeyValue{attribute.String("service.name", t.ServiceName), attribute.String("service.instance.id", t.ServiceInstanceID)}
+	if t.ServiceNamespace != "" {
+		attrs = append(attrs, attribute.String("service.namespace", t.ServiceNamespace))
+	}
+	return tracingDefaults{
+		protocol:    t.Protocol,
+		attrs:       attrs,
+		sampler:     sdktrace.ParentBased(sdktrace.TraceIDRatioBased(t.SamplingRate)),
+		samplerName: fmt.Sprintf("parentbased_traceidratio %g", t.SamplingRate),
+	}
 }
 
 // logWarnings logs the ignored settings, once each.
@@ -734,32 +852,4 @@ func (m *upstreamMode) announce(stdout io.Writer) {
 	if m != nil && m.promBound != "" {
 		fmt.Fprintf(stdout, "floodgate: serving Prometheus metrics on %s%s\n", m.promBound, m.promPath)
 	}
-}
-
-// startConfig starts CONFIG_TYPE=GRPC_XDS_SOTW's subscription (startXDS);
-// false when the mode has none, and serve watches its -config as usual.
-func (m *upstreamMode) startConfig(ctx context.Context, srv *server.Server, log *slog.Logger) (bool, error) {
-	if m == nil || m.xds == nil {
-		return false, nil
-	}
-	return true, startXDS(ctx, srv, *m.xds, log)
-}
-
-// startTraces starts TRACING_ENABLED's exporter (startTracing); the
-// returned func flushes and stops it.
-func (m *upstreamMode) startTraces(ctx context.Context, log *slog.Logger) (func(), error) {
-	if m == nil || m.tracing == nil {
-		return func() {}, nil
-	}
-	shutdown, err := startTracing(ctx, *m.tracing, log)
-	if err != nil {
-		return nil, err
-	}
-	return func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := shutdown(sctx); err != nil {
-			log.Warn("trace exporter shutdown", "error", err)
-		}
-	}, nil
 }

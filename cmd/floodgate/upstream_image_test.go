@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,12 +17,15 @@ const imageRootfsEnv = "FLOODGATE_IMAGE_ROOTFS"
 
 // TestImageRootfs runs the image's /bin/ratelimit, from its exported root
 // filesystem, as Envoy Gateway's managed deployment starts it: by that
-// name, with its environment (CONFIG_TYPE=FILE: the config of
-// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config) and nothing inherited. It
-// answers /healthcheck, decides Envoy's requests by the files, serves the
-// metrics on PROMETHEUS_ADDR, and exits 0 on SIGTERM. Containers cannot
-// run on the machines that build the image; the binary, the link and the
-// files are the image's own.
+// name, with its environment and nothing inherited. With CONFIG_TYPE=FILE
+// (the config of RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config) it answers
+// /healthcheck, decides Envoy's requests by the files, serves the metrics
+// on PROMETHEUS_ADDR, and exits 0 on SIGTERM. With Envoy Gateway's own
+// CONFIG_TYPE=GRPC_XDS_SOTW, TLS on gRPC and tracing, it does the same
+// with the config go-control-plane's xDS server pushes over mutual TLS,
+// and exports the decisions' traces to the test's OTLP receiver at
+// OTEL_EXPORTER_OTLP_ENDPOINT. Containers cannot run on the machines that
+// build the image; the binary, the link and the files are the image's own.
 func TestImageRootfs(t *testing.T) {
 	rootfs := os.Getenv(imageRootfsEnv)
 	if rootfs == "" {
@@ -42,9 +46,33 @@ func TestImageRootfs(t *testing.T) {
 		}
 	}
 	f.Close()
+	caBundle := filepath.Join(rootfs, "etc/ssl/certs/ca-certificates.crt")
 
-	env := envoyGatewayEnv(runtimeTree(t, upstreamYAML), "")
-	env["SSL_CERT_FILE"] = filepath.Join(rootfs, "etc/ssl/certs/ca-certificates.crt")
+	t.Run("file", func(t *testing.T) {
+		env := envoyGatewayEnv(runtimeTree(t, upstreamYAML), "")
+		env["SSL_CERT_FILE"] = caBundle
+		in, stop := startImage(t, bin, env)
+		checkRatelimit(t, in, "image")
+		if code := stop(); code != 0 {
+			t.Errorf("exit %d on SIGTERM, want 0; stderr:\n%s", code, in.stderr)
+		}
+	})
+	t.Run("xds", func(t *testing.T) {
+		e := newEGXDS(t, "http/protobuf")
+		e.env["SSL_CERT_FILE"] = caBundle
+		in, stop := startImage(t, bin, e.env)
+		e.check(t, in)
+		if code := stop(); code != 0 {
+			t.Fatalf("exit %d on SIGTERM, want 0; stderr:\n%s", code, in.stderr)
+		}
+		e.checkTrace(t, egNamespace)
+	})
+}
+
+// startImage runs bin with env alone and reads the lines it prints when it
+// serves; the returned func sends SIGTERM and returns the exit code.
+func startImage(t *testing.T, bin string, env map[string]string) (*ratelimitInstance, func() int) {
+	t.Helper()
 	cmd := exec.Command(bin)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -69,26 +97,24 @@ func TestImageRootfs(t *testing.T) {
 		}
 		exited <- code
 	}()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-	in := readServing(t, stdout, true, exited, stderr)
-	checkRatelimit(t, in, "image")
-
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	var once sync.Once
+	exit := -1
+	stop := func() int {
+		once.Do(func() {
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				return // already exited and waited for (readServing said so)
+			}
+			select {
+			case exit = <-exited:
+			case <-time.After(20 * time.Second):
+				t.Errorf("no exit within 20s of SIGTERM; stderr:\n%s", stderr)
+				cmd.Process.Kill()
+				<-exited
+			}
+		})
+		return exit
 	}
-	select {
-	case code := <-exited:
-		stopped = true
-		if code != 0 {
-			t.Errorf("exit %d on SIGTERM, want 0; stderr:\n%s", code, stderr)
-		}
-	case <-time.After(20 * time.Second):
-		t.Errorf("no exit within 20s of SIGTERM; stderr:\n%s", stderr)
-	}
+	t.Cleanup(func() { stop() })
+	_, withProm := env["USE_PROMETHEUS"]
+	return readServing(t, stdout, withProm, exited, stderr), stop
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -312,6 +313,9 @@ func TestParseUpstreamRefused(t *testing.T) {
 type ratelimitInstance struct {
 	httpURL, grpcAddr, promURL string
 	stderr                     *syncBuffer
+	// grpcTLS is the TLS of the gRPC listener (GRPC_SERVER_USE_TLS) as its
+	// clients see it; nil for plaintext.
+	grpcTLS *tls.Config
 }
 
 var promLine = regexp.MustCompile(`serving Prometheus metrics on (\S+)`)
@@ -430,7 +434,11 @@ func checkRatelimit(t *testing.T, in *ratelimitInstance, client string) {
 	if status != http.StatusOK || body != "OK" {
 		t.Errorf("/healthcheck: %d %q, want 200 \"OK\"", status, body)
 	}
-	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if in.grpcTLS != nil {
+		creds = credentials.NewTLS(in.grpcTLS)
+	}
+	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,7 +608,9 @@ func TestRatelimitGRPCTLS(t *testing.T) {
 // parsed beyond a boolean, and the Redis URL's parts.
 var fuzzedSettings = []string{"REDIS_URL", "REDIS_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS", "REDIS_TIMEOUT",
 	"REDIS_SOCKET_TYPE", "HOST", "PORT", "LOG_LEVEL", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "CACHE_KEY_PREFIX",
-	"LIMIT_LIMIT_HEADER", "LOCAL_CACHE_SIZE_IN_BYTES", "CONFIG_TYPE", "CONFIG_GRPC_XDS_NODE_METADATA", "USE_STATSD"}
+	"LIMIT_LIMIT_HEADER", "LOCAL_CACHE_SIZE_IN_BYTES", "CONFIG_TYPE", "CONFIG_GRPC_XDS_NODE_METADATA", "USE_STATSD",
+	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+	"TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"}
 
 // FuzzParseUpstream: any environment is refused with every line naming a
 // setting, or gives flags that serve takes; never a panic. The input's
@@ -611,6 +621,7 @@ func FuzzParseUpstream(f *testing.F) {
 	f.Add("m,s1:26379\nsentinel\n\nx&y\ntrue\n2s\ntcp")
 	f.Add("redis-cluster://a,b\n\n\n\n\n\n\n::1\n65536\nTRACE\n:19001\nmetrics")
 	f.Add("\n\n\n\n\n\n\n\n\n\n\n\na{b\nX R\n-1\nFILE\na:b,c\nfalse")
+	f.Add("\n\n\n\n\n\n\n\n\n\n\n\n\n\n\nGRPC_XDS_SOTW\nzone=a,b:c\nfalse\neg:18001\nauthorization:Bearer x\n2\n0s\ntrue\ngrpc\n0.5")
 	f.Fuzz(func(t *testing.T, text string) {
 		env := map[string]string{"USE_PROMETHEUS": "true"}
 		for i, v := range strings.Split(text, "\n") {

@@ -23,6 +23,13 @@ type xdsFlags struct {
 	useTLS                    bool
 	ca, cert, key, serverName string
 	startWithoutConfig        bool
+
+	// The fields of xds.Options that have no flag: zero in serve (the
+	// package's defaults); `floodgate ratelimit` sets them from upstream's
+	// settings (upstreamMode.configure).
+	nodeMetadata, headers map[string]string
+	maxRecvMsgSize        int
+	backoff               xds.Backoff
 }
 
 func (f *xdsFlags) register(fs *flag.FlagSet) {
@@ -98,11 +105,15 @@ func (f xdsFlags) start(ctx context.Context, srv *server.Server, loader config.L
 	first := make(chan struct{})
 	var once sync.Once
 	o := xds.Options{
-		Address: f.addr,
-		NodeID:  f.node,
-		Cluster: f.cluster,
-		TLS:     tlsConf,
-		Loader:  loader,
+		Address:        f.addr,
+		NodeID:         f.node,
+		Cluster:        f.cluster,
+		NodeMetadata:   f.nodeMetadata,
+		Headers:        f.headers,
+		TLS:            tlsConf,
+		MaxRecvMsgSize: f.maxRecvMsgSize,
+		Backoff:        f.backoff,
+		Loader:         loader,
 		Apply: func(cfg *config.Config) error {
 			if err := srv.ApplyConfig(cfg, "xds"); err != nil {
 				return err

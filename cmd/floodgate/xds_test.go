@@ -19,18 +19,21 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // xdsControlPlane is go-control-plane's xDS server and snapshot cache on
-// a loopback port, with mutual TLS, recording the requests it receives.
+// a loopback port, with mutual TLS, recording the requests it receives
+// and the gRPC metadata each stream opened with.
 type xdsControlPlane struct {
 	addr  string
 	cache cachev3.SnapshotCache
 
 	mu      sync.Mutex
 	reqs    []*discoveryv3.DiscoveryRequest
+	streams []metadata.MD
 	changed chan struct{}
 }
 
@@ -43,16 +46,25 @@ func startControlPlane(t *testing.T, certs *redistest.Certs) *xdsControlPlane {
 	creds := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
 		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: certs.Pool()})
 	cp := &xdsControlPlane{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), changed: make(chan struct{}, 1)}
-	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
-		cp.mu.Lock()
-		cp.reqs = append(cp.reqs, req)
-		cp.mu.Unlock()
-		select {
-		case cp.changed <- struct{}{}:
-		default:
-		}
-		return nil
-	}}
+	cb := serverv3.CallbackFuncs{
+		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
+			md, _ := metadata.FromIncomingContext(ctx)
+			cp.mu.Lock()
+			cp.streams = append(cp.streams, md)
+			cp.mu.Unlock()
+			return nil
+		},
+		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
+			cp.mu.Lock()
+			cp.reqs = append(cp.reqs, req)
+			cp.mu.Unlock()
+			select {
+			case cp.changed <- struct{}{}:
+			default:
+			}
+			return nil
+		},
+	}
 	g := grpc.NewServer(grpc.Creds(creds))
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(context.Background(), cp.cache, cb))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
