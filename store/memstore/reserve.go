@@ -92,7 +92,7 @@ func (b *batch) window(i int) int64 {
 	it := &b.items[i]
 	old, _ := b.shard(i).small[algorithm.KindFixedWindow].find(it.ref)
 	switch {
-	case (algorithm.FixedWindow{Start: old.st.A, Count: old.st.B}).Live(it.params, it.now):
+	case (algorithm.FixedWindow{Start: old.st.A, Count: old.st.B, Next: old.st.C}).Live(it.params, it.now):
 		return old.st.A
 	case it.params.FirstHit:
 		return it.now
@@ -356,8 +356,8 @@ func (b *batch) raise(i int, window, units int64) {
 	it := &b.items[i]
 	m := &b.shard(i).small[algorithm.KindFixedWindow]
 	old, w := m.find(it.ref)
-	st := algorithm.FixedWindow{Start: old.st.A, Count: old.st.B}.Raise(it.params, it.now, window, units)
-	if next := (slot{st: algorithm.Small{A: st.Start, B: st.Count}, exp: st.Expires(it.params)}); next.st != old.st {
+	st := algorithm.FixedWindow{Start: old.st.A, Count: old.st.B, Next: old.st.C}.Raise(it.params, it.now, window, units)
+	if next := (slot{st: algorithm.Small{A: st.Start, B: st.Count, C: st.Next}, exp: st.Expires(it.params)}); next.st != old.st {
 		next.exp += it.skew
 		m.set(it.ref, next, w)
 	}
@@ -376,7 +376,7 @@ func (b *batch) rebuild(rb []floodgate.Rebuild) []time.Time {
 		}
 		it := &b.items[i]
 		old, _ := b.shard(i).small[algorithm.KindFixedWindow].find(it.ref)
-		if (algorithm.FixedWindow{Start: old.st.A, Count: old.st.B}).Live(it.params, it.now) {
+		if (algorithm.FixedWindow{Start: old.st.A, Count: old.st.B, Next: old.st.C}).Live(it.params, it.now) {
 			continue
 		}
 		if w := x.Window.UnixMicro(); x.Known && it.now >= w && it.now < w+it.params.Period {
