@@ -84,7 +84,7 @@ func (c Calendar) loc() *time.Location {
 	return c.Location
 }
 
-func (c Calendar) day() int   { return max(c.Day, 1) }
+func (c Calendar) day() int { return max(c.Day, 1) }
 func (c Calendar) month() time.Month {
 	if c.Month == 0 {
 		return time.January

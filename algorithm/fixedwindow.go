@@ -79,3 +79,19 @@ func (s FixedWindow) Expires(p Params) int64 {
 	}
 	return s.end(&p)
 }
+
+// WindowAt is the window a FixedWindow of p opens at now, start <= now <
+// end: the calendar window of Params.Calendar that contains now, else the
+// multiple of Period at or before now (with FirstHit the window that would
+// start at now).
+func (p *Params) WindowAt(now int64) (start, end int64) {
+	switch {
+	case p.Calendar != nil:
+		start, end, _ = p.Calendar.Window(now)
+		return start, end
+	case p.FirstHit:
+		return now, now + p.Period
+	}
+	start = now - now%p.Period
+	return start, start + p.Period
+}
