@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/algorithm"
@@ -153,7 +154,7 @@ func ParseCalendar(unit, zone, anchor string) (Calendar, error) {
 		if len(zone) > 64 || strings.ContainsAny(zone, "\x00\\") || strings.Contains(zone, "..") || strings.HasPrefix(zone, "/") {
 			return Calendar{}, fieldErr(ErrInvalidLimit, "time_zone", "%s is not an IANA time zone name", strconv.Quote(zone))
 		}
-		loc, err := time.LoadLocation(zone)
+		loc, err := loadZone(zone)
 		if err != nil {
 			return Calendar{}, fieldErr(ErrInvalidLimit, "time_zone", "%s is not a known IANA time zone (%v)", strconv.Quote(zone), err)
 		}
@@ -196,6 +197,24 @@ func ParseCalendar(unit, zone, anchor string) (Calendar, error) {
 		c.Month, c.Day = time.Month(mn), dn
 	}
 	return c, nil
+}
+
+// zones caches the zones ParseCalendar loaded, by name: time.LoadLocation
+// reads the zone's file on every call and returns a new *time.Location,
+// and two calendars of one zone are == only with the same pointer. It
+// holds only names that loaded, of which there are a few hundred.
+var zones sync.Map
+
+func loadZone(name string) (*time.Location, error) {
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	actual, _ := zones.LoadOrStore(name, loc)
+	return actual.(*time.Location), nil
 }
 
 // daysInLeap is the number of days of month m in a leap year.

@@ -563,6 +563,16 @@ func (l Limit) ParamsAt(nowUS int64) algorithm.Params {
 	return p
 }
 
+// statePeriod is the period that, with the key and algorithm, names a
+// store's state: Period, or for a calendar limit minus the unit's longest
+// window, which no aligned limit has.
+func (l *Limit) statePeriod() time.Duration {
+	if l.Calendar.Unit != "" {
+		return -time.Duration(l.Params().Period) * time.Microsecond
+	}
+	return l.Period
+}
+
 // IsCalendar reports whether the limit's windows are calendar periods.
 func (l Limit) IsCalendar() bool { return l.Calendar.Unit != "" }
 

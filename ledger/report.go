@@ -67,12 +67,7 @@ func timeText(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func alignment(u Usage) string {
-	if u.Limit.Window == "" {
-		return "aligned"
-	}
-	return string(u.Limit.Window)
-}
+func alignment(u Usage) string { return Alignment(u.Limit) }
 
 func algorithmOf(u Usage) string { return string(u.Limit.EffectiveAlgorithm()) }
 
