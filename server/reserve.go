@@ -47,7 +47,7 @@ func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hi
 // ReserveInline holds cost of an inline key under limit. A period above
 // Options.MaxOwnPeriod is invalid (field "limit.period").
 func (s *Server) ReserveInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
-	if err := s.checkOwnPeriod("limit.period", limit.Period); err != nil {
+	if err := s.checkOwnPeriod("limit.period", ownPeriod(limit)); err != nil {
 		return nil, Status{}, err
 	}
 	if err := checkInlineKey(key); err != nil {
