@@ -25,8 +25,8 @@ func TestAllowCalendar(t *testing.T) {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
 	var got struct {
-		Allowed    bool   `json:"allowed"`
-		Remaining  int64  `json:"remaining"`
+		Allowed      bool  `json:"allowed"`
+		Remaining    int64 `json:"remaining"`
 		ResetAfterMS int64 `json:"reset_after_ms"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
