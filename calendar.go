@@ -151,7 +151,9 @@ func ParseCalendar(unit, zone, anchor string) (Calendar, error) {
 		return Calendar{}, fieldErr(ErrInvalidLimit, "unit", "%s is not a calendar unit (want day, week, month or year)", strconv.Quote(unit))
 	}
 	if zone != "" && zone != "UTC" {
-		if len(zone) > 64 || strings.ContainsAny(zone, "\x00\\") || strings.Contains(zone, "..") || strings.HasPrefix(zone, "/") {
+		// "Local" would be each process's own zone, which two servers need
+		// not share.
+		if zone == "Local" || len(zone) > 64 || strings.ContainsAny(zone, "\x00\\") || strings.Contains(zone, "..") || strings.HasPrefix(zone, "/") {
 			return Calendar{}, fieldErr(ErrInvalidLimit, "time_zone", "%s is not an IANA time zone name", strconv.Quote(zone))
 		}
 		loc, err := loadZone(zone)
