@@ -256,3 +256,21 @@ func ExampleLimiter_Reserve() {
 	// given back 2750 remaining 8750
 	// replayed true remaining 8750
 }
+
+// A monthly quota that resets at midnight on the 15th in New York: the
+// window that holds 10 March 2026 began on 15 February and lasts an hour
+// less than 28 days, since the clocks skip an hour on 8 March.
+func ExampleCalendar() {
+	c, err := floodgate.ParseCalendar("month", "America/New_York", "15")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	limit := floodgate.Limit{Limit: 10_000, Calendar: c, Durable: true}
+	start, end := limit.Calendar.Window(time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC))
+	fmt.Println(limit.Validate() == nil)
+	fmt.Println(start.Format(time.RFC3339), end.Format(time.RFC3339), end.Sub(start))
+	// Output:
+	// true
+	// 2026-02-15T00:00:00-05:00 2026-03-15T00:00:00-04:00 671h0m0s
+}

@@ -141,6 +141,15 @@ type Limit struct {
 	// behaviour. Only an aligned FixedWindow can be global: the package
 	// doc of region says why. Default false.
 	Global bool
+	// Calendar, when not zero, makes a FixedWindow's windows periods of a
+	// calendar (days, weeks, months or years of a time zone, from an
+	// anchor day) instead of multiples of Period: a monthly quota that
+	// resets at midnight on the 1st in New York. Period is then 0 (a
+	// window lasts what its calendar period lasts: 23 to 25 hours for a
+	// day), and the window can be neither first_hit nor take a
+	// LocalBudget, nor be Global. Durable quotas take one, so that their
+	// windows are the bill's. See Calendar.
+	Calendar Calendar
 	// Name optionally names the policy in headers, logs and metrics.
 	Name string
 }
@@ -210,7 +219,7 @@ func (l Limit) invalid() error {
 
 // A rule is one thing a valid Limit keeps, as a bit of a set of rules.
 // Its predicate is in broken, its field and problem in limitRules.
-type rule uint32
+type rule uint64
 
 // The rules of a Limit; limitRules has their order.
 const (
@@ -241,7 +250,13 @@ const (
 	durableGlobal
 	globalAlgorithm
 	globalFirstHit
-	allRules = globalFirstHit<<1 - 1
+	calendarInvalid
+	calendarAlgorithm
+	calendarPeriod
+	calendarFirstHit
+	calendarBudget
+	calendarGlobal
+	allRules = calendarGlobal<<1 - 1
 )
 
 // broken returns the set of rules l breaks: the one place each rule's
@@ -270,7 +285,14 @@ func (l *Limit) broken() (set rule) {
 		}
 	}
 	periodUS := int64(l.Period / time.Microsecond)
-	if uint64(l.Period-1) >= uint64(MaxPeriod) || periodUS*int64(time.Microsecond) != int64(l.Period) {
+	calendar := l.Calendar != Calendar{}
+	if calendar {
+		set |= l.brokenCalendar(k)
+		if l.Period == 0 {
+			periodUS = algorithm.MaxCalendarPeriod(l.Calendar.unit())
+		}
+	}
+	if uint64(l.Period-1) >= uint64(MaxPeriod) && !(calendar && l.Period == 0) || periodUS*int64(time.Microsecond) != int64(l.Period) && !calendar {
 		switch {
 		case l.Period <= 0:
 			set |= periodNotPositive
@@ -351,6 +373,29 @@ func (l *Limit) broken() (set rule) {
 	return set
 }
 
+// brokenCalendar is the rules of broken for a limit with a Calendar.
+func (l *Limit) brokenCalendar(k algorithm.Kind) (set rule) {
+	if l.Calendar.problem() != "" {
+		set |= calendarInvalid
+	}
+	switch {
+	case k != algorithm.KindFixedWindow:
+		set |= calendarAlgorithm
+	case l.Window == FirstHit:
+		set |= calendarFirstHit
+	}
+	if l.Period != 0 {
+		set |= calendarPeriod
+	}
+	if l.LocalBudget != 0 {
+		set |= calendarBudget
+	}
+	if l.Global {
+		set |= calendarGlobal
+	}
+	return set
+}
+
 // limitRules are the rules of a Limit in the order Validate reports them,
 // each with the field it names and its problem, made only for a limit
 // that breaks it.
@@ -418,6 +463,22 @@ var limitRules = []struct {
 		return fmt.Sprintf("only an aligned fixed_window can be global, not %s", l.name())
 	}},
 	{globalFirstHit, "global", func(*Limit) string { return "only an aligned fixed_window can be global, not a first_hit one" }},
+	{calendarInvalid, "calendar", func(l *Limit) string { return l.Calendar.problem() }},
+	{calendarAlgorithm, "calendar", func(l *Limit) string {
+		return fmt.Sprintf("only a fixed_window takes calendar windows, not %s", l.name())
+	}},
+	{calendarPeriod, "period", func(l *Limit) string {
+		return fmt.Sprintf("%v: a calendar window takes no period (0): it lasts its %s", l.Period, l.Calendar.Unit)
+	}},
+	{calendarFirstHit, "window", func(*Limit) string {
+		return "a calendar window starts at local midnight of its anchor day, not at the first hit"
+	}},
+	{calendarBudget, "local_budget", func(*Limit) string {
+		return "a calendar window takes no local_budget: an instance's claim does not know where the calendar window ends"
+	}},
+	{calendarGlobal, "global", func(*Limit) string {
+		return "a calendar window cannot be global: a region's lease is of aligned windows"
+	}},
 }
 
 // name is the limit's algorithm in Validate's messages: quoted when
@@ -477,13 +538,58 @@ func (l Limit) Params() algorithm.Params {
 			burst = l.Burst
 		}
 	}
+	period := int64(l.Period / time.Microsecond)
+	if l.Calendar.Unit != "" {
+		period = algorithm.MaxCalendarPeriod(l.Calendar.unit())
+	}
 	return algorithm.Params{
 		Limit:         l.Limit,
-		Period:        int64(l.Period / time.Microsecond),
+		Period:        period,
 		Burst:         burst,
 		FirstHit:      l.Window == FirstHit,
 		CountRejected: l.CountRejected,
 	}
+}
+
+// ParamsAt is Params for a decision at nowUS (µs since the epoch): for a
+// calendar limit, with the windows around nowUS (Calendar.Windows), which
+// its step needs; Params for every other. Call it on a validated limit.
+func (l Limit) ParamsAt(nowUS int64) algorithm.Params {
+	p := l.Params()
+	if l.Calendar.Unit != "" {
+		w := l.Calendar.Windows(nowUS)
+		p.Calendar = &w
+	}
+	return p
+}
+
+// statePeriod is the period that, with the key and algorithm, names a
+// store's state: Period, or for a calendar limit minus the unit's longest
+// window, which no aligned limit has.
+func (l *Limit) statePeriod() time.Duration {
+	if l.Calendar.Unit != "" {
+		return -time.Duration(l.Params().Period) * time.Microsecond
+	}
+	return l.Period
+}
+
+// IsCalendar reports whether the limit's windows are calendar periods.
+func (l Limit) IsCalendar() bool { return l.Calendar.Unit != "" }
+
+// WindowAt is the window of a FixedWindow limit that contains t: a
+// multiple of Period since the epoch (Aligned), or the calendar period
+// (Calendar). For a FirstHit window, which depends on the key, it is
+// [t, t+Period).
+func (l Limit) WindowAt(t time.Time) (start, end time.Time) {
+	switch {
+	case l.Calendar.Unit != "":
+		return l.Calendar.Window(t)
+	case l.Window == FirstHit || l.Period <= 0:
+		return t, t.Add(l.Period)
+	}
+	us, p := t.UnixMicro(), int64(l.Period/time.Microsecond)
+	s := us - ((us%p)+p)%p
+	return time.UnixMicro(s), time.UnixMicro(s + p)
 }
 
 // Kind is the algorithm.Kind that runs the limit, the state machine of
@@ -504,7 +610,11 @@ func (l Limit) String() string {
 	if l.Name != "" {
 		b.WriteString(strconv.Quote(l.Name) + " ")
 	}
-	fmt.Fprintf(&b, "%d/%v %s", l.Limit, l.Period, l.EffectiveAlgorithm())
+	if l.Calendar.Unit != "" && l.Period == 0 {
+		fmt.Fprintf(&b, "%d/%s %s", l.Limit, l.Calendar.Unit, l.EffectiveAlgorithm())
+	} else {
+		fmt.Fprintf(&b, "%d/%v %s", l.Limit, l.Period, l.EffectiveAlgorithm())
+	}
 	if l.Burst != 0 {
 		fmt.Fprintf(&b, " burst=%d", l.Burst)
 	}
@@ -524,6 +634,9 @@ func (l Limit) String() string {
 	}
 	if l.Global {
 		b.WriteString(" global")
+	}
+	if l.Calendar != (Calendar{}) {
+		fmt.Fprintf(&b, " calendar=%q", l.Calendar.String())
 	}
 	return b.String()
 }

@@ -584,7 +584,7 @@ func checkHoldRequests(rs []Request) error {
 		if err := rs[i].Validate(); err != nil {
 			return &ItemError{Index: i, Err: err}
 		}
-		st := state{rs[i].Key, rs[i].Limit.EffectiveAlgorithm(), rs[i].Limit.Period}
+		st := state{rs[i].Key, rs[i].Limit.EffectiveAlgorithm(), rs[i].Limit.statePeriod()}
 		if j, ok := seen[st]; ok {
 			return &ItemError{Index: i, Err: fieldErr(ErrInvalidRequest, "key", "the state of request %d again (same key, algorithm and period): a reservation holds each state once", j)}
 		}

@@ -102,6 +102,10 @@ func CheckRaise(r Request, window time.Time) error {
 	switch {
 	case window.IsZero() || us < 0 || us > maxNowMicros:
 		return fieldErr(ErrInvalidRequest, "window", "%v is outside %v to %v", window, time.UnixMicro(0).UTC(), time.UnixMicro(maxNowMicros).UTC())
+	case r.Limit.Calendar.Unit != "":
+		if start, _ := r.Limit.Calendar.Window(window); !start.Equal(window) {
+			return fieldErr(ErrInvalidRequest, "window", "%v is not the start of a window of the calendar %q (that is %v)", window, r.Limit.Calendar.String(), start)
+		}
 	case r.Limit.Window != FirstHit && us%r.Limit.Period.Microseconds() != 0:
 		return fieldErr(ErrInvalidRequest, "window", "%v is not the start of an aligned window of %v", window, r.Limit.Period)
 	}

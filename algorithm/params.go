@@ -46,6 +46,13 @@ type Params struct {
 	// CountRejected makes a denied request of FixedWindow or SlidingWindow
 	// add its cost to the count.
 	CountRejected bool
+	// Calendar, when not nil, makes a FixedWindow's windows the calendar
+	// windows it holds (Calendar.Windows, around the time of the
+	// decision): a new window is the one of them that contains now, and
+	// the state keeps where its window ends (FixedWindow.Next). Period is
+	// then an upper bound of a window (MaxCalendarPeriod), not its length.
+	// Nil for every other limit.
+	Calendar *Windows
 }
 
 // Decision is what a Step answers. It mirrors floodgate.Decision with times

@@ -11,13 +11,25 @@ package algorithm
 // side of denying. The count stops at Limit+1, as CountRejected's does:
 // every count above Limit decides alike. Raise never lowers a count, and
 // raising twice to the same units changes nothing more.
+//
+// For a calendar limit the window that starts at start must be the one of
+// Params.Calendar that contains now.
 func (s FixedWindow) Raise(p Params, now, start, units int64) FixedWindow {
-	if units <= 0 || now < start || now >= start+p.Period {
+	end, next := start+p.Period, int64(0)
+	if p.Calendar != nil {
+		var ws int64
+		ws, end, _ = p.Calendar.Window(now)
+		if ws != start {
+			return s
+		}
+		next = end
+	}
+	if units <= 0 || now < start || now >= end {
 		return s
 	}
 	units = min(units, p.Limit+1)
 	if !s.Live(p, now) {
-		return FixedWindow{Start: start, Count: units}
+		return FixedWindow{Start: start, Count: units, Next: next}
 	}
 	s.Count = max(s.Count, units)
 	return s
@@ -28,5 +40,5 @@ func (s FixedWindow) Raise(p Params, now, start, units int64) FixedWindow {
 // live may have been lost by its store, and is rebuilt from the ledger
 // before it decides (floodgate.Rebuild).
 func (s FixedWindow) Live(p Params, now int64) bool {
-	return s.Count > 0 && now < s.Start+p.Period
+	return s.Count > 0 && now < s.end(&p)
 }

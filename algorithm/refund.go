@@ -7,8 +7,9 @@ package algorithm
 // and the new window owes nothing (refunded 0). It returns the state and
 // how many units it gave back.
 func (s FixedWindow) Refund(p Params, now, at, units int64) (FixedWindow, int64) {
-	live := s.Count > 0 && now < s.Start+p.Period
-	if !live || units <= 0 || at < s.Start || at >= s.Start+p.Period {
+	end := s.end(&p)
+	live := s.Count > 0 && now < end
+	if !live || units <= 0 || at < s.Start || at >= end {
 		return s, 0
 	}
 	back := min(units, s.Count)

@@ -89,7 +89,7 @@ var _ Reserver[State] = State{}
 // Small is the state of an algorithm whose state is O(1) integers
 // (Kind.Small: FixedWindow, SlidingWindow, TokenBucket, GCRA) as three
 // integers, the fields of that state in their order: FixedWindow{Start,
-// Count} is Small{A: Start, B: Count}, SlidingWindow{Start, Prev, Curr} is
+// Count, Next} is Small{Start, Count, Next}, SlidingWindow{Start, Prev, Curr} is
 // Small{Start, Prev, Curr}, TokenBucket{Taken, Last, LastFrac} is
 // Small{Taken, Last, LastFrac}, GCRA{TAT, TATFrac} is Small{A: TAT, B:
 // TATFrac}. A store keeps every such key in one shape and steps it by its
@@ -118,8 +118,8 @@ func (s *Small) StepTo(k Kind, d *Decision, p Params, now, cost int64) {
 		*s = Small{A: st.TAT, B: st.TATFrac}
 	default:
 		var st FixedWindow
-		st, *d = FixedWindow{Start: s.A, Count: s.B}.Step(p, now, cost)
-		*s = Small{A: st.Start, B: st.Count}
+		st, *d = FixedWindow{Start: s.A, Count: s.B, Next: s.C}.Step(p, now, cost)
+		*s = Small{st.Start, st.Count, st.Next}
 	}
 }
 
@@ -141,8 +141,8 @@ func (s Small) Refund(k Kind, p Params, now, at, units int64) (Small, int64) {
 		return Small{A: st.TAT, B: st.TATFrac}, back
 	}
 	var st FixedWindow
-	st, back = FixedWindow{Start: s.A, Count: s.B}.Refund(p, now, at, units)
-	return Small{A: st.Start, B: st.Count}, back
+	st, back = FixedWindow{Start: s.A, Count: s.B, Next: s.C}.Refund(p, now, at, units)
+	return Small{st.Start, st.Count, st.Next}, back
 }
 
 // Expires is the Expires of the algorithm k, for a Small kind.
@@ -155,5 +155,5 @@ func (s Small) Expires(k Kind, p Params) int64 {
 	case KindGCRA:
 		return GCRA{TAT: s.A, TATFrac: s.B}.Expires(p)
 	}
-	return FixedWindow{Start: s.A, Count: s.B}.Expires(p)
+	return FixedWindow{Start: s.A, Count: s.B, Next: s.C}.Expires(p)
 }

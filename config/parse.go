@@ -39,7 +39,8 @@ var (
 	rootFields       = []string{"domain", "descriptors", "plans"}
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
 	rateLimitFields  = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
-		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global", "share_by"}
+		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global", "share_by",
+		"time_zone", "anchor"}
 	replacesFields = []string{"name"}
 )
 
@@ -535,7 +536,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	}
 	if r.Unlimited {
 		// requests_per_unit is allowed and ignored, as upstream does.
-		for _, name := range []string{"unit", "period", "algorithm", "burst", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global", "share_by"} {
+		for _, name := range []string{"unit", "period", "algorithm", "burst", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global", "share_by", "time_zone", "anchor"} {
 			if f := fs[name]; f != nil {
 				p.errorf(f.key, fpath(name), "an unlimited rate limit takes no %s", name)
 			}
@@ -546,6 +547,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, d *Domain, levels []Level)
 	lim.Period = p.period(n, fs, fpath)
 	lim.Limit = p.requestsPerUnit(n, fs, fpath)
 	p.extensions(fs, fpath, &lim, r)
+	p.calendar(fs, fpath, &lim)
 	// The fields found bad so far; Validate's findings about them would only
 	// repeat those problems.
 	bad := make(map[string]bool)
@@ -689,6 +691,7 @@ func (p *parser) limitErrors(err error, n *yaml.Node, path string, fs map[string
 			"local_budget":   {"local_budget"},
 			"durable":        {"durable"},
 			"global":         {"global"},
+			"calendar":       {"anchor", "time_zone", "unit"},
 		}[pr.name]
 		at, field, located := n, path, ""
 		for _, c := range candidates {

@@ -68,7 +68,12 @@ type Options struct {
 //     floodgate.ErrInvalidRequest or floodgate.ErrInvalidLimit from Apply,
 //     ApplyBatch and Reset, and never panic;
 //   - context: a cancelled or expired context is an error wrapping
-//     context.Canceled or context.DeadlineExceeded.
+//     context.Canceled or context.DeadlineExceeded;
+//   - calendar: calendar windows (floodgate.Calendar) reset at local
+//     midnight of their anchor day in America/New_York across both
+//     changes of daylight saving time, with ResetAfter the true end of the
+//     window by Go's time package, and agree with the model on random
+//     instants near midnights.
 //
 // Unless opts says ServerTime, every request carries an explicit Now, so
 // the outcome does not depend on the machine's clock or speed. Run takes
@@ -99,6 +104,7 @@ func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store, opts ...Opti
 	t.Run("many_keys", s.testManyKeys)
 	t.Run("invalid", s.testInvalid)
 	t.Run("context", s.testContext)
+	t.Run("calendar", s.testCalendar)
 }
 
 // base is the fake time every case starts at, unless ServerTime: a whole

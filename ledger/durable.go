@@ -244,7 +244,7 @@ func (a *Accounts) write(group []*pendingRecord) {
 // contains at (Store.Usage): the window a lost counter is rebuilt in.
 func (a *Accounts) Used(ctx context.Context, key string, limit floodgate.Limit, at time.Time) (time.Time, int64, error) {
 	start := time.Now()
-	u, err := a.s.Usage(ctx, key, limit.Period, at)
+	u, err := a.s.Usage(ctx, key, WindowFor(limit, at).Period, at)
 	a.readNanos.Add(int64(time.Since(start)))
 	if err == nil {
 		a.reads.Add(1)

@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -81,7 +82,11 @@ func (e *Entry) Validate() error {
 	if e.Window.Truncate(time.Microsecond) != e.Window {
 		return invalid("window", "%v is not a whole number of microseconds", e.Window)
 	}
-	if aligned(e.Limit) {
+	if e.Limit.IsCalendar() {
+		if w := WindowFor(e.Limit, e.Window); !w.Start.Equal(e.Window) {
+			return invalid("window", "%v is not the start of a window of the calendar %q (that is %v)", e.Window.UTC(), e.Limit.Calendar.String(), w.Start.UTC())
+		}
+	} else if aligned(e.Limit) {
 		if w := WindowAt(e.Limit.Period, e.Window); !w.Start.Equal(e.Window) {
 			return invalid("window", "%v is not the start of an aligned window of %v (that is %v)", e.Window.UTC(), e.Limit.Period, w.Start.UTC())
 		}
@@ -155,6 +160,69 @@ func WindowAt(period time.Duration, t time.Time) Window {
 	return Window{Start: time.UnixMicro(start).UTC(), Period: period}
 }
 
+// WindowFor is the window of limit that contains t: for a calendar limit
+// (floodgate.Limit.Calendar) its calendar period, whose Period is that
+// window's length (743 hours for March 2026 in New York); else
+// WindowAt(limit.Period, t), which for a FirstHit limit is the aligned
+// window, not the key's.
+func WindowFor(limit floodgate.Limit, t time.Time) Window {
+	if limit.IsCalendar() {
+		start, end := limit.Calendar.Window(t)
+		return Window{Start: start.UTC(), Period: end.Sub(start)}
+	}
+	return WindowAt(limit.Period, t)
+}
+
+// Period is the length of the entry's window, which a Store records with
+// it: Limit.Period, or for a calendar limit the length of the calendar
+// period that starts at Window.
+func (e *Entry) Period() time.Duration {
+	if e.Limit.IsCalendar() {
+		return WindowFor(e.Limit, e.Window).Period
+	}
+	return e.Limit.Period
+}
+
+// Alignment is how a Store records the windows of a quota as text:
+// "aligned", "first_hit", or for a calendar "calendar " and the calendar
+// (floodgate.Calendar.String: "calendar month America/New_York 15").
+// LimitOf reads it back.
+func Alignment(l floodgate.Limit) string {
+	switch {
+	case l.IsCalendar():
+		return "calendar " + l.Calendar.String()
+	case l.Window == floodgate.FirstHit:
+		return string(floodgate.FirstHit)
+	}
+	return string(floodgate.Aligned)
+}
+
+// LimitOf is the quota a Store recorded: a FixedWindow of quota units
+// whose windows last period, aligned as alignment (Alignment) says; a
+// calendar quota has Period 0 and its Calendar. Stores call it when they
+// read a Usage back.
+func LimitOf(quota int64, period time.Duration, alignment string) (floodgate.Limit, error) {
+	l := floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: quota}
+	if rest, ok := strings.CutPrefix(alignment, "calendar "); ok {
+		f := strings.Fields(rest)
+		if len(f) < 2 || len(f) > 3 {
+			return l, fmt.Errorf("%w: alignment %q", floodgate.ErrUnexpectedReply, alignment)
+		}
+		anchor := ""
+		if len(f) == 3 {
+			anchor = f[2]
+		}
+		c, err := floodgate.ParseCalendar(f[0], f[1], anchor)
+		if err != nil {
+			return l, fmt.Errorf("%w: alignment %q: %w", floodgate.ErrUnexpectedReply, alignment, err)
+		}
+		l.Calendar = c
+		return l, nil
+	}
+	l.Period, l.Window = period, floodgate.Window(alignment)
+	return l, nil
+}
+
 // WindowOf is the window a store's fixed-window Decision d counts in
 // under limit: the aligned window that contains d.Now, or for a FirstHit
 // limit the window that ends d.ResetAfter after d.Now. ok is false when
@@ -166,8 +234,8 @@ func WindowOf(limit floodgate.Limit, d floodgate.Decision) (w Window, ok bool) {
 	if d.Now.IsZero() || d.ResetAfter <= 0 {
 		return Window{}, false
 	}
-	if aligned(limit) {
-		return WindowAt(limit.Period, d.Now), true
+	if limit.IsCalendar() || aligned(limit) {
+		return WindowFor(limit, d.Now), true
 	}
 	end := d.Now.Truncate(time.Microsecond).Add(d.ResetAfter)
 	return Window{Start: end.Add(-limit.Period).UTC(), Period: limit.Period}, true

@@ -642,7 +642,7 @@ func (q *Quotas) record(ctx context.Context, id string, rs []floodgate.Request, 
 			}
 		}
 		if w.IsZero() {
-			w = windowStart(floodgate.Limit{Period: r.Limit.Period}, now, 0)
+			w = windowStart(floodgate.Limit{Period: r.Limit.Period, Calendar: r.Limit.Calendar}, now, 0)
 		}
 		commits = append(commits, Commit{Key: r.Key, Limit: r.Limit, Window: w, Units: actual[i], ID: id, At: now})
 	}
@@ -704,6 +704,9 @@ func windowsOf(rs []floodgate.Request, ds []floodgate.Decision) []time.Time {
 // made at now, whose window ends resetAfter later, counts in: the aligned
 // window that contains now, or for FirstHit the window that ends then.
 func windowStart(limit floodgate.Limit, now time.Time, resetAfter time.Duration) time.Time {
+	if limit.IsCalendar() {
+		return WindowFor(limit, now).Start
+	}
 	us, p := now.UnixMicro(), limit.Period.Microseconds()
 	switch {
 	case limit.Window == floodgate.FirstHit && resetAfter > 0:

@@ -102,7 +102,7 @@ func Reconcile(ctx context.Context, s Store, used UsedFunc, o *ReconcileOptions)
 		}
 		if opts.Limit != nil {
 			l := opts.Limit(u.Key, u.Limit)
-			if l.EffectiveAlgorithm() != u.Limit.EffectiveAlgorithm() || l.Period != u.Limit.Period || aligned(l) != aligned(u.Limit) {
+			if l.EffectiveAlgorithm() != u.Limit.EffectiveAlgorithm() || l.Period != u.Limit.Period || aligned(l) != aligned(u.Limit) || l.Calendar != u.Limit.Calendar {
 				return drifts, fmt.Errorf("ledger: Reconcile: key %q: the limit %v is not the recorded quota's algorithm, period and window (%v)", u.Key, l, u.Limit)
 			}
 			u.Limit = l

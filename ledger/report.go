@@ -8,9 +8,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/floodgate-rl/floodgate"
 )
 
 // Format is the format of a report: CSV or JSON.
@@ -37,6 +40,63 @@ var Columns = []string{"key", "algorithm", "limit", "period", "period_us", "alig
 // them: a report of any size uses the memory of one page. On an error the
 // output is cut where the error came, and the error says so.
 func WriteReport(ctx context.Context, w io.Writer, s Store, q Query, f Format) error {
+	return writeReport(ctx, w, s, q, f, floodgate.Calendar{})
+}
+
+// WriteCalendarReport is WriteReport with a row per key and period of cal
+// (a calendar month in New York, say), as an invoice counts: each
+// recorded window counts in the period its start is in, and the row
+// sums them (units, entries; first_at and last_at the earliest and the
+// latest), with the quota of the latest window and, as the window, the
+// period: alignment "calendar month America/New_York", window_start and
+// window_end its local midnights. A durable quota on the same calendar
+// has one window per period, which the row is.
+func WriteCalendarReport(ctx context.Context, w io.Writer, s Store, q Query, f Format, cal floodgate.Calendar) error {
+	if cal.IsZero() || (floodgate.Limit{Limit: 1, Calendar: cal}).Validate() != nil {
+		return fmt.Errorf("ledger: WriteCalendarReport: %w", invalid("calendar", "%q is not a valid calendar", cal.String()))
+	}
+	return writeReport(ctx, w, s, q, f, cal)
+}
+
+// ByCalendar groups rows, in the order All yields them (by key, then
+// window start), by key and the period of cal each window starts in: see
+// WriteCalendarReport.
+func ByCalendar(rows iter.Seq2[Usage, error], cal floodgate.Calendar) iter.Seq2[Usage, error] {
+	return func(yield func(Usage, error) bool) {
+		var cur Usage
+		have := false
+		for u, err := range rows {
+			if err != nil {
+				yield(Usage{}, err)
+				return
+			}
+			start, end := cal.Window(u.Window.Start)
+			w := Window{Start: start.UTC(), Period: end.Sub(start)}
+			if have && cur.Key == u.Key && cur.Window == w {
+				cur.Units += u.Units
+				cur.Entries += u.Entries
+				if u.First.Before(cur.First) {
+					cur.First = u.First
+				}
+				if u.Last.After(cur.Last) {
+					cur.Last, cur.Limit.Limit = u.Last, u.Limit.Limit
+				}
+				continue
+			}
+			if have && !yield(cur, nil) {
+				return
+			}
+			cur, have = u, true
+			cur.Window = w
+			cur.Limit = floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: u.Limit.Limit, Calendar: cal}
+		}
+		if have {
+			yield(cur, nil)
+		}
+	}
+}
+
+func writeReport(ctx context.Context, w io.Writer, s Store, q Query, f Format, cal floodgate.Calendar) error {
 	if f != CSV && f != JSON {
 		return fmt.Errorf("ledger: WriteReport: %w", invalid("format", "%q is not csv or json", f))
 	}
@@ -44,11 +104,15 @@ func WriteReport(ctx context.Context, w io.Writer, s Store, q Query, f Format) e
 		return fmt.Errorf("ledger: WriteReport: %w", err)
 	}
 	bw := bufio.NewWriter(w)
+	rows := All(ctx, s, q)
+	if !cal.IsZero() {
+		rows = ByCalendar(rows, cal)
+	}
 	var err error
 	if f == CSV {
-		err = writeCSV(bw, All(ctx, s, q))
+		err = writeCSV(bw, rows)
 	} else {
-		err = writeJSON(bw, All(ctx, s, q))
+		err = writeJSON(bw, rows)
 	}
 	if err != nil {
 		bw.Flush()
@@ -67,12 +131,7 @@ func timeText(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func alignment(u Usage) string {
-	if u.Limit.Window == "" {
-		return "aligned"
-	}
-	return string(u.Limit.Window)
-}
+func alignment(u Usage) string { return Alignment(u.Limit) }
 
 func algorithmOf(u Usage) string { return string(u.Limit.EffectiveAlgorithm()) }
 

@@ -30,7 +30,10 @@
 //
 //   - q, the quota: the limit's capacity (Limit.Capacity: Burst for the
 //     buckets, Limit otherwise), the largest r can ever be.
-//   - w, the window in seconds, rounded up: the Period. For TokenBucket and
+//   - w, the window in seconds, rounded up: the Period; for a calendar
+//     window (Limit.Calendar), which a policy without a time cannot know,
+//     the calendar days of its unit's longest window: 86400, 604800,
+//     2678400 or 31622400 (t gives the true end). For TokenBucket and
 //     GCRA it is the time the bucket takes to refill from empty,
 //     Capacity×Period/Limit, so that q per w is both the largest burst and
 //     the long-run rate (10 per second with a burst of 20: q=20;w=2).
@@ -38,7 +41,9 @@
 //     says that q counts requests in flight.
 //   - r, the available quota: Decision.Remaining.
 //   - t, the effective window in seconds, rounded up: Decision.ResetAfter,
-//     the time until the limit is back to its full quota; on a denial no
+//     the time until the limit is back to its full quota (for a calendar
+//     window, until its true end: local midnight of the next anchor day,
+//     across any change of daylight saving time); on a denial no
 //     later than Retry-After, as the draft asks. Left out for Concurrency.
 //
 // Every integer is clamped to 0..999,999,999,999,999, the 15 digits an
@@ -242,6 +247,8 @@ func PolicyName(limits []floodgate.Limit, i int) string {
 		return l.Name
 	case len(limits) == 1:
 		return "default"
+	case l.IsCalendar():
+		return fmt.Sprintf("%d-per-%s", l.Limit, l.Calendar.Unit)
 	}
 	return fmt.Sprintf("%d-per-%ds", l.Limit, Seconds(l.Period))
 }
@@ -299,6 +306,13 @@ func CheckName(name string) error {
 
 // window is the w parameter of l in seconds; see the package doc.
 func window(l floodgate.Limit) int64 {
+	if l.IsCalendar() {
+		// A policy has no time, so no window of its own: the calendar
+		// days of the unit's longest window (1, 7, 31, 366). t, from the
+		// decision, is the true end of the current one.
+		days := map[floodgate.CalendarUnit]int64{floodgate.CalendarDay: 1, floodgate.CalendarWeek: 7, floodgate.CalendarMonth: 31, floodgate.CalendarYear: 366}
+		return days[l.Calendar.Unit] * 86400
+	}
 	period := l.Period
 	if l.Kind().Burst() && l.Limit > 0 && l.Capacity() != l.Limit {
 		// Capacity × Period / Limit, exact in 128 bits and rounded up, in

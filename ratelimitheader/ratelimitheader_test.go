@@ -409,3 +409,25 @@ func FuzzPolicyName(f *testing.F) {
 		}
 	})
 }
+
+// TestCalendarHeaders: a calendar window's t and reset are the decision's
+// true end, its w the calendar days of the unit, its name per unit.
+func TestCalendarHeaders(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := floodgate.Limit{Limit: 1000, Calendar: floodgate.Calendar{Unit: floodgate.CalendarMonth, Location: ny}}
+	now := time.Date(2026, 3, 1, 5, 0, 0, 0, time.UTC) // local midnight
+	_, end := l.Calendar.Window(now)
+	d := floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 999, ResetAfter: end.Sub(now), Now: now}
+	if got, want := ratelimitheader.Policy(l), `"default";q=1000;w=2678400`; got != want {
+		t.Errorf("Policy = %s, want %s", got, want)
+	}
+	if got, want := ratelimitheader.RateLimit([]floodgate.Limit{l}, []floodgate.Decision{d}), `"default";r=999;t=2674800`; got != want {
+		t.Errorf("RateLimit = %s, want %s (743 hours)", got, want)
+	}
+	if got, want := ratelimitheader.PolicyName([]floodgate.Limit{l, l}, 0), "1000-per-month"; got != want {
+		t.Errorf("PolicyName = %s, want %s", got, want)
+	}
+}

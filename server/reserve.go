@@ -61,7 +61,7 @@ func (s *Server) ReserveInline(ctx context.Context, key string, limit floodgate.
 }
 
 func (s *Server) reserveInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Status, error) {
-	if err := s.checkOwnPeriod("limit.period", limit.Period); err != nil {
+	if err := s.checkOwnPeriod("limit.period", ownPeriod(limit)); err != nil {
 		return nil, Status{}, err
 	}
 	if err := checkInlineKey(key); err != nil {

@@ -80,6 +80,25 @@ func (s *Server) checkOwnPeriod(field string, period time.Duration) error {
 	return nil
 }
 
+// ownPeriod is the period checkOwnPeriod bounds for limit l: Period, or
+// for a calendar limit the calendar days of its longest window (a day,
+// 7 days, 31 days, 366 days; the hour a change of daylight saving time
+// adds is not counted, so that a month passes the default maximum).
+func ownPeriod(l floodgate.Limit) time.Duration {
+	const day = 24 * time.Hour
+	switch l.Calendar.Unit {
+	case floodgate.CalendarDay:
+		return day
+	case floodgate.CalendarWeek:
+		return 7 * day
+	case floodgate.CalendarMonth:
+		return 31 * day
+	case floodgate.CalendarYear:
+		return 366 * day
+	}
+	return l.Period
+}
+
 // Invalid is the error of a field of a request the caller got wrong: a
 // *floodgate.FieldError of floodgate.ErrInvalidRequest naming field as
 // the caller wrote it ("descriptors[1].entries[0].key"), which the
@@ -614,7 +633,7 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		}
 		switch m := matches[i]; {
 		case d.Limit != nil:
-			if err := s.checkOwnPeriod(fmt.Sprintf("descriptors[%d].limit.period", i), d.Limit.Period); err != nil {
+			if err := s.checkOwnPeriod(fmt.Sprintf("descriptors[%d].limit.period", i), ownPeriod(*d.Limit)); err != nil {
 				return res, p, err
 			}
 			st.Limit = *d.Limit
@@ -859,7 +878,7 @@ func (s *Server) DecideInline(ctx context.Context, key string, limit floodgate.L
 }
 
 func (s *Server) decideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
-	if err := s.checkOwnPeriod("limit.period", limit.Period); err != nil {
+	if err := s.checkOwnPeriod("limit.period", ownPeriod(limit)); err != nil {
 		return Status{}, err
 	}
 	if err := checkInlineKey(key); err != nil {

@@ -63,16 +63,17 @@ func openLedger(ctx context.Context, spec string) (ledger.Store, error) {
 	return sqlite.Open(ctx, spec, nil)
 }
 
-// parseTime reads a -from or -to: RFC 3339 (2026-01-05T00:00:00Z) or a
-// date (2026-01-05, midnight UTC); empty is the zero time.
-func parseTime(s string) (time.Time, error) {
+// parseTimeIn reads a -from or -to: RFC 3339 (2026-01-05T00:00:00Z) or a
+// date (2026-01-05, midnight in loc: UTC unless -time-zone); empty is the
+// zero time.
+func parseTimeIn(s string, loc *time.Location) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t, nil
 	}
-	if t, err := time.Parse(time.DateOnly, s); err == nil {
+	if t, err := time.ParseInLocation(time.DateOnly, s, loc); err == nil {
 		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("%q is neither RFC 3339 (2026-01-05T00:00:00Z) nor a date (2026-01-05)", s)
@@ -87,6 +88,9 @@ func ledgerReport(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	to := fs.String("to", "", "the windows that start before this `time`: RFC 3339 or a date (UTC); default no end")
 	prefix := fs.String("key", "", "the keys that start with this `prefix`; default every key")
 	format := fs.String("format", "csv", "output format: csv or json")
+	period := fs.String("period", "", "one row per key and calendar `unit` (day, week, month or year) of -time-zone, summing the windows that start in it; default a row per recorded window")
+	zone := fs.String("time-zone", "", "the IANA time `zone` of -period's calendar and of -from and -to given as dates; default UTC")
+	anchor := fs.String("anchor", "", "where -period's windows start: a weekday (monday), a day of the month (15) or MM-DD for a year; default the first")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: floodgate ledger report -ledger URL_OR_PATH [flags]
 
@@ -96,6 +100,7 @@ it and the number of commits. A window belongs to the range it starts in.
 
   floodgate ledger report -ledger /var/lib/floodgate/ledger.db -from 2026-01-01 -to 2026-02-01
   floodgate ledger report -ledger postgres://floodgate@db/floodgate -key 'd|billing|' -format json
+  floodgate ledger report -ledger ledger.db -period month -time-zone America/New_York -from 2026-12-01 -to 2027-01-01
 
 flags:
 `)
@@ -109,10 +114,22 @@ flags:
 	}
 	q := ledger.Query{KeyPrefix: *prefix}
 	var problem string
-	var errFrom, errTo error
-	q.From, errFrom = parseTime(*from)
-	q.To, errTo = parseTime(*to)
+	var errFrom, errTo, errCal error
+	var cal floodgate.Calendar
+	loc := time.UTC
 	switch {
+	case *period != "":
+		if cal, errCal = floodgate.ParseCalendar(*period, *zone, *anchor); errCal == nil && cal.Location != nil {
+			loc = cal.Location
+		}
+	case *zone != "" || *anchor != "":
+		errCal = errors.New("-time-zone and -anchor go with -period")
+	}
+	q.From, errFrom = parseTimeIn(*from, loc)
+	q.To, errTo = parseTimeIn(*to, loc)
+	switch {
+	case errCal != nil:
+		problem = errCal.Error()
 	case fs.NArg() > 0:
 		problem = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
 	case *spec == "":
@@ -138,7 +155,13 @@ flags:
 		return 1
 	}
 	defer l.Close()
-	if err := ledger.WriteReport(ctx, stdout, l, q, ledger.Format(*format)); err != nil {
+	report := ledger.WriteReport
+	if !cal.IsZero() {
+		report = func(ctx context.Context, w io.Writer, s ledger.Store, q ledger.Query, f ledger.Format) error {
+			return ledger.WriteCalendarReport(ctx, w, s, q, f, cal)
+		}
+	}
+	if err := report(ctx, stdout, l, q, ledger.Format(*format)); err != nil {
 		fmt.Fprintf(stderr, "floodgate ledger report: %v\n", err)
 		return 1
 	}

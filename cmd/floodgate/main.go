@@ -27,6 +27,10 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	// The IANA time zone tables, for calendar windows (time_zone in a
+	// config, the HTTP API, ledger report -time-zone), in the binary: a
+	// minimal container image has no /usr/share/zoneinfo.
+	_ "time/tzdata"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"

@@ -177,8 +177,8 @@ func (l *Ledger) Record(ctx context.Context, entries []ledger.Entry) ([]bool, er
 	)
 	for i := range entries {
 		e := &entries[i]
-		keys[i], ids[i], algs[i], aligns[i] = []byte(e.Key), e.ID, string(e.Limit.EffectiveAlgorithm()), alignment(e.Limit)
-		quotas[i], periods[i], units[i] = e.Limit.Limit, e.Limit.Period.Microseconds(), e.Units
+		keys[i], ids[i], algs[i], aligns[i] = []byte(e.Key), e.ID, string(e.Limit.EffectiveAlgorithm()), ledger.Alignment(e.Limit)
+		quotas[i], periods[i], units[i] = e.Limit.Limit, e.Period().Microseconds(), e.Units
 		windows[i], ats[i] = e.Window, e.At.Truncate(time.Microsecond)
 		index[keyID(e.Key, e.ID)] = i
 	}
@@ -213,13 +213,6 @@ func (l *Ledger) Record(ctx context.Context, entries []ledger.Entry) ([]bool, er
 
 // keyID joins a key and an ID into a map key: an ID holds no NUL byte.
 func keyID(key, id string) string { return id + "\x00" + key }
-
-func alignment(l floodgate.Limit) string {
-	if l.Window == floodgate.FirstHit {
-		return string(floodgate.FirstHit)
-	}
-	return string(floodgate.Aligned)
-}
 
 // selectUsage is the columns of a Usage, grouped by window; the latest
 // entry (by committed_at, then id) gives the window's quota.
@@ -310,8 +303,12 @@ func (l *Ledger) query(ctx context.Context, query string, args ...any) ([]ledger
 			return ledger.Usage{}, err
 		}
 		p := time.Duration(period) * time.Microsecond
+		l, err := ledger.LimitOf(quot, p, align)
+		if err != nil {
+			return ledger.Usage{}, err
+		}
 		return ledger.Usage{Key: string(key),
-			Limit:  floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: quot, Period: p, Window: floodgate.Window(align)},
+			Limit:  l,
 			Window: ledger.Window{Start: start.UTC(), Period: p},
 			Units:  sum, Entries: n, First: first.UTC(), Last: last.UTC()}, nil
 	})

@@ -234,7 +234,7 @@ func (l *Ledger) Record(ctx context.Context, entries []ledger.Entry) ([]bool, er
 		for i := range entries {
 			e := &entries[i]
 			res, err := stmt.ExecContext(ctx, []byte(e.Key), e.ID, string(e.Limit.EffectiveAlgorithm()), e.Limit.Limit,
-				e.Limit.Period.Microseconds(), alignment(e.Limit), e.Window.UnixMicro(), e.Units, e.At.UnixMicro())
+				e.Period().Microseconds(), ledger.Alignment(e.Limit), e.Window.UnixMicro(), e.Units, e.At.UnixMicro())
 			if err != nil {
 				return err
 			}
@@ -250,13 +250,6 @@ func (l *Ledger) Record(ctx context.Context, entries []ledger.Entry) ([]bool, er
 		return nil, err
 	}
 	return written, nil
-}
-
-func alignment(l floodgate.Limit) string {
-	if l.Window == floodgate.FirstHit {
-		return string(floodgate.FirstHit)
-	}
-	return string(floodgate.Aligned)
 }
 
 // selectUsage is the columns of a Usage, grouped by window; the latest
@@ -353,10 +346,15 @@ func (l *Ledger) query(ctx context.Context, query string, args ...any) ([]ledger
 		u := ledger.Usage{Key: string(key), Window: ledger.Window{Start: time.UnixMicro(start).UTC(), Period: time.Duration(period) * time.Microsecond},
 			Units: sum, Entries: n, First: time.UnixMicro(first).UTC(), Last: time.UnixMicro(last).UTC()}
 		quota, align, ok := strings.Cut(latest, " ")
-		if _, err := fmt.Sscan(quota, &u.Limit.Limit); !ok || err != nil {
+		var q int64
+		if _, err := fmt.Sscan(quota, &q); !ok || err != nil {
 			return nil, fmt.Errorf("%w: quota and alignment %q", floodgate.ErrUnexpectedReply, latest)
 		}
-		u.Limit.Algorithm, u.Limit.Period, u.Limit.Window = floodgate.FixedWindow, u.Window.Period, floodgate.Window(align)
+		l, err := ledger.LimitOf(q, u.Window.Period, align)
+		if err != nil {
+			return nil, err
+		}
+		u.Limit = l
 		us = append(us, u)
 	}
 	return us, rows.Err()

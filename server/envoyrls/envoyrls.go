@@ -350,6 +350,11 @@ type statusSlab struct {
 // currentLimit fills the slab's current limit with l and returns it.
 func (sl *statusSlab) currentLimit(l floodgate.Limit) *rlsv3.RateLimitResponse_RateLimit {
 	sl.limit.Name, sl.limit.RequestsPerUnit, sl.limit.Unit = l.Name, clampUint32(l.Limit), unitOf(l.Period)
+	if l.IsCalendar() {
+		// A calendar window is its unit (MONTH); duration_until_reset
+		// is the true end of the window.
+		sl.limit.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(string(l.Calendar.Unit))])
+	}
 	return &sl.limit
 }
 

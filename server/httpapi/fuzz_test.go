@@ -26,6 +26,10 @@ func FuzzAllow(f *testing.F) {
 		`{"domain": "api", "descriptors": [{"entries": [{"key": "x", "value": "y"}], "hits": 0, "limit": {"limit": 5, "period": "1m"}}]}`,
 		`{"key": "k", "limit": {"limit": 9223372036854775807, "period": "2562047h"}}`,
 		`{"key": "", "limit": null}`, `[]`, `null`, `{"key": 1}`, `{`,
+		`{"key": "t", "limit": {"limit": 1000, "unit": "month", "time_zone": "America/New_York", "anchor": "15"}}`,
+		`{"key": "t", "limit": {"limit": 1, "unit": "week", "anchor": "sunday"}}`,
+		`{"key": "t", "limit": {"limit": 1, "unit": "year", "time_zone": "../../etc/passwd", "anchor": "02-29"}}`,
+		`{"key": "t", "limit": {"limit": 1, "unit": "day", "period": "1h", "anchor": "x"}}`,
 	} {
 		f.Add(seed)
 	}

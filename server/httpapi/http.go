@@ -320,11 +320,17 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 }
 
 // LimitJSON is a floodgate.Limit in the HTTP API:
-// {"algorithm": "gcra", "limit": 10, "period": "1s", "burst": 20}.
+// {"algorithm": "gcra", "limit": 10, "period": "1s", "burst": 20}, or a
+// calendar window (floodgate.Calendar) in place of a period:
+// {"limit": 10000, "unit": "month", "time_zone": "America/New_York",
+// "anchor": "15"}.
 type LimitJSON struct {
 	Algorithm     string `json:"algorithm,omitempty"`
 	Limit         *int64 `json:"limit"`
-	Period        string `json:"period"`
+	Period        string `json:"period,omitempty"`
+	Unit          string `json:"unit,omitempty"`
+	TimeZone      string `json:"time_zone,omitempty"`
+	Anchor        string `json:"anchor,omitempty"`
 	Burst         int64  `json:"burst,omitempty"`
 	Window        string `json:"window,omitempty"`
 	CountRejected bool   `json:"count_rejected,omitempty"`
@@ -337,16 +343,36 @@ func (l *LimitJSON) toLimit(prefix string) (floodgate.Limit, error) {
 	if l.Limit == nil {
 		return floodgate.Limit{}, invalid(prefix+".limit", "required")
 	}
-	if l.Period == "" {
-		return floodgate.Limit{}, invalid(prefix+".period", "required (a duration such as \"1m\" or \"90s\")")
-	}
-	period, err := time.ParseDuration(l.Period)
-	if err != nil {
-		return floodgate.Limit{}, invalid(prefix+".period", "%q is not a duration such as \"1m\" or \"90s\"", l.Period)
+	var cal floodgate.Calendar
+	var period time.Duration
+	switch {
+	case l.Unit != "" || l.TimeZone != "" || l.Anchor != "":
+		if l.Period != "" {
+			return floodgate.Limit{}, invalid(prefix+".period", "give a period or a calendar unit, not both")
+		}
+		if l.Unit == "" {
+			return floodgate.Limit{}, invalid(prefix+".unit", "required with time_zone or anchor (day, week, month or year)")
+		}
+		c, err := floodgate.ParseCalendar(l.Unit, l.TimeZone, l.Anchor)
+		if err != nil {
+			field, msg := prefix, err.Error()
+			if fe, ok := errors.AsType[*floodgate.FieldError](err); ok {
+				field, msg = prefix+"."+fe.Field, fe.Problem
+			}
+			return floodgate.Limit{}, invalid(field, "%s", msg)
+		}
+		cal = c
+	case l.Period == "":
+		return floodgate.Limit{}, invalid(prefix+".period", "required (a duration such as \"1m\" or \"90s\"), or a calendar unit")
+	default:
+		var err error
+		if period, err = time.ParseDuration(l.Period); err != nil {
+			return floodgate.Limit{}, invalid(prefix+".period", "%q is not a duration such as \"1m\" or \"90s\"", l.Period)
+		}
 	}
 	lim := floodgate.Limit{
 		Algorithm: floodgate.Algorithm(l.Algorithm), Limit: *l.Limit, Period: period, Burst: l.Burst,
-		Window: floodgate.Window(l.Window), CountRejected: l.CountRejected, Name: l.Name,
+		Window: floodgate.Window(l.Window), CountRejected: l.CountRejected, Name: l.Name, Calendar: cal,
 	}
 	if err := lim.Validate(); err != nil {
 		// Name the first field Validate complains about; the JSON names
@@ -365,8 +391,15 @@ func (l *LimitJSON) toLimit(prefix string) (floodgate.Limit, error) {
 
 func limitJSON(l floodgate.Limit) *LimitJSON {
 	n := l.Limit
-	return &LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &n, Period: l.Period.String(), Burst: l.Burst,
+	j := &LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &n, Period: l.Period.String(), Burst: l.Burst,
 		Window: string(l.Window), CountRejected: l.CountRejected, Name: l.Name}
+	if l.IsCalendar() {
+		j.Period, j.Unit, j.TimeZone, j.Anchor = "", string(l.Calendar.Unit), l.Calendar.Location.String(), l.Calendar.Anchor()
+		if l.Calendar.Location == nil {
+			j.TimeZone = "UTC"
+		}
+	}
+	return j
 }
 
 // EntryJSON is one key/value pair of a descriptor.

@@ -237,6 +237,16 @@ func (s *Store) locate(key string, period int64) (uint64, ref) {
 	return h & s.mask, ref{hash: h ^ uint64(period)*0x9e3779b97f4a7c15, mkey: mkey{key, period}}
 }
 
+// keyPeriod is the period a key's state is located by: the limit's
+// Period in µs, or for a calendar limit minus its longest window
+// (algorithm.MaxCalendarPeriod), which no aligned limit shares.
+func keyPeriod(l *floodgate.Limit) int64 {
+	if l.Calendar.Unit != "" {
+		return -l.Params().Period
+	}
+	return int64(l.Period / time.Microsecond)
+}
+
 // clockNow is the store's clock in µs.
 func (s *Store) clockNow() int64 {
 	if s.system {
@@ -265,12 +275,15 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (out floodgate.D
 		return floodgate.Decision{}, err
 	}
 	k := r.Limit.Kind()
-	i, ref := s.locate(r.Key, int64(r.Limit.Period/time.Microsecond))
+	i, ref := s.locate(r.Key, keyPeriod(&r.Limit))
 	var now, skew int64
 	if r.Now.IsZero() && s.system {
 		now = systemMicros() // s.times, without its two calls
 	} else {
 		now, skew = s.times(&r)
+	}
+	if r.Limit.Calendar.Unit != "" {
+		return s.applyCalendar(&r, k, i, ref, now, skew)
 	}
 	sh := &s.shards[i]
 	sh.mu.Lock()
@@ -286,6 +299,24 @@ func (s *Store) Apply(ctx context.Context, r floodgate.Request) (out floodgate.D
 	} else {
 		d = sh.step(&r, k, r.Limit.Params(), ref, now, skew, true)
 	}
+	sh.mu.Unlock()
+	setDecision(&out, &d, now)
+	return out, nil
+}
+
+// applyCalendar is Apply's step for a calendar limit, whose Params hold
+// the windows around now (floodgate.Limit.ParamsAt), computed before the
+// lock is taken.
+func (s *Store) applyCalendar(r *floodgate.Request, k algorithm.Kind, i uint64, ref ref, now, skew int64) (out floodgate.Decision, _ error) {
+	p := r.Limit.ParamsAt(now)
+	sh := &s.shards[i]
+	sh.mu.Lock()
+	if s.bounded && !s.room(sh, k, ref, growth(r, k)) {
+		sh.mu.Unlock()
+		return floodgate.Decision{}, s.fullError()
+	}
+	var d algorithm.Decision
+	stepSlot(&d, &sh.small[k], k, p, ref, now, skew, r.Cost, true)
 	sh.mu.Unlock()
 	setDecision(&out, &d, now)
 	return out, nil
@@ -450,7 +481,7 @@ func (s *Store) lockBatch(rs []floodgate.Request) *batch {
 	for i := range rs {
 		it := &b.items[i]
 		it.kind, it.params = rs[i].Limit.Kind(), rs[i].Limit.Params()
-		it.idx, it.ref = s.locate(rs[i].Key, it.params.Period)
+		it.idx, it.ref = s.locate(rs[i].Key, keyPeriod(&rs[i].Limit))
 		b.locked[i] = it.idx
 	}
 	sortUnique(&b.locked)
@@ -464,6 +495,9 @@ func (s *Store) lockBatch(rs []floodgate.Request) *batch {
 		if !rs[i].Now.IsZero() {
 			it.now = rs[i].Now.UnixMicro()
 			it.skew = b.clockNow - it.now
+		}
+		if rs[i].Limit.Calendar.Unit != "" {
+			it.params = rs[i].Limit.ParamsAt(it.now)
 		}
 	}
 	return b
@@ -581,7 +615,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	i, mk := s.locate(key, int64(limit.Period/time.Microsecond))
+	i, mk := s.locate(key, keyPeriod(&limit))
 	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

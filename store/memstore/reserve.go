@@ -32,10 +32,13 @@ type holdEntry struct {
 	// of the request's clock), for the ledger (floodgate.HeldUnits).
 	durable bool
 	window  int64
-	kind    algorithm.Kind
-	ref     ref // of the state
-	skew    int64
-	keep    int64
+	// cal is the limit's calendar, whose windows a settle takes around
+	// its own time (p.Calendar holds the reserve's).
+	cal  floodgate.Calendar
+	kind algorithm.Kind
+	ref  ref // of the state
+	skew int64
+	keep int64
 }
 
 // Reserve holds the cost of every request of r, all or nothing, under r.ID:
@@ -75,7 +78,7 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 	for i := range b.rs {
 		sh := b.shard(i)
 		h := algorithm.Hold{State: state, Units: b.rs[i].Cost, At: b.items[i].now, Expires: b.items[i].now + ttl, Release: r.Release}
-		e := &holdEntry{h: h, p: b.items[i].params, durable: b.rs[i].Limit.Durable, kind: b.items[i].kind, ref: b.items[i].ref,
+		e := &holdEntry{h: h, p: b.items[i].params, durable: b.rs[i].Limit.Durable, cal: b.rs[i].Limit.Calendar, kind: b.items[i].kind, ref: b.items[i].ref,
 			skew: b.items[i].skew, keep: h.Expires + b.items[i].skew + s.retain}
 		if e.durable && e.kind == algorithm.KindFixedWindow {
 			e.window = b.window(i)
@@ -92,16 +95,15 @@ func (b *batch) window(i int) int64 {
 	it := &b.items[i]
 	old, _ := b.shard(i).small[algorithm.KindFixedWindow].find(it.ref)
 	switch {
-	case (algorithm.FixedWindow{Start: old.st.A, Count: old.st.B}).Live(it.params, it.now):
+	case (algorithm.FixedWindow{Start: old.st.A, Count: old.st.B, Next: old.st.C}).Live(it.params, it.now):
 		return old.st.A
-	case it.params.FirstHit:
-		return it.now
 	}
-	return it.now - it.now%it.params.Period
+	start, _ := it.params.WindowAt(it.now)
+	return start
 }
 
 func (b *batch) holdKey(i int, id string) holdKey {
-	return holdKey{key: b.rs[i].Key, period: b.items[i].params.Period, kind: b.items[i].kind, id: id}
+	return holdKey{key: b.rs[i].Key, period: keyPeriod(&b.rs[i].Limit), kind: b.items[i].kind, id: id}
 }
 
 // findHolds returns the holds of id on every request, nil if there is
@@ -124,12 +126,22 @@ func (b *batch) findHolds(id string) ([]*holdEntry, error) {
 	return nil, fmt.Errorf("memstore: reservation %s: %w: it holds other keys", id, floodgate.ErrConflict)
 }
 
+// sameParams reports whether a and b are the same limit: equal but for
+// the calendar windows, which are those around each one's time.
+func sameParams(a, b algorithm.Params) bool {
+	if (a.Calendar == nil) != (b.Calendar == nil) {
+		return false
+	}
+	a.Calendar, b.Calendar = nil, nil
+	return a == b
+}
+
 // replayReserve answers a reserve whose holds exist: the first answer if
 // they are what it asks for, else a conflict.
 func (b *batch) replayReserve(found []*holdEntry, ttl int64, release bool) (floodgate.HoldResult, error) {
 	ds := make([]algorithm.Decision, len(found))
 	for i, e := range found {
-		if e.h.Units != b.rs[i].Cost || e.p != b.items[i].params || e.h.Expires-e.h.At != ttl || e.h.Release != release {
+		if e.h.Units != b.rs[i].Cost || !sameParams(e.p, b.items[i].params) || e.h.Expires-e.h.At != ttl || e.h.Release != release {
 			return floodgate.HoldResult{}, fmt.Errorf("memstore: reservation of %d units: %w: it held %d units under another limit or TTL", b.rs[i].Cost, floodgate.ErrConflict, e.h.Units)
 		}
 		if e.h.State == algorithm.Denied {
@@ -275,6 +287,10 @@ func (sh *shard) settleHold(e *holdEntry, now, actual int64, cancel, expireOnly 
 	var code algorithm.SettleCode
 	var d algorithm.Decision
 	p, mk := e.p, e.ref
+	if p.Calendar != nil {
+		w := e.cal.Windows(now)
+		p.Calendar = &w
+	}
 	state := algorithm.State{Kind: e.kind}
 	if e.kind == algorithm.KindSlidingWindowLog {
 		ls, _ := sh.logs.get(mk)
@@ -356,11 +372,21 @@ func (b *batch) raise(i int, window, units int64) {
 	it := &b.items[i]
 	m := &b.shard(i).small[algorithm.KindFixedWindow]
 	old, w := m.find(it.ref)
-	st := algorithm.FixedWindow{Start: old.st.A, Count: old.st.B}.Raise(it.params, it.now, window, units)
-	if next := (slot{st: algorithm.Small{A: st.Start, B: st.Count}, exp: st.Expires(it.params)}); next.st != old.st {
+	st := algorithm.FixedWindow{Start: old.st.A, Count: old.st.B, Next: old.st.C}.Raise(it.params, it.now, window, units)
+	if next := (slot{st: algorithm.Small{A: st.Start, B: st.Count, C: st.Next}, exp: st.Expires(it.params)}); next.st != old.st {
 		next.exp += it.skew
 		m.set(it.ref, next, w)
 	}
+}
+
+// knownHolds reports whether the ledger's window that starts at w holds
+// now: the window of the counter a request at now counts in.
+func knownHolds(p *algorithm.Params, w, now int64) bool {
+	if p.Calendar != nil {
+		start, _ := p.WindowAt(now)
+		return start == w
+	}
+	return now >= w && now < w+p.Period
 }
 
 // rebuild applies a reserve's Rebuild (see floodgate.Rebuild): nil when
@@ -376,10 +402,10 @@ func (b *batch) rebuild(rb []floodgate.Rebuild) []time.Time {
 		}
 		it := &b.items[i]
 		old, _ := b.shard(i).small[algorithm.KindFixedWindow].find(it.ref)
-		if (algorithm.FixedWindow{Start: old.st.A, Count: old.st.B}).Live(it.params, it.now) {
+		if (algorithm.FixedWindow{Start: old.st.A, Count: old.st.B, Next: old.st.C}).Live(it.params, it.now) {
 			continue
 		}
-		if w := x.Window.UnixMicro(); x.Known && it.now >= w && it.now < w+it.params.Period {
+		if w := x.Window.UnixMicro(); x.Known && knownHolds(&it.params, w, it.now) {
 			continue
 		}
 		if lost == nil {

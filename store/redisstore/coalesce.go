@@ -108,6 +108,11 @@ func (c *coalescer) groupOf(key string) (*group, string) {
 // has a run free, else in the next run of its group.
 func (c *coalescer) decide(ctx context.Context, cl call) (floodgate.Decision, error) {
 	cl.now = c.runner.stamp(&cl.r)
+	if cl.r.Limit.Calendar.Unit != "" {
+		// multi.lua takes a calendar's windows per parameter set, not
+		// per request: a calendar limit is decided on its own.
+		return c.runner.one(ctx, &cl)
+	}
 	c.mu.Lock()
 	g, tag := c.groupOf(cl.key)
 	if g.inflight < c.limit && len(g.queue) == 0 {

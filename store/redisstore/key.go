@@ -26,6 +26,23 @@ const keyVersion = "v1"
 //
 //	<prefix>:v1:<algorithm>:<period in µs>:{<encoded subject>}
 func redisKey(prefix string, alg floodgate.Algorithm, period time.Duration, subject string) string {
+	return keyOf(prefix, alg, strconv.FormatInt(int64(period/time.Microsecond), 10), subject)
+}
+
+// calendarKey is the key of subject under a calendar limit of unit:
+//
+//	<prefix>:v1:fixed_window:<unit>:{<encoded subject>}
+//
+// The unit (day, week, month, year) is never a number, so no aligned
+// limit's key is one, and its state ("<start>:<count>:<next>") is never
+// read by one. The zone and anchor are not in the key: a state records
+// where its window ends, so a change of them takes effect at the end of
+// the current window, as a change of the limit does.
+func calendarKey(prefix string, unit floodgate.CalendarUnit, subject string) string {
+	return keyOf(prefix, floodgate.FixedWindow, string(unit), subject)
+}
+
+func keyOf(prefix string, alg floodgate.Algorithm, period, subject string) string {
 	if alg == "" {
 		alg = floodgate.FixedWindow
 	}
@@ -36,7 +53,7 @@ func redisKey(prefix string, alg floodgate.Algorithm, period time.Duration, subj
 	b.WriteString(":" + keyVersion + ":")
 	b.WriteString(string(alg))
 	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(int64(period/time.Microsecond), 10))
+	b.WriteString(period)
 	b.WriteString(":{")
 	b.WriteString(enc)
 	b.WriteByte('}')

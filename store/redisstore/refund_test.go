@@ -156,10 +156,10 @@ func (r *refunder) refund(at, units int64) int64 {
 	var want []int64
 	switch r.alg {
 	case "fixed_window":
-		args = append(args, itoa(r.fw.Start), itoa(r.fw.Count))
+		args = append(args, itoa(r.fw.Start), itoa(r.fw.Count), itoa(r.fw.Next))
 		var back int64
 		r.fw, back = r.fw.Refund(r.p, r.now, at, units)
-		want = []int64{back, r.fw.Start, r.fw.Count}
+		want = []int64{back, r.fw.Start, r.fw.Count, r.fw.Next}
 	case "sliding_window":
 		args = append(args, itoa(r.sw.Start), itoa(r.sw.Prev), itoa(r.sw.Curr))
 		var back int64

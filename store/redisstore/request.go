@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algorithm"
@@ -44,6 +45,7 @@ const (
 	flagFirstHit      = 1
 	flagCountRejected = 2
 	flagRelease       = 4
+	flagCalendar      = 8
 )
 
 // multiSetWidth and multiReqWidth are MULTI_SET_WIDTH and MULTI_REQ_WIDTH
@@ -87,6 +89,10 @@ func appendRequest(args []string, r *floodgate.Request, alg floodgate.Algorithm,
 	p := r.Limit.Params()
 	flags := requestFlags(p, r)
 	id := requestIDOf(r, alg)
+	if r.Limit.Calendar.Unit != "" {
+		flags |= flagCalendar
+		id = windowsArg(r.Limit.Calendar, now)
+	}
 	// The five numbers are written into one string and sliced from it: one
 	// allocation instead of one per number above 99.
 	var buf [5 * 20]byte
@@ -106,6 +112,25 @@ func appendRequest(args []string, r *floodgate.Request, alg floodgate.Algorithm,
 		strconv.Itoa(flags),
 		id,
 	)
+}
+
+// windowsArg is the id argument of a calendar limit's request decided at
+// now (µs; -1 for the server's clock, when the windows are those around
+// the process clock, and the script fails if the server's time is not in
+// them): its algorithm.Windows, "<w0>:<w1>:<w2>:<w3>" (see common.lua).
+func windowsArg(c floodgate.Calendar, now int64) string {
+	if now < 0 {
+		now = time.Now().UnixMicro()
+	}
+	w := c.Windows(now)
+	b := make([]byte, 0, 4*17)
+	for i, x := range w {
+		if i > 0 {
+			b = append(b, ':')
+		}
+		b = strconv.AppendInt(b, x, 10)
+	}
+	return string(b)
 }
 
 // requestID is 96 random bits, the prefix of a call's sliding log members,

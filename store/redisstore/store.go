@@ -170,9 +170,13 @@ func newStore(c Conn, opts *Options) (*Store, error) {
 //
 //	<prefix>:v1:<algorithm>:<period in µs>:{<encoded key>}
 //
-// See docs/redis.md for the encoding. The store reads and writes only
-// such keys; Key is for tools and tests that inspect Redis.
+// or, for a calendar limit, <prefix>:v1:fixed_window:<unit>:{<encoded
+// key>}. See docs/redis.md for the encoding. The store reads and writes
+// only such keys; Key is for tools and tests that inspect Redis.
 func (s *Store) Key(key string, limit floodgate.Limit) string {
+	if limit.Calendar.Unit != "" {
+		return calendarKey(s.prefix, limit.Calendar.Unit, key)
+	}
 	return redisKey(s.prefix, limit.Algorithm, limit.Period, key)
 }
 

@@ -329,7 +329,8 @@ func TestScriptArguments(t *testing.T) {
 		{floodgate.FixedWindow, 3, "-1", "cost"},
 		{floodgate.FixedWindow, 3, "", "cost"},
 		{floodgate.FixedWindow, 4, "3", "burst"},
-		{floodgate.FixedWindow, 5, "8", "flags"},
+		{floodgate.FixedWindow, 5, "16", "flags"},
+		{floodgate.FixedWindow, 5, "8", "windows"}, // a calendar's, without its windows
 		{floodgate.FixedWindow, 5, "4", "flags"},
 		{floodgate.FixedWindow, 6, "lease", "id"},
 		{floodgate.GCRA, 5, "1", "flags"},

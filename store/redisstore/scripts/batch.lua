@@ -151,6 +151,7 @@ local function batch_requests(keys, argv, base)
       now = now or server_now()
       r.now = now
     end
+    check_windows(p, r.now)
     reqs[i] = {name = name, alg = alg, key = keys[i], p = p, r = r, server = server}
   end
   -- One key needs no check: its algorithm's own steps fail on a foreign

@@ -32,9 +32,14 @@
 --   period   Params.Period, µs
 --   cost     the request's cost
 --   burst    Params.Burst (token_bucket, gcra; else 0)
---   flags    1 = Params.FirstHit, 2 = Params.CountRejected, 4 = release
+--   flags    1 = Params.FirstHit, 2 = Params.CountRejected, 4 = release,
+--            8 = calendar (Params.Calendar; fixed_window only)
 --   id       sliding_window_log: a random id unique to this call, the
---            prefix of its log members; concurrency: the lease ID; else ""
+--            prefix of its log members; concurrency: the lease ID; a
+--            calendar fixed_window: its windows (algorithm.Windows), the
+--            four bounds "<w0>:<w1>:<w2>:<w3>" in µs, which the Go side
+--            computes from the time zone tables around its own clock
+--            (parse_windows); else ""
 --
 -- Every argument is checked before the first write (Redis does not roll
 -- back a script that fails halfway); a bad one is the error reply
@@ -58,6 +63,49 @@ local ARGS_PER_REQUEST = 7
 
 local function fail(field, msg)
   error({err = 'ERR floodgate: ' .. field .. ': ' .. msg})
+end
+
+-- WINDOWS matches the id argument of a calendar fixed window: four
+-- bounds of algorithm.Windows.
+local WINDOWS = '^(%d+):(%d+):(%d+):(%d+)$'
+
+-- parse_windows reads the windows of a calendar request (see the header),
+-- checking that they are four increasing times.
+local function parse_windows(id)
+  local a, b, c, d = nil, nil, nil, nil
+  if type(id) == 'string' and #id <= 71 then
+    a, b, c, d = match(id, WINDOWS)
+  end
+  if not a or #a > 16 or #b > 16 or #c > 16 or #d > 16 then
+    fail('windows', 'not four bounds "w0:w1:w2:w3" in us: ' .. string.sub(tostring(id), 1, 80))
+  end
+  local w = {a + 0, b + 0, c + 0, d + 0}
+  if not (w[1] < w[2] and w[2] < w[3] and w[3] < w[4] and w[4] <= MAX_EXACT) then
+    fail('windows', 'the bounds ' .. id .. ' are not increasing, below 2^52')
+  end
+  return w
+end
+
+-- calendar_window is Windows.Window: the window of p.windows that
+-- contains now, which check_windows made sure of before the first write.
+local function calendar_window(p, now)
+  local w = p.windows
+  if now < w[2] then
+    return w[1], w[2]
+  elseif now < w[3] then
+    return w[2], w[3]
+  end
+  return w[3], w[4]
+end
+
+-- check_windows fails unless a calendar request's windows hold now: the
+-- Go side computed them around its clock, and now may be the server's
+-- (TIME), which must be within a window of it.
+local function check_windows(p, now)
+  if p.calendar and (now < p.windows[1] or now >= p.windows[4]) then
+    fail('now_us', format('%d is outside the calendar windows passed, %d to %d', now, p.windows[1], p.windows[4])
+      .. ': the clocks of Redis and of the application are more than a window apart')
+  end
 end
 
 -- str formats an integer for redis.call without an exponent. (redis.call
@@ -110,9 +158,13 @@ end
 local function check_params(alg, limit, period, burst, flags)
   local first_hit = flags % 2 == 1
   local count_rejected = flags % 4 >= 2
-  local release = flags >= 4
+  local release = flags % 8 >= 4
+  local calendar = flags >= 8
   if first_hit and alg ~= 'fixed_window' then
     fail('flags', alg .. ' takes no first_hit window')
+  end
+  if calendar and (alg ~= 'fixed_window' or first_hit) then
+    fail('flags', 'only an aligned fixed_window takes calendar windows')
   end
   if count_rejected and alg ~= 'fixed_window' and alg ~= 'sliding_window' then
     fail('flags', alg .. ' does not count rejected requests')
@@ -148,7 +200,7 @@ local function check_params(alg, limit, period, burst, flags)
       fail('period', 'above 2^47 us for sliding_window, which keeps a key for two periods')
     end
   end
-  return {limit = limit, period = period, burst = burst, first_hit = first_hit, count_rejected = count_rejected}, release
+  return {limit = limit, period = period, burst = burst, first_hit = first_hit, count_rejected = count_rejected, calendar = calendar}, release
 end
 
 -- check_use checks a request's cost and id (check_id) against its
@@ -198,13 +250,13 @@ local function parse_numbers(argv, base)
   end
   if not (now and now >= -1 and now <= MAX_NOW and limit >= 0 and limit <= MAX_LIMIT
     and period >= 1 and period <= MAX_PERIOD and cost >= 0 and cost <= MAX_LIMIT
-    and burst >= 0 and burst <= MAX_LIMIT and flags >= 0 and flags <= 7) then
+    and burst >= 0 and burst <= MAX_LIMIT and flags >= 0 and flags <= 15) then
     now = arg_int('now_us', a1, -1, MAX_NOW)
     limit = arg_int('limit', a2, 0, MAX_LIMIT)
     period = arg_int('period', a3, 1, MAX_PERIOD)
     cost = arg_int('cost', a4, 0, MAX_LIMIT)
     burst = arg_int('burst', a5, 0, MAX_LIMIT)
-    flags = arg_int('flags', a6, 0, 7)
+    flags = arg_int('flags', a6, 0, 15)
   end
   return now, limit, period, cost, burst, flags
 end
@@ -217,8 +269,14 @@ end
 local function parse_request(alg, argv, base)
   local now, limit, period, cost, burst, flags = parse_numbers(argv, base)
   local id = argv[base + 7]
+  local windows = nil
+  if flags >= 8 then
+    windows = parse_windows(id)
+    id = ''
+  end
   check_id(id)
   local p, release = check_params(alg, limit, period, burst, flags)
+  p.windows = windows
   check_use(alg, cost, id, release)
   return p, {now = now, cost = cost, id = id, release = release}
 end
@@ -280,6 +338,7 @@ local function single(alg, apply, keys, argv)
   if now < 0 then
     now = server_now()
   end
+  check_windows(p, now)
   local d = apply(keys[1], p, r, now)
   local allowed = 0
   if d.allowed then

@@ -3,26 +3,41 @@
 -- the same names.
 --
 -- KEYS[1]  the state: a string "<start>:<count>" (FixedWindow.Start,
---          .Count), with a TTL until FixedWindow.Expires (at least
---          MIN_TTL_MS); absent for the zero state.
+--          .Count), or "<start>:<count>:<next>" for a calendar window
+--          (FixedWindow.Next, where it ends), with a TTL until
+--          FixedWindow.Expires (at least MIN_TTL_MS); absent for the zero
+--          state.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (0), flags (first_hit 1,
---          count_rejected 2), id ("").
+--          count_rejected 2, calendar 8), id ("", or a calendar's
+--          windows).
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
 -- Mirrors  algorithm.FixedWindow.Step and .Expires (algorithm/fixedwindow.go)
 
-local FIXED_WINDOW_FIELDS = {'start', 'count'}
+local FIXED_WINDOW_FIELDS = {'start', 'count', 'next', short = 2}
+
+-- fixed_window_end is FixedWindow.end: where the state's window ends.
+local function fixed_window_end(p, s)
+  if p.calendar then
+    return s.next
+  end
+  return s.start + p.period
+end
 
 -- fixed_window_step is FixedWindow.Step.
 local function fixed_window_step(p, s, now, cost)
   local start, count = s.start, s.count
-  if count <= 0 or now >= start + p.period then
+  local stop = fixed_window_end(p, s)
+  if count <= 0 or now >= stop then
     count = 0
-    if p.first_hit then
-      start = now
+    if p.calendar then
+      start, stop = calendar_window(p, now)
+    elseif p.first_hit then
+      start, stop = now, now + p.period
     else
       start = now - mod(now, p.period)
+      stop = start + p.period
     end
   end
   local allowed = count + cost <= p.limit
@@ -32,8 +47,12 @@ local function fixed_window_step(p, s, now, cost)
     count = min(count + cost, p.limit + 1)
   end
   local d = decision(allowed, p.limit, max(0, p.limit - count))
+  local next_start = 0 -- 0 but for a calendar window's count
   if count > 0 then
-    d.reset_after = start + p.period - now
+    d.reset_after = stop - now
+    if p.calendar then
+      next_start = stop
+    end
   else
     start = 0
   end
@@ -41,9 +60,9 @@ local function fixed_window_step(p, s, now, cost)
   elseif cost > p.limit then
     d.retry_after = NEVER
   else
-    d.retry_after = start + p.period - now
+    d.retry_after = stop - now
   end
-  return {start = start, count = count}, d
+  return {start = start, count = count, next = next_start}, d
 end
 
 -- fixed_window_expires is FixedWindow.Expires.
@@ -51,7 +70,7 @@ local function fixed_window_expires(p, s)
   if s.count <= 0 then
     return 0
   end
-  return s.start + p.period
+  return fixed_window_end(p, s)
 end
 
 -- fixed_window_apply loads the state, steps it and stores it, as memstore does.

@@ -74,6 +74,9 @@ local function multi_set(argv, base)
   -- parse_numbers reads a request's six numbers: the set's five, and cost 0.
   local now, limit, period, _, burst, flags = parse_numbers({argv[base + 2], argv[base + 3], argv[base + 4], '0', argv[base + 5], argv[base + 6]}, 0)
   local p, release = check_params(name, limit, period, burst, flags)
+  if p.calendar then
+    fail('flags', 'multi.lua takes no calendar window (the store decides those alone)')
+  end
   return {name = name, m = m, apply = apply, p = p, now = now, release = release}
 end
 

@@ -32,6 +32,7 @@ local function raise_main(keys, argv)
   if now < 0 then
     now = server_now()
   end
+  check_windows(p, now)
   ALGORITHMS.fixed_window.check(keys[1])
   local a = reserver('fixed_window')
   local old = a.load(keys[1])

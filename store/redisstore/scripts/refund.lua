@@ -30,34 +30,44 @@
 
 -- fixed_window_live is FixedWindow.Live (algorithm/raise.go).
 local function fixed_window_live(p, s, now)
-  return s.count > 0 and now < s.start + p.period
+  return s.count > 0 and now < fixed_window_end(p, s)
 end
 
 -- fixed_window_raise is FixedWindow.Raise (algorithm/raise.go): raise.lua
 -- runs it, and reserve.lua rebuilds a durable quota's counter with it.
 local function fixed_window_raise(p, s, now, start, units)
-  if units <= 0 or now < start or now >= start + p.period then
+  local stop, next_start = start + p.period, 0
+  if p.calendar then
+    local ws
+    ws, stop = calendar_window(p, now)
+    if ws ~= start then
+      return s
+    end
+    next_start = stop
+  end
+  if units <= 0 or now < start or now >= stop then
     return s
   end
   units = min(units, p.limit + 1)
   if not fixed_window_live(p, s, now) then
-    return {start = start, count = units}
+    return {start = start, count = units, next = next_start}
   end
-  return {start = s.start, count = max(s.count, units)}
+  return {start = s.start, count = max(s.count, units), next = s.next}
 end
 
 -- fixed_window_refund is FixedWindow.Refund.
 local function fixed_window_refund(p, s, now, at, units)
-  local live = s.count > 0 and now < s.start + p.period
-  if not live or units <= 0 or at < s.start or at >= s.start + p.period then
+  local stop = fixed_window_end(p, s)
+  local live = s.count > 0 and now < stop
+  if not live or units <= 0 or at < s.start or at >= stop then
     return s, 0
   end
   local back = min(units, s.count)
   local count = s.count - back
   if count <= 0 then
-    return {start = 0, count = 0}, back
+    return {start = 0, count = 0, next = 0}, back
   end
-  return {start = s.start, count = count}, back
+  return {start = s.start, count = count, next = s.next}, back
 end
 
 -- sliding_window_refund is SlidingWindow.Refund.

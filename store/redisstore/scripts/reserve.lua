@@ -88,6 +88,9 @@ local function hold_flags(p, durable)
   if durable then
     flags = flags + 4
   end
+  if p.calendar then
+    flags = flags + 8
+  end
   return flags
 end
 
@@ -116,7 +119,8 @@ local function load_hold(key)
   end
   h.release = h.release == 1
   h.keys = h.keys or ''
-  h.p = {limit = h.limit, period = h.period, burst = h.burst, first_hit = h.flags % 2 == 1, count_rejected = h.flags % 4 >= 2}
+  h.p = {limit = h.limit, period = h.period, burst = h.burst, first_hit = h.flags % 2 == 1, count_rejected = h.flags % 4 >= 2,
+    calendar = h.flags % 16 >= 8}
   h.durable = h.flags % 8 >= 4
   local w = h.window or '0'
   if type(w) ~= 'string' or #w > 17 or not match(w, '^%d+$') then
@@ -222,14 +226,27 @@ local function hold_window(q)
     return s.start
   elseif q.p.first_hit then
     return now
+  elseif q.p.calendar then
+    local start = calendar_window(q.p, now)
+    return start
   end
   return now - mod(now, q.p.period)
+end
+
+-- known_holds is memstore's knownHolds: whether the ledger's window that
+-- starts at w holds now, the window a request at now counts in.
+local function known_holds(p, w, now)
+  if p.calendar then
+    local start = calendar_window(p, now)
+    return start == w
+  end
+  return now >= w and now < w + p.period
 end
 
 -- same_params reports whether params p and q are equal (algorithm.Params).
 local function same_params(p, q)
   return p.limit == q.limit and p.period == q.period and p.burst == q.burst and p.first_hit == q.first_hit
-    and p.count_rejected == q.count_rejected
+    and p.count_rejected == q.count_rejected and (p.calendar or false) == (q.calendar or false)
 end
 
 -- reserve_replay answers a reserve whose holds exist, as memstore's
@@ -310,7 +327,7 @@ local function rebuild_counters(reqs, rebuild)
     local b, now = rebuild[i], q.r.now
     local lost = false
     if b.mode ~= REBUILD_NONE and not fixed_window_live(q.p, reserver('fixed_window').load(q.key), now) then
-      lost = b.mode == REBUILD_CHECK or now < b.window or now >= b.window + q.p.period
+      lost = b.mode == REBUILD_CHECK or not known_holds(q.p, b.window, now)
     end
     if lost then
       if not out then

@@ -150,6 +150,14 @@ local function settle_main(keys, argv)
       if found[i].alg ~= q.name then
         fail('state', 'the hold ' .. holds[i] .. ' is of ' .. found[i].alg)
       end
+      -- A calendar hold steps in the windows around the settle's time,
+      -- which its request carries.
+      if found[i].p.calendar then
+        if not q.p.windows then
+          fail('flags', 'the hold ' .. holds[i] .. ' is of a calendar window: its settle needs the windows')
+        end
+        found[i].p.windows = q.p.windows
+      end
     end
   end
   if mode == 'settle' or mode == 'read' then

@@ -24,13 +24,18 @@ local function load_state(key, fields)
     end
     return {[f1] = 0}
   end
-  local x1, x2, x3 = match(v, STATE_PATTERN[#fields])
+  -- fields.short: a state of that many fields, the others 0, is written
+  -- and read in that form (a fixed window's, but for a calendar window's).
+  local x1, x2, x3 = match(v, STATE_PATTERN[fields.short or #fields])
+  if not x1 and fields.short then
+    x1, x2, x3 = match(v, STATE_PATTERN[#fields])
+  end
   if not x1 or #x1 > 17 or (x2 and #x2 > 17) or (x3 and #x3 > 17) then
     fail('state', 'the key holds ' .. format('%q', string.sub(v, 1, 64)) .. ', not a state')
   end
   -- The match makes the coercions safe.
   if f3 then
-    return {[f1] = x1 + 0, [f2] = x2 + 0, [f3] = x3 + 0}
+    return {[f1] = x1 + 0, [f2] = x2 + 0, [f3] = (x3 or 0) + 0}
   elseif f2 then
     return {[f1] = x1 + 0, [f2] = x2 + 0}
   end
@@ -60,16 +65,20 @@ local function save_state(key, fields, old, s, exp, now, old_exp)
   if f2 then
     b = s[f2]
   end
+  local n = #fields
   if f3 then
-    c = s[f3]
+    c = s[f3] or 0
+    if c == 0 and fields.short then
+      n = fields.short
+    end
   end
   if old[f1] == a and (not f2 or old[f2] == b) and (not f3 or old[f3] == c) then
     return
   end
   if exp > 0 and exp == old_exp and exp - now >= MIN_TTL_MS * 1000 then
-    call('SET', key, format(STATE_FORMAT[#fields], a, b, c), 'KEEPTTL')
+    call('SET', key, format(STATE_FORMAT[n], a, b, c), 'KEEPTTL')
   elseif exp > 0 then
-    call('SET', key, format(STATE_FORMAT[#fields], a, b, c), 'PX', ttl_ms(exp, now))
+    call('SET', key, format(STATE_FORMAT[n], a, b, c), 'PX', ttl_ms(exp, now))
   else
     call('DEL', key)
   end
