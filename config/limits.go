@@ -100,9 +100,10 @@ func (p *parser) limitList(n *yaml.Node, path string, d *Domain, levels []Level,
 
 // sameCounter reports whether a and b would keep their state in one
 // counter of a key: stores keep a key's state by algorithm and period,
-// not by the number of requests.
+// not by the number of requests; a calendar window by its unit, whatever
+// its zone and anchor.
 func sameCounter(a, b floodgate.Limit) bool {
-	return a.EffectiveAlgorithm() == b.EffectiveAlgorithm() && a.Period == b.Period
+	return a.EffectiveAlgorithm() == b.EffectiveAlgorithm() && a.Period == b.Period && a.Calendar.Unit == b.Calendar.Unit
 }
 
 // CheckLimits reports why limits cannot be the limits of one descriptor

@@ -110,6 +110,13 @@ func TestCheckLimits(t *testing.T) {
 	t.Parallel()
 	sec := floodgate.Limit{Limit: 10, Period: time.Second}
 	day := floodgate.Limit{Limit: 100, Period: 24 * time.Hour}
+	calendar := func(unit, zone string) floodgate.Limit {
+		c, err := floodgate.ParseCalendar(unit, zone, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return floodgate.Limit{Limit: 100, Calendar: c}
+	}
 	for _, tc := range []struct {
 		name   string
 		limits []floodgate.Limit
@@ -120,6 +127,10 @@ func TestCheckLimits(t *testing.T) {
 		{"too many", make([]floodgate.Limit, MaxLimits+1), "limits"},
 		{"invalid", []floodgate.Limit{sec, {Limit: -1, Period: time.Second}}, "limits[1]"},
 		{"same counter", []floodgate.Limit{sec, day, {Limit: 3, Period: time.Second}}, "limits[2]"},
+		// Calendar windows have no period: their unit tells their
+		// counters apart, and a zone does not (the key is the unit's).
+		{"calendar day and month", []floodgate.Limit{sec, calendar("day", "America/New_York"), calendar("month", "America/New_York")}, ""},
+		{"calendar same unit", []floodgate.Limit{calendar("month", "America/New_York"), calendar("month", "Europe/Berlin")}, "limits[1]"},
 		{"concurrency", []floodgate.Limit{{Algorithm: floodgate.Concurrency, Limit: 3, Period: time.Minute}}, "limits[0].algorithm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -184,6 +184,11 @@ type limitDoc struct {
 	Durable       bool   `json:"durable,omitempty"`
 	Global        bool   `json:"global,omitempty"`
 	Name          string `json:"name,omitempty"`
+	// Unit, TimeZone and Anchor are a calendar window's (Limit.Calendar,
+	// as floodgate.ParseCalendar reads them); Period is then "0s".
+	Unit     string `json:"unit,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
+	Anchor   string `json:"anchor,omitempty"`
 }
 
 // MarshalJSON encodes o as the ledger keeps it.
@@ -193,8 +198,15 @@ func (o Override) MarshalJSON() ([]byte, error) {
 		d.Entries[i] = entryDoc(e)
 	}
 	for _, l := range o.Limits {
-		d.Limits = append(d.Limits, limitDoc{Algorithm: string(l.Algorithm), Limit: l.Limit, Period: l.Period.String(), Burst: l.Burst,
-			Window: string(l.Window), CountRejected: l.CountRejected, LocalBudget: l.LocalBudget, Durable: l.Durable, Global: l.Global, Name: l.Name})
+		ld := limitDoc{Algorithm: string(l.Algorithm), Limit: l.Limit, Period: l.Period.String(), Burst: l.Burst,
+			Window: string(l.Window), CountRejected: l.CountRejected, LocalBudget: l.LocalBudget, Durable: l.Durable, Global: l.Global, Name: l.Name}
+		if c := l.Calendar; !c.IsZero() {
+			ld.Unit, ld.Anchor = string(c.Unit), c.Anchor()
+			if c.Location != nil {
+				ld.TimeZone = c.Location.String()
+			}
+		}
+		d.Limits = append(d.Limits, ld)
 	}
 	return json.Marshal(d)
 }
@@ -214,8 +226,14 @@ func (o *Override) UnmarshalJSON(b []byte) error {
 		if err != nil {
 			return fmt.Errorf("limits[%d].period: %w", i, err)
 		}
-		out.Limits = append(out.Limits, floodgate.Limit{Algorithm: floodgate.Algorithm(l.Algorithm), Limit: l.Limit, Period: p, Burst: l.Burst,
-			Window: floodgate.Window(l.Window), CountRejected: l.CountRejected, LocalBudget: l.LocalBudget, Durable: l.Durable, Global: l.Global, Name: l.Name})
+		lim := floodgate.Limit{Algorithm: floodgate.Algorithm(l.Algorithm), Limit: l.Limit, Period: p, Burst: l.Burst,
+			Window: floodgate.Window(l.Window), CountRejected: l.CountRejected, LocalBudget: l.LocalBudget, Durable: l.Durable, Global: l.Global, Name: l.Name}
+		if l.Unit != "" {
+			if lim.Calendar, err = floodgate.ParseCalendar(l.Unit, l.TimeZone, l.Anchor); err != nil {
+				return fmt.Errorf("limits[%d]: %w", i, err)
+			}
+		}
+		out.Limits = append(out.Limits, lim)
 	}
 	*o = out
 	return nil

@@ -287,3 +287,33 @@ plans:`, 1))[0]
 		})
 	}
 }
+
+// TestOverrideJSONCalendar checks that an override's calendar limit
+// survives the ledger's encoding: unit, zone and anchor, not a limit of
+// period 0 that no store would take.
+func TestOverrideJSONCalendar(t *testing.T) {
+	t.Parallel()
+	cal, err := floodgate.ParseCalendar("month", "America/New_York", "15")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := server.Override{Domain: "api", Entries: []config.Entry{{Key: "tenant", Value: "acme"}},
+		Limits: []floodgate.Limit{{Limit: 10, Period: time.Second}, {Limit: 1000, Calendar: cal, Durable: true}}}
+	b, err := in.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out server.Override
+	if err := out.UnmarshalJSON(b); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if len(out.Limits) != 2 || out.Limits[0] != in.Limits[0] || out.Limits[1] != in.Limits[1] {
+		t.Fatalf("limits %+v from %s, want %+v", out.Limits, b, in.Limits)
+	}
+	if err := out.Limits[1].Validate(); err != nil {
+		t.Fatalf("decoded calendar limit: %v", err)
+	}
+	if err := out.UnmarshalJSON([]byte(`{"domain":"api","entries":[],"limits":[{"limit":1,"period":"0s","unit":"fortnight"}]}`)); err == nil || !strings.Contains(err.Error(), "limits[0]") {
+		t.Fatalf("a bad unit: %v, want an error naming limits[0]", err)
+	}
+}
