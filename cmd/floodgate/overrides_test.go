@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -191,9 +193,7 @@ func testServeOverrides(t *testing.T, ledgerSpec string, extra ...string) {
 	if got, err := ins[0].limitOf(acmeAllow); err != nil || got != overLimit {
 		t.Fatalf("instance 1, which took the change, after its answer: limit %d, %v; want %d", got, err, overLimit)
 	}
-	for i, d := range waitInForce(t, acked, overLimit, ins[1], ins[2]) {
-		t.Logf("override set on instance 1 in force on instance %d %v after POST /v1/overrides answered (poll %v)", i+2, d.Round(time.Millisecond), server.DefaultOverridePoll)
-	}
+	waitInForce(t, "set on instance 1", acked, versionOf(t, body), overLimit, []int{2, 3}, ins[1], ins[2])
 
 	// The audit, read on instance 3, lists it with who made it.
 	var audit struct {
@@ -258,9 +258,7 @@ func testServeOverrides(t *testing.T, ledgerSpec string, extra ...string) {
 	if got, err := ins[1].limitOf(acmeAllow); err != nil || got != ruleLimit {
 		t.Fatalf("instance 2, which took the removal, after its answer: limit %d, %v; want %d", got, err, ruleLimit)
 	}
-	for i, d := range waitInForce(t, acked, ruleLimit, ins[0], ins[2]) {
-		t.Logf("removal on instance 2 in force on instance %d %v after POST /v1/overrides/remove answered", []int{1, 3}[i], d.Round(time.Millisecond))
-	}
+	waitInForce(t, "removed on instance 2", acked, versionOf(t, body), ruleLimit, []int{1, 3}, ins[0], ins[2])
 	readAudit(ins[0])
 	if n := len(audit.Changes); n != 2 {
 		t.Fatalf("audit after a set and a removal: %d changes, want 2", n)
@@ -277,13 +275,38 @@ func testServeOverrides(t *testing.T, ledgerSpec string, extra ...string) {
 	}
 }
 
-// waitInForce polls each of ins (concurrently, every 5ms) until acme's
-// limit there is want, and returns how long after acked each first
-// answered it. It fails the test if one takes longer than one default
-// -override-poll and propagationMargin; it gives up after 10s.
-func waitInForce(t *testing.T, acked time.Time, want int64, ins ...*instance) []time.Duration {
+// reloadedLine is serve's log line of overrides it read from the ledger
+// and put in force (OverrideSync.Refresh logs it after the swap).
+var reloadedLine = regexp.MustCompile(`time=(\S+) level=INFO msg="overrides reloaded" version=(\d+) `)
+
+// reloadedAt is when in's log says it put version of the overrides in
+// force; false until it does.
+func (in *instance) reloadedAt(t *testing.T, version int64) (time.Time, bool) {
 	t.Helper()
-	out := make([]time.Duration, len(ins))
+	for _, m := range reloadedLine.FindAllStringSubmatch(in.stderr.String(), -1) {
+		if m[2] != strconv.FormatInt(version, 10) {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			t.Fatalf("%s: %v", m[0], err)
+		}
+		return at, true
+	}
+	return time.Time{}, false
+}
+
+// waitInForce checks that the change of version, acknowledged to the
+// test at acked, is in force on each of ins (named by names) within one
+// default -override-poll and propagationMargin: the instance's log says
+// it swapped version in by then, and then a request there is decided by
+// want. Each instance's two figures are logged: its log's time of the
+// swap, and the first answer the test saw decided by want (every 5ms,
+// concurrently; this one also counts that request's own latency), each
+// after acked.
+func waitInForce(t *testing.T, what string, acked time.Time, version, want int64, names []int, ins ...*instance) {
+	t.Helper()
+	seen := make([]time.Duration, len(ins))
 	errs := make([]error, len(ins))
 	var wg sync.WaitGroup
 	for i, in := range ins {
@@ -297,7 +320,7 @@ func waitInForce(t *testing.T, acked time.Time, want int64, ins ...*instance) []
 					return
 				}
 				if got == want {
-					out[i] = time.Since(acked)
+					seen[i] = time.Since(acked)
 					return
 				}
 				if time.Since(acked) > 10*time.Second {
@@ -310,15 +333,36 @@ func waitInForce(t *testing.T, acked time.Time, want int64, ins ...*instance) []
 	}
 	wg.Wait()
 	bound := server.DefaultOverridePoll + propagationMargin
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("instance %d of %d polled: %v", i+1, len(ins), err)
+	for i, in := range ins {
+		if errs[i] != nil {
+			t.Fatalf("%s: instance %d: %v", what, names[i], errs[i])
 		}
-		if out[i] > bound {
-			t.Errorf("instance %d of %d polled: the change in force %v after it was acknowledged, want at most %v (one -override-poll and %v)", i+1, len(ins), out[i], bound, propagationMargin)
+		var at time.Time
+		waitUntil(t, 10*time.Second, func() bool {
+			var ok bool
+			at, ok = in.reloadedAt(t, version)
+			return ok
+		})
+		swapped := at.Sub(acked)
+		t.Logf("%s: in force on instance %d %v after the answer by its log, first seen decided by it %v after (poll %v)",
+			what, names[i], swapped.Round(time.Millisecond), seen[i].Round(time.Millisecond), server.DefaultOverridePoll)
+		if swapped > bound {
+			t.Errorf("%s: instance %d put version %d in force %v after it was acknowledged, want at most %v (one -override-poll and %v)",
+				what, names[i], version, swapped, bound, propagationMargin)
 		}
 	}
-	return out
+}
+
+// versionOf is the version of a change's answer.
+func versionOf(t *testing.T, body string) int64 {
+	t.Helper()
+	var c struct {
+		Version int64 `json:"version"`
+	}
+	if err := json.Unmarshal([]byte(body), &c); err != nil || c.Version <= 0 {
+		t.Fatalf("the answer of a change %s: version %d, %v", body, c.Version, err)
+	}
+	return c.Version
 }
 
 // limitOf is the limit that decides body (a request of /v1/allow, with
