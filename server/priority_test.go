@@ -75,3 +75,19 @@ func TestServicePriorityOverload(t *testing.T) {
 		})
 	}
 }
+
+// TestReservePriorityDefault: a reservation holds the whole limit of a
+// descriptor whose config gives it a default class; the class is for
+// decisions, not holds.
+func TestReservePriorityDefault(t *testing.T) {
+	clock := floodgatetest.NewFakeClock(time.Date(2026, 12, 2, 0, 0, 20, 0, time.UTC))
+	srv := instances(t, sharedStores(t)["memory"](t), clock, 1, priorityYAML)[0]
+	ds := []server.Descriptor{{Entries: []config.Entry{{Key: "upstream", Value: "gcra"}}}}
+	r, res, err := srv.Reserve(t.Context(), "api", ds, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Code != server.OK || r == nil {
+		t.Fatalf("reserving the whole limit of a sheddable-default rule: %v, want OK", res.Code)
+	}
+}
