@@ -31,6 +31,15 @@ type Item struct {
 	// for this flow (a tenant) of Key, whose Limit the flows share by
 	// max-min fairness. The Limiter's store must be a Sharer.
 	Flow string
+	// Priority, when not empty, decides the item as Limiter.AllowPriority
+	// does: under its Limit with the capacity lowered by the class's
+	// reserve, on the key's one state, which every class shares. Empty
+	// means no class: the whole Limit, as before classes existed (which
+	// is Critical's budget, not Normal's). Only GCRA and FixedWindow
+	// limits without CountRejected take a class other than Critical, and
+	// a Flow item takes none: otherwise Decide returns an *ItemError
+	// wrapping ErrInvalidLimit whose FieldError names "priority".
+	Priority Priority
 }
 
 // Outcome is the answer to one request of a Limiter: what to act on, and
@@ -129,6 +138,9 @@ func (l *Limiter) newCall(items []Item, atomic bool) (call, error) {
 	now := l.now()
 	for i, it := range items {
 		c.rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost, Lease: it.Lease, Release: it.Release}
+		if err := itemLimit(&c.rs[i], it); err != nil {
+			return c, &ItemError{Index: i, Err: err}
+		}
 		if err := l.prepare(&c.rs[i], now); err != nil {
 			return c, &ItemError{Index: i, Err: err}
 		}

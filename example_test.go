@@ -227,6 +227,31 @@ func ExampleLimiter_Decide() {
 	// allowed=true remaining=99 policy=""
 }
 
+// Items of several classes on one key: a bulk export is sheddable, so it
+// stops with 20% of the budget left, which a critical health check may
+// still take.
+func ExampleLimiter_Decide_priority() {
+	store := memstore.New(nil)
+	defer store.Close()
+	limiter, _ := floodgate.New(store, &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	limit := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Minute}
+	ask := func(p floodgate.Priority, cost int64) {
+		outs, err := limiter.Decide(context.Background(), []floodgate.Item{{Key: "upstream", Limit: limit, Cost: cost, Priority: p}})
+		if err != nil {
+			panic(err)
+		}
+		d := outs[0].Decision
+		fmt.Printf("%s cost %d: allowed=%v limit=%d remaining=%d\n", p, cost, d.Allowed, d.Limit, d.Remaining)
+	}
+	ask(floodgate.Sheddable, 8)
+	ask(floodgate.Sheddable, 1)
+	ask(floodgate.Critical, 2)
+	// Output:
+	// sheddable cost 8: allowed=true limit=8 remaining=0
+	// sheddable cost 1: allowed=false limit=8 remaining=0
+	// critical cost 2: allowed=true limit=10 remaining=0
+}
+
 // An LLM token budget per tenant: reserve max_tokens before the call, then
 // commit the tokens the call actually used, and the rest goes back to the
 // tenant's budget. A retry of the commit (after a timeout, say) gets the

@@ -151,10 +151,12 @@ func (l *Limiter) decideFlows(ctx context.Context, items []Item, atomic bool) ([
 	rs := make([]Request, len(items))
 	for i, it := range items {
 		rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost, Lease: it.Lease, Release: it.Release}
-		var err error
-		if it.Flow != "" {
+		err := itemLimit(&rs[i], it)
+		switch {
+		case err != nil:
+		case it.Flow != "":
 			err = l.prepareFlow(&rs[i], it.Flow, now)
-		} else {
+		default:
 			err = l.prepare(&rs[i], now)
 		}
 		if err != nil {

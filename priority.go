@@ -57,6 +57,45 @@ func (l *Limiter) AllowPriority(ctx context.Context, key string, limit Limit, n 
 	return l.AllowN(ctx, key, cl, n)
 }
 
+// ParsePriority is the class named s: "critical", "normal" or
+// "sheddable". Another name is an error wrapping ErrInvalidRequest whose
+// FieldError names "priority".
+func ParsePriority(s string) (Priority, error) {
+	switch p := Priority(s); p {
+	case Critical, Normal, Sheddable:
+		return p, nil
+	}
+	return "", fieldErr(ErrInvalidRequest, "priority", "%q is not critical, normal or sheddable", s)
+}
+
+// ClassLimit is the limit a request of class p is decided under, as
+// AllowPriority decides it: limit with its capacity lowered by p's
+// reserve (p empty is Normal). The error is AllowPriority's for a class
+// the limit's algorithm cannot keep a reserve for, or an invalid limit.
+func ClassLimit(limit Limit, p Priority) (Limit, error) {
+	return classLimit(limit, p)
+}
+
+// itemLimit lowers r's limit to the class of it, when it has one. A
+// class the limit cannot honour is an error naming "priority".
+func itemLimit(r *Request, it Item) error {
+	if it.Priority == "" {
+		return nil
+	}
+	if it.Flow != "" {
+		return fieldErr(ErrInvalidLimit, "priority", "a limit shared by flows (share_by) keeps no reserve for classes")
+	}
+	cl, err := classLimit(it.Limit, it.Priority)
+	if fe, ok := err.(*FieldError); ok && fe.Field == "algorithm" {
+		return fieldErr(ErrInvalidLimit, "priority", "%s", fe.Problem)
+	}
+	if err != nil {
+		return err
+	}
+	r.Limit = cl
+	return nil
+}
+
 // classLimit is limit with its capacity lowered by p's reserve.
 func classLimit(limit Limit, p Priority) (Limit, error) {
 	switch p {

@@ -145,3 +145,65 @@ func TestPriorityReserve(t *testing.T) {
 		t.Errorf("token bucket: %v, want ErrInvalidLimit", err)
 	}
 }
+
+// TestDecidePriority: an Item's Priority is AllowPriority's class through
+// Decide and DecideAll: sheddable items stop with 20 of 100 left while
+// critical ones take the rest, on the key's one state; an empty class is
+// the whole limit; a class the algorithm cannot honour, or on a flow, is
+// refused naming "priority" and nothing is applied.
+func TestDecidePriority(t *testing.T) {
+	clock := floodgatetest.NewFakeClock(start)
+	m := memstore.New(&memstore.Options{SweepInterval: -1, Clock: clock})
+	t.Cleanup(func() { m.Close() })
+	l, err := floodgate.New(m, &floodgate.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 100, Period: time.Minute}
+	count := func(p floodgate.Priority, all bool) int {
+		n := 0
+		for range 200 {
+			decide := l.Decide
+			if all {
+				decide = l.DecideAll
+			}
+			outs, err := decide(t.Context(), []floodgate.Item{{Key: "k", Limit: lim, Cost: 1, Priority: p}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !outs[0].Decision.Allowed {
+				return n
+			}
+			n++
+		}
+		return n
+	}
+	if got := count(floodgate.Sheddable, false); got != 80 {
+		t.Errorf("sheddable admitted %d of 100, want 80", got)
+	}
+	if got := count(floodgate.Normal, true); got != 15 {
+		t.Errorf("normal admitted %d after sheddable, want 15", got)
+	}
+	if got := count("", false); got != 5 {
+		t.Errorf("no class admitted %d after normal, want the last 5", got)
+	}
+
+	for name, it := range map[string]floodgate.Item{
+		"token bucket": {Key: "t", Limit: floodgate.Limit{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Second}, Cost: 1, Priority: floodgate.Sheddable},
+		"flow":         {Key: "f", Limit: lim, Cost: 1, Flow: "tenant", Priority: floodgate.Normal},
+	} {
+		_, err := l.Decide(t.Context(), []floodgate.Item{{Key: "ok", Limit: lim, Cost: 1}, it})
+		var ie *floodgate.ItemError
+		var fe *floodgate.FieldError
+		if !errors.As(err, &ie) || ie.Index != 1 || !errors.As(err, &fe) || fe.Field != "priority" || !errors.Is(err, floodgate.ErrInvalidLimit) {
+			t.Errorf("%s: err = %v, want item 1's ErrInvalidLimit naming priority", name, err)
+		}
+	}
+	d, err := l.Peek(t.Context(), "ok", lim)
+	if err != nil || d.Remaining != 100 {
+		t.Errorf("a refused call applied its valid item: remaining %d, %v", d.Remaining, err)
+	}
+	if _, err := floodgate.ParsePriority("urgent"); !errors.Is(err, floodgate.ErrInvalidRequest) {
+		t.Errorf("ParsePriority(urgent) = %v, want ErrInvalidRequest", err)
+	}
+}

@@ -96,6 +96,12 @@ type Rule struct {
 	ShareBy string
 	// shareLevel is the index in Path of ShareBy's level.
 	shareLevel int
+	// Priority (priority, on the descriptor) is the class a request
+	// matching the rule is decided in when it names none
+	// (floodgate.Item.Priority); every limit of the rule keeps its
+	// reserve. Empty: such a request has no class and may take the whole
+	// limit.
+	Priority floodgate.Priority
 	// File and Line locate the rule's descriptor in the config.
 	File string
 	Line int

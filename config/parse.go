@@ -37,7 +37,7 @@ const (
 // The fields of each mapping, in the order of the docs.
 var (
 	rootFields       = []string{"domain", "descriptors", "plans"}
-	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata", "priority"}
 	rateLimitFields  = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
 		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global", "share_by",
 		"time_zone", "anchor"}
@@ -418,7 +418,7 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 		rateLimits                      *field
 		lv                              Level
 		shadow, detailed, quota         bool
-		share                           *field
+		share, prio                     *field
 		metadata                        map[string]any
 	)
 	for _, f := range p.fields(n, path, 0) {
@@ -446,6 +446,8 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 			quota, _ = p.boolean(f.val, join(path, f.name))
 		case "metadata":
 			metadata = p.metadata(f.val, join(path, f.name))
+		case "priority":
+			prio = &f
 		default:
 			p.unknown(f, path, "a descriptor", descriptorFields)
 		}
@@ -498,6 +500,7 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 			d.rules = append(d.rules, r)
 		}
 	}
+	p.priority(prio, path, nd.rule, rateLimit != nil || rateLimits != nil)
 	if children != nil {
 		p.descriptors(children.val, join(path, "descriptors"), &nd.next, levels, d, depth+1)
 	}

@@ -37,6 +37,9 @@ func (s *Server) reserve(ctx context.Context, domain string, ds []Descriptor, hi
 			res.Statuses[p.which[j]].Limited = false
 			continue
 		}
+		// A reservation holds the whole limit: a rule's default class
+		// is for decisions (POST /v1/allow, Envoy), not for holds.
+		it.Priority = ""
 		items, which = append(items, it), append(which, p.which[j])
 	}
 	if len(items) == 0 {

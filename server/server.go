@@ -342,6 +342,13 @@ type Descriptor struct {
 	// Hits, if set, is this descriptor's cost instead of the request's; 0
 	// checks without consuming.
 	Hits *int64
+	// Priority is the descriptor's class (floodgate.Item.Priority): its
+	// limits are decided with their capacity lowered by the class's
+	// reserve. Empty means the matched rule's default class
+	// (config.Rule.Priority), and no class when the rule has none or the
+	// descriptor has its own Limit. A class the limit cannot honour is
+	// invalid (field "descriptors[i].priority").
+	Priority floodgate.Priority
 }
 
 // Status is the outcome of one descriptor.
@@ -569,6 +576,11 @@ func checkRequest(domain string, ds []Descriptor) error {
 		if d.Limit != nil && d.Limit.Algorithm == floodgate.Concurrency {
 			return Invalid(fmt.Sprintf("descriptors[%d].limit.algorithm", i), "concurrency limits need a lease; they cannot be checked per request")
 		}
+		if d.Priority != "" {
+			if _, err := floodgate.ParsePriority(string(d.Priority)); err != nil {
+				return Invalid(fmt.Sprintf("descriptors[%d].priority", i), "%q is not critical, normal or sheddable", string(d.Priority))
+			}
+		}
 	}
 	return nil
 }
@@ -627,9 +639,13 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 	for i, d := range ds {
 		st := &res.Statuses[i]
 		st.Code = OK
-		it := floodgate.Item{Cost: hits}
+		it := floodgate.Item{Cost: hits, Priority: d.Priority}
 		if d.Hits != nil {
 			it.Cost = *d.Hits
+		}
+		if m := matches[i]; it.Priority == "" && d.Limit == nil && m.Rule != nil {
+			// The request names no class: its rule's default.
+			it.Priority = m.Rule.Priority
 		}
 		switch m := matches[i]; {
 		case d.Limit != nil:
@@ -761,6 +777,8 @@ func (p *plan) fieldOf(err error) error {
 		field += "hits"
 	case fe.Field == "cost":
 		field = "hits"
+	case fe.Field == "priority":
+		field += "priority"
 	case errors.Is(fe, floodgate.ErrInvalidLimit):
 		field += "limit." + fe.Field
 	default:
@@ -871,13 +889,22 @@ func pick(cond bool, a, b string) string {
 // limits never meet keys of config rules. A period above
 // Options.MaxOwnPeriod is invalid (field "limit.period").
 func (s *Server) DecideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
-	if s.tr != nil {
-		return s.decideInlineTraced(ctx, key, limit, cost)
-	}
-	return s.decideInline(ctx, key, limit, cost)
+	return s.DecideInlinePriority(ctx, key, limit, cost, "")
 }
 
-func (s *Server) decideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
+// DecideInlinePriority is DecideInline for a request of class p
+// (floodgate.Item.Priority; empty for none): the request is decided
+// under the limit with its capacity lowered by p's reserve, on the key's
+// one state. A class the limit cannot honour is invalid (field
+// "priority").
+func (s *Server) DecideInlinePriority(ctx context.Context, key string, limit floodgate.Limit, cost int64, p floodgate.Priority) (Status, error) {
+	if s.tr != nil {
+		return s.decideInlineTraced(ctx, key, limit, cost, p)
+	}
+	return s.decideInline(ctx, key, limit, cost, p)
+}
+
+func (s *Server) decideInline(ctx context.Context, key string, limit floodgate.Limit, cost int64, p floodgate.Priority) (Status, error) {
 	if err := s.checkOwnPeriod("limit.period", ownPeriod(limit)); err != nil {
 		return Status{}, err
 	}
@@ -887,7 +914,7 @@ func (s *Server) decideInline(ctx context.Context, key string, limit floodgate.L
 	if limit.Algorithm == floodgate.Concurrency {
 		return Status{}, Invalid("limit.algorithm", "concurrency limits need a lease; they cannot be checked per request")
 	}
-	outs, err := s.decideItems(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost}})
+	outs, err := s.decideItems(ctx, []floodgate.Item{{Key: inlineKey(key), Limit: limit, Cost: cost, Priority: p}})
 	if err != nil {
 		return Status{}, inlineField(err)
 	}
@@ -930,7 +957,10 @@ func checkInlineKey(key string) error {
 // of the Limiter came from: a field of the limit is under "limit".
 func inlineField(err error) error {
 	fe, ok := errors.AsType[*floodgate.FieldError](err)
-	if !ok || !errors.Is(fe, floodgate.ErrInvalidLimit) {
+	switch {
+	case ok && fe.Field == "priority":
+		return fe
+	case !ok || !errors.Is(fe, floodgate.ErrInvalidLimit):
 		return err
 	}
 	return &floodgate.FieldError{Kind: fe.Kind, Field: "limit." + fe.Field, Problem: fe.Problem}

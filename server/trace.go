@@ -26,9 +26,9 @@ func (s *Server) decideTraced(ctx context.Context, domain string, ds []Descripto
 }
 
 // decideInlineTraced is DecideInline in a span of its own.
-func (s *Server) decideInlineTraced(ctx context.Context, key string, limit floodgate.Limit, cost int64) (Status, error) {
+func (s *Server) decideInlineTraced(ctx context.Context, key string, limit floodgate.Limit, cost int64, p floodgate.Priority) (Status, error) {
 	ctx, span := s.tr.Start(ctx, tracing.SpanDecide)
-	st, err := s.decideInline(ctx, key, limit, cost)
+	st, err := s.decideInline(ctx, key, limit, cost, p)
 	s.endInline(span, limit, cost, &st, err, false)
 	return st, err
 }

@@ -55,7 +55,7 @@ func TestTracingOffCostsNoAllocation(t *testing.T) {
 		traced, untraced func()
 	}{
 		{"Decide", func() { _, _ = s.Decide(ctx, "bench", ds, 1) }, func() { _, _ = s.decide(ctx, "bench", ds, 1) }},
-		{"DecideInline", func() { _, _ = s.DecideInline(ctx, "u1", limit, 1) }, func() { _, _ = s.decideInline(ctx, "u1", limit, 1) }},
+		{"DecideInline", func() { _, _ = s.DecideInline(ctx, "u1", limit, 1) }, func() { _, _ = s.decideInline(ctx, "u1", limit, 1, "") }},
 		{"Reserve", func() {
 			r, _, _ := s.Reserve(ctx, "bench", ds, 1, nil)
 			_, _ = r.Cancel(ctx)

@@ -30,6 +30,10 @@ func FuzzAllow(f *testing.F) {
 		`{"key": "t", "limit": {"limit": 1, "unit": "week", "anchor": "sunday"}}`,
 		`{"key": "t", "limit": {"limit": 1, "unit": "year", "time_zone": "../../etc/passwd", "anchor": "02-29"}}`,
 		`{"key": "t", "limit": {"limit": 1, "unit": "day", "period": "1h", "anchor": "x"}}`,
+		`{"key": "p", "limit": {"algorithm": "gcra", "limit": 5, "period": "1m"}, "priority": "sheddable"}`,
+		`{"key": "p", "limit": {"algorithm": "token_bucket", "limit": 1, "period": "1s"}, "priority": "normal"}`,
+		`{"domain": "api", "priority": "critical", "descriptors": [{"entries": [{"key": "user", "value": "42"}]}]}`,
+		`{"domain": "api", "priority": "Sheddable\u0000", "descriptors": [{"entries": [{"key": "x"}], "limit": {"limit": 1, "period": "1s", "count_rejected": true}}]}`,
 	} {
 		f.Add(seed)
 	}

@@ -424,6 +424,32 @@ type AllowRequest struct {
 	Domain      string           `json:"domain,omitempty"`
 	Descriptors []DescriptorJSON `json:"descriptors,omitempty"`
 	Hits        *int64           `json:"hits,omitempty"`
+	// Priority is the request's class, "critical", "normal" or
+	// "sheddable" (floodgate.Priority), in either form; empty for none,
+	// which in the descriptors form is each matched rule's default class
+	// (its descriptor's priority in the config). POST /v1/allow only.
+	Priority string `json:"priority,omitempty"`
+}
+
+// priority is req's class, checked: another name than the three is a
+// 400 naming "priority".
+func (req *AllowRequest) priority() (floodgate.Priority, error) {
+	if req.Priority == "" {
+		return "", nil
+	}
+	p, err := floodgate.ParsePriority(req.Priority)
+	if err != nil {
+		return "", invalid("priority", "%q is not critical, normal or sheddable", req.Priority)
+	}
+	return p, nil
+}
+
+// noPriority refuses a class on an endpoint that does not take one.
+func (req *AllowRequest) noPriority(what string) error {
+	if req.Priority != "" {
+		return invalid("priority", "%s take no priority class; it is for POST /v1/allow", what)
+	}
+	return nil
 }
 
 // DecisionJSON is one decision. Times are whole milliseconds, rounded up;
@@ -544,15 +570,20 @@ func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, err)
 		return
 	}
+	class, err := req.priority()
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
 	var statuses []server.Status
 	var overall server.Status
 	var unknownDomain bool
 	if inline {
-		overall, err = s.allowInline(r.Context(), &req)
+		overall, err = s.allowInline(r.Context(), &req, class)
 		statuses = []server.Status{overall}
 	} else {
 		var res server.Result
-		res, err = s.allowDescriptors(r.Context(), &req)
+		res, err = s.allowDescriptors(r.Context(), &req, class)
 		statuses, overall, unknownDomain = res.Statuses, Binding(res), res.UnknownDomain
 		if err == nil && res.GlobalShadow {
 			// The descriptors keep their denials; the answer is OK.
@@ -588,19 +619,22 @@ func (req *AllowRequest) form() (inline bool, err error) {
 }
 
 // allowInline decides the inline form.
-func (s *API) allowInline(ctx context.Context, req *AllowRequest) (server.Status, error) {
+func (s *API) allowInline(ctx context.Context, req *AllowRequest, class floodgate.Priority) (server.Status, error) {
 	lim, cost, err := req.inlineLimit()
 	if err != nil {
 		return server.Status{}, err
 	}
-	return s.srv.DecideInline(ctx, req.Key, lim, cost)
+	return s.srv.DecideInlinePriority(ctx, req.Key, lim, cost, class)
 }
 
 // allowDescriptors decides the descriptor form.
-func (s *API) allowDescriptors(ctx context.Context, req *AllowRequest) (server.Result, error) {
+func (s *API) allowDescriptors(ctx context.Context, req *AllowRequest, class floodgate.Priority) (server.Result, error) {
 	ds, hits, err := req.descriptors()
 	if err != nil {
 		return server.Result{}, err
+	}
+	for i := range ds {
+		ds[i].Priority = class
 	}
 	return s.srv.Decide(ctx, req.Domain, ds, hits)
 }
@@ -740,8 +774,10 @@ type RuleJSON struct {
 	FailureMode string       `json:"failure_mode,omitempty"`
 	Durable     bool         `json:"durable,omitempty"`
 	Replaces    []string     `json:"replaces,omitempty"`
-	File        string       `json:"file"`
-	Line        int          `json:"line"`
+	// Priority is the rule's default class (its descriptor's priority).
+	Priority string `json:"priority,omitempty"`
+	File     string `json:"file"`
+	Line     int    `json:"line"`
 	// Metadata is the rule's metadata, as the config gives it.
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
@@ -754,7 +790,7 @@ func (s *API) handleConfig(w http.ResponseWriter, _ *http.Request) {
 		for _, r := range d.Rules() {
 			rj := RuleJSON{ID: r.ID, Domain: r.Domain, Unlimited: r.Unlimited, ShadowMode: r.ShadowMode,
 				FailureMode: string(r.FailurePolicy), Durable: r.Limit.Durable, Replaces: r.Replaces, File: r.File, Line: r.Line,
-				QuotaMode: r.QuotaMode, Metadata: r.Metadata}
+				QuotaMode: r.QuotaMode, Metadata: r.Metadata, Priority: string(r.Priority)}
 			if !r.Unlimited {
 				rj.Limit = limitJSON(r.Limit)
 			}

@@ -61,6 +61,10 @@ func (s *API) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, r, &req) {
 		return
 	}
+	if err := req.noPriority("leases"); err != nil {
+		writeProblem(w, err)
+		return
+	}
 	s.acquire(w, r, newLease(), &req, false)
 }
 

@@ -57,6 +57,9 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 5, failure_mode: fail_closed}
   - key: job
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency, failure_mode: fail_closed}
+  - key: export
+    priority: sheddable
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: gcra}
   - key: account
     rate_limits:
       - {unit: second, requests_per_unit: 2, name: account_second}
@@ -241,6 +244,11 @@ func descriptors(ds ...string) string {
 
 func user(id string) string { return fmt.Sprintf(userEntry, id) }
 
+// prioBody asks for cost of 5 per minute (GCRA) on one key, in class p.
+func prioBody(p string, cost int) string {
+	return fmt.Sprintf(`{"key": "prio", "limit": {"algorithm": "gcra", "limit": 5, "period": "1m"}, "cost": %d, "priority": %q}`, cost, p)
+}
+
 // big is a body just over httpapi.MaxBodyBytes that the document accepts,
 // since a schema cannot bound a body's size.
 func big(prefix, suffix string) string {
@@ -289,6 +297,32 @@ var exchanges = []exchange{
 		want: []string{`"limit":2`, `"remaining":1`}, header: map[string]string{"RateLimit-Policy": `"login";q=2;w=120`}},
 	{name: "unknown domain", method: "POST", path: "/v1/allow", body: `{"domain": "nope", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`, status: 200,
 		want: []string{`"allowed":true`}, header: map[string]string{"RateLimit-Policy": "", "RateLimit": ""}},
+
+	// POST /v1/allow with a priority class: of 5 per minute (GCRA), a
+	// sheddable request may take 4 (the last 20%, 1 unit, is kept),
+	// a critical one the last.
+	{name: "priority sheddable", method: "POST", path: "/v1/allow", body: prioBody("sheddable", 4), status: 200,
+		want: []string{`"allowed":true`, `"limit":4`, `"remaining":0`}},
+	{name: "priority sheddable at the reserve", method: "POST", path: "/v1/allow", body: prioBody("sheddable", 1), status: 200,
+		want: []string{`"allowed":false`, `"limit":4`}},
+	{name: "priority normal at the reserve", method: "POST", path: "/v1/allow", body: prioBody("normal", 1), status: 200,
+		want: []string{`"allowed":false`}},
+	{name: "priority critical takes the reserve", method: "POST", path: "/v1/allow", body: prioBody("critical", 1), status: 200,
+		want: []string{`"allowed":true`, `"limit":5`, `"remaining":0`}},
+	{name: "priority unknown", method: "POST", path: "/v1/allow", body: prioBody("urgent", 1), invalid: true, status: 400,
+		want: []string{`"field":"priority"`, `urgent`}},
+	{name: "priority on a token bucket", method: "POST", path: "/v1/allow", body: `{"key": "tb", "limit": {"algorithm": "token_bucket", "limit": 5, "period": "1m"}, "priority": "sheddable"}`, status: 400,
+		want: []string{`"field":"priority"`, "only gcra and fixed_window"}},
+	{name: "priority rule default", method: "POST", path: "/v1/allow", body: `{"domain": "api", "hits": 4, "descriptors": [{"entries": [{"key": "export", "value": "nightly"}]}]}`, status: 200,
+		want: []string{`"allowed":true`, `"limit":4`, `"remaining":0`}},
+	{name: "priority rule default at the reserve", method: "POST", path: "/v1/allow", body: `{"domain": "api", "descriptors": [{"entries": [{"key": "export", "value": "nightly"}]}]}`, status: 200,
+		want: []string{`"allowed":false`}},
+	{name: "priority critical over the rule default", method: "POST", path: "/v1/allow", body: `{"domain": "api", "priority": "critical", "descriptors": [{"entries": [{"key": "export", "value": "nightly"}]}]}`, status: 200,
+		want: []string{`"allowed":true`, `"limit":5`, `"remaining":0`}},
+	{name: "priority on a fixed window with count_rejected", method: "POST", path: "/v1/allow", body: `{"domain": "api", "priority": "normal", "descriptors": [{"entries": [{"key": "x"}], "limit": {"limit": 5, "period": "1m", "count_rejected": true}}]}`, status: 400,
+		want: []string{`"field":"descriptors[0].priority"`, "fixed_window without count_rejected"}},
+	{name: "priority on a lease", method: "POST", path: "/v1/leases", body: `{"key": "worker:x", "limit": {"algorithm": "concurrency", "limit": 2, "period": "30s"}, "priority": "critical"}`, status: 400,
+		want: []string{`"field":"priority"`, "leases take no priority class"}},
 
 	// POST /v1/inspect and POST /v1/reset of a descriptor's key.
 	{name: "inspect descriptor", method: "POST", path: "/v1/inspect", body: `{"domain": "api", "entries": [{"key": "user", "value": "42"}]}`, status: 200,
@@ -462,9 +496,9 @@ var exchanges = []exchange{
 
 	// The GET routes.
 	{name: "config", method: "GET", path: "/v1/config", status: 200,
-		want: []string{`"id":"api|user"`, `"unlimited":true`, `"shadow_mode":true`, `"replaces":["free"]`, `"failure_mode":"fail_closed"`, `"file":"api.yaml"`}},
+		want: []string{`"id":"api|user"`, `"unlimited":true`, `"shadow_mode":true`, `"replaces":["free"]`, `"failure_mode":"fail_closed"`, `"file":"api.yaml"`, `"priority":"sheddable"`}},
 	{name: "metrics", method: "GET", path: "/metrics", status: 200,
-		want: []string{"floodgate_config_rules 9"}},
+		want: []string{"floodgate_config_rules 10"}},
 	{name: "metrics protobuf", method: "GET", path: "/metrics", accept: "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", status: 200,
 		want: []string{"floodgate_config_rules"}},
 	{name: "healthz", method: "GET", path: "/healthz", status: 200, want: []string{"ok\n"}},

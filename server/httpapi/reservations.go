@@ -167,6 +167,10 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, r, &req) {
 		return
 	}
+	if err := req.noPriority("reservations"); err != nil {
+		writeProblem(w, err)
+		return
+	}
 	caller := s.caller(r)
 	o, err := s.reserveOptions(r, &req, caller)
 	if err != nil {
