@@ -9,41 +9,8 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
-	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/store/memstore"
-	"github.com/floodgate-rl/floodgate/store/redisstore"
 )
-
-// fairFleet is three Limiters on clock over one store: memory, or a real
-// Redis the test starts (three stores, each with its own connections).
-func fairFleet(t *testing.T, storeName string, clock *floodgatetest.FakeClock) []*floodgate.Limiter {
-	t.Helper()
-	var stores []floodgate.Store
-	if storeName == "memory" {
-		m := memstore.New(&memstore.Options{SweepInterval: -1, Clock: clock})
-		t.Cleanup(func() { m.Close() })
-		stores = []floodgate.Store{m, m, m}
-	} else {
-		srv := redistest.Standalone(t)
-		for range 3 {
-			s, err := redisstore.Open(t.Context(), "redis://"+srv.Addr, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			stores = append(stores, s)
-		}
-	}
-	var ls []*floodgate.Limiter
-	for _, s := range stores {
-		l, err := floodgate.New(s, &floodgate.Options{Clock: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-	}
-	return ls
-}
 
 // TestFairShares: two tenants under one shared fixed window of 100 per
 // second, on three instances over a real Redis and over memory, on one
@@ -63,7 +30,7 @@ func TestFairShares(t *testing.T) {
 	for _, storeName := range []string{"memory", "redis"} {
 		t.Run(storeName, func(t *testing.T) {
 			clock := floodgatetest.NewFakeClock(start)
-			ls := fairFleet(t, storeName, clock)
+			ls := fleet(t, storeName, clock, nil)
 			const windows = 10
 			var busy, quiet, total [windows]int
 			// maxSpan is the most units admitted in any span of one second

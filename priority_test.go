@@ -7,9 +7,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
-	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/store/memstore"
-	"github.com/floodgate-rl/floodgate/store/redisstore"
 )
 
 // TestPriorityOverload is issue 29's overload test: on a frozen injected
@@ -26,30 +24,7 @@ func TestPriorityOverload(t *testing.T) {
 	for _, storeName := range []string{"memory", "redis"} {
 		t.Run(storeName, func(t *testing.T) {
 			clock := floodgatetest.NewFakeClock(start.Add(time.Second / 3))
-			var stores []floodgate.Store
-			if storeName == "memory" {
-				m := memstore.New(&memstore.Options{SweepInterval: -1, Clock: clock})
-				t.Cleanup(func() { m.Close() })
-				stores = []floodgate.Store{m, m, m}
-			} else {
-				srv := redistest.Standalone(t)
-				for range 3 {
-					s, err := redisstore.Open(t.Context(), "redis://"+srv.Addr, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { s.Close() })
-					stores = append(stores, s)
-				}
-			}
-			var ls []*floodgate.Limiter
-			for _, s := range stores {
-				l, err := floodgate.New(s, &floodgate.Options{Clock: clock})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ls = append(ls, l)
-			}
+			ls := fleet(t, storeName, clock, nil)
 			for name, lim := range limits {
 				t.Run(name, func(t *testing.T) {
 					admitted := map[floodgate.Priority]int{}

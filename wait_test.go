@@ -9,9 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
-	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/store/memstore"
-	"github.com/floodgate-rl/floodgate/store/redisstore"
 )
 
 // waitLimit is the limit: 10 per second, one at a time, so the
@@ -33,31 +31,7 @@ func TestWaitFleet(t *testing.T) {
 	for _, name := range []string{"memory", "redis"} {
 		t.Run(name, func(t *testing.T) {
 			clock := floodgatetest.NewFakeClock(start)
-			var stores []floodgate.Store
-			switch name {
-			case "memory":
-				m := memstore.New(&memstore.Options{SweepInterval: -1, Clock: clock})
-				t.Cleanup(func() { m.Close() })
-				stores = []floodgate.Store{m, m, m}
-			case "redis":
-				srv := redistest.Standalone(t)
-				for range 3 {
-					s, err := redisstore.Open(t.Context(), "redis://"+srv.Addr, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { s.Close() })
-					stores = append(stores, s)
-				}
-			}
-			var ls []*floodgate.Limiter
-			for _, s := range stores {
-				l, err := floodgate.New(s, &floodgate.Options{Clock: clock, KeyPrefix: "wait:"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ls = append(ls, l)
-			}
+			ls := fleet(t, name, clock, &floodgate.Options{KeyPrefix: "wait:"})
 			checkWaitFleet(t, clock, ls)
 		})
 	}
