@@ -42,6 +42,8 @@ func CheckFlow(r Request, flow string) error {
 		return fieldErr(ErrInvalidLimit, "algorithm", "only fixed_window is shared by flows, not %s", l.EffectiveAlgorithm())
 	case l.Window == FirstHit:
 		return fieldErr(ErrInvalidLimit, "window", "a limit shared by flows takes aligned windows, not %s", l.Window)
+	case l.IsCalendar():
+		return fieldErr(ErrInvalidLimit, "calendar", "a limit shared by flows takes aligned windows of a period, not calendar %ss", l.Calendar.Unit)
 	case l.CountRejected:
 		return fieldErr(ErrInvalidLimit, "count_rejected", "a limit shared by flows counts what each flow asks for already")
 	case l.LocalBudget != 0:

@@ -103,12 +103,17 @@ func TestFairFlowsInvalid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	month, err := floodgate.ParseCalendar("month", "America/New_York", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name  string
 		flow  string
 		limit floodgate.Limit
 		field string
 	}{
+		{"calendar", "a", floodgate.Limit{Limit: 10, Calendar: month}, "calendar"},
 		{"empty flow", "", floodgate.Limit{Limit: 10, Period: time.Second}, "flow"},
 		{"gcra", "a", floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second}, "algorithm"},
 		{"first hit", "a", floodgate.Limit{Limit: 10, Period: time.Second, Window: floodgate.FirstHit}, "window"},

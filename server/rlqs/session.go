@@ -425,8 +425,15 @@ func (ss *session) classify(cfg *config.Config, b *bucket) {
 // with a capacity (Capacity). A sliding window promises at most Limit in
 // every trailing Period, which a bucket of that capacity and rate breaks
 // (it admits up to twice as much); a concurrency limit holds units until
-// they are released, which the protocol cannot say.
+// they are released, which the protocol cannot say; a calendar window
+// has no fixed period to be a rate of.
 func expressible(l floodgate.Limit) bool {
+	if l.IsCalendar() {
+		// A calendar window has no period (months, days across a
+		// daylight-saving change differ in length): no rate per fill
+		// interval is its limit.
+		return false
+	}
 	switch l.EffectiveAlgorithm() {
 	case floodgate.FixedWindow, floodgate.TokenBucket, floodgate.GCRA:
 		return true

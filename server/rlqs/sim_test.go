@@ -29,6 +29,9 @@ descriptors:
   - key: tenant
     value: free
     rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window, failure_mode: fail_closed}
+  - key: tenant
+    value: monthly
+    rate_limit: {unit: month, requests_per_unit: 1000, time_zone: America/New_York, failure_mode: fail_closed}
 `
 )
 
@@ -291,8 +294,8 @@ func TestReplicaRestart(t *testing.T) {
 }
 
 // TestBlanketAnswers: a bucket with no rule is ALLOW_ALL; a rule no token
-// bucket expresses (a sliding window) is answered by its failure mode
-// (fail_closed: DENY_ALL); each renewed with the TTL.
+// bucket expresses (a sliding window, a calendar month) is answered by its
+// failure mode (fail_closed: DENY_ALL); each renewed with the TTL.
 func TestBlanketAnswers(t *testing.T) {
 	clock := newClock()
 	r := startReplica(t, simYAML, simOptions(clock, nil))
@@ -303,6 +306,7 @@ func TestBlanketAnswers(t *testing.T) {
 	}{
 		{map[string]string{"tenant": "acme"}, "blanket_rule:ALLOW_ALL"},
 		{map[string]string{"tenant": "free"}, "blanket_rule:DENY_ALL"},
+		{map[string]string{"tenant": "monthly"}, "blanket_rule:DENY_ALL"},
 		{map[string]string{"other": "x"}, "blanket_rule:ALLOW_ALL"},
 	} {
 		e.request(c.id)
