@@ -12,15 +12,25 @@ import (
 var _ ledger.OverrideStore = (*Ledger)(nil)
 
 // SetOverride changes one override and records the change; see
-// ledger.OverrideStore. The version row's lock (UPDATE … RETURNING)
-// serializes changes, so versions commit in order.
+// ledger.OverrideStore. The version row's lock, taken first, serializes
+// changes, so versions commit in order and each change's old value is the
+// one the change before it left.
 func (l *Ledger) SetOverride(ctx context.Context, c ledger.OverrideChange) (ledger.OverrideChange, bool, error) {
 	changed := false
 	c.At = c.At.Truncate(time.Microsecond)
 	err := l.use(ctx, "SetOverride", func() error {
 		return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+			// The version row's lock first: a subject's row may not exist
+			// yet, and FOR UPDATE on no row locks nothing, so two first
+			// changes of one subject would both read "no old". Under the
+			// lock, READ COMMITTED's next statement sees every change
+			// that held it before.
+			var version int64
+			if err := tx.QueryRow(ctx, `SELECT version FROM ledger_override_version WHERE id = 1 FOR UPDATE`).Scan(&version); err != nil {
+				return err
+			}
 			var old []byte
-			err := tx.QueryRow(ctx, `SELECT doc FROM ledger_overrides WHERE subject = $1 FOR UPDATE`, []byte(c.Subject)).Scan(&old)
+			err := tx.QueryRow(ctx, `SELECT doc FROM ledger_overrides WHERE subject = $1`, []byte(c.Subject)).Scan(&old)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				old = nil
