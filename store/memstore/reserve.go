@@ -161,12 +161,13 @@ func (b *batch) peekCost(i int) algorithm.Decision {
 	return b.shard(i).step(&b.rs[i], b.items[i].kind, b.items[i].params, b.items[i].ref, b.items[i].now, b.items[i].skew, false)
 }
 
-// Settle commits or cancels the hold r.ID on every request of r: see
-// floodgate.Reserver. Every hold is checked before any changes: an unknown
-// one, or a step that conflicts with how one was settled, changes nothing.
-func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+// lockHolds validates r, locks the shards of its requests and finds its
+// holds, for Settle and ReadHolds: the batch is returned locked (the
+// caller unlocks it), or unlocked with the error. No hold of r.ID is
+// ErrUnknownReservation.
+func (s *Store) lockHolds(ctx context.Context, r floodgate.SettleRequest) (*batch, []*holdEntry, error) {
 	if err := r.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rs := make([]floodgate.Request, len(r.Requests))
 	for i, q := range r.Requests {
@@ -174,17 +175,29 @@ func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodg
 		rs[i].Cost = 0
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b := s.lockBatch(rs)
-	defer b.unlock()
 	found, err := b.findHolds(r.ID)
+	if err == nil && found == nil {
+		err = fmt.Errorf("memstore: reservation %s: %w", r.ID, floodgate.ErrUnknownReservation)
+	}
+	if err != nil {
+		b.unlock()
+		return nil, nil, err
+	}
+	return b, found, nil
+}
+
+// Settle commits or cancels the hold r.ID on every request of r: see
+// floodgate.Reserver. Every hold is checked before any changes: an unknown
+// one, or a step that conflicts with how one was settled, changes nothing.
+func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+	b, found, err := s.lockHolds(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	if found == nil {
-		return nil, fmt.Errorf("memstore: reservation %s: %w", r.ID, floodgate.ErrUnknownReservation)
-	}
+	defer b.unlock()
 	for i, e := range found {
 		if settleCode(e.h, b.items[i].now, r.Actual, r.Cancel) == algorithm.Conflict {
 			return nil, fmt.Errorf("memstore: reservation %s: %w: it was settled otherwise (%s)", r.ID, floodgate.ErrConflict, settledAs(e.h))
@@ -207,26 +220,11 @@ func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodg
 // ReadHolds answers as Settle would, changing nothing: see
 // floodgate.HoldReader.
 func (s *Store) ReadHolds(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.HeldUnits, error) {
-	if err := r.Validate(); err != nil {
-		return nil, err
-	}
-	rs := make([]floodgate.Request, len(r.Requests))
-	for i, q := range r.Requests {
-		rs[i] = q
-		rs[i].Cost = 0
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	b := s.lockBatch(rs)
-	defer b.unlock()
-	found, err := b.findHolds(r.ID)
+	b, found, err := s.lockHolds(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	if found == nil {
-		return nil, fmt.Errorf("memstore: reservation %s: %w", r.ID, floodgate.ErrUnknownReservation)
-	}
+	defer b.unlock()
 	out := make([]floodgate.HeldUnits, len(found))
 	late := false
 	for i, e := range found {

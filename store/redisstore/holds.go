@@ -195,14 +195,43 @@ func (rn *runner) reserve(ctx context.Context, cs []call, holds []string, rb []f
 	return r, nil
 }
 
+// slotStatus is the head of the settle script's reply for the holds of
+// one slot, in either mode: its status, and for settleConflict the state
+// and actual of the hold that conflicts.
+type slotStatus struct {
+	status, state, actual int64
+}
+
+// holdsErr is the error of a settle (or a read) of reservation id whose
+// slots answered sts: nil when every slot found its holds and none
+// conflicts. Some slots without the holds and some with them is a
+// reservation of other keys.
+func holdsErr(id string, sts []slotStatus) error {
+	unknown := 0
+	for _, st := range sts {
+		switch st.status {
+		case settleUnknown:
+			unknown++
+		case settleOtherKeys:
+			return fmt.Errorf("redisstore: reservation %s: %w: it holds other keys", id, floodgate.ErrConflict)
+		case settleConflict:
+			return fmt.Errorf("redisstore: reservation %s: %w: it was settled otherwise (%s)", id, floodgate.ErrConflict, settledAs(st.state, st.actual))
+		}
+	}
+	switch unknown {
+	case 0:
+		return nil
+	case len(sts):
+		return fmt.Errorf("redisstore: reservation %s: %w", id, floodgate.ErrUnknownReservation)
+	}
+	return fmt.Errorf("redisstore: reservation %s: %w: it holds other keys", id, floodgate.ErrConflict)
+}
+
 // settled is the settle script's answer for the holds of one slot.
 type settled struct {
-	status int64
-	// state and actual are those of the hold that conflicts, for
-	// settleConflict.
-	state, actual int64
-	codes         []algorithm.SettleCode
-	sts           []floodgate.Settlement
+	slotStatus
+	codes []algorithm.SettleCode
+	sts   []floodgate.Settlement
 }
 
 // settleWidth is the integers of one hold in the settle script's reply:
@@ -231,7 +260,7 @@ func (rn *runner) settle(ctx context.Context, mode string, cs []call, holds []st
 	if len(vals) < 3 {
 		return bad("%d integers", len(vals))
 	}
-	r := settled{status: vals[0], state: vals[1], actual: vals[2]}
+	r := settled{slotStatus: slotStatus{status: vals[0], state: vals[1], actual: vals[2]}}
 	switch r.status {
 	case settleUnknown, settleOtherKeys, settleConflict:
 		if len(vals) != 3 {
@@ -272,10 +301,9 @@ func (rn *runner) settle(ctx context.Context, mode string, cs []call, holds []st
 // read is the settle script's read mode's answer for the holds of one
 // slot: the status of a settle, and what each hold holds.
 type read struct {
-	status        int64
-	state, actual int64
-	codes         []algorithm.SettleCode
-	held          []floodgate.HeldUnits
+	slotStatus
+	codes []algorithm.SettleCode
+	held  []floodgate.HeldUnits
 }
 
 // readWidth is the integers of one hold in the read mode's reply: code,
@@ -305,7 +333,7 @@ func (rn *runner) read(ctx context.Context, cs []call, holds []string, actual in
 	if len(vals) < 3 {
 		return bad("%d integers", len(vals))
 	}
-	r := read{status: vals[0], state: vals[1], actual: vals[2]}
+	r := read{slotStatus: slotStatus{status: vals[0], state: vals[1], actual: vals[2]}}
 	switch r.status {
 	case settleUnknown, settleOtherKeys, settleConflict:
 		if len(vals) != 3 {

@@ -222,23 +222,12 @@ func (s *Store) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodg
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	unknown := 0
-	for _, sr := range res {
-		switch sr.status {
-		case settleUnknown:
-			unknown++
-		case settleOtherKeys:
-			return nil, fmt.Errorf("redisstore: reservation %s: %w: it holds other keys", r.ID, floodgate.ErrConflict)
-		case settleConflict:
-			return nil, fmt.Errorf("redisstore: reservation %s: %w: it was settled otherwise (%s)", r.ID, floodgate.ErrConflict, settledAs(sr.state, sr.actual))
-		}
+	sts := make([]slotStatus, len(res))
+	for g := range res {
+		sts[g] = res[g].slotStatus
 	}
-	switch unknown {
-	case 0:
-	case len(res):
-		return nil, fmt.Errorf("redisstore: reservation %s: %w", r.ID, floodgate.ErrUnknownReservation)
-	default:
-		return nil, fmt.Errorf("redisstore: reservation %s: %w: it holds other keys", r.ID, floodgate.ErrConflict)
+	if err := holdsErr(r.ID, sts); err != nil {
+		return nil, err
 	}
 	out := make([]floodgate.Settlement, len(cs))
 	late := false
@@ -285,23 +274,12 @@ func (s *Store) ReadHolds(ctx context.Context, r floodgate.SettleRequest) ([]flo
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	unknown := 0
-	for _, sr := range res {
-		switch sr.status {
-		case settleUnknown:
-			unknown++
-		case settleOtherKeys:
-			return nil, fmt.Errorf("redisstore: reservation %s: %w: it holds other keys", r.ID, floodgate.ErrConflict)
-		case settleConflict:
-			return nil, fmt.Errorf("redisstore: reservation %s: %w: it was settled otherwise (%s)", r.ID, floodgate.ErrConflict, settledAs(sr.state, sr.actual))
-		}
+	sts := make([]slotStatus, len(res))
+	for g := range res {
+		sts[g] = res[g].slotStatus
 	}
-	switch unknown {
-	case 0:
-	case len(res):
-		return nil, fmt.Errorf("redisstore: reservation %s: %w", r.ID, floodgate.ErrUnknownReservation)
-	default:
-		return nil, fmt.Errorf("redisstore: reservation %s: %w: it holds other keys", r.ID, floodgate.ErrConflict)
+	if err := holdsErr(r.ID, sts); err != nil {
+		return nil, err
 	}
 	out := make([]floodgate.HeldUnits, len(cs))
 	for g, sr := range res {
