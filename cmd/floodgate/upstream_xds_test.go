@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/config/xds"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/xdstest"
 )
 
 // egNodeID and the other eg* values are what Envoy Gateway's managed
@@ -38,7 +39,7 @@ func gatewayRateLimitConfig() *rlsconfv3.RateLimitConfig {
 // receiver.
 type egXDS struct {
 	certs *redistest.Certs
-	cp    *xdsControlPlane
+	cp    *xdstest.Server
 	recv  *receiver
 	env   map[string]string
 }
@@ -52,13 +53,13 @@ func newEGXDS(t *testing.T, protocol string) *egXDS {
 	t.Helper()
 	e := &egXDS{certs: redistest.NewCerts(t)}
 	e.cp = startControlPlane(t, e.certs)
-	e.cp.push(t, egNodeID, "v1", gatewayRateLimitConfig())
+	e.cp.Push(egNodeID, "v1", gatewayRateLimitConfig())
 	var endpoint string
 	e.recv, endpoint = startReceiver(t, protocol)
 	e.env = envoyGatewayEnv(t.TempDir(), "")
 	for k, v := range map[string]string{
 		"CONFIG_TYPE":                        "GRPC_XDS_SOTW",
-		"CONFIG_GRPC_XDS_SERVER_URL":         e.cp.addr,
+		"CONFIG_GRPC_XDS_SERVER_URL":         e.cp.Addr,
 		"CONFIG_GRPC_XDS_NODE_ID":            egNodeID,
 		"GRPC_SERVER_USE_TLS":                "true",
 		"GRPC_SERVER_TLS_CERT":               e.certs.ServerCertFile,
@@ -89,7 +90,7 @@ func newEGXDS(t *testing.T, protocol string) *egXDS {
 // checks what checkRatelimit does, over the gRPC listener's TLS.
 func (e *egXDS) check(t *testing.T, in *ratelimitInstance) {
 	t.Helper()
-	ack := e.cp.wait(t, "ACK of v1", func(r *discoveryv3.DiscoveryRequest) bool {
+	ack, _ := e.cp.Wait(0, "ACK of v1", func(r *discoveryv3.DiscoveryRequest) bool {
 		return r.GetVersionInfo() == "v1" && r.GetResponseNonce() != "" && r.GetErrorDetail() == nil
 	})
 	if id := ack.GetNode().GetId(); id != egNodeID && id != "" {
@@ -182,14 +183,12 @@ func TestRatelimitEnvoyGatewayXDS(t *testing.T) {
 	in, stop := startRatelimit(t, e.env)
 	e.check(t, in)
 
-	first := e.cp.wait(t, "a request with the node", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetNode() != nil })
+	first, _ := e.cp.Wait(0, "a request with the node", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetNode() != nil })
 	md := first.GetNode().GetMetadata().GetFields()
 	if first.GetNode().GetId() != egNodeID || md["zone"].GetStringValue() != "eu-west-1a" || md["gateway"].GetStringValue() != "eg" {
 		t.Errorf("node %v, want id %s with metadata zone=eu-west-1a, gateway=eg", first.GetNode(), egNodeID)
 	}
-	e.cp.mu.Lock()
-	streams := slices.Clone(e.cp.streams)
-	e.cp.mu.Unlock()
+	streams := e.cp.Streams()
 	if len(streams) == 0 || !slices.Equal(streams[0].Get("authorization"), []string{"Bearer xds-t0ken"}) || !slices.Equal(streams[0].Get("x-gateway"), []string{"eg"}) {
 		t.Errorf("stream metadata %v, want authorization and x-gateway of CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", streams)
 	}

@@ -2,115 +2,29 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
-	"net"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	cachetypes "github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/xdstest"
 )
 
-// xdsControlPlane is go-control-plane's xDS server and snapshot cache on
-// a loopback port, with mutual TLS, recording the requests it receives
-// and the gRPC metadata each stream opened with.
-type xdsControlPlane struct {
-	addr  string
-	cache cachev3.SnapshotCache
-
-	mu      sync.Mutex
-	reqs    []*discoveryv3.DiscoveryRequest
-	streams []metadata.MD
-	changed chan struct{}
-}
-
-func startControlPlane(t *testing.T, certs *redistest.Certs) *xdsControlPlane {
+// startControlPlane is go-control-plane's xDS server and snapshot cache
+// on a loopback port, with mutual TLS.
+func startControlPlane(t *testing.T, certs *redistest.Certs) *xdstest.Server {
 	t.Helper()
 	cert, err := tls.LoadX509KeyPair(certs.ServerCertFile, certs.ServerKeyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	creds := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
-		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: certs.Pool()})
-	cp := &xdsControlPlane{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), changed: make(chan struct{}, 1)}
-	cb := serverv3.CallbackFuncs{
-		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
-			md, _ := metadata.FromIncomingContext(ctx)
-			cp.mu.Lock()
-			cp.streams = append(cp.streams, md)
-			cp.mu.Unlock()
-			return nil
-		},
-		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
-			cp.mu.Lock()
-			cp.reqs = append(cp.reqs, req)
-			cp.mu.Unlock()
-			select {
-			case cp.changed <- struct{}{}:
-			default:
-			}
-			return nil
-		},
-	}
-	g := grpc.NewServer(grpc.Creds(creds))
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(context.Background(), cp.cache, cb))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp.addr = ln.Addr().String()
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	return cp
-}
-
-func (cp *xdsControlPlane) push(t *testing.T, node, version string, rcs ...*rlsconfv3.RateLimitConfig) {
-	t.Helper()
-	rs := make([]cachetypes.Resource, len(rcs))
-	for i, r := range rcs {
-		rs[i] = r
-	}
-	snap, err := cachev3.NewSnapshot(version, map[resourcev3.Type][]cachetypes.Resource{resourcev3.RateLimitConfigType: rs})
-	if err == nil {
-		err = cp.cache.SetSnapshot(context.Background(), node, snap)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// wait returns the first request that ok accepts.
-func (cp *xdsControlPlane) wait(t *testing.T, what string, ok func(*discoveryv3.DiscoveryRequest) bool) *discoveryv3.DiscoveryRequest {
-	t.Helper()
-	deadline := time.After(time.Minute)
-	for {
-		cp.mu.Lock()
-		reqs := cp.reqs
-		cp.mu.Unlock()
-		for _, r := range reqs {
-			if ok(r) {
-				return r
-			}
-		}
-		select {
-		case <-cp.changed:
-		case <-deadline:
-			t.Fatalf("the xDS server received no %s", what)
-		}
-	}
+	return xdstest.Start(t, credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: certs.Pool()}))
 }
 
 func edgeConfig(n uint32) *rlsconfv3.RateLimitConfig {
@@ -127,10 +41,10 @@ func edgeConfig(n uint32) *rlsconfv3.RateLimitConfig {
 func TestServeXDS(t *testing.T) {
 	certs := redistest.NewCerts(t)
 	cp := startControlPlane(t, certs)
-	cp.push(t, "edge-1", "v1", edgeConfig(2))
-	in := startServe(t, "-config-xds", cp.addr, "-config-xds-node", "edge-1", "-config-xds-cluster", "edge",
+	cp.Push("edge-1", "v1", edgeConfig(2))
+	in := startServe(t, "-config-xds", cp.Addr, "-config-xds-node", "edge-1", "-config-xds-cluster", "edge",
 		"-config-xds-tls-ca", certs.CAFile, "-config-xds-tls-cert", certs.ClientCertFile, "-config-xds-tls-key", certs.ClientKeyFile)
-	first := cp.wait(t, "first request", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetNode() != nil })
+	first, _ := cp.Wait(0, "first request", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetNode() != nil })
 	if n := first.GetNode(); n.GetId() != "edge-1" || n.GetCluster() != "edge" {
 		t.Errorf("node %v, want edge-1 of cluster edge", n)
 	}
@@ -155,8 +69,8 @@ func TestServeXDS(t *testing.T) {
 
 	bad := edgeConfig(10)
 	bad.Descriptors[0].RateLimit.Unit = rlsconfv3.RateLimitUnit_UNKNOWN
-	cp.push(t, "edge-1", "v2", bad)
-	nack := cp.wait(t, "NACK of v2", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetErrorDetail() != nil })
+	cp.Push("edge-1", "v2", bad)
+	nack, _ := cp.Wait(0, "NACK of v2", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetErrorDetail() != nil })
 	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "rl-edge: descriptors[0].rate_limit.unit: missing unit") || nack.GetVersionInfo() != "v1" {
 		t.Errorf("NACK %q at version %q, want the missing unit at v1", msg, nack.GetVersionInfo())
 	}
@@ -167,8 +81,8 @@ func TestServeXDS(t *testing.T) {
 		t.Errorf("after the NACK: %v, want OVER_LIMIT by v1's limit of 2", got)
 	}
 
-	cp.push(t, "edge-1", "v3", edgeConfig(5))
-	cp.wait(t, "ACK of v3", func(r *discoveryv3.DiscoveryRequest) bool {
+	cp.Push("edge-1", "v3", edgeConfig(5))
+	cp.Wait(0, "ACK of v3", func(r *discoveryv3.DiscoveryRequest) bool {
 		return r.GetVersionInfo() == "v3" && r.GetResponseNonce() != "" && r.GetErrorDetail() == nil
 	})
 	if got := decide(); got != rlsv3.RateLimitResponse_OK {

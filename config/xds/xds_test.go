@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -15,19 +14,14 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	cachetypes "github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/xdstest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
@@ -35,124 +29,6 @@ import (
 // never bounds a wait for something that must happen; reaching it fails
 // the test (it is not a measure of speed).
 const never = time.Minute
-
-// xdsServer is go-control-plane's own xDS server and snapshot cache on a
-// loopback port, recording every request its streams receive.
-type xdsServer struct {
-	t     *testing.T
-	addr  string
-	creds credentials.TransportCredentials
-	cache cachev3.SnapshotCache
-	grpc  *grpc.Server
-
-	mu      sync.Mutex
-	reqs    []*discoveryv3.DiscoveryRequest
-	md      []metadata.MD
-	changed chan struct{}
-}
-
-// startXDS starts a server on a new port of 127.0.0.1; creds nil serves
-// plaintext.
-func startXDS(t *testing.T, creds credentials.TransportCredentials) *xdsServer {
-	t.Helper()
-	s := &xdsServer{t: t, creds: creds, changed: make(chan struct{}, 1)}
-	s.start("127.0.0.1:0")
-	return s
-}
-
-// start serves on addr with a new, empty snapshot cache: a restart
-// forgets every snapshot, as a restarted management server does.
-func (s *xdsServer) start(addr string) {
-	s.t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.addr = ln.Addr().String()
-	s.cache = cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
-	cb := serverv3.CallbackFuncs{
-		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
-			md, _ := metadata.FromIncomingContext(ctx)
-			s.mu.Lock()
-			s.md = append(s.md, md)
-			s.mu.Unlock()
-			return nil
-		},
-		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
-			s.mu.Lock()
-			s.reqs = append(s.reqs, req)
-			s.mu.Unlock()
-			select {
-			case s.changed <- struct{}{}:
-			default:
-			}
-			return nil
-		},
-	}
-	var opts []grpc.ServerOption
-	if s.creds != nil {
-		opts = append(opts, grpc.Creds(s.creds))
-	}
-	g := grpc.NewServer(opts...)
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(context.Background(), s.cache, cb))
-	s.grpc = g
-	go g.Serve(ln)
-	s.t.Cleanup(g.Stop)
-}
-
-func (s *xdsServer) stop() { s.grpc.Stop() }
-
-// push sets the snapshot of node to version with resources.
-func (s *xdsServer) push(node, version string, resources ...*rlsconfv3.RateLimitConfig) {
-	s.t.Helper()
-	rs := make([]cachetypes.Resource, len(resources))
-	for i, r := range resources {
-		rs[i] = r
-	}
-	snap, err := cachev3.NewSnapshot(version, map[resourcev3.Type][]cachetypes.Resource{resourcev3.RateLimitConfigType: rs})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := s.cache.SetSnapshot(context.Background(), node, snap); err != nil {
-		s.t.Fatal(err)
-	}
-}
-
-// waitRequest returns the first request from index from on that ok
-// accepts, and the index after it.
-func (s *xdsServer) waitRequest(from int, what string, ok func(*discoveryv3.DiscoveryRequest) bool) (*discoveryv3.DiscoveryRequest, int) {
-	s.t.Helper()
-	deadline := time.After(never)
-	for {
-		s.mu.Lock()
-		reqs := s.reqs
-		s.mu.Unlock()
-		for i := from; i < len(reqs); i++ {
-			if ok(reqs[i]) {
-				return reqs[i], i + 1
-			}
-		}
-		select {
-		case <-s.changed:
-		case <-deadline:
-			s.t.Fatalf("no %s among the %d requests the server received", what, len(reqs))
-		}
-	}
-}
-
-func (s *xdsServer) nRequests() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.reqs)
-}
-
-func ack(version string) func(*discoveryv3.DiscoveryRequest) bool {
-	return func(r *discoveryv3.DiscoveryRequest) bool {
-		return r.GetResponseNonce() != "" && r.GetErrorDetail() == nil && r.GetVersionInfo() == version
-	}
-}
-
-func nack(r *discoveryv3.DiscoveryRequest) bool { return r.GetErrorDetail() != nil }
 
 // lockedBuffer is a log destination safe for concurrent use.
 type lockedBuffer struct {
@@ -277,32 +153,30 @@ func nextWait(t *testing.T, waits chan wait) wait {
 // deciding; a good one after it applies again.
 func TestPushes(t *testing.T) {
 	t.Parallel()
-	xs := startXDS(t, nil)
+	xs := xdstest.Start(t, nil)
 	tg := newTarget(t)
 	var rejected []error
 	var rmu sync.Mutex
 	logs := &lockedBuffer{}
-	waits := run(t, Options{Address: xs.addr, NodeID: "node-1", Cluster: "edge", NodeMetadata: map[string]string{"zone": "a"},
+	waits := run(t, Options{Address: xs.Addr, NodeID: "node-1", Cluster: "edge", NodeMetadata: map[string]string{"zone": "a"},
 		Headers: map[string]string{"x-tenant": "blue"}, Apply: tg.apply, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Rejected: func(err error) { rmu.Lock(); rejected = append(rejected, err); rmu.Unlock() }})
 
-	first, _ := xs.waitRequest(0, "first request", func(*discoveryv3.DiscoveryRequest) bool { return true })
+	first, _ := xs.Wait(0, "first request", func(*discoveryv3.DiscoveryRequest) bool { return true })
 	if n := first.GetNode(); n.GetId() != "node-1" || n.GetCluster() != "edge" || n.GetMetadata().GetFields()["zone"].GetStringValue() != "a" {
 		t.Errorf("node %v, want id node-1, cluster edge, metadata zone=a", n)
 	}
 	if got := first.GetTypeUrl(); got != TypeURL {
 		t.Errorf("type %q, want %q", got, TypeURL)
 	}
-	xs.mu.Lock()
-	if got := xs.md[0].Get("x-tenant"); len(got) != 1 || got[0] != "blue" {
+	if got := xs.Streams()[0].Get("x-tenant"); len(got) != 1 || got[0] != "blue" {
 		t.Errorf("stream metadata x-tenant %q, want blue", got)
 	}
-	xs.mu.Unlock()
 
 	// 1: applies.
-	xs.push("node-1", "v1", rlc("rl-shop", "shop", perMinute("user", 2)))
+	xs.Push("node-1", "v1", rlc("rl-shop", "shop", perMinute("user", 2)))
 	cfg := tg.waitApplied(t)
-	_, next := xs.waitRequest(0, "ACK of v1", ack("v1"))
+	_, next := xs.Wait(0, "ACK of v1", xdstest.ACK("v1"))
 	if d := cfg.Domain("shop"); d == nil || len(d.Rules()) != 1 || d.Rules()[0].File != "rl-shop" {
 		t.Fatalf("v1 applied %v, want domain shop with one rule from rl-shop", cfg.Domains())
 	}
@@ -313,9 +187,9 @@ func TestPushes(t *testing.T) {
 	}
 
 	// 2: replaces, both resources in one Apply.
-	xs.push("node-1", "v2", rlc("rl-shop", "shop", perMinute("user", 5)), rlc("rl-api", "api", perMinute("path", 1)))
+	xs.Push("node-1", "v2", rlc("rl-shop", "shop", perMinute("user", 5)), rlc("rl-api", "api", perMinute("path", 1)))
 	cfg = tg.waitApplied(t)
-	_, next = xs.waitRequest(next, "ACK of v2", ack("v2"))
+	_, next = xs.Wait(next, "ACK of v2", xdstest.ACK("v2"))
 	if got := len(cfg.Domains()); got != 2 || cfg.Domain("api") == nil || cfg.Domain("shop").Rules()[0].Limit.Limit != 5 {
 		t.Fatalf("v2 applied %d domains %v, want shop (5/min) and api together", got, cfg.Domains())
 	}
@@ -328,8 +202,8 @@ func TestPushes(t *testing.T) {
 	bad := rlc("rl-shop", "shop",
 		&rlsconfv3.RateLimitDescriptor{Key: "user", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 1}},
 		perMinute("ip", 1), perMinute("ip", 2))
-	xs.push("node-1", "v3", bad, rlc("rl-api", "api", perMinute("path", 1)))
-	n, _ := xs.waitRequest(next, "NACK of v3", nack)
+	xs.Push("node-1", "v3", bad, rlc("rl-api", "api", perMinute("path", 1)))
+	n, _ := xs.Wait(next, "NACK of v3", xdstest.NACK)
 	if got := n.GetVersionInfo(); got != "v2" {
 		t.Errorf("NACK version %q, want the last accepted, v2", got)
 	}
@@ -370,14 +244,12 @@ func TestPushes(t *testing.T) {
 	if w.d < 800*time.Millisecond || w.d > 1200*time.Millisecond {
 		t.Errorf("the NACK of a repeat waits %v, want the first backoff, 1s ±20%%", w.d)
 	}
-	xs.mu.Lock()
 	nacks := 0
-	for _, r := range xs.reqs {
-		if nack(r) {
+	for _, r := range xs.Requests() {
+		if xdstest.NACK(r) {
 			nacks++
 		}
 	}
-	xs.mu.Unlock()
 	if nacks != 1 {
 		t.Errorf("%d NACKs sent before the backoff ended, want 1", nacks)
 	}
@@ -391,10 +263,10 @@ func TestPushes(t *testing.T) {
 	}
 
 	// 4: a good push applies again, once the held NACK asks for it.
-	xs.push("node-1", "v4", rlc("rl-shop", "shop", perMinute("user", 7)))
+	xs.Push("node-1", "v4", rlc("rl-shop", "shop", perMinute("user", 7)))
 	w.fire <- time.Time{}
 	cfg = tg.waitApplied(t)
-	xs.waitRequest(next, "ACK of v4", ack("v4"))
+	xs.Wait(next, "ACK of v4", xdstest.ACK("v4"))
 	if cfg.Domain("api") != nil || cfg.Domain("shop").Rules()[0].Limit.Limit != 7 {
 		t.Errorf("v4 applied %v, want shop (7/min) alone", cfg.Domains())
 	}
@@ -404,14 +276,14 @@ func TestPushes(t *testing.T) {
 // NACKed with Apply's error, and the version stays.
 func TestApplyRefuses(t *testing.T) {
 	t.Parallel()
-	xs := startXDS(t, nil)
+	xs := xdstest.Start(t, nil)
 	calls := make(chan *config.Config, 10)
-	waits := run(t, Options{Address: xs.addr, NodeID: "n", Apply: func(cfg *config.Config) error {
+	waits := run(t, Options{Address: xs.Addr, NodeID: "n", Apply: func(cfg *config.Config) error {
 		calls <- cfg
 		return errors.New("no room for it")
 	}})
-	xs.push("n", "v1", rlc("a", "a", perMinute("k", 1)))
-	n, _ := xs.waitRequest(0, "NACK", nack)
+	xs.Push("n", "v1", rlc("a", "a", perMinute("k", 1)))
+	n, _ := xs.Wait(0, "NACK", xdstest.NACK)
 	nextWait(t, waits) // the repeat of v1, its NACK held
 	if got, want := n.GetErrorDetail().GetMessage(), "no room for it"; got != want {
 		t.Errorf("NACK detail %q, want %q", got, want)
@@ -430,15 +302,15 @@ func TestApplyRefuses(t *testing.T) {
 // server's push, and starts its backoff over.
 func TestReconnect(t *testing.T) {
 	t.Parallel()
-	xs := startXDS(t, nil)
+	xs := xdstest.Start(t, nil)
 	tg := newTarget(t)
 	b := Backoff{Initial: time.Second, Max: 5 * time.Second, Multiplier: 2, Jitter: 0.25}
-	waits := run(t, Options{Address: xs.addr, NodeID: "n", Apply: tg.apply, Backoff: b})
-	xs.push("n", "v1", rlc("a", "a", perMinute("k", 1)))
+	waits := run(t, Options{Address: xs.Addr, NodeID: "n", Apply: tg.apply, Backoff: b})
+	xs.Push("n", "v1", rlc("a", "a", perMinute("k", 1)))
 	tg.waitApplied(t)
-	xs.waitRequest(0, "ACK of v1", ack("v1"))
+	xs.Wait(0, "ACK of v1", xdstest.ACK("v1"))
 
-	xs.stop()
+	xs.Stop()
 	// While the server is down: 1s, 2s, 4s, 5s, 5s, each ±25%.
 	for i, base := range []time.Duration{1, 2, 4, 5, 5} {
 		w := nextWait(t, waits)
@@ -451,11 +323,11 @@ func TestReconnect(t *testing.T) {
 		} else {
 			// Back, with a new cache and a new version, before the last
 			// wait ends.
-			before := xs.nRequests()
-			xs.start(xs.addr)
-			xs.push("n", "v2", rlc("a", "a", perMinute("k", 9)))
+			before := len(xs.Requests())
+			xs.Restart(xs.Addr)
+			xs.Push("n", "v2", rlc("a", "a", perMinute("k", 9)))
 			w.fire <- time.Time{}
-			first, _ := xs.waitRequest(before, "request on the new stream", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetResponseNonce() == "" })
+			first, _ := xs.Wait(before, "request on the new stream", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetResponseNonce() == "" })
 			if got := first.GetVersionInfo(); got != "v1" {
 				t.Errorf("new stream asks with version %q, want v1, the one held", got)
 			}
@@ -465,7 +337,7 @@ func TestReconnect(t *testing.T) {
 	if got := cfg.Domain("a").Rules()[0].Limit.Limit; got != 9 {
 		t.Errorf("after the reconnect: limit %d, want v2's 9", got)
 	}
-	xs.stop()
+	xs.Stop()
 	if w := nextWait(t, waits); w.d > time.Second*5/4 {
 		t.Errorf("after a stream that was pushed to, the wait is %v, want the backoff started over (about 1s)", w.d)
 	}
@@ -538,17 +410,17 @@ func TestTLS(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			xs := startXDS(t, credentials.NewTLS(c.server))
-			xs.push("n", "v1", rlc("a", "a", perMinute("k", 1)))
+			xs := xdstest.Start(t, credentials.NewTLS(c.server))
+			xs.Push("n", "v1", rlc("a", "a", perMinute("k", 1)))
 			tg := newTarget(t)
-			waits := run(t, Options{Address: xs.addr, NodeID: "n", TLS: c.client, Apply: tg.apply})
+			waits := run(t, Options{Address: xs.Addr, NodeID: "n", TLS: c.client, Apply: tg.apply})
 			if c.ok {
 				tg.waitApplied(t)
-				xs.waitRequest(0, "ACK of v1", ack("v1"))
+				xs.Wait(0, "ACK of v1", xdstest.ACK("v1"))
 				return
 			}
 			nextWait(t, waits)
-			if n := xs.nRequests(); n != 0 {
+			if n := len(xs.Requests()); n != 0 {
 				t.Errorf("the server received %d requests over a connection that should have failed", n)
 			}
 			if len(tg.applied) != 0 {
