@@ -207,8 +207,8 @@ descriptors:
 	srv := instances(t, sharedStores(t)["memory"](t), clock, 1, yaml)[0]
 	for i, tc := range []struct {
 		rule, class string // class "": no class entry
-		explicit        floodgate.Priority
-		want            int64
+		explicit    floodgate.Priority
+		want        int64
 	}{
 		{"held", "", "", 95},
 		{"held", "critical", "", 95},
