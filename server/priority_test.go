@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
 // priorityYAML is a shared upstream whose requests are sheddable unless
@@ -176,12 +177,8 @@ func TestServiceReservesOverload(t *testing.T) {
 	}
 }
 
-// TestPriorityKeyCeiling: which class a carried class becomes. Each case
-// is one request on a fresh key of a GCRA of 100; the class it was
-// decided in shows in the decision's Limit (the capacity less the
-// class's reserve).
-func TestPriorityKeyCeiling(t *testing.T) {
-	const yaml = `
+// ceilingYAML has a rule for each way a carried class is held.
+const ceilingYAML = `
 domain: api
 priority_key: class
 descriptors:
@@ -203,8 +200,14 @@ descriptors:
   - key: class       # a descriptor of the class entry alone keeps it
     rate_limit: {unit: minute, requests_per_unit: 7, algorithm: gcra}
 `
+
+// TestPriorityKeyCeiling: which class a carried class becomes. Each case
+// is one request on a fresh key of a GCRA of 100; the class it was
+// decided in shows in the decision's Limit (the capacity less the
+// class's reserve).
+func TestPriorityKeyCeiling(t *testing.T) {
 	clock := floodgatetest.NewFakeClock(time.Date(2026, 12, 2, 0, 0, 20, 0, time.UTC))
-	srv := instances(t, sharedStores(t)["memory"](t), clock, 1, yaml)[0]
+	srv := instances(t, sharedStores(t)["memory"](t), clock, 1, ceilingYAML)[0]
 	for i, tc := range []struct {
 		rule, class string // class "": no class entry
 		explicit    floodgate.Priority
@@ -246,4 +249,48 @@ descriptors:
 	if err != nil || res.Statuses[0].Rule == nil || res.Statuses[0].Decision.Limit != 7 {
 		t.Errorf("a descriptor of the class entry alone: %+v, %v; want its own rule", res.Statuses, err)
 	}
+}
+
+// FuzzPriorityEntries sends one descriptor of any three entries to a
+// domain with a priority_key: the answer is never an error for non-empty
+// keys, and a request matching a rule is decided in a class between the
+// rule's lowest (sheddable under its reserves) and its ceiling, whatever
+// its class entries say. The decision's Limit is the class's capacity.
+func FuzzPriorityEntries(f *testing.F) {
+	f.Add("held", "1", "class", "critical", "", "")
+	f.Add("class", "critical", "open", "x", "class", "vip")
+	f.Add("capped", "", "class", "", "class", "normal")
+	f.Add("class", "sheddable", "class", "critical", "raised", "y")
+	clock := floodgatetest.NewFakeClock(time.Date(2026, 12, 2, 0, 0, 20, 0, time.UTC))
+	m := memstore.New(&memstore.Options{SweepInterval: -1})
+	f.Cleanup(func() { m.Close() })
+	srv, err := server.New(server.Options{Store: m, Config: parseYAML(f, ceilingYAML), Limiter: floodgate.Options{Clock: clock, Timeout: time.Minute}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	// The class bounds of each rule: lowest, highest.
+	bounds := map[string][2]int64{"held": {80, 95}, "open": {80, 100}, "capped": {80, 95}, "raised": {70, 100}, "bucket": {100, 100}, "class": {6, 7}}
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		var entries []config.Entry
+		for _, e := range [][2]string{{k1, v1}, {k2, v2}, {k3, v3}} {
+			if e[0] != "" {
+				entries = append(entries, config.Entry{Key: e[0], Value: e[1]})
+			}
+		}
+		if len(entries) == 0 {
+			return
+		}
+		res, err := srv.Decide(t.Context(), "api", []server.Descriptor{{Entries: entries}}, 0)
+		if err != nil {
+			t.Fatalf("%v: %v", entries, err)
+		}
+		st := res.Statuses[0]
+		if st.Rule == nil || !st.Limited {
+			return
+		}
+		b := bounds[st.Rule.Path[0].Key]
+		if l := st.Decision.Limit; len(st.Rule.Path) == 1 && (l < b[0] || l > b[1]) {
+			t.Fatalf("%v: rule %s decided under %d, outside its classes' %v", entries, st.Rule.Path[0].Key, l, b)
+		}
+	})
 }
