@@ -133,19 +133,23 @@ var defaultReserves = Reserves{Normal: Reserve{Percent: 5}, Sheddable: Reserve{P
 // "reserves.sheddable"). Limit checks the rest against a limit's
 // capacity.
 func (rs Reserves) Validate() error {
-	for _, c := range []struct {
-		name string
-		r    Reserve
-	}{{"normal", rs.Normal}, {"sheddable", rs.Sheddable}} {
-		field := "reserves." + c.name
-		switch {
-		case c.r.Percent < 0 || c.r.Units < 0:
-			return fieldErr(ErrInvalidLimit, field, "a reserve cannot be negative")
-		case c.r.Percent > 100:
-			return fieldErr(ErrInvalidLimit, field, "%d%% is more than the whole capacity", c.r.Percent)
-		case c.r.Percent > 0 && c.r.Units > 0:
-			return fieldErr(ErrInvalidLimit, field, "give a percent or units, not both")
-		}
+	if err := rs.Normal.check("reserves.normal"); err != nil {
+		return err
+	}
+	return rs.Sheddable.check("reserves.sheddable")
+}
+
+// check is Validate for one class's reserve, named field. (No slice of
+// the two: a decision validates its item's reserves, and a literal
+// whose values reach an error escapes to the heap.)
+func (r Reserve) check(field string) error {
+	switch {
+	case r.Percent < 0 || r.Units < 0:
+		return fieldErr(ErrInvalidLimit, field, "a reserve cannot be negative")
+	case r.Percent > 100:
+		return fieldErr(ErrInvalidLimit, field, "%d%% is more than the whole capacity", r.Percent)
+	case r.Percent > 0 && r.Units > 0:
+		return fieldErr(ErrInvalidLimit, field, "give a percent or units, not both")
 	}
 	return nil
 }

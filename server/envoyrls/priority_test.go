@@ -9,6 +9,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/floodgatetest"
@@ -134,6 +135,46 @@ func TestEnvoyPriorityOverload(t *testing.T) {
 				t.Errorf("users claiming critical: %d admitted of 100, want 95 (held to the rule's normal)", n)
 			}
 			t.Logf("users claiming critical, held to normal: %d admitted of 100", n)
+		})
+	}
+}
+
+// BenchmarkServiceClass is BenchmarkService with the class carried in a
+// priority_key entry, on a rule with reserves of its own (classYAML's
+// exports rule, sheddable by default, up to critical): what taking the
+// entry off and holding the class to the rule's ceiling add to a
+// decision. Every decision is admitted (a new upstream value each time
+// matches no rule: the rule's counter is one key, and a frozen clock
+// would exhaust it), so the case "rule" asks one key with cost 0.
+func BenchmarkServiceClass(b *testing.B) {
+	m := memstore.New(&memstore.Options{SweepInterval: -1})
+	b.Cleanup(func() { m.Close() })
+	srv, err := server.New(server.Options{Store: m, Config: parseConfig(b, classYAML), Limiter: floodgate.Options{Clock: floodgatetest.NewFakeClock(start), Timeout: time.Minute}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := envoyrls.New(srv, nil)
+	for _, tc := range []struct {
+		name string
+		d    *commonv3.RateLimitDescriptor
+	}{
+		{"no class entry", desc("upstream", "exports")},
+		{"class entry", desc("upstream", "exports", "priority", "critical")},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{tc.d}, HitsAddend: 0}
+			tc.d.HitsAddend = wrapperspb.UInt64(0)
+			ctx := b.Context()
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := svc.ShouldRateLimit(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+					b.Fatalf("denied: %v", resp)
+				}
+			}
 		})
 	}
 }
