@@ -344,10 +344,14 @@ type Descriptor struct {
 	Hits *int64
 	// Priority is the descriptor's class (floodgate.Item.Priority): its
 	// limits are decided with their capacity lowered by the class's
-	// reserve. Empty means the matched rule's default class
+	// reserve (the rule's config.Rule.Reserves, or the default ones).
+	// Empty means the class an entry of the domain's
+	// config.Domain.PriorityKey carries, held to the rule's PriorityMax
+	// (classes.go), else the matched rule's default class
 	// (config.Rule.Priority), and no class when the rule has none or the
-	// descriptor has its own Limit. A class the limit cannot honour is
-	// invalid (field "descriptors[i].priority").
+	// descriptor has its own Limit and carries none. A class given here
+	// that the limit cannot honour is invalid (field
+	// "descriptors[i].priority").
 	Priority floodgate.Priority
 }
 

@@ -143,9 +143,9 @@ func TestEnvoyPriorityOverload(t *testing.T) {
 // priority_key entry, on a rule with reserves of its own (classYAML's
 // exports rule, sheddable by default, up to critical): what taking the
 // entry off and holding the class to the rule's ceiling add to a
-// decision. Every decision is admitted (a new upstream value each time
-// matches no rule: the rule's counter is one key, and a frozen clock
-// would exhaust it), so the case "rule" asks one key with cost 0.
+// decision. Every request asks the rule's one key with cost 0 (the
+// descriptor's hits_addend), so that the frozen clock never exhausts it
+// and every decision is admitted.
 func BenchmarkServiceClass(b *testing.B) {
 	m := memstore.New(&memstore.Options{SweepInterval: -1})
 	b.Cleanup(func() { m.Close() })
