@@ -40,6 +40,12 @@ type Item struct {
 	// a Flow item takes none: otherwise Decide returns an *ItemError
 	// wrapping ErrInvalidLimit whose FieldError names "priority".
 	Priority Priority
+	// Reserves, when not nil, are the reserves Priority is decided
+	// under (Reserves.Limit) instead of the default 5% and 20%; nil
+	// reserves are the default. Invalid reserves, or reserves this
+	// item's limit cannot keep, are an *ItemError wrapping
+	// ErrInvalidLimit naming "reserves.normal" or "reserves.sheddable".
+	Reserves *Reserves
 }
 
 // Outcome is the answer to one request of a Limiter: what to act on, and

@@ -299,3 +299,36 @@ func ExampleCalendar() {
 	// true
 	// 2026-02-15T00:00:00-05:00 2026-03-15T00:00:00-04:00 671h0m0s
 }
+
+// Reserves of one's own instead of the default 5% and 20%: sheddable
+// batch traffic stops with half of the budget left, normal traffic with
+// 2 units, and critical traffic may take all of it.
+func ExampleReserves() {
+	store := memstore.New(nil)
+	defer store.Close()
+	limiter, _ := floodgate.New(store, &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	limit := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Minute}
+	reserves := &floodgate.Reserves{
+		Normal:    floodgate.Reserve{Units: 2},
+		Sheddable: floodgate.Reserve{Percent: 50},
+	}
+	ask := func(p floodgate.Priority, cost int64) {
+		outs, err := limiter.Decide(context.Background(), []floodgate.Item{{Key: "upstream", Limit: limit, Cost: cost, Priority: p, Reserves: reserves}})
+		if err != nil {
+			panic(err)
+		}
+		d := outs[0].Decision
+		fmt.Printf("%s cost %d: allowed=%v limit=%d remaining=%d\n", p, cost, d.Allowed, d.Limit, d.Remaining)
+	}
+	ask(floodgate.Sheddable, 5)
+	ask(floodgate.Sheddable, 1)
+	ask(floodgate.Normal, 3)
+	ask(floodgate.Normal, 1)
+	ask(floodgate.Critical, 2)
+	// Output:
+	// sheddable cost 5: allowed=true limit=5 remaining=0
+	// sheddable cost 1: allowed=false limit=5 remaining=0
+	// normal cost 3: allowed=true limit=8 remaining=0
+	// normal cost 1: allowed=false limit=8 remaining=0
+	// critical cost 2: allowed=true limit=10 remaining=0
+}

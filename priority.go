@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"math/bits"
+	"strconv"
 )
 
 // Priority is the class of a request near its limit: lower classes are
@@ -21,9 +22,10 @@ const (
 	Sheddable Priority = "sheddable"
 )
 
-// Reserve is the percent of a limit's capacity (Limit.Capacity) a class
-// may not take: 0 for Critical, 5 for Normal, 20 for Sheddable. The units
-// kept are rounded up: 20% of 10 per second is 2 units.
+// Reserve is the default percent of a limit's capacity (Limit.Capacity)
+// a class may not take: 0 for Critical, 5 for Normal, 20 for Sheddable.
+// The units kept are rounded up: 20% of 10 per second is 2 units.
+// Reserves configure others.
 func (p Priority) Reserve() int64 {
 	switch p {
 	case Critical:
@@ -50,7 +52,7 @@ func (p Priority) Reserve() int64 {
 // class's: the capacity less the reserve, and what the class may still
 // take.
 func (l *Limiter) AllowPriority(ctx context.Context, key string, limit Limit, n int64, p Priority) (Decision, error) {
-	cl, err := classLimit(limit, p)
+	cl, err := classLimit(limit, p, defaultReserves)
 	if err != nil {
 		return Decision{RetryAfter: Never}, err
 	}
@@ -73,11 +75,103 @@ func ParsePriority(s string) (Priority, error) {
 // reserve (p empty is Normal). The error is AllowPriority's for a class
 // the limit's algorithm cannot keep a reserve for, or an invalid limit.
 func ClassLimit(limit Limit, p Priority) (Limit, error) {
-	return classLimit(limit, p)
+	return classLimit(limit, p, defaultReserves)
 }
 
-// itemLimit lowers r's limit to the class of it, when it has one. A
-// class the limit cannot honour is an error naming "priority".
+// Reserve is the part of a limit's capacity (Limit.Capacity) a class may
+// not take: Percent of the capacity, rounded up to whole units, or Units.
+// At most one of the two is set; the zero Reserve keeps nothing.
+type Reserve struct {
+	// Percent is 0 to 100.
+	Percent int64
+	// Units is 0 or more; a reserve of the whole capacity or more keeps
+	// it all, and the class is admitted nothing.
+	Units int64
+}
+
+// Kept is the units r keeps of capacity: Units, or Percent of capacity
+// rounded up (20% of 10 is 2), never more than capacity.
+func (r Reserve) Kept(capacity int64) int64 {
+	keep := r.Units
+	if r.Percent > 0 {
+		// ceil(capacity*pct/100), in 128 bits.
+		hi, lo := bits.Mul64(uint64(capacity), uint64(r.Percent))
+		lo, c := bits.Add64(lo, 99, 0)
+		k, _ := bits.Div64(hi+c, lo, 100)
+		keep = int64(k)
+	}
+	return min(keep, capacity)
+}
+
+// String is the reserve as the config writes it: "20%", "5" (units).
+func (r Reserve) String() string {
+	if r.Percent > 0 {
+		return strconv.FormatInt(r.Percent, 10) + "%"
+	}
+	return strconv.FormatInt(r.Units, 10)
+}
+
+// Reserves are the reserves of the classes below Critical, which takes
+// the whole budget by definition (a reserve kept from every class is a
+// lower limit). Decided under Reserves, a Normal request is admitted only
+// if the units left after it are at least Normal's reserve, a Sheddable
+// one only if they are at least Sheddable's; Sheddable's must keep at
+// least as much as Normal's, so that a lower class is never refused
+// after a higher one. Without Reserves (AllowPriority, ClassLimit, an
+// Item without them) the reserves are Normal 5% and Sheddable 20%.
+type Reserves struct {
+	Normal    Reserve
+	Sheddable Reserve
+}
+
+// defaultReserves are the reserves of Priority.Reserve.
+var defaultReserves = Reserves{Normal: Reserve{Percent: 5}, Sheddable: Reserve{Percent: 20}}
+
+// Validate checks rs on its own: no negative, no percent above 100, at
+// most one of Percent and Units per class. An error wraps
+// ErrInvalidLimit and its FieldError names the class ("reserves.normal",
+// "reserves.sheddable"). Limit checks the rest against a limit's
+// capacity.
+func (rs Reserves) Validate() error {
+	if err := rs.Normal.check("reserves.normal"); err != nil {
+		return err
+	}
+	return rs.Sheddable.check("reserves.sheddable")
+}
+
+// check is Validate for one class's reserve, named field. (No slice of
+// the two: a decision validates its item's reserves, and a literal
+// whose values reach an error escapes to the heap.)
+func (r Reserve) check(field string) error {
+	switch {
+	case r.Percent < 0 || r.Units < 0:
+		return fieldErr(ErrInvalidLimit, field, "a reserve cannot be negative")
+	case r.Percent > 100:
+		return fieldErr(ErrInvalidLimit, field, "%d%% is more than the whole capacity", r.Percent)
+	case r.Percent > 0 && r.Units > 0:
+		return fieldErr(ErrInvalidLimit, field, "give a percent or units, not both")
+	}
+	return nil
+}
+
+// Limit is the limit a request of class p is decided under with the
+// reserves rs: limit with its capacity lowered by p's reserve (p empty
+// is no class: limit itself; Critical is limit itself). It is an error
+// wrapping ErrInvalidLimit if rs is not valid, if for this limit's
+// capacity Sheddable's reserve keeps fewer units than Normal's, or if
+// the limit's algorithm cannot keep a reserve (only GCRA and FixedWindow
+// without CountRejected can, for a class but Critical; the FieldError
+// names "algorithm"); an unknown class wraps ErrInvalidRequest.
+func (rs Reserves) Limit(limit Limit, p Priority) (Limit, error) {
+	if err := rs.Validate(); err != nil {
+		return limit, err
+	}
+	return classLimit(limit, p, rs)
+}
+
+// itemLimit lowers r's limit to the class of it, when it has one, under
+// its Reserves (the default ones when nil). A class the limit cannot
+// honour is an error naming "priority"; bad reserves, "reserves".
 func itemLimit(r *Request, it Item) error {
 	if it.Priority == "" {
 		return nil
@@ -85,7 +179,14 @@ func itemLimit(r *Request, it Item) error {
 	if it.Flow != "" {
 		return fieldErr(ErrInvalidLimit, "priority", "a limit shared by flows (share_by) keeps no reserve for classes")
 	}
-	cl, err := classLimit(it.Limit, it.Priority)
+	rs := defaultReserves
+	if it.Reserves != nil {
+		rs = *it.Reserves
+		if err := rs.Validate(); err != nil {
+			return err
+		}
+	}
+	cl, err := classLimit(it.Limit, it.Priority, rs)
 	if fe, ok := err.(*FieldError); ok && fe.Field == "algorithm" {
 		return fieldErr(ErrInvalidLimit, "priority", "%s", fe.Problem)
 	}
@@ -96,35 +197,42 @@ func itemLimit(r *Request, it Item) error {
 	return nil
 }
 
-// classLimit is limit with its capacity lowered by p's reserve.
-func classLimit(limit Limit, p Priority) (Limit, error) {
+// classLimit is limit with its capacity lowered by p's reserve in rs.
+func classLimit(limit Limit, p Priority, rs Reserves) (Limit, error) {
+	var r Reserve
 	switch p {
-	case "", Critical, Normal, Sheddable:
+	case "", Critical:
+	case Normal:
+		r = rs.Normal
+	case Sheddable:
+		r = rs.Sheddable
 	default:
 		return limit, fieldErr(ErrInvalidRequest, "priority", "%q is not critical, normal or sheddable", string(p))
 	}
 	if err := limit.Validate(); err != nil {
 		return limit, err
 	}
-	pct := p.Reserve()
-	if pct == 0 || limit.Limit == 0 {
+	if limit.Limit == 0 {
 		return limit, nil
 	}
 	capacity := limit.Capacity()
-	// keep = ceil(capacity*pct/100), in 128 bits.
-	hi, lo := bits.Mul64(uint64(capacity), uint64(pct))
-	lo, c := bits.Add64(lo, 99, 0)
-	keep, _ := bits.Div64(hi+c, lo, 100)
+	if n, s := rs.Normal.Kept(capacity), rs.Sheddable.Kept(capacity); s < n {
+		return limit, fieldErr(ErrInvalidLimit, "reserves.sheddable", "sheddable keeps %d units of %d, fewer than normal's %d: a lower class would be admitted after a higher one is refused", s, capacity, n)
+	}
+	keep := r.Kept(capacity)
+	if keep == 0 {
+		return limit, nil
+	}
 	cl := limit
 	switch alg := limit.EffectiveAlgorithm(); {
 	case alg == GCRA:
-		cl.Burst = capacity - int64(keep)
+		cl.Burst = capacity - keep
 		if cl.Burst == 0 {
 			// Burst 0 means "the Limit": nothing is left for the class.
 			cl.Limit, cl.Burst = 0, 0
 		}
 	case alg == FixedWindow && !limit.CountRejected:
-		cl.Limit = capacity - int64(keep)
+		cl.Limit = capacity - keep
 		if cl.Limit == 0 {
 			cl.LocalBudget = 0
 		}

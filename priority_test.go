@@ -182,3 +182,118 @@ func TestDecidePriority(t *testing.T) {
 		t.Errorf("ParsePriority(urgent) = %v, want ErrInvalidRequest", err)
 	}
 }
+
+// TestPriorityReservesOverload is TestPriorityOverload under configured
+// reserves (Item.Reserves through Decide): Normal keeps 10 units,
+// Sheddable 40%, so of 100 Sheddable stops with 40 left, Normal with 10
+// and Critical takes the rest, on three instances over one real Redis
+// and over memory, for a GCRA and a fixed window. Every decision is
+// checked against the model: admitted exactly when the units taken
+// before it plus its own are at most its class's bound.
+func TestPriorityReservesOverload(t *testing.T) {
+	limits := map[string]floodgate.Limit{
+		"gcra":         {Algorithm: floodgate.GCRA, Limit: 100, Period: time.Second},
+		"fixed_window": {Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Minute},
+	}
+	rs := &floodgate.Reserves{Normal: floodgate.Reserve{Units: 10}, Sheddable: floodgate.Reserve{Percent: 40}}
+	bound := map[floodgate.Priority]int{floodgate.Sheddable: 60, floodgate.Normal: 90, floodgate.Critical: 100}
+	order := []floodgate.Priority{floodgate.Sheddable, floodgate.Normal, floodgate.Critical}
+	for _, storeName := range []string{"memory", "redis"} {
+		t.Run(storeName, func(t *testing.T) {
+			clock := floodgatetest.NewFakeClock(start.Add(time.Second / 3))
+			ls := fleet(t, storeName, clock, nil)
+			for name, lim := range limits {
+				t.Run(name, func(t *testing.T) {
+					admitted := map[floodgate.Priority]int{}
+					used, refusedAll := 0, 0
+					for i := 0; i < 300 && refusedAll < 3; i++ {
+						p := order[i%3]
+						outs, err := ls[i%3].Decide(t.Context(), []floodgate.Item{{Key: "custom:" + name, Limit: lim, Cost: 1, Priority: p, Reserves: rs}})
+						if err != nil {
+							t.Fatal(err)
+						}
+						want := used+1 <= bound[p]
+						if got := outs[0].Decision.Allowed; got != want {
+							t.Fatalf("decision %d (%s, %d taken before): allowed %v, the model says %v", i, p, used, got, want)
+						}
+						if want {
+							used++
+							admitted[p]++
+							refusedAll = 0
+						} else {
+							refusedAll++
+						}
+					}
+					if used != 100 || admitted[floodgate.Critical] == 0 {
+						t.Errorf("admitted %d in all, want the whole budget 100: %v", used, admitted)
+					}
+					// The model's counts: the classes alternate until
+					// Sheddable stops at 60 (20 each), then Normal and
+					// Critical until 90 (15 more each), then Critical.
+					for p, w := range map[floodgate.Priority]int{floodgate.Sheddable: 20, floodgate.Normal: 35, floodgate.Critical: 45} {
+						if admitted[p] != w {
+							t.Errorf("%s admitted %d, want %d", p, admitted[p], w)
+						}
+					}
+					t.Logf("%s: admitted by class %v of 100", name, admitted)
+				})
+			}
+		})
+	}
+}
+
+// TestReserves checks Reserves on their own: the units kept, the limit
+// of each class, and the errors for bad reserves.
+func TestReserves(t *testing.T) {
+	t.Parallel()
+	lim := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: 50}
+	rs := floodgate.Reserves{Normal: floodgate.Reserve{Percent: 10}, Sheddable: floodgate.Reserve{Units: 20}}
+	for p, want := range map[floodgate.Priority]int64{"": 50, floodgate.Critical: 50, floodgate.Normal: 45, floodgate.Sheddable: 30} {
+		cl, err := rs.Limit(lim, p)
+		if err != nil || cl.Burst != want {
+			t.Errorf("%q: burst %d, %v; want %d", p, cl.Burst, err, want)
+		}
+	}
+	if k := (floodgate.Reserve{Percent: 20}).Kept(11); k != 3 {
+		t.Errorf("20%% of 11 keeps %d, want 3 (rounded up)", k)
+	}
+	if k := (floodgate.Reserve{Units: 80}).Kept(50); k != 50 {
+		t.Errorf("80 units of 50 keeps %d, want 50", k)
+	}
+	all, err := floodgate.Reserves{Sheddable: floodgate.Reserve{Units: 50}}.Limit(lim, floodgate.Sheddable)
+	if err != nil || all.Limit != 0 {
+		t.Errorf("a reserve of the whole capacity: %+v, %v; want a limit admitting nothing", all, err)
+	}
+	for name, tc := range map[string]struct {
+		rs    floodgate.Reserves
+		lim   floodgate.Limit
+		field string
+	}{
+		"negative":        {floodgate.Reserves{Normal: floodgate.Reserve{Units: -1}}, lim, "reserves.normal"},
+		"over 100%":       {floodgate.Reserves{Sheddable: floodgate.Reserve{Percent: 101}}, lim, "reserves.sheddable"},
+		"both":            {floodgate.Reserves{Sheddable: floodgate.Reserve{Percent: 10, Units: 1}}, lim, "reserves.sheddable"},
+		"sheddable fewer": {floodgate.Reserves{Normal: floodgate.Reserve{Units: 10}, Sheddable: floodgate.Reserve{Percent: 10}}, lim, "reserves.sheddable"},
+		"token bucket":    {rs, floodgate.Limit{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Second}, "algorithm"},
+	} {
+		_, err := tc.rs.Limit(tc.lim, floodgate.Sheddable)
+		var fe *floodgate.FieldError
+		if !errors.Is(err, floodgate.ErrInvalidLimit) || !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%s: %v, want ErrInvalidLimit naming %s", name, err, tc.field)
+		}
+	}
+	// Through Decide: bad reserves are the item's error, nothing applied.
+	clock := floodgatetest.NewFakeClock(start)
+	m := memstore.New(&memstore.Options{SweepInterval: -1, Clock: clock})
+	t.Cleanup(func() { m.Close() })
+	l, _ := floodgate.New(m, &floodgate.Options{Clock: clock})
+	bad := &floodgate.Reserves{Normal: floodgate.Reserve{Units: -5}}
+	_, err = l.Decide(t.Context(), []floodgate.Item{{Key: "ok", Limit: lim, Cost: 1}, {Key: "b", Limit: lim, Cost: 1, Priority: floodgate.Normal, Reserves: bad}})
+	var ie *floodgate.ItemError
+	var fe *floodgate.FieldError
+	if !errors.As(err, &ie) || ie.Index != 1 || !errors.As(err, &fe) || fe.Field != "reserves.normal" {
+		t.Errorf("bad reserves through Decide: %v, want item 1's error naming reserves.normal", err)
+	}
+	if d, _ := l.Peek(t.Context(), "ok", lim); d.Remaining != 50 {
+		t.Errorf("a refused call applied its valid item: remaining %d", d.Remaining)
+	}
+}

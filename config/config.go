@@ -102,6 +102,18 @@ type Rule struct {
 	// reserve. Empty: such a request has no class and may take the whole
 	// limit.
 	Priority floodgate.Priority
+	// Reserves (priority_reserves, on the descriptor) are the reserves
+	// the rule's classes are decided under (floodgate.Item.Reserves);
+	// nil for the default 5% and 20%. Every limit of the rule keeps them
+	// and leaves each class something.
+	Reserves *floodgate.Reserves
+	// PriorityMax (priority_max, on the descriptor) is the highest class
+	// a request may carry in its domain's PriorityKey entry: a higher one
+	// is lowered to it. Empty: the rule's Priority, so that a request
+	// can lower its class but not raise it (with no Priority either, a
+	// request without a class takes the whole limit, and a carried
+	// class can only lower it). Never below Priority.
+	PriorityMax floodgate.Priority
 	// File and Line locate the rule's descriptor in the config.
 	File string
 	Line int
@@ -115,6 +127,13 @@ type Domain struct {
 	// File and Line locate the domain field.
 	File string
 	Line int
+	// PriorityKey (priority_key, at the top of the file) is the key of
+	// a descriptor entry whose value is the request's class (critical,
+	// normal or sheddable): the server takes the entry off the
+	// descriptor before matching, and decides the matched rule in that
+	// class, held to the rule's PriorityMax. Empty: no entry carries a
+	// class.
+	PriorityKey string
 
 	col   int
 	root  level

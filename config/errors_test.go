@@ -86,7 +86,7 @@ descriptors:
 domain_name: d
 descriptors: []
 `, []want{
-			{2, "domain_name", "domain_name", `unknown field "domain_name" in the top level (want domain, descriptors, plans)`},
+			{2, "domain_name", "domain_name", `unknown field "domain_name" in the top level (want domain, descriptors, plans, priority_key)`},
 			{2, "domain_name", "domain", "missing domain"},
 		}},
 

@@ -65,7 +65,7 @@ func (ld Loader) Validate(paths ...string) error {
 // merge returns a new domain with the descriptors of a and then b; a and
 // b are not changed (their subtrees and rules are shared, never modified).
 func merge(a, b *Domain) (*Domain, error) {
-	m := &Domain{Name: a.Name, File: a.File, Line: a.Line, col: a.col}
+	m := &Domain{Name: a.Name, File: a.File, Line: a.Line, col: a.col, PriorityKey: a.PriorityKey}
 	for _, n := range a.root.nodes {
 		m.root.add(n)
 	}
@@ -77,6 +77,14 @@ func merge(a, b *Domain) (*Domain, error) {
 		}
 	}
 	errs = append(errs, mergePlans(m, b)...)
+	switch {
+	case b.PriorityKey == "" || b.PriorityKey == m.PriorityKey:
+	case m.PriorityKey == "":
+		m.PriorityKey = b.PriorityKey
+	default:
+		errs = append(errs, newError(b.File, b.Line, b.col, "priority_key",
+			fmt.Sprintf("priority_key %q, but %s of domain %q says %q: merged files name one key", b.PriorityKey, a.File, a.Name, a.PriorityKey)))
+	}
 	for _, n := range b.root.nodes {
 		if m.root.add(n) {
 			continue

@@ -36,8 +36,8 @@ const (
 
 // The fields of each mapping, in the order of the docs.
 var (
-	rootFields       = []string{"domain", "descriptors", "plans"}
-	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata", "priority"}
+	rootFields       = []string{"domain", "descriptors", "plans", "priority_key"}
+	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata", "priority", "priority_reserves", "priority_max"}
 	rateLimitFields  = []string{"unit", "requests_per_unit", "name", "unlimited", "replaces",
 		"algorithm", "burst", "period", "window", "count_rejected", "local_budget", "failure_mode", "durable", "global", "share_by",
 		"time_zone", "anchor"}
@@ -139,6 +139,7 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 		domain      *field
 		descriptors *yaml.Node
 		plans       *field
+		prioKey     *field
 	)
 	for _, f := range p.fields(root, "", 0) {
 		switch f.name {
@@ -148,6 +149,8 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 			descriptors = f.val
 		case "plans":
 			plans = &f
+		case "priority_key":
+			prioKey = &f
 		default:
 			p.unknown(f, "", "the top level", rootFields)
 		}
@@ -162,6 +165,14 @@ func (p *parser) domain(root *yaml.Node) *Domain {
 			p.errorf(domain.val, "domain", "empty domain")
 		} else {
 			d.Name = name
+		}
+	}
+	if prioKey != nil {
+		if k, ok := p.str(prioKey.val, "priority_key"); ok {
+			if k == "" {
+				p.errorf(prioKey.val, "priority_key", "empty: name the descriptor key whose value is a request's class, or leave priority_key out")
+			}
+			d.PriorityKey = k
 		}
 	}
 	if descriptors != nil {
@@ -418,7 +429,7 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 		rateLimits                      *field
 		lv                              Level
 		shadow, detailed, quota         bool
-		share, prio                     *field
+		share, prio, prioRs, prioMax    *field
 		metadata                        map[string]any
 	)
 	for _, f := range p.fields(n, path, 0) {
@@ -448,6 +459,10 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 			metadata = p.metadata(f.val, join(path, f.name))
 		case "priority":
 			prio = &f
+		case "priority_reserves":
+			prioRs = &f
+		case "priority_max":
+			prioMax = &f
 		default:
 			p.unknown(f, path, "a descriptor", descriptorFields)
 		}
@@ -500,7 +515,7 @@ func (p *parser) descriptor(n *yaml.Node, path string, lvl *level, parents []Lev
 			d.rules = append(d.rules, r)
 		}
 	}
-	p.priority(prio, path, nd.rule, rateLimit != nil || rateLimits != nil)
+	p.priorities(prio, prioRs, prioMax, path, nd.rule, rateLimit != nil || rateLimits != nil)
 	if children != nil {
 		p.descriptors(children.val, join(path, "descriptors"), &nd.next, levels, d, depth+1)
 	}

@@ -50,7 +50,7 @@ func (s *Server) reserve(ctx context.Context, domain string, ds []Descriptor, hi
 		p.which = which
 		return nil, Result{}, p.fieldOf(err)
 	}
-	s.settleEach(domain, ds, &res, which, outs)
+	s.settleEach(domain, p.ds, &res, which, outs)
 	return r, res, nil
 }
 

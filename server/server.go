@@ -344,10 +344,14 @@ type Descriptor struct {
 	Hits *int64
 	// Priority is the descriptor's class (floodgate.Item.Priority): its
 	// limits are decided with their capacity lowered by the class's
-	// reserve. Empty means the matched rule's default class
+	// reserve (the rule's config.Rule.Reserves, or the default ones).
+	// Empty means the class an entry of the domain's
+	// config.Domain.PriorityKey carries, held to the rule's PriorityMax
+	// (classes.go), else the matched rule's default class
 	// (config.Rule.Priority), and no class when the rule has none or the
-	// descriptor has its own Limit. A class the limit cannot honour is
-	// invalid (field "descriptors[i].priority").
+	// descriptor has its own Limit and carries none. A class given here
+	// that the limit cannot honour is invalid (field
+	// "descriptors[i].priority").
 	Priority floodgate.Priority
 }
 
@@ -440,7 +444,7 @@ func (s *Server) decide(ctx context.Context, domain string, ds []Descriptor, hit
 	if err != nil {
 		return Result{}, p.fieldOf(err)
 	}
-	s.settleEach(domain, ds, &res, p.which, outs)
+	s.settleEach(domain, p.ds, &res, p.which, outs)
 	res.Code = QuotaCode(res.Statuses)
 	if res.Code == OverLimit && s.shadowAll && !FailedClosed(res.Statuses) {
 		res.Code, res.GlobalShadow = OK, true
@@ -588,6 +592,7 @@ func checkRequest(domain string, ds []Descriptor) error {
 // plan is what Decide asks the Limiter: one item per limited descriptor,
 // and which descriptor each is, with where its cost came from.
 type plan struct {
+	ds      []Descriptor // the descriptors, without their class entries
 	items   []floodgate.Item
 	which   []int  // the descriptor of each item
 	ownHits []bool // whether the item's cost is the descriptor's own hits
@@ -610,6 +615,10 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 	// (the garbage collector's work grows with them): the entries of a
 	// request of a few descriptors stay on the stack, and the flags of
 	// the plan share one array.
+	cfg := s.cfg.Load()
+	// A class carried in the domain's priority_key entry comes off the
+	// descriptor before anything else reads its entries (classes.go).
+	ds, carried := takeClasses(cfg.Domain(domain), ds)
 	var entriesBuf [8][]config.Entry
 	entries := entriesBuf[:0]
 	if len(ds) > len(entriesBuf) {
@@ -625,7 +634,6 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		}
 		entries = append(entries, es)
 	}
-	cfg := s.cfg.Load()
 	matches := cfg.MatchAll(domain, entries)
 	res := Result{Code: OK, Statuses: make([]Status, len(ds)), UnknownDomain: domain != "" && cfg.Domain(domain) == nil}
 	if res.UnknownDomain {
@@ -633,7 +641,7 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 	}
 	n := len(ds)
 	flags := make([]bool, 3*n)
-	p := plan{items: make([]floodgate.Item, 0, n), which: make([]int, 0, n),
+	p := plan{ds: ds, items: make([]floodgate.Item, 0, n), which: make([]int, 0, n),
 		ownHits: flags[0:0:n], shadow: flags[n : n : 2*n], quota: flags[2*n : 2*n : 3*n]}
 	var over []floodgate.Limit // an override's limits
 	for i, d := range ds {
@@ -643,9 +651,16 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		if d.Hits != nil {
 			it.Cost = *d.Hits
 		}
-		if m := matches[i]; it.Priority == "" && d.Limit == nil && m.Rule != nil {
-			// The request names no class: its rule's default.
-			it.Priority = m.Rule.Priority
+		if m := matches[i]; d.Limit == nil && m.Rule != nil {
+			it.Reserves = m.Rule.Reserves
+			if it.Priority == "" {
+				// The request names no class: the class its entry
+				// carries, held to the rule's ceiling, or its rule's
+				// default.
+				it.Priority = ruleClass(m.Rule, carriedAt(carried, i))
+			}
+		} else if it.Priority == "" && d.Limit != nil {
+			it.Priority = ownLimitClass(*d.Limit, carriedAt(carried, i))
 		}
 		switch m := matches[i]; {
 		case d.Limit != nil:
@@ -656,6 +671,11 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 			it.Key = "d|" + config.Key(domain, d.Entries)
 		case d.Limit == nil && lease == "" && s.overrideFor(cfg, domain, m, d.Entries, st, &it, &over):
 			// An override's limits, in place of the rule's (overrides.go).
+			// A class their algorithm cannot keep, or the rule's reserves
+			// cannot be kept under, is dropped: the request is decided
+			// under the whole limit, never refused for the operator's
+			// override.
+			it.Priority, it.Reserves = overrideClass(it.Priority, it.Reserves, over)
 			st.Quota = st.Quota || s.quotaAll
 			p.addSeveral(it, i, d.Hits != nil, m.Rule.ShadowMode, st.Quota, over, m.Rule.FailurePolicy)
 			continue

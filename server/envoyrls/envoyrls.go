@@ -39,6 +39,13 @@
 //     gRPC error: Envoy answers an error by its own failure_mode_deny,
 //     false by default, which would let through the traffic a fail_closed
 //     rule is there to stop.
+//   - A request's priority class travels as a descriptor entry: in a
+//     domain whose config names a priority_key, the entry of that key is
+//     taken off the descriptor before matching and its value is the
+//     class, held to the matched rule's priority_max (by default the
+//     rule's own class, so a caller can lower its class, not raise it);
+//     an unknown value is the lowest class, never an error (see
+//     docs/waiting.md). The protocol itself has no field for a class.
 //   - unit is SECOND to YEAR only when the limit's period is exactly one of
 //     them, else UNKNOWN, so that no reader advertises a wrong window;
 //     counts are capped at 4294967295, upstream's uint32.

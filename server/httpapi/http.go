@@ -776,8 +776,18 @@ type RuleJSON struct {
 	Replaces    []string     `json:"replaces,omitempty"`
 	// Priority is the rule's default class (its descriptor's priority).
 	Priority string `json:"priority,omitempty"`
-	File     string `json:"file"`
-	Line     int    `json:"line"`
+	// PriorityReserves are the rule's own reserves (priority_reserves),
+	// each class's as the config writes it ("40%", "10" units); absent
+	// for the default 5% and 20%.
+	PriorityReserves map[string]string `json:"priority_reserves,omitempty"`
+	// PriorityMax is the highest class a request may carry in its
+	// domain's PriorityKey entry (priority_max).
+	PriorityMax string `json:"priority_max,omitempty"`
+	// PriorityKey is the domain's priority_key: the descriptor entry
+	// whose value is a request's class.
+	PriorityKey string `json:"priority_key,omitempty"`
+	File        string `json:"file"`
+	Line        int    `json:"line"`
 	// Metadata is the rule's metadata, as the config gives it.
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
@@ -791,6 +801,10 @@ func (s *API) handleConfig(w http.ResponseWriter, _ *http.Request) {
 			rj := RuleJSON{ID: r.ID, Domain: r.Domain, Unlimited: r.Unlimited, ShadowMode: r.ShadowMode,
 				FailureMode: string(r.FailurePolicy), Durable: r.Limit.Durable, Replaces: r.Replaces, File: r.File, Line: r.Line,
 				QuotaMode: r.QuotaMode, Metadata: r.Metadata, Priority: string(r.Priority)}
+			rj.PriorityMax, rj.PriorityKey = string(r.PriorityMax), d.PriorityKey
+			if rs := r.Reserves; rs != nil {
+				rj.PriorityReserves = map[string]string{"normal": rs.Normal.String(), "sheddable": rs.Sheddable.String()}
+			}
 			if !r.Unlimited {
 				rj.Limit = limitJSON(r.Limit)
 			}

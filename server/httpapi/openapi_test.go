@@ -36,6 +36,7 @@ import (
 // answers describe differently.
 const openAPIYAML = `
 domain: api
+priority_key: class
 descriptors:
   - key: user
     rate_limit: {name: per_user, unit: minute, requests_per_unit: 2}
@@ -59,6 +60,11 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: concurrency, failure_mode: fail_closed}
   - key: export
     priority: sheddable
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: gcra}
+  - key: batch
+    priority: sheddable
+    priority_max: normal
+    priority_reserves: {normal: 1, sheddable: 40%}
     rate_limit: {unit: minute, requests_per_unit: 5, algorithm: gcra}
   - key: account
     rate_limits:
@@ -319,6 +325,10 @@ var exchanges = []exchange{
 		want: []string{`"allowed":false`}},
 	{name: "priority critical over the rule default", method: "POST", path: "/v1/allow", body: `{"domain": "api", "priority": "critical", "descriptors": [{"entries": [{"key": "export", "value": "nightly"}]}]}`, status: 200,
 		want: []string{`"allowed":true`, `"limit":5`, `"remaining":0`}},
+	// A class carried in the domain's priority_key entry, held to the
+	// rule's priority_max (normal keeps 1 of 5).
+	{name: "priority carried in an entry", method: "POST", path: "/v1/allow", body: `{"domain": "api", "descriptors": [{"entries": [{"key": "batch", "value": "b"}, {"key": "class", "value": "critical"}]}]}`, status: 200,
+		want: []string{`"allowed":true`, `"limit":4`, `"remaining":3`, `"rule":"api|batch"`}},
 	{name: "priority on a fixed window with count_rejected", method: "POST", path: "/v1/allow", body: `{"domain": "api", "priority": "normal", "descriptors": [{"entries": [{"key": "x"}], "limit": {"limit": 5, "period": "1m", "count_rejected": true}}]}`, status: 400,
 		want: []string{`"field":"descriptors[0].priority"`, "fixed_window without count_rejected"}},
 	{name: "priority on a lease", method: "POST", path: "/v1/leases", body: `{"key": "worker:x", "limit": {"algorithm": "concurrency", "limit": 2, "period": "30s"}, "priority": "critical"}`, status: 400,
@@ -496,9 +506,10 @@ var exchanges = []exchange{
 
 	// The GET routes.
 	{name: "config", method: "GET", path: "/v1/config", status: 200,
-		want: []string{`"id":"api|user"`, `"unlimited":true`, `"shadow_mode":true`, `"replaces":["free"]`, `"failure_mode":"fail_closed"`, `"file":"api.yaml"`, `"priority":"sheddable"`}},
+		want: []string{`"id":"api|user"`, `"unlimited":true`, `"shadow_mode":true`, `"replaces":["free"]`, `"failure_mode":"fail_closed"`, `"file":"api.yaml"`, `"priority":"sheddable"`,
+			`"priority_reserves":{"normal":"1","sheddable":"40%"}`, `"priority_max":"normal"`, `"priority_key":"class"`}},
 	{name: "metrics", method: "GET", path: "/metrics", status: 200,
-		want: []string{"floodgate_config_rules 10"}},
+		want: []string{"floodgate_config_rules 11"}},
 	{name: "metrics protobuf", method: "GET", path: "/metrics", accept: "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited", status: 200,
 		want: []string{"floodgate_config_rules"}},
 	{name: "healthz", method: "GET", path: "/healthz", status: 200, want: []string{"ok\n"}},
