@@ -30,8 +30,10 @@ import (
 
 const (
 	// DefaultMaxHold is Options.MaxHold's default: the longest the
-	// service holds a response for its slot.
-	DefaultMaxHold = 30 * time.Second
+	// service holds a response for its slot, below
+	// transport.DefaultWriteTimeout so that a held answer is written
+	// before the connection's write deadline.
+	DefaultMaxHold = 20 * time.Second
 	// DefaultMaxHeld is Options.MaxHeld's default: how many requests the
 	// service holds at once.
 	DefaultMaxHeld = 1024
