@@ -988,6 +988,12 @@ type Problem struct {
 // *floodgate.FieldError, the status of an httpError, 503 for a failure
 // of the store or the ledger.
 func writeProblem(w http.ResponseWriter, err error) {
+	p := problemOf(err)
+	WriteProblem(w, p.Status, p.Field, p.Detail)
+}
+
+// problemOf is the problem writeProblem answers err with.
+func problemOf(err error) Problem {
 	p := Problem{Type: "about:blank", Status: http.StatusInternalServerError, Detail: err.Error()}
 	var fe *floodgate.FieldError
 	var he *httpError
@@ -1009,7 +1015,7 @@ func writeProblem(w http.ResponseWriter, err error) {
 	default:
 		p.Status, p.Detail = http.StatusServiceUnavailable, "store failed: "+err.Error()
 	}
-	WriteProblem(w, p.Status, p.Field, p.Detail)
+	return p
 }
 
 // WriteProblem answers an RFC 9457 problem details body (Problem) of

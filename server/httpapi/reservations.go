@@ -201,7 +201,7 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Hold {
 		if !s.holds.acquire() {
-			writeHoldFull(w)
+			writeWaitProblem(w, errHoldFull)
 			return
 		}
 		defer s.holds.release()
@@ -236,6 +236,10 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		s.reservations.WithLabelValues("reserve", "failed").Inc()
+		if req.MaxWaitMS != nil {
+			writeWaitProblem(w, err)
+			return
+		}
 		writeProblem(w, err)
 		return
 	}

@@ -130,10 +130,15 @@ func (h *holds) release() {
 var errHoldFull = &httpError{status: http.StatusServiceUnavailable, field: "max_wait_ms",
 	msg: "the service holds as many requests as it may (-max-held); retry, or ask for the slot without holding the response (POST /v1/reservations without hold)"}
 
-// writeHoldFull answers errHoldFull with Retry-After: 1.
-func writeHoldFull(w http.ResponseWriter) {
-	w.Header().Set(ratelimitheader.HeaderRetryAfter, "1")
-	writeProblem(w, errHoldFull)
+// writeWaitProblem answers the error of a wait as writeProblem does, a
+// 503 (the store failed, or every hold is taken: errHoldFull) with
+// Retry-After: 1.
+func writeWaitProblem(w http.ResponseWriter, err error) {
+	p := problemOf(err)
+	if p.Status == http.StatusServiceUnavailable {
+		w.Header().Set(ratelimitheader.HeaderRetryAfter, "1")
+	}
+	WriteProblem(w, p.Status, p.Field, p.Detail)
 }
 
 // wait holds until slot comes, or ctx ends (the client went away): then
@@ -216,14 +221,14 @@ func (s *API) allowWait(w http.ResponseWriter, r *http.Request, req *AllowReques
 		return
 	}
 	if !s.holds.acquire() {
-		writeHoldFull(w)
+		writeWaitProblem(w, errHoldFull)
 		return
 	}
 	defer s.holds.release()
 	slot, overall, statuses, err := s.schedule(r.Context(), req, inline, min(maxWait, s.holds.max), nil)
 	if err != nil {
 		s.holds.done.WithLabelValues("failed").Inc()
-		writeProblem(w, err)
+		writeWaitProblem(w, err)
 		return
 	}
 	var waited *int64
