@@ -165,6 +165,7 @@ func TestWaitDescriptorsFleet(t *testing.T) {
 			fleet := waitInstances(t, open(t, clock), clock, 3, httpapi.Options{})
 			at := func(i int) string { return fleet[i%len(fleet)].url }
 			var ids []string
+			var waits []int64
 			for i := range 6 {
 				a := post(t.Context(), t, at(i)+"/v1/reservations", crawler(5000, ""))
 				if a.status != 200 || !a.Allowed || a.WaitMS == nil || a.ID == "" {
@@ -176,7 +177,9 @@ func TestWaitDescriptorsFleet(t *testing.T) {
 					t.Fatalf("caller %d: wait_ms %d, want %d s", i, w, i)
 				}
 				ids = append(ids, a.ID)
+				waits = append(waits, *a.WaitMS)
 			}
+			t.Logf("wait_ms of callers 0-5: %v", waits)
 			a := post(t.Context(), t, at(6)+"/v1/reservations", crawler(5000, ""))
 			if a.status != 200 || a.Allowed || a.ID != "" || a.RetryAfterMS <= 0 {
 				t.Fatalf("caller 6: %+v, want denied with retry_after_ms and no id", a)
@@ -192,6 +195,7 @@ func TestWaitDescriptorsFleet(t *testing.T) {
 			if !a.Allowed || a.WaitMS == nil || *a.WaitMS < 5000 || *a.WaitMS > 5001 {
 				t.Fatalf("after the cancel: %+v, want the slot given back, 5 s ahead", a)
 			}
+			t.Logf("after the cancel: wait_ms %d", *a.WaitMS)
 			if a := post(t.Context(), t, at(8)+"/v1/reservations", crawler(5000, "")); a.Allowed {
 				t.Fatalf("after the slot was taken again: %+v, want denied (the retried cancel gave nothing)", a)
 			}
