@@ -484,6 +484,8 @@ var exchanges = []exchange{
 		want: []string{`"allowed":true`, `"waited_ms":0`, `"rule":"api|login"`}},
 	{name: "allow wait nothing held", method: "POST", path: "/v1/allow", body: `{"domain": "api", "descriptors": [{"entries": [{"key": "path", "value": "/health"}]}], "max_wait_ms": 1000}`, status: 200,
 		want: []string{`"allowed":true`, `"unlimited":true`}},
+	{name: "allow wait unknown domain", method: "POST", path: "/v1/allow", body: `{"domain": "apj", "descriptors": [{"entries": [{"key": "login", "value": "x"}]}], "max_wait_ms": 1000}`, status: 200,
+		want: []string{`"allowed":true`, `"unknown_domain":true`, `"no_rule":true`}},
 	{name: "allow wait with a class", method: "POST", path: "/v1/allow", body: strings.Replace(allowWaitBody, `}, "max`, `}, "priority": "critical", "max`, 1), status: 400,
 		want: []string{`"field":"priority"`}},
 	{name: "allow bad max_wait_ms", method: "POST", path: "/v1/allow", body: strings.Replace(allowWaitBody, `3600000`, `3600001`, 1), invalid: true, status: 400,

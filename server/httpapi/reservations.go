@@ -189,6 +189,7 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	var overall server.Status
 	var wait, waited *int64
 	var maxWait time.Duration
+	var id string
 	switch {
 	case req.MaxWaitMS != nil:
 		maxWait, err = req.maxWait()
@@ -209,13 +210,22 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.MaxWaitMS != nil {
 		var slot *floodgate.Slot
-		slot, overall, statuses, err = s.schedule(r.Context(), &req.AllowRequest, inline, maxWait, o)
+		var result server.Result
+		slot, overall, result, err = s.schedule(r.Context(), &req.AllowRequest, inline, maxWait, o)
+		statuses = result.Statuses
 		if slot != nil {
 			res = slot.Reservation
 			ms := millisCeil(slot.Delay)
 			wait = &ms
 		}
 		if err == nil && req.Hold && res != nil && res.Held {
+			// The id first: no caller waits for an id that cannot be made.
+			if id, err = s.encodeToken(res, caller); err != nil {
+				_, _ = res.Cancel(r.Context())
+				s.holds.done.WithLabelValues("failed").Inc()
+				writeProblem(w, err)
+				return
+			}
 			s.reservations.WithLabelValues("reserve", "held").Inc()
 			if !s.holds.wait(r.Context(), slot) {
 				return
@@ -249,7 +259,10 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	resp := ReserveResponse{AllowResponse: allowResponse(inline, overall, statuses)}
 	resp.WaitedMS = waited
 	if res != nil && res.Held {
-		if resp.ID, err = s.encodeToken(res, caller); err != nil {
+		if resp.ID = id; id == "" {
+			resp.ID, err = s.encodeToken(res, caller)
+		}
+		if err != nil {
 			// Nothing should hold what no one can settle.
 			_, _ = res.Cancel(r.Context())
 			writeProblem(w, err)

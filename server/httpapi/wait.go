@@ -183,26 +183,26 @@ func (req *AllowRequest) noWait(what string) error {
 
 // schedule takes req's slot within maxWait (inline or descriptors): nil
 // when nothing is held (denied, or no descriptor limited), with the
-// statuses to answer.
-func (s *API) schedule(ctx context.Context, req *AllowRequest, inline bool, maxWait time.Duration, o *floodgate.ReserveOptions) (*floodgate.Slot, server.Status, []server.Status, error) {
+// overall status and the result to answer.
+func (s *API) schedule(ctx context.Context, req *AllowRequest, inline bool, maxWait time.Duration, o *floodgate.ReserveOptions) (*floodgate.Slot, server.Status, server.Result, error) {
 	if inline {
 		lim, cost, err := req.inlineLimit()
 		if err != nil {
-			return nil, server.Status{}, nil, err
+			return nil, server.Status{}, server.Result{}, err
 		}
 		slot, st, err := s.srv.ScheduleInline(ctx, req.Key, lim, cost, maxWait, o)
 		if fe, ok := errors.AsType[*floodgate.FieldError](err); ok && (fe.Field == "ttl" || fe.Field == "max_wait") {
 			// The JSON names of floodgate's fields.
 			err = &floodgate.FieldError{Kind: fe.Kind, Field: fe.Field + "_ms", Problem: fe.Problem}
 		}
-		return slot, st, []server.Status{st}, err
+		return slot, st, server.Result{Code: st.Code, Statuses: []server.Status{st}}, err
 	}
 	ds, hits, err := req.descriptors()
 	if err != nil {
-		return nil, server.Status{}, nil, err
+		return nil, server.Status{}, server.Result{}, err
 	}
 	slot, res, err := s.srv.Schedule(ctx, req.Domain, ds, hits, maxWait, o)
-	return slot, Binding(res), res.Statuses, err
+	return slot, Binding(res), res, err
 }
 
 // allowWait answers POST /v1/allow with max_wait_ms: it takes the slot,
@@ -225,7 +225,7 @@ func (s *API) allowWait(w http.ResponseWriter, r *http.Request, req *AllowReques
 		return
 	}
 	defer s.holds.release()
-	slot, overall, statuses, err := s.schedule(r.Context(), req, inline, min(maxWait, s.holds.max), nil)
+	slot, overall, res, err := s.schedule(r.Context(), req, inline, min(maxWait, s.holds.max), nil)
 	if err != nil {
 		s.holds.done.WithLabelValues("failed").Inc()
 		writeWaitProblem(w, err)
@@ -245,7 +245,7 @@ func (s *API) allowWait(w http.ResponseWriter, r *http.Request, req *AllowReques
 		cancel()
 	}
 	s.holds.done.WithLabelValues("served").Inc()
-	resp := allowResponse(inline, overall, statuses)
-	resp.WaitedMS = waited
-	writeAllow(w, resp, overall, statuses)
+	resp := allowResponse(inline, overall, res.Statuses)
+	resp.WaitedMS, resp.UnknownDomain = waited, res.UnknownDomain
+	writeAllow(w, resp, overall, res.Statuses)
 }
