@@ -17,12 +17,29 @@ func (s *Server) Reserve(ctx context.Context, domain string, ds []Descriptor, hi
 }
 
 func (s *Server) reserve(ctx context.Context, domain string, ds []Descriptor, hits int64, o *floodgate.ReserveOptions) (*floodgate.Reservation, Result, error) {
+	res, p, items, which, err := s.planHold(domain, ds, hits)
+	if err != nil || len(items) == 0 {
+		return nil, res, err
+	}
+	r, outs, err := s.reserveItems(ctx, items, o)
+	if outs == nil && err != nil {
+		p.which = which
+		return nil, Result{}, p.fieldOf(err)
+	}
+	s.settleEach(domain, p.ds, &res, which, outs)
+	return r, res, nil
+}
+
+// planHold is the plan of a hold (Reserve, Schedule) of a checked
+// request, and the items to hold with the descriptor of each (which):
+// none for the descriptors in shadow mode, unlimited or unmatched.
+func (s *Server) planHold(domain string, ds []Descriptor, hits int64) (Result, plan, []floodgate.Item, []int, error) {
 	if err := checkRequest(domain, ds); err != nil {
-		return nil, Result{}, err
+		return Result{}, plan{}, nil, nil, err
 	}
 	res, p, err := s.plan(domain, ds, hits)
 	if err != nil {
-		return nil, Result{}, err
+		return Result{}, plan{}, nil, nil, err
 	}
 	for i := range res.Statuses {
 		// A reservation holds every limited descriptor or none: a quota
@@ -42,16 +59,7 @@ func (s *Server) reserve(ctx context.Context, domain string, ds []Descriptor, hi
 		it.Priority = ""
 		items, which = append(items, it), append(which, p.which[j])
 	}
-	if len(items) == 0 {
-		return nil, res, nil
-	}
-	r, outs, err := s.reserveItems(ctx, items, o)
-	if outs == nil && err != nil {
-		p.which = which
-		return nil, Result{}, p.fieldOf(err)
-	}
-	s.settleEach(domain, p.ds, &res, which, outs)
-	return r, res, nil
+	return res, p, items, which, nil
 }
 
 // ReserveInline holds cost of an inline key under limit. A period above

@@ -72,6 +72,8 @@ type serveConfig struct {
 	maxKeys          int
 	maxMemory        memSize
 	maxHoldsPerKey   int
+	maxHold          time.Duration
+	maxHeld          int
 	shadowMode       bool
 	independent      bool
 	holdRetention    time.Duration
@@ -178,6 +180,8 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.maxConns, "max-connections", 0, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so that clients opening thousands cannot take every file descriptor; 0: derived from the process's file limit, so that both listeners together stay under it (docs/serve.md has the formula) (env FLOODGATE_MAX_CONNECTIONS)")
 	fs.IntVar(&c.maxConnsPerPeer, "max-connections-per-peer", 0, "the most connections one peer (an IPv4 address, an IPv6 /64) holds open on each listener; more are closed as soon as accepted, so that one client cannot starve the others; never above -max-connections; 0: 1000, or half of -max-connections if less (env FLOODGATE_MAX_CONNECTIONS_PER_PEER)")
 	fs.UintVar(&c.grpcMaxStreams, "grpc-max-streams", transport.DefaultMaxStreams, "gRPC: the most calls in flight on one connection (HTTP/2 max concurrent streams); more are refused (env FLOODGATE_GRPC_MAX_STREAMS)")
+	fs.DurationVar(&c.maxHold, "max-hold", httpapi.DefaultMaxHold, "HTTP API: the longest a response is held until its slot (max_wait_ms on POST /v1/allow, hold on POST /v1/reservations); a longer max_wait_ms is bounded by it; below -write-timeout (env FLOODGATE_MAX_HOLD)")
+	fs.IntVar(&c.maxHeld, "max-held", httpapi.DefaultMaxHeld, "HTTP API: the most requests held at once until their slot; one more is answered 503 with Retry-After: 1 before it takes a slot; 0: none is held (env FLOODGATE_MAX_HELD)")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", transport.DefaultWriteTimeout, "HTTP: the longest a response may take, from the end of its request's header to its last byte, and the longest each frame of the dashboard's feed may take to send; a client that does not read loses its connection then (env FLOODGATE_WRITE_TIMEOUT)")
 	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "HTTP without token files: comma-separated host `names` the Host header may name besides an IP address and localhost (a name the listener is reached by, behind a proxy, say); any other is refused with 421, against DNS rebinding (env FLOODGATE_ALLOWED_HOSTS)")
 	fs.IntVar(&c.uiMaxSubscribers, "ui-max-subscribers", ui.DefaultMaxSubscribers, "the most streams of the dashboard's feed (GET /ui/events) at once; more are answered 503 with Retry-After (env FLOODGATE_UI_MAX_SUBSCRIBERS)")
@@ -249,6 +253,10 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-grpc-max-streams: %d is not from 1 to %d", c.grpcMaxStreams, uint64(math.MaxUint32))
 	case c.writeTimeout <= 0:
 		return fmt.Sprintf("-write-timeout: %v must be above zero", c.writeTimeout)
+	case c.maxHold <= 0 || c.maxHold >= c.writeTimeout || c.maxHold > floodgate.MaxWait:
+		return fmt.Sprintf("-max-hold: %v is not above zero and below -write-timeout %v (a held answer must be written before the connection's deadline), at most %v", c.maxHold, c.writeTimeout, floodgate.MaxWait)
+	case c.maxHeld < 0:
+		return fmt.Sprintf("-max-held: %d is negative (0 holds none)", c.maxHeld)
 	case c.uiMaxSubscribers < 1:
 		return fmt.Sprintf("-ui-max-subscribers: %d must be at least 1", c.uiMaxSubscribers)
 	case c.uiMaxPerPeer < 1:
@@ -612,7 +620,12 @@ type listeners struct {
 // dashboard's subscribers.
 func (c serveConfig) listen(srv *server.Server, auth *transport.Auth, ltls *transport.TLSFiles, log *slog.Logger) (*listeners, error) {
 	rls := envoyService(srv, c.headers, c.parity)
-	api, err := httpapi.New(srv, &httpapi.Options{Auth: auth, GuardBrowsers: true, AllowedHosts: c.hosts(), IDKeys: c.idKeys, Overrides: c.overrideSync})
+	maxHeld := c.maxHeld
+	if maxHeld == 0 {
+		maxHeld = -1 // httpapi: none held
+	}
+	api, err := httpapi.New(srv, &httpapi.Options{Auth: auth, GuardBrowsers: true, AllowedHosts: c.hosts(), IDKeys: c.idKeys, Overrides: c.overrideSync,
+		MaxHold: c.maxHold, MaxHeld: maxHeld})
 	if err != nil {
 		return nil, err
 	}

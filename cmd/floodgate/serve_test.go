@@ -229,6 +229,9 @@ func TestServeBadFlags(t *testing.T) {
 		{"serve", "-redis", "redis://127.0.0.1:1", "-redis-wait-replicas", "1", "-redis-wait-timeout", "0s"},
 		{"serve", "-redis-wait-replicas", "1"},
 		{"serve", "-gogc", "-1"},
+		{"serve", "-max-hold", "30s"}, // not below -write-timeout's 30s
+		{"serve", "-max-hold", "0s"},
+		{"serve", "-max-held", "-1"},
 	} {
 		var stdout, stderr strings.Builder
 		if code := run(t.Context(), args, &stdout, &stderr); code != 2 {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/ratelimitheader"
@@ -75,6 +76,15 @@ type Checker struct {
 	AnonymousKey string
 	// ErrMissingKey is the package's error for a request without a key.
 	ErrMissingKey error
+	// MaxWait, above zero, waits for a slot of the one GCRA limit instead
+	// of refusing (see Check).
+	MaxWait time.Duration
+	// Classes reports that the caller gives requests a priority class:
+	// Init checks that every limit can keep the reserves.
+	Classes bool
+	// After is the timer of a wait, time.NewTimer's channel and its stop;
+	// nil means time.NewTimer. Tests replace it.
+	After func(time.Duration) (<-chan time.Time, func() bool)
 }
 
 // Outcome is the decision for one request or call: the fields of the
@@ -84,12 +94,37 @@ type Outcome struct {
 	Decision  floodgate.Decision
 	Decisions []floodgate.Decision
 	Err       error
+	// Limits are the limits decided when they are not the Checker's:
+	// those of the request's class.
+	Limits []floodgate.Limit
+	// Waited is how long the request waited for its slot.
+	Waited time.Duration
 }
 
 // Init checks c as New does (see Validate), then copies c.Limits, so that
 // the caller's slice may change, and defaults AnonymousKey to "anonymous".
 func (c *Checker) Init(pkg, unit string) error {
 	if err := Validate(pkg, unit, c.Limiter, c.Limits, c.MissingKey); err != nil {
+		return err
+	}
+	prefix := pkg + ": New: "
+	var errs []error
+	switch {
+	case c.MaxWait < 0 || c.MaxWait > floodgate.MaxWait:
+		errs = append(errs, fmt.Errorf("%sMaxWait %v is not between 0 and %v", prefix, c.MaxWait, floodgate.MaxWait))
+	case c.MaxWait > 0 && c.Classes:
+		errs = append(errs, fmt.Errorf("%sMaxWait and Priority: a wait holds the whole limit and takes no class", prefix))
+	case c.MaxWait > 0 && (len(c.Limits) != 1 || c.Limits[0].EffectiveAlgorithm() != floodgate.GCRA):
+		errs = append(errs, fmt.Errorf("%sMaxWait waits for a slot of one gcra limit, not of %d limits or another algorithm: the slots of two limits come at different times (docs/waiting.md)", prefix, len(c.Limits)))
+	}
+	if c.Classes {
+		for i, l := range c.Limits {
+			if _, err := floodgate.ClassLimit(l, floodgate.Sheddable); err != nil {
+				errs = append(errs, fmt.Errorf("%slimits[%d]: Priority: %w", prefix, i, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	c.Limits = append([]floodgate.Limit(nil), c.Limits...)
@@ -100,8 +135,13 @@ func (c *Checker) Init(pkg, unit string) error {
 }
 
 // Check decides the request or call with the given key ("" for none),
-// taking one unit of every limit, all or nothing.
-func (c *Checker) Check(ctx context.Context, key string) Outcome {
+// taking one unit of every limit, all or nothing, under class's share of
+// them when class is not empty. With MaxWait, it takes the earliest slot
+// within MaxWait (floodgate.Limiter.Schedule) and waits for it; if ctx
+// ends first the slot is given back, exactly once, and Err is ctx's
+// error. A slot that came is settled as used, so the store keeps no hold
+// for it.
+func (c *Checker) Check(ctx context.Context, key string, class floodgate.Priority) Outcome {
 	var o Outcome
 	if key == "" {
 		switch c.MissingKey {
@@ -116,8 +156,83 @@ func (c *Checker) Check(ctx context.Context, key string) Outcome {
 		}
 	}
 	o.Key = c.KeyPrefix + key
-	o.Decision, o.Decisions, o.Err = c.Limiter.AllowEach(ctx, o.Key, 1, c.Limits...)
+	switch {
+	case c.MaxWait > 0:
+		c.wait(ctx, &o)
+	case class != "":
+		c.decideClass(ctx, &o, class)
+	default:
+		o.Decision, o.Decisions, o.Err = c.Limiter.AllowEach(ctx, o.Key, 1, c.Limits...)
+	}
 	return o
+}
+
+// wait takes o.Key's slot of the one limit and waits for it.
+func (c *Checker) wait(ctx context.Context, o *Outcome) {
+	slot, d, err := c.Limiter.Schedule(ctx, o.Key, c.Limits[0], 1, c.MaxWait, nil)
+	o.Decision, o.Err = d, err
+	if err != nil {
+		// The failure policy's decision, as AllowEach answers it.
+		return
+	}
+	o.Decisions = []floodgate.Decision{d}
+	if !d.Allowed || !slot.Held {
+		return
+	}
+	if slot.Delay > 0 {
+		after := c.After
+		if after == nil {
+			after = func(d time.Duration) (<-chan time.Time, func() bool) {
+				t := time.NewTimer(d)
+				return t.C, t.Stop
+			}
+		}
+		t, stop := after(slot.Delay)
+		defer stop()
+		select {
+		case <-t:
+		case <-ctx.Done():
+			// On a context of its own (ctx's is done), bounded by the
+			// Limiter's timeout. A failed cancel leaves the slot to
+			// expire charged, as a caller that crashed does.
+			_, _ = slot.Cancel(context.WithoutCancel(ctx))
+			o.Decision, o.Decisions, o.Err = floodgate.Decision{RetryAfter: slot.Delay}, nil, ctx.Err()
+			return
+		}
+		o.Waited = slot.Delay
+	}
+	// Used: a failed commit leaves the slot to expire charged, the same.
+	_, _ = slot.Commit(context.WithoutCancel(ctx), 1)
+}
+
+// decideClass decides o.Key under every limit lowered to class's
+// capacity, all or nothing (floodgate.Limiter.DecideAll).
+func (c *Checker) decideClass(ctx context.Context, o *Outcome, class floodgate.Priority) {
+	if _, err := floodgate.ParsePriority(string(class)); err != nil {
+		o.Decision, o.Err = floodgate.Decision{RetryAfter: floodgate.Never}, err
+		return
+	}
+	items := make([]floodgate.Item, len(c.Limits))
+	o.Limits = make([]floodgate.Limit, len(c.Limits))
+	for i, l := range c.Limits {
+		items[i] = floodgate.Item{Key: o.Key, Limit: l, Cost: 1, Priority: class}
+		o.Limits[i], _ = floodgate.ClassLimit(l, class) // checked by Init
+	}
+	outs, err := c.Limiter.DecideAll(ctx, items)
+	if err != nil {
+		o.Decision, o.Err = floodgate.Decision{RetryAfter: floodgate.Never}, err
+		return
+	}
+	ds := make([]floodgate.Decision, len(outs))
+	for i, out := range outs {
+		if out.Err != nil && out.Policy != floodgate.FailLocal {
+			// The failure policy's answer, as AllowEach gives it.
+			o.Decision, o.Err = out.Decision, out.Err
+			return
+		}
+		ds[i] = out.Decision
+	}
+	o.Decision, o.Decisions = floodgate.Combine(ds), ds
 }
 
 // Violated names the policies (by ratelimitheader.PolicyName) whose own

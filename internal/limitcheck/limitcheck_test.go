@@ -100,7 +100,7 @@ func TestCheck(t *testing.T) {
 		if err := c.Init("pkg", "call"); err != nil {
 			t.Fatal(err)
 		}
-		o := c.Check(t.Context(), tc.key)
+		o := c.Check(t.Context(), tc.key, "")
 		if o.Key != tc.wantKey || o.Decision.Allowed != tc.wantAllowed || o.Err != tc.wantErr {
 			t.Errorf("MissingKey %d, key %q: %+v, want key %q, allowed %v, err %v", tc.missing, tc.key, o, tc.wantKey, tc.wantAllowed, tc.wantErr)
 		}

@@ -96,3 +96,65 @@ func ExampleStatus() {
 	// RetryInfo 250ms
 	// QuotaFailure policy:per-second at most 10 per 1s
 }
+
+// Wait for a slot instead of failing a call, and give a call's class
+// from its metadata: two interceptors, each checked here with Check as a
+// call would be.
+func ExampleConfig_maxWait() {
+	limiter, _ := floodgate.New(memstore.New(nil), &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	lim, err := grpclimit.New(grpclimit.Config{
+		Limiter: limiter,
+		Limits:  []floodgate.Limit{{Algorithm: floodgate.GCRA, Limit: 20, Period: time.Second, Burst: 1}},
+		Key:     func(context.Context, string) string { return "worker" },
+		// Bounded by the call's deadline too: a call whose context ends
+		// first fails DeadlineExceeded, and its slot is given back.
+		MaxWait: 100 * time.Millisecond,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 4 {
+		res := lim.Check(context.Background(), "/pkg.Service/Method")
+		fmt.Println(res.Decision.Allowed, res.Waited)
+	}
+	// Output:
+	// true 0s
+	// true 50ms
+	// true 100ms
+	// false 0s
+}
+
+// Keep the last part of a budget for critical calls: sheddable calls stop
+// at 8 of 10 per minute.
+func ExampleConfig_priority() {
+	limiter, _ := floodgate.New(memstore.New(nil), &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	lim, err := grpclimit.New(grpclimit.Config{
+		Limiter: limiter,
+		Limits:  []floodgate.Limit{{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Minute}},
+		Key:     func(context.Context, string) string { return "upstream" },
+		Priority: func(ctx context.Context, _ string) floodgate.Priority {
+			md, _ := metadata.FromIncomingContext(ctx)
+			if v := md.Get("x-priority"); len(v) > 0 && v[0] == "critical" {
+				return floodgate.Critical
+			}
+			return floodgate.Sheddable
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	count := func(ctx context.Context) (n int) {
+		for range 20 {
+			if !lim.Check(ctx, "/pkg.Service/Method").Decision.Allowed {
+				return n
+			}
+			n++
+		}
+		return n
+	}
+	fmt.Println("sheddable:", count(context.Background()))
+	fmt.Println("critical:", count(metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-priority", "critical"))))
+	// Output:
+	// sheddable: 8
+	// critical: 2
+}

@@ -29,6 +29,16 @@
 // decision (ResourceExhausted on a denial). With SendFields the RateLimit-Policy and RateLimit
 // fields of package ratelimitheader also travel as response header
 // metadata ("ratelimit-policy", "ratelimit", "retry-after").
+//
+// With MaxWait, a call that finds no unit free waits for the earliest
+// slot within MaxWait instead of failing (floodgate.Limiter.Schedule,
+// docs/waiting.md), taken in the store's one atomic step so that calls on
+// every instance are served in order and the rate holds; if the call's
+// context ends first (its deadline, a cancel), the slot is given back,
+// exactly once, and the call fails with the context's status
+// (DeadlineExceeded or Canceled). With Priority, each call is decided
+// under its class's share of the limits: near the limit, sheddable calls
+// fail first, so the last part of the budget is kept for critical ones.
 package grpclimit
 
 import (
@@ -40,6 +50,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -110,6 +121,18 @@ type Config struct {
 	// Report, if set, is called with the Result of every call that was not
 	// skipped. It must be fast and safe for concurrent use.
 	Report func(ctx context.Context, fullMethod string, res Result)
+	// MaxWait, above zero, has a call that finds no unit free wait for
+	// the earliest slot within MaxWait, at most floodgate.MaxWait, and
+	// within the call's deadline, instead of failing (see the package
+	// doc). Limits must then be one GCRA limit. Each call is then a
+	// reservation settled when its slot comes: two calls of the store
+	// where a decision is one.
+	MaxWait time.Duration
+	// Priority, if set, gives each call its class: near the limit, lower
+	// classes fail first (floodgate.AllowPriority). "" decides under the
+	// whole limits. Every limit must be a GCRA or a fixed window without
+	// CountRejected; not with MaxWait (a wait holds the whole limit).
+	Priority func(ctx context.Context, fullMethod string) floodgate.Priority
 }
 
 // Result is what the interceptor decided for a call. The handler finds it
@@ -130,6 +153,11 @@ type Result struct {
 	Err error
 	// DryRun reports that the call passed only because of Config.DryRun.
 	DryRun bool
+	// Priority is the call's class (Config.Priority); Limits and
+	// Decisions are then the class's share of Config.Limits.
+	Priority floodgate.Priority
+	// Waited is how long the call waited for its slot (Config.MaxWait).
+	Waited time.Duration
 }
 
 // Violated names the policies that denied the call (by
@@ -154,6 +182,8 @@ func New(c Config) (*Interceptor, error) {
 		MissingKey:    limitcheck.MissingKey(c.MissingKey),
 		AnonymousKey:  c.AnonymousKey,
 		ErrMissingKey: ErrMissingKey,
+		MaxWait:       c.MaxWait,
+		Classes:       c.Priority != nil,
 	}
 	if err := chk.Init("grpclimit", "call"); err != nil {
 		return nil, err
@@ -232,8 +262,16 @@ func (l *Interceptor) admit(ctx context.Context, method string) (context.Context
 // Check decides a call without failing it: the key, then every limit. It
 // takes from the limits like the interceptors do.
 func (l *Interceptor) Check(ctx context.Context, fullMethod string) Result {
-	o := l.chk.Check(ctx, l.c.Key(ctx, fullMethod))
-	return Result{Key: o.Key, Limits: l.chk.Limits, Decision: o.Decision, Decisions: o.Decisions, Err: o.Err}
+	var class floodgate.Priority
+	if l.c.Priority != nil {
+		class = l.c.Priority(ctx, fullMethod)
+	}
+	o := l.chk.Check(ctx, l.c.Key(ctx, fullMethod), class)
+	res := Result{Key: o.Key, Limits: l.chk.Limits, Decision: o.Decision, Decisions: o.Decisions, Err: o.Err, Priority: class, Waited: o.Waited}
+	if o.Limits != nil {
+		res.Limits = o.Limits
+	}
+	return res
 }
 
 type resultKey struct{}
@@ -254,8 +292,12 @@ func Status(res Result) *status.Status {
 	switch {
 	case errors.Is(res.Err, ErrMissingKey):
 		return status.New(codes.InvalidArgument, "grpclimit: the call carries no rate limit key")
+	case isClassError(res.Err):
+		return status.New(codes.InvalidArgument, "grpclimit: the call's priority class is not valid")
 	case errors.Is(res.Err, floodgate.ErrInvalidRequest):
 		return status.New(codes.InvalidArgument, "grpclimit: the call's rate limit key is not valid")
+	case errors.Is(res.Err, context.Canceled), errors.Is(res.Err, context.DeadlineExceeded):
+		return status.FromContextError(res.Err)
 	case res.Err != nil:
 		return status.New(codes.Unavailable, "grpclimit: the rate limiter is unavailable")
 	}
@@ -290,6 +332,12 @@ func Status(res Result) *status.Status {
 		return st
 	}
 	return withDetails
+}
+
+// isClassError reports an error of the class Config.Priority gave.
+func isClassError(err error) bool {
+	fe, ok := errors.AsType[*floodgate.FieldError](err)
+	return ok && fe.Field == "priority"
 }
 
 // Peer keys calls by the peer address of the connection: "ip:" and the

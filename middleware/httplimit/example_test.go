@@ -192,3 +192,74 @@ func ExampleFromContext() {
 	fmt.Print(send(h, "192.0.2.1:1").Body)
 	// Output: 4 requests left this minute
 }
+
+// Wait for a slot instead of refusing: 20 requests a second for one
+// crawler, and a request that finds none free waits up to 100 ms for the
+// next. The clock is frozen, so each slot is exactly 50 ms after the
+// one before; the middleware really sleeps until it.
+func ExampleConfig_maxWait() {
+	limiter, _ := floodgate.New(memstore.New(nil), &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	mw, err := httplimit.New(httplimit.Config{
+		Limiter: limiter,
+		Limits:  []floodgate.Limit{{Algorithm: floodgate.GCRA, Limit: 20, Period: time.Second, Burst: 1}},
+		Key:     func(*http.Request) string { return "crawler" },
+		MaxWait: 100 * time.Millisecond,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, _ := httplimit.FromContext(r.Context())
+		fmt.Fprintf(w, "waited %v", res.Waited)
+	}))
+	for range 4 {
+		w := send(h, "192.0.2.1:4000")
+		if w.Code != http.StatusOK {
+			fmt.Println(w.Code, "Retry-After:", w.Header().Get("Retry-After"))
+			continue
+		}
+		fmt.Println(w.Code, w.Body)
+	}
+	// Output:
+	// 200 waited 0s
+	// 200 waited 50ms
+	// 200 waited 100ms
+	// 429 Retry-After: 1
+}
+
+// Keep the last part of a budget for the requests that matter: a
+// request's class comes from a header set by the proxy in front, and
+// sheddable requests stop at 8 of 10 per minute, leaving 2 for critical
+// ones.
+func ExampleConfig_priority() {
+	limiter, _ := floodgate.New(memstore.New(nil), &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
+	mw, err := httplimit.New(httplimit.Config{
+		Limiter: limiter,
+		Limits:  []floodgate.Limit{{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Minute}},
+		Key:     func(*http.Request) string { return "upstream" },
+		Priority: func(r *http.Request) floodgate.Priority {
+			if r.Header.Get("X-Priority") == "critical" {
+				return floodgate.Critical
+			}
+			return floodgate.Sheddable
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := mw.Handler(hello)
+	count := func(header ...string) (n int) {
+		for range 20 {
+			if send(h, "192.0.2.1:4000", header...).Code != http.StatusOK {
+				return n
+			}
+			n++
+		}
+		return n
+	}
+	fmt.Println("sheddable:", count())
+	fmt.Println("critical:", count("X-Priority", "critical"))
+	// Output:
+	// sheddable: 8
+	// critical: 2
+}

@@ -48,6 +48,24 @@
 // this instance's share.
 // A key the Limiter refuses (longer than floodgate.MaxKeyLen) is 400.
 //
+// # Waiting and priority classes
+//
+// With MaxWait, a request that finds no unit free waits for the earliest
+// slot within MaxWait instead of being refused (floodgate.Limiter.Schedule,
+// docs/waiting.md): the slot is taken in the store's one atomic step, so
+// requests on every instance sharing the store are served in order and
+// the rate holds; the middleware sleeps until the slot, then passes the
+// request on. If the request's context ends first (the client went away,
+// a deadline), the slot is given back, exactly once, and the request is
+// answered through Deny with Result.Err the context's error. Only one
+// limit, a GCRA, can wait.
+//
+// With Priority, each request is decided under its class's share of the
+// limits (floodgate.ClassLimit): near the limit, sheddable requests are
+// refused first, so the last part of the budget is kept for critical ones
+// (a health check, a paying customer). Every limit must then be a GCRA or
+// a fixed window without CountRejected.
+//
 // # Trying a limit out
 //
 // With DryRun the middleware decides, writes the fields and reports as
@@ -141,6 +159,19 @@ type Config struct {
 	// not skipped, before it is passed on or denied. It must be fast and
 	// safe for concurrent use.
 	Report func(*http.Request, Result)
+	// MaxWait, above zero, has a request that finds no unit free wait for
+	// the earliest slot within MaxWait, at most floodgate.MaxWait, instead
+	// of being refused (see the package doc); it is refused only when no
+	// slot is free within it. Limits must then be one GCRA limit. Each
+	// request is then a reservation settled when its slot comes: two
+	// calls of the store where a decision is one.
+	MaxWait time.Duration
+	// Priority, if set, gives each request its class: near the limit,
+	// lower classes are refused first (floodgate.AllowPriority). ""
+	// decides under the whole limits, as without Priority. Every limit
+	// must be a GCRA or a fixed window without CountRejected; not with
+	// MaxWait (a wait holds the whole limit).
+	Priority func(*http.Request) floodgate.Priority
 }
 
 // Result is what the middleware decided for a request. The next handler
@@ -163,6 +194,12 @@ type Result struct {
 	// DryRun reports that the request passed only because of
 	// Config.DryRun.
 	DryRun bool
+	// Priority is the request's class (Config.Priority); Limits and
+	// Decisions are then the class's share of Config.Limits.
+	Priority floodgate.Priority
+	// Waited is how long the request waited for its slot (Config.MaxWait)
+	// before it was passed on.
+	Waited time.Duration
 }
 
 // Violated names the policies that denied the request (by
@@ -188,6 +225,8 @@ func New(c Config) (*Middleware, error) {
 		MissingKey:    limitcheck.MissingKey(c.MissingKey),
 		AnonymousKey:  c.AnonymousKey,
 		ErrMissingKey: ErrMissingKey,
+		MaxWait:       c.MaxWait,
+		Classes:       c.Priority != nil,
 	}
 	if err := chk.Init("httplimit", "request"); err != nil {
 		return nil, err
@@ -234,11 +273,20 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// Check decides r without answering it: the key, then every limit. It
-// takes from the limits like Handler does; most callers want Handler.
+// Check decides r without answering it: the key, then every limit (and
+// with MaxWait, waits for the slot). It takes from the limits like
+// Handler does; most callers want Handler.
 func (m *Middleware) Check(r *http.Request) Result {
-	o := m.chk.Check(r.Context(), m.c.Key(r))
-	return Result{Key: o.Key, Limits: m.chk.Limits, Decision: o.Decision, Decisions: o.Decisions, Err: o.Err}
+	var class floodgate.Priority
+	if m.c.Priority != nil {
+		class = m.c.Priority(r)
+	}
+	o := m.chk.Check(r.Context(), m.c.Key(r), class)
+	res := Result{Key: o.Key, Limits: m.chk.Limits, Decision: o.Decision, Decisions: o.Decisions, Err: o.Err, Priority: class, Waited: o.Waited}
+	if o.Limits != nil {
+		res.Limits = o.Limits
+	}
+	return res
 }
 
 type resultKey struct{}
@@ -273,8 +321,12 @@ func ProblemFor(res Result) Problem {
 	switch {
 	case errors.Is(res.Err, ErrMissingKey):
 		return Problem{Type: "about:blank", Title: http.StatusText(bad), Status: bad, Detail: "The request carries no rate limit key."}
+	case isClassError(res.Err):
+		return Problem{Type: "about:blank", Title: http.StatusText(bad), Status: bad, Detail: "The request's priority class is not valid."}
 	case errors.Is(res.Err, floodgate.ErrInvalidRequest):
 		return Problem{Type: "about:blank", Title: http.StatusText(bad), Status: bad, Detail: "The request's rate limit key is not valid."}
+	case errors.Is(res.Err, context.Canceled), errors.Is(res.Err, context.DeadlineExceeded):
+		return Problem{Type: "about:blank", Title: http.StatusText(unavailable), Status: unavailable, Detail: "The request ended before its turn came."}
 	case res.Err != nil:
 		return Problem{Type: "about:blank", Title: http.StatusText(unavailable), Status: unavailable, Detail: "The rate limiter is unavailable; try again later."}
 	}
@@ -288,6 +340,12 @@ func ProblemFor(res Result) Problem {
 		p.Detail = "Retry after " + ratelimitheader.RetryAfter(ra) + " seconds."
 	}
 	return p
+}
+
+// isClassError reports an error of the class Config.Priority gave.
+func isClassError(err error) bool {
+	fe, ok := errors.AsType[*floodgate.FieldError](err)
+	return ok && fe.Field == "priority"
 }
 
 // WriteDenied is the default DenyFunc: it writes ProblemFor(res) as

@@ -47,3 +47,12 @@ func LeaseToken(lease, key string, limit floodgate.Limit, cost int64) string {
 	}
 	return tok
 }
+
+// SetHoldTimer makes after the timer of the responses a held: it is
+// called with the delay of each hold as it starts, and the hold ends when
+// its channel delivers, or earlier when the client goes away; stop is
+// called as the hold ends either way, after a gone client's slot was
+// given back.
+func SetHoldTimer(a *API, after func(time.Duration) (c <-chan time.Time, stop func() bool)) {
+	a.holds.after = after
+}

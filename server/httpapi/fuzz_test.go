@@ -34,6 +34,16 @@ func FuzzAllow(f *testing.F) {
 		`{"key": "p", "limit": {"algorithm": "token_bucket", "limit": 1, "period": "1s"}, "priority": "normal"}`,
 		`{"domain": "api", "priority": "critical", "descriptors": [{"entries": [{"key": "user", "value": "42"}]}]}`,
 		`{"domain": "api", "priority": "Sheddable\u0000", "descriptors": [{"entries": [{"key": "x"}], "limit": {"limit": 1, "period": "1s", "count_rejected": true}}]}`,
+		`{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "1s"}, "max_wait_ms": 5000}`,
+		`{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "1µs", "burst": 1}, "cost": 1, "max_wait_ms": 3600000}`,
+		`{"key": "w", "limit": {"algorithm": "token_bucket", "limit": 1, "period": "1s"}, "max_wait_ms": 0}`,
+		`{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "1s"}, "max_wait_ms": -1, "priority": "critical"}`,
+		`{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "1s"}, "max_wait_ms": 1e3}`,
+		`{"domain": "api", "descriptors": [{"entries": [{"key": "path", "value": "/login"}]}], "max_wait_ms": 2000}`,
+		`{"domain": "api", "descriptors": [{"entries": [{"key": "path", "value": "/login"}], "hits": 2}], "max_wait_ms": 2000}`,
+		`{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "1"}]}, {"entries": [{"key": "path", "value": "/login"}]}], "max_wait_ms": 9223372036854775807}`,
+		`{"domain": "api", "descriptors": [{"entries": [{"key": "tenant", "value": "t"}]}, {"entries": [{"key": "path", "value": "/health"}]}], "max_wait_ms": 100}`,
+		`{"domain": "api", "descriptors": [{"entries": [{"key": "x", "value": "y"}], "limit": {"algorithm": "gcra", "limit": 2, "period": "1m", "burst": 1}}], "max_wait_ms": 60000}`,
 	} {
 		f.Add(seed)
 	}
@@ -42,6 +52,42 @@ func FuzzAllow(f *testing.F) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/allow", strings.NewReader(body)))
 		if rec.Code >= 500 {
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
+		}
+		if !json.Valid(rec.Body.Bytes()) {
+			t.Fatalf("non-JSON answer %q for %q", rec.Body, body)
+		}
+		if rec.Code == http.StatusBadRequest && !strings.Contains(rec.Body.String(), `"field"`) {
+			t.Fatalf("a 400 that names no field: %s", rec.Body)
+		}
+	})
+}
+
+// FuzzReserve sends any body to POST /v1/reservations, waits and holds
+// among them: the answer is never a panic or a 5xx (the memory store
+// cannot fail, and holds are far from full), and always JSON: a
+// reservation, or a problem naming what is wrong.
+func FuzzReserve(f *testing.F) {
+	for _, seed := range []string{
+		`{"key": "llm:acme", "limit": {"limit": 100, "period": "1h"}, "cost": 40, "ttl_ms": 60000}`,
+		`{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "1s"}, "max_wait_ms": 5000}`,
+		`{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "1s"}, "max_wait_ms": 5000, "hold": true}`,
+		`{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "1s"}, "max_wait_ms": 5000, "ttl_ms": 1}`,
+		`{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "1s"}, "hold": true}`,
+		`{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "1s"}, "hold": "yes", "max_wait_ms": 1}`,
+		`{"domain": "api", "descriptors": [{"entries": [{"key": "path", "value": "/login"}]}], "max_wait_ms": 2000, "release_on_expiry": true}`,
+		`{"domain": "api", "descriptors": [{"entries": [{"key": "path", "value": "/login"}]}], "max_wait_ms": 2000, "hold": true}`,
+		`{"domain": "api", "descriptors": [{"entries": [{"key": "plan", "value": "free"}]}, {"entries": [{"key": "user", "value": "u"}]}], "max_wait_ms": 3600000}`,
+		`{"domain": "api", "descriptors": [{"entries": [{"key": "path", "value": "/login"}]}], "hits": 0, "max_wait_ms": 0}`,
+		`{"domain": "api", "descriptors": [], "max_wait_ms": 1}`, `{"max_wait_ms": 1}`, `{"hold": false}`,
+	} {
+		f.Add(seed)
+	}
+	h := apiHandler(f)
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/reservations", strings.NewReader(body)))
+		if rec.Code >= 500 && rec.Code != http.StatusNotImplemented {
 			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
 		}
 		if !json.Valid(rec.Body.Bytes()) {

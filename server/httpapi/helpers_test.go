@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-rl/floodgate/floodgatetest"
 	"github.com/floodgate-rl/floodgate/internal/servertest"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/server/httpapi"
 	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
@@ -64,7 +65,22 @@ func apiHandler(t testing.TB) http.Handler {
 	store := memstore.New(&memstore.Options{Clock: clock})
 	t.Cleanup(func() { store.Close() })
 	srv := servertest.New(t, "api.yaml", apiYAML, server.Options{Store: store, Limiter: floodgate.Options{Clock: clock}})
-	return servertest.Handler(t, srv, nil)
+	api, err := httpapi.New(srv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	instantHolds(api)
+	return api.Handler(nil)
+}
+
+// instantHolds makes every held response's slot come at once: on a
+// frozen clock, tests that are about the answer need not wait for it.
+func instantHolds(api *httpapi.API) {
+	httpapi.SetHoldTimer(api, func(time.Duration) (<-chan time.Time, func() bool) {
+		c := make(chan time.Time, 1)
+		c <- start
+		return c, func() bool { return false }
+	})
 }
 
 // tokenFile is a file of content, a token file.

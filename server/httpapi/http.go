@@ -69,6 +69,17 @@ type Options struct {
 	// (/v1/overrides: set, list, remove, audit; overrides.go); without
 	// it they answer 501 (no ledger).
 	Overrides *server.OverrideSync
+	// MaxHold is the longest the service holds a response until its slot
+	// comes (max_wait_ms on POST /v1/allow, hold on POST
+	// /v1/reservations): a longer max_wait_ms is bounded by it, so no
+	// slot later than MaxHold is taken. 0 means DefaultMaxHold; at most
+	// floodgate.MaxWait.
+	MaxHold time.Duration
+	// MaxHeld is how many requests the service holds at once; one more
+	// is refused 503 with Retry-After before it takes a slot, so that
+	// holding cannot exhaust the server. 0 means DefaultMaxHeld;
+	// negative holds none (every request to be held is refused).
+	MaxHeld int
 }
 
 // API is the HTTP JSON API over a server.Server. It is safe for
@@ -86,6 +97,8 @@ type API struct {
 	reservations *prometheus.CounterVec
 	// overrides is Options.Overrides.
 	overrides *server.OverrideSync
+	// holds bounds the requests held until their slot (wait.go).
+	holds *holds
 }
 
 // New returns the API of srv, its metrics in srv's registry. opts may
@@ -105,18 +118,14 @@ func New(srv *server.Server, opts *Options) (*API, error) {
 	if s.ids, err = newSigner(keys); err != nil {
 		return nil, err
 	}
-	s.reservations = prometheus.NewCounterVec(prometheus.CounterOpts{
+	if s.reservations, err = register(srv.Registry(), prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_reservations_total",
 		Help: "Steps of the HTTP API's reservations, by step (reserve, commit, cancel) and result: reserve held, denied or failed; commit and cancel settled, replayed (a retry answered as first), expired, or failed (unknown, conflicting, or the store or ledger failed).",
-	}, []string{"step", "result"})
-	if err := srv.Registry().Register(s.reservations); err != nil {
-		are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
-		if !ok {
-			return nil, fmt.Errorf("httpapi: %w", err)
-		}
-		if s.reservations, ok = are.ExistingCollector.(*prometheus.CounterVec); !ok {
-			return nil, fmt.Errorf("httpapi: %w", err)
-		}
+	}, []string{"step", "result"})); err != nil {
+		return nil, err
+	}
+	if s.holds, err = newHolds(opts, srv.Registry()); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -429,6 +438,13 @@ type AllowRequest struct {
 	// which in the descriptors form is each matched rule's default class
 	// (its descriptor's priority in the config). POST /v1/allow only.
 	Priority string `json:"priority,omitempty"`
+	// MaxWaitMS asks for the earliest slot within this many milliseconds
+	// (0 to 3,600,000) when none is free now, in either form (see
+	// docs/waiting.md). POST /v1/allow holds the response until the slot
+	// comes; POST /v1/reservations answers at once with wait_ms (or holds
+	// too, with hold). Only a gcra limit waits, and only one limit per
+	// request.
+	MaxWaitMS *int64 `json:"max_wait_ms,omitempty"`
 }
 
 // priority is req's class, checked: another name than the three is a
@@ -513,6 +529,10 @@ type AllowResponse struct {
 	// known domain that matches no rule says only no_rule.
 	UnknownDomain bool           `json:"unknown_domain,omitempty"`
 	Descriptors   []DecisionJSON `json:"descriptors,omitempty"`
+	// WaitedMS, for a request the service held until its slot
+	// (max_wait_ms), is how long it held it, in milliseconds rounded up:
+	// 0 when the slot was now.
+	WaitedMS *int64 `json:"waited_ms,omitempty"`
 }
 
 func millisCeil(d time.Duration) int64 {
@@ -568,6 +588,10 @@ func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 	inline, err := req.form()
 	if err != nil {
 		writeProblem(w, err)
+		return
+	}
+	if req.MaxWaitMS != nil {
+		s.allowWait(w, r, &req, inline)
 		return
 	}
 	class, err := req.priority()
@@ -978,6 +1002,12 @@ type Problem struct {
 // *floodgate.FieldError, the status of an httpError, 503 for a failure
 // of the store or the ledger.
 func writeProblem(w http.ResponseWriter, err error) {
+	p := problemOf(err)
+	WriteProblem(w, p.Status, p.Field, p.Detail)
+}
+
+// problemOf is the problem writeProblem answers err with.
+func problemOf(err error) Problem {
 	p := Problem{Type: "about:blank", Status: http.StatusInternalServerError, Detail: err.Error()}
 	var fe *floodgate.FieldError
 	var he *httpError
@@ -999,7 +1029,7 @@ func writeProblem(w http.ResponseWriter, err error) {
 	default:
 		p.Status, p.Detail = http.StatusServiceUnavailable, "store failed: "+err.Error()
 	}
-	WriteProblem(w, p.Status, p.Field, p.Detail)
+	return p
 }
 
 // WriteProblem answers an RFC 9457 problem details body (Problem) of

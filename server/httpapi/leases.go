@@ -65,6 +65,10 @@ func (s *API) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, err)
 		return
 	}
+	if err := req.noWait("a lease takes no wait: it frees when its holder releases it, at no time known in advance"); err != nil {
+		writeProblem(w, err)
+		return
+	}
 	s.acquire(w, r, newLease(), &req, false)
 }
 

@@ -122,6 +122,8 @@ type fixture struct {
 	// Ledger gives the API overrides, in an SQLite ledger; LedgerDown
 	// closes that ledger, so that every call of it fails.
 	Ledger, LedgerDown bool
+	// MaxHeld is the API's (httpapi.Options.MaxHeld).
+	MaxHeld int
 }
 
 // openAPIServer returns the API of a Server with openAPIYAML and a fake
@@ -162,10 +164,13 @@ func openAPIServer(t *testing.T, setup func(opts *fixture, mem func() floodgate.
 	dash := ui.New(srv, &ui.Options{Auth: fx.Auth})
 	t.Cleanup(dash.Close)
 	maps.Copy(extra, dash.Handlers())
-	api, err := httpapi.New(srv, &httpapi.Options{Auth: fx.Auth, IDKeys: [][]byte{httpapi.TestIDKey}, Overrides: overrideSync(t, srv, fx.Ledger, fx.LedgerDown)})
+	api, err := httpapi.New(srv, &httpapi.Options{Auth: fx.Auth, IDKeys: [][]byte{httpapi.TestIDKey}, Overrides: overrideSync(t, srv, fx.Ledger, fx.LedgerDown),
+		MaxHold: time.Hour, MaxHeld: fx.MaxHeld})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The exchanges are about the answer, not the wait (wait_test.go).
+	instantHolds(api)
 	return api, extra
 }
 
@@ -223,6 +228,16 @@ type exchange struct {
 
 // waitBody waits up to an hour for one of 1 per 30 minutes, one at a time.
 const waitBody = `{"key": "w", "limit": {"algorithm": "gcra", "limit": 1, "period": "30m", "burst": 1}, "max_wait_ms": 3600000}`
+
+// allowWaitBody waits up to an hour on POST /v1/allow for one of 1 per
+// 30 minutes, named wa.
+const allowWaitBody = `{"key": "wa", "limit": {"algorithm": "gcra", "limit": 1, "period": "30m", "burst": 1, "name": "wa"}, "max_wait_ms": 3600000}`
+
+// loginWait is a wait of hits on the rule login (1 per minute, burst 2)
+// for user id, with extra fields.
+func loginWait(id string, hits, maxWaitMS int, extra string) string {
+	return fmt.Sprintf(`{"domain": "api", "descriptors": [{"entries": [{"key": "login", "value": %q}]}], "hits": %d, "max_wait_ms": %d%s}`, id, hits, maxWaitMS, extra)
+}
 
 // reserveBody reserves 40 of 100 per hour; with idemKey its id is
 // reservationID.
@@ -449,6 +464,48 @@ var exchanges = []exchange{
 		want: []string{`"field":"limit.algorithm"`}},
 	{name: "reserve bad max_wait_ms", method: "POST", path: "/v1/reservations", body: strings.Replace(waitBody, `3600000`, `-1`, 1), invalid: true, status: 400,
 		want: []string{`"field":"max_wait_ms"`}},
+	{name: "reserve descriptors a slot now", method: "POST", path: "/v1/reservations", body: loginWait("r", 2, 3600000, ""), status: 200,
+		want: []string{`"allowed":true`, `"wait_ms":0`, `"id":"r2.`, `"rule":"api|login"`}},
+	{name: "reserve descriptors a slot ahead", method: "POST", path: "/v1/reservations", body: loginWait("r", 1, 3600000, ""), status: 200,
+		want: []string{`"allowed":true`, `"wait_ms":60000`, `"id":"r2.`}},
+	{name: "reserve descriptors no slot within max_wait_ms", method: "POST", path: "/v1/reservations", body: loginWait("r", 1, 60000, ""), status: 200,
+		want: []string{`"allowed":false`, `"retry_after_ms":`}},
+	{name: "reserve descriptors held until the slot", method: "POST", path: "/v1/reservations", body: loginWait("r", 1, 3600000, `, "hold": true`), status: 200,
+		want: []string{`"allowed":true`, `"wait_ms":0`, `"waited_ms":120000`, `"id":"r2.`}},
+	{name: "reserve descriptors of a window", method: "POST", path: "/v1/reservations", body: `{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "w"}]}], "max_wait_ms": 1000}`, status: 400,
+		want: []string{`"field":"max_wait_ms"`, `rule api|user`, `only gcra`}},
+	{name: "reserve descriptors of two limits", method: "POST", path: "/v1/reservations", body: `{"domain": "api", "descriptors": [{"entries": [{"key": "account", "value": "a"}]}], "max_wait_ms": 1000}`, status: 400,
+		want: []string{`"field":"max_wait_ms"`, `descriptors[0] has 2 limits`}},
+	{name: "reserve hold without max_wait_ms", method: "POST", path: "/v1/reservations", body: `{"key": "h", "limit": {"algorithm": "gcra", "limit": 1, "period": "1s"}, "hold": true}`, status: 400,
+		want: []string{`"field":"hold"`}},
+	{name: "reserve wait store down", fixture: "down", method: "POST", path: "/v1/reservations", body: waitBody, status: 503,
+		want: []string{`"status":503`, `store failed`}, header: map[string]string{"Retry-After": "1", "Content-Type": "application/problem+json"}},
+	{name: "reserve hold full", fixture: "no holds", method: "POST", path: "/v1/reservations", body: strings.Replace(waitBody, `}, "max`, `}, "hold": true, "max`, 1), status: 503,
+		want: []string{`"field":"max_wait_ms"`, `-max-held`}, header: map[string]string{"Retry-After": "1"}},
+	{name: "reserve not held when full", fixture: "no holds", method: "POST", path: "/v1/reservations", body: waitBody, status: 200,
+		want: []string{`"allowed":true`, `"wait_ms":0`}},
+	{name: "allow wait now", method: "POST", path: "/v1/allow", body: allowWaitBody, status: 200,
+		want: []string{`"allowed":true`, `"waited_ms":0`}, header: map[string]string{"RateLimit-Policy": `"wa";q=1;w=1800`}},
+	{name: "allow held until the slot", method: "POST", path: "/v1/allow", body: allowWaitBody, status: 200,
+		want: []string{`"allowed":true`, `"waited_ms":1800000`}},
+	{name: "allow no slot within max_wait_ms", method: "POST", path: "/v1/allow", body: strings.Replace(allowWaitBody, `3600000`, `1000`, 1), status: 200,
+		want: []string{`"allowed":false`, `"retry_after_ms":3600000`}, header: map[string]string{"Retry-After": "3600"}},
+	{name: "allow wait descriptors", method: "POST", path: "/v1/allow", body: loginWait("a", 1, 60000, ""), status: 200,
+		want: []string{`"allowed":true`, `"waited_ms":0`, `"rule":"api|login"`}},
+	{name: "allow wait nothing held", method: "POST", path: "/v1/allow", body: `{"domain": "api", "descriptors": [{"entries": [{"key": "path", "value": "/health"}]}], "max_wait_ms": 1000}`, status: 200,
+		want: []string{`"allowed":true`, `"unlimited":true`}},
+	{name: "allow wait unknown domain", method: "POST", path: "/v1/allow", body: `{"domain": "apj", "descriptors": [{"entries": [{"key": "login", "value": "x"}]}], "max_wait_ms": 1000}`, status: 200,
+		want: []string{`"allowed":true`, `"unknown_domain":true`, `"no_rule":true`}},
+	{name: "allow wait with a class", method: "POST", path: "/v1/allow", body: strings.Replace(allowWaitBody, `}, "max`, `}, "priority": "critical", "max`, 1), status: 400,
+		want: []string{`"field":"priority"`}},
+	{name: "allow bad max_wait_ms", method: "POST", path: "/v1/allow", body: strings.Replace(allowWaitBody, `3600000`, `3600001`, 1), invalid: true, status: 400,
+		want: []string{`"field":"max_wait_ms"`}},
+	{name: "allow wait store down", fixture: "down", method: "POST", path: "/v1/allow", body: allowWaitBody, status: 503,
+		want: []string{`"status":503`, `store failed`}, header: map[string]string{"Retry-After": "1", "Content-Type": "application/problem+json"}},
+	{name: "allow hold full", fixture: "no holds", method: "POST", path: "/v1/allow", body: allowWaitBody, status: 503,
+		want: []string{`"field":"max_wait_ms"`, `-max-held`}, header: map[string]string{"Retry-After": "1"}},
+	{name: "lease with max_wait_ms", method: "POST", path: "/v1/leases", body: `{"key": "l", "limit": {"algorithm": "concurrency", "limit": 1, "period": "1m"}, "max_wait_ms": 1000}`, status: 400,
+		want: []string{`"field":"max_wait_ms"`}},
 	{name: "commit", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{"cost": 25}`, status: 200,
 		want: []string{`"refunded":15`, `"remaining":75`}},
 	{name: "commit retried", method: "POST", path: "/v1/reservations/" + reservationID + "/commit", body: `{"cost": 25}`, status: 200,
@@ -610,6 +667,7 @@ func TestOpenAPI(t *testing.T) {
 			o.Limiter = floodgate.Options{FailurePolicy: floodgate.FailLocal, Instances: 2, Local: mem()}
 		},
 		"no reset": func(o *fixture, mem func() floodgate.Store) { o.Store = applyOnly{mem()} },
+		"no holds": func(o *fixture, _ func() floodgate.Store) { o.MaxHeld = -1 },
 		"hourly":   func(o *fixture, _ func() floodgate.Store) { o.Limiter.Clock = &hourly{now: start} },
 		"auth":     func(o *fixture, _ func() floodgate.Store) { o.Auth = tokenAuth(t) },
 		"ledger":   func(o *fixture, _ func() floodgate.Store) { o.Ledger = true },

@@ -109,11 +109,13 @@ type ReserveRequest struct {
 	// ReleaseOnExpiry gives the units back if the reservation expires
 	// unsettled; by default they stay charged.
 	ReleaseOnExpiry bool `json:"release_on_expiry,omitempty"`
-	// MaxWaitMS, for an inline GCRA limit, asks for the earliest slot
-	// within this many milliseconds when none is free now (see
-	// docs/waiting.md): the answer's wait_ms says when the caller may
-	// proceed, and cancelling the reservation gives the slot back.
-	MaxWaitMS *int64 `json:"max_wait_ms,omitempty"`
+	// Hold, with max_wait_ms, has the service hold the response until
+	// the slot comes (bounded by Options.MaxHold), for a caller that
+	// cannot easily sleep: the answer's wait_ms is then 0 and waited_ms
+	// says how long it was held. Without it the answer comes at once
+	// with wait_ms. AllowRequest.MaxWaitMS asks for the slot (see
+	// docs/waiting.md); cancelling the reservation gives it back.
+	Hold bool `json:"hold,omitempty"`
 }
 
 // ReserveResponse answers POST /v1/reservations.
@@ -185,28 +187,54 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	var res *floodgate.Reservation
 	var statuses []server.Status
 	var overall server.Status
-	var wait *int64
-	if req.MaxWaitMS != nil {
-		ms := *req.MaxWaitMS
-		switch {
-		case !inline:
-			err = invalid("max_wait_ms", "only an inline reservation (key and limit) waits for a slot")
-		case ms < 0 || ms > floodgate.MaxWait.Milliseconds():
-			err = invalid("max_wait_ms", "%d is not between 0 and %d", ms, floodgate.MaxWait.Milliseconds())
-		}
-		if err != nil {
-			writeProblem(w, err)
+	var wait, waited *int64
+	var maxWait time.Duration
+	var id string
+	switch {
+	case req.MaxWaitMS != nil:
+		maxWait, err = req.maxWait()
+	case req.Hold:
+		err = invalid("hold", "holds the response until a slot: give max_wait_ms too")
+	}
+	if err != nil {
+		writeProblem(w, err)
+		return
+	}
+	if req.Hold {
+		if !s.holds.acquire() {
+			writeWaitProblem(w, errHoldFull)
 			return
 		}
+		defer s.holds.release()
+		maxWait = min(maxWait, s.holds.max)
 	}
 	if req.MaxWaitMS != nil {
 		var slot *floodgate.Slot
-		slot, overall, err = s.scheduleInline(r.Context(), &req.AllowRequest, time.Duration(*req.MaxWaitMS)*time.Millisecond, o)
-		statuses = []server.Status{overall}
+		var result server.Result
+		slot, overall, result, err = s.schedule(r.Context(), &req.AllowRequest, inline, maxWait, o)
+		statuses = result.Statuses
 		if slot != nil {
 			res = slot.Reservation
-			ms := (slot.Delay + time.Millisecond - 1).Milliseconds()
+			ms := millisCeil(slot.Delay)
 			wait = &ms
+		}
+		if err == nil && req.Hold && res != nil && res.Held {
+			// The id first: no caller waits for an id that cannot be made.
+			if id, err = s.encodeToken(res, caller); err != nil {
+				_, _ = res.Cancel(r.Context())
+				s.holds.done.WithLabelValues("failed").Inc()
+				writeProblem(w, err)
+				return
+			}
+			s.reservations.WithLabelValues("reserve", "held").Inc()
+			if !s.holds.wait(r.Context(), slot) {
+				return
+			}
+			var now int64
+			wait, waited = &now, wait
+		}
+		if req.Hold {
+			s.holds.done.WithLabelValues(pick(err == nil, "served", "failed")).Inc()
 		}
 	} else if inline {
 		res, overall, err = s.reserveInline(r.Context(), &req.AllowRequest, o)
@@ -218,13 +246,23 @@ func (s *API) handleReserve(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		s.reservations.WithLabelValues("reserve", "failed").Inc()
+		if req.MaxWaitMS != nil {
+			writeWaitProblem(w, err)
+			return
+		}
 		writeProblem(w, err)
 		return
 	}
-	s.reservations.WithLabelValues("reserve", pick(res != nil && res.Held, "held", "denied")).Inc()
+	if waited == nil {
+		s.reservations.WithLabelValues("reserve", pick(res != nil && res.Held, "held", "denied")).Inc()
+	}
 	resp := ReserveResponse{AllowResponse: allowResponse(inline, overall, statuses)}
+	resp.WaitedMS = waited
 	if res != nil && res.Held {
-		if resp.ID, err = s.encodeToken(res, caller); err != nil {
+		if resp.ID = id; id == "" {
+			resp.ID, err = s.encodeToken(res, caller)
+		}
+		if err != nil {
 			// Nothing should hold what no one can settle.
 			_, _ = res.Cancel(r.Context())
 			writeProblem(w, err)
@@ -262,14 +300,6 @@ func (s *API) reserveInline(ctx context.Context, req *AllowRequest, o *floodgate
 		return nil, server.Status{}, err
 	}
 	return s.srv.ReserveInline(ctx, req.Key, lim, cost, o)
-}
-
-func (s *API) scheduleInline(ctx context.Context, req *AllowRequest, maxWait time.Duration, o *floodgate.ReserveOptions) (*floodgate.Slot, server.Status, error) {
-	lim, cost, err := req.inlineLimit()
-	if err != nil {
-		return nil, server.Status{}, err
-	}
-	return s.srv.ScheduleInline(ctx, req.Key, lim, cost, maxWait, o)
 }
 
 func (s *API) reserveDescriptors(ctx context.Context, req *AllowRequest, o *floodgate.ReserveOptions) (*floodgate.Reservation, server.Result, error) {
