@@ -627,14 +627,24 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 	}
 	cfg := s.cfg.Load()
 	matches := cfg.MatchAll(domain, entries)
-	res := Result{Code: OK, Statuses: make([]Status, len(ds)), UnknownDomain: domain != "" && cfg.Domain(domain) == nil}
+	res := Result{Code: OK, UnknownDomain: domain != "" && cfg.Domain(domain) == nil}
 	if res.UnknownDomain {
 		s.warnUnknownDomain(domain)
 	}
 	n := len(ds)
-	flags := make([]bool, 3*n)
-	p := plan{items: make([]floodgate.Item, 0, n), which: make([]int, 0, n),
-		ownHits: flags[0:0:n], shadow: flags[n : n : 2*n], quota: flags[2*n : 2*n : 3*n]}
+	var p plan
+	if n == 1 {
+		// The common request: its status and its plan in one allocation.
+		one := new(onePlan)
+		res.Statuses = one.status[:]
+		p = plan{items: one.item[:0], which: one.which[:0],
+			ownHits: one.flags[0:0:1], shadow: one.flags[1:1:2], quota: one.flags[2:2:3]}
+	} else {
+		res.Statuses = make([]Status, n)
+		flags := make([]bool, 3*n)
+		p = plan{items: make([]floodgate.Item, 0, n), which: make([]int, 0, n),
+			ownHits: flags[0:0:n], shadow: flags[n : n : 2*n], quota: flags[2*n : 2*n : 3*n]}
+	}
 	var over []floodgate.Limit // an override's limits
 	for i, d := range ds {
 		st := &res.Statuses[i]
@@ -680,7 +690,7 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		default:
 			st.Rule, st.Limit = m.Rule, m.Rule.Limit
 			st.Quota = m.Rule.QuotaMode
-			it.Key = "d|" + m.Rule.Key(d.Entries)
+			it.Key = ruleKey(m.Rule, d.Entries)
 			if m.Rule.ShareBy != "" {
 				// One counter for every value of the level, split among
 				// them (share_by; docs/fairness.md).
@@ -719,6 +729,21 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		clear(p.quota)
 	}
 	return res, p, nil
+}
+
+// onePlan is the status and the plan of a request of one descriptor.
+type onePlan struct {
+	status [1]Status
+	item   [1]floodgate.Item
+	which  [1]int
+	flags  [3]bool
+}
+
+// ruleKey is the store key of entries under r, "d|" + r.Key(entries), in
+// one allocation.
+func ruleKey(r *config.Rule, entries []config.Entry) string {
+	var buf [128]byte
+	return string(r.AppendKey(append(buf[:0], "d|"...), entries))
 }
 
 // entryKeys is the keys of entries for a log line, "a.b.c", at most 256
