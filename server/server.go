@@ -491,16 +491,18 @@ func FailedClosed(statuses []Status) bool {
 // mode, and quotas, are decided apart, each on its own, since their
 // denials alone must not deny the request.
 func (s *Server) decidePlan(ctx context.Context, p *plan) ([]floodgate.Outcome, error) {
+	isApart := func(j int) bool { return s.independent || p.shadow[j] || j < len(p.quota) && p.quota[j] }
+	if !containsIndex(len(p.items), isApart) {
+		// The common case, found without allocating the groups below.
+		return s.lim.DecideAll(ctx, p.items)
+	}
 	var together, apart []int
 	for j := range p.items {
-		if s.independent || p.shadow[j] || j < len(p.quota) && p.quota[j] {
+		if isApart(j) {
 			apart = append(apart, j)
 		} else {
 			together = append(together, j)
 		}
-	}
-	if len(apart) == 0 {
-		return s.lim.DecideAll(ctx, p.items)
 	}
 	if len(together) == 0 && !p.several(apart) {
 		return s.lim.Decide(ctx, p.items)
@@ -547,6 +549,16 @@ func (s *Server) decidePlan(ctx context.Context, p *plan) ([]floodgate.Outcome, 
 		}
 	}
 	return outs, nil
+}
+
+// containsIndex reports whether f holds for one of 0..n-1.
+func containsIndex(n int, f func(int) bool) bool {
+	for j := range n {
+		if f(j) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkRequest checks the shape of a request: what the Limiter does not

@@ -390,8 +390,13 @@ func (l *LimitJSON) toLimit(prefix string) (floodgate.Limit, error) {
 }
 
 func limitJSON(l floodgate.Limit) *LimitJSON {
-	n := l.Limit
-	j := &LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &n, Period: l.Period.String(), Burst: l.Burst,
+	// The limit and its count in one allocation: every answer has one.
+	jn := &struct {
+		j LimitJSON
+		n int64
+	}{n: l.Limit}
+	j := &jn.j
+	*j = LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &jn.n, Period: l.Period.String(), Burst: l.Burst,
 		Window: string(l.Window), CountRejected: l.CountRejected, Name: l.Name}
 	if l.IsCalendar() {
 		j.Period, j.Unit, j.TimeZone, j.Anchor = "", string(l.Calendar.Unit), l.Calendar.Location.String(), l.Calendar.Anchor()
