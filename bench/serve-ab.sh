@@ -111,6 +111,9 @@ for store in $STORES; do
 	serve after "$FG" "$store" "$AFTER_ENV" $AFTER_ARGS
 	names+=(after)
 	for round in $(seq 1 "$ROUNDS"); do
+		# The machine's load with each round: on a shared machine it says
+		# which rounds to trust.
+		echo "# $store round $round: load average $(cut -d' ' -f1-3 /proc/loadavg)"
 		for proto in $PROTOS; do
 			# Rotate the order each round.
 			n=${#names[@]}

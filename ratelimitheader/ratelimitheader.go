@@ -62,7 +62,6 @@ import (
 	"math/bits"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -171,21 +170,28 @@ func Fields(limits []floodgate.Limit, ds []floodgate.Decision, opts *Options) []
 // Policy formats the RateLimit-Policy field of the limits: one item per
 // limit, `"default";q=60;w=60` for 60 per minute.
 func Policy(limits ...floodgate.Limit) string {
-	var b strings.Builder
+	// Formatted on the stack, so that the field is one allocation (its
+	// string) unless it is longer than the buffer.
+	var buf [fieldBuf]byte
+	b := buf[:0]
 	for i, l := range limits {
 		if i > 0 {
-			b.WriteString(", ")
+			b = append(b, ", "...)
 		}
-		writeString(&b, PolicyName(limits, i))
-		writeParam(&b, "q", l.Capacity())
+		b = appendString(b, PolicyName(limits, i))
+		b = appendParam(b, "q", l.Capacity())
 		if l.Algorithm == floodgate.Concurrency {
-			b.WriteString(`;qu="concurrent-requests"`)
+			b = append(b, `;qu="concurrent-requests"`...)
 			continue
 		}
-		writeParam(&b, "w", window(l))
+		b = appendParam(b, "w", window(l))
 	}
-	return b.String()
+	return string(b)
 }
+
+// fieldBuf is the length of the buffer Policy and RateLimit format a field
+// in before making it a string: a field of a named limit or two.
+const fieldBuf = 128
 
 // RateLimit formats the RateLimit field: one item per limit with ds[i] the
 // decision of limits[i], `"default";r=59;t=59` after the first request of
@@ -194,14 +200,15 @@ func RateLimit(limits []floodgate.Limit, ds []floodgate.Decision) string {
 	if len(ds) != len(limits) {
 		return ""
 	}
-	var b strings.Builder
+	var buf [fieldBuf]byte
+	b := buf[:0]
 	for i, l := range limits {
 		if i > 0 {
-			b.WriteString(", ")
+			b = append(b, ", "...)
 		}
 		d := ds[i]
-		writeString(&b, PolicyName(limits, i))
-		writeParam(&b, "r", d.Remaining)
+		b = appendString(b, PolicyName(limits, i))
+		b = appendParam(b, "r", d.Remaining)
 		if l.Algorithm == floodgate.Concurrency {
 			continue
 		}
@@ -209,9 +216,9 @@ func RateLimit(limits []floodgate.Limit, ds []floodgate.Decision) string {
 		if !d.Allowed && d.RetryAfter > 0 {
 			t = min(t, Seconds(d.RetryAfter))
 		}
-		writeParam(&b, "t", t)
+		b = appendParam(b, "t", t)
 	}
-	return b.String()
+	return string(b)
 }
 
 // RetryAfter formats d as a Retry-After value: delay-seconds, rounded up
@@ -346,32 +353,31 @@ func ceilUnix(t time.Time) int64 {
 
 func clamp(n int64) int64 { return min(max(n, 0), MaxInteger) }
 
-// writeString writes s as an sf-string (RFC 9651, section 4.1.6).
-func writeString(b *strings.Builder, s string) {
-	b.WriteByte('"')
+// appendString appends s as an sf-string (RFC 9651, section 4.1.6).
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('_')
+			b = append(b, '_')
 			if c >= 0xc0 { // one '_' per UTF-8 sequence, not per byte
 				for i+1 < len(s) && s[i+1]&0xc0 == 0x80 {
 					i++
 				}
 			}
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
+	return append(b, '"')
 }
 
-// writeParam writes ;key=n with n an sf-integer, clamped.
-func writeParam(b *strings.Builder, key string, n int64) {
-	b.WriteByte(';')
-	b.WriteString(key)
-	b.WriteByte('=')
-	b.WriteString(strconv.FormatInt(clamp(n), 10))
+// appendParam appends ;key=n with n an sf-integer, clamped.
+func appendParam(b []byte, key string, n int64) []byte {
+	b = append(b, ';')
+	b = append(b, key...)
+	b = append(b, '=')
+	return strconv.AppendInt(b, clamp(n), 10)
 }

@@ -78,11 +78,15 @@ func (s *Server) overrideFor(cfg *config.Config, domain string, m config.Match, 
 	if set == nil || len(set.byKey) == 0 || m.Rule == nil || m.ReplacedBy != nil || m.Rule.Limit.Algorithm == floodgate.Concurrency {
 		return false
 	}
-	key := "d|" + m.Rule.Key(entries)
-	o := set.byKey[key]
+	// The key on the stack: most descriptors have no override, and a map
+	// index by string(b) allocates nothing.
+	var buf [128]byte
+	kb := m.Rule.AppendKey(append(buf[:0], "d|"...), entries)
+	o := set.byKey[string(kb)]
 	if o == nil {
 		return false
 	}
+	key := string(kb)
 	limits := o.Limits
 	if o.Plan != "" {
 		pl := cfg.Domain(domain).Plan(o.Plan)

@@ -495,16 +495,18 @@ func FailedClosed(statuses []Status) bool {
 // mode, and quotas, are decided apart, each on its own, since their
 // denials alone must not deny the request.
 func (s *Server) decidePlan(ctx context.Context, p *plan) ([]floodgate.Outcome, error) {
+	isApart := func(j int) bool { return s.independent || p.shadow[j] || j < len(p.quota) && p.quota[j] }
+	if !containsIndex(len(p.items), isApart) {
+		// The common case, found without allocating the groups below.
+		return s.lim.DecideAll(ctx, p.items)
+	}
 	var together, apart []int
 	for j := range p.items {
-		if s.independent || p.shadow[j] || j < len(p.quota) && p.quota[j] {
+		if isApart(j) {
 			apart = append(apart, j)
 		} else {
 			together = append(together, j)
 		}
-	}
-	if len(apart) == 0 {
-		return s.lim.DecideAll(ctx, p.items)
 	}
 	if len(together) == 0 && !p.several(apart) {
 		return s.lim.Decide(ctx, p.items)
@@ -551,6 +553,16 @@ func (s *Server) decidePlan(ctx context.Context, p *plan) ([]floodgate.Outcome, 
 		}
 	}
 	return outs, nil
+}
+
+// containsIndex reports whether f holds for one of 0..n-1.
+func containsIndex(n int, f func(int) bool) bool {
+	for j := range n {
+		if f(j) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkRequest checks the shape of a request: what the Limiter does not
@@ -635,14 +647,24 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		entries = append(entries, es)
 	}
 	matches := cfg.MatchAll(domain, entries)
-	res := Result{Code: OK, Statuses: make([]Status, len(ds)), UnknownDomain: domain != "" && cfg.Domain(domain) == nil}
+	res := Result{Code: OK, UnknownDomain: domain != "" && cfg.Domain(domain) == nil}
 	if res.UnknownDomain {
 		s.warnUnknownDomain(domain)
 	}
 	n := len(ds)
-	flags := make([]bool, 3*n)
-	p := plan{ds: ds, items: make([]floodgate.Item, 0, n), which: make([]int, 0, n),
-		ownHits: flags[0:0:n], shadow: flags[n : n : 2*n], quota: flags[2*n : 2*n : 3*n]}
+	var p plan
+	if n == 1 {
+		// The common request: its status and its plan in one allocation.
+		one := new(onePlan)
+		res.Statuses = one.status[:]
+		p = plan{ds: ds, items: one.item[:0], which: one.which[:0],
+			ownHits: one.flags[0:0:1], shadow: one.flags[1:1:2], quota: one.flags[2:2:3]}
+	} else {
+		res.Statuses = make([]Status, n)
+		flags := make([]bool, 3*n)
+		p = plan{ds: ds, items: make([]floodgate.Item, 0, n), which: make([]int, 0, n),
+			ownHits: flags[0:0:n], shadow: flags[n : n : 2*n], quota: flags[2*n : 2*n : 3*n]}
+	}
 	var over []floodgate.Limit // an override's limits
 	for i, d := range ds {
 		st := &res.Statuses[i]
@@ -700,7 +722,7 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		default:
 			st.Rule, st.Limit = m.Rule, m.Rule.Limit
 			st.Quota = m.Rule.QuotaMode
-			it.Key = "d|" + m.Rule.Key(d.Entries)
+			it.Key = ruleKey(m.Rule, d.Entries)
 			if m.Rule.ShareBy != "" {
 				// One counter for every value of the level, split among
 				// them (share_by; docs/fairness.md).
@@ -739,6 +761,21 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		clear(p.quota)
 	}
 	return res, p, nil
+}
+
+// onePlan is the status and the plan of a request of one descriptor.
+type onePlan struct {
+	status [1]Status
+	item   [1]floodgate.Item
+	which  [1]int
+	flags  [3]bool
+}
+
+// ruleKey is the store key of entries under r, "d|" + r.Key(entries), in
+// one allocation.
+func ruleKey(r *config.Rule, entries []config.Entry) string {
+	var buf [128]byte
+	return string(r.AppendKey(append(buf[:0], "d|"...), entries))
 }
 
 // entryKeys is the keys of entries for a log line, "a.b.c", at most 256

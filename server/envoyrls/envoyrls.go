@@ -255,9 +255,16 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 		n += len(pd.GetEntries())
 	}
 	// One array for the entries of every descriptor, one for the costs
-	// (only when a descriptor has its own).
+	// (only when a descriptor has its own); the descriptors themselves on
+	// the stack for the few of Envoy's usual requests (Decide keeps none).
 	all := make([]config.Entry, 0, n)
-	ds := make([]server.Descriptor, len(pds))
+	var dsBuf [maxStackDescriptors]server.Descriptor
+	var ds []server.Descriptor
+	if len(pds) <= len(dsBuf) {
+		ds = dsBuf[:len(pds)]
+	} else {
+		ds = make([]server.Descriptor, len(pds))
+	}
 	var hitsOf []int64
 	for i, pd := range pds {
 		if pd.GetIsNegativeHits() {
@@ -303,18 +310,42 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	return resp, res, nil
 }
 
+// maxStackDescriptors is how many descriptors decide keeps on the stack:
+// Envoy's requests hold a few.
+const maxStackDescriptors = 4
+
+// oneStatus is the whole response to a request of one descriptor, the
+// common case, with room for its header fields: one allocation.
+type oneStatus struct {
+	resp    rlsv3.RateLimitResponse
+	ptr     [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	slab    [1]statusSlab
+	headers headerSlab
+}
+
 // response translates the server's result.
 func (s *Service) response(res server.Result) *rlsv3.RateLimitResponse {
 	n := len(res.Statuses)
-	// One allocation for every status of the request, with its current
-	// limit and its duration until reset, and one for their pointers:
-	// allocations are most of what the service adds to gRPC's own cost
-	// (the garbage collector's work grows with them).
-	slab := make([]statusSlab, n)
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: code(res.Code),
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	// Allocations are most of what the service adds to gRPC's own cost
+	// (the garbage collector's work grows with them): a response to one
+	// descriptor is one allocation with its status, current limit,
+	// duration until reset and header fields; to several, one for every
+	// status with its current limit and duration, and one for their
+	// pointers.
+	var (
+		resp *rlsv3.RateLimitResponse
+		slab []statusSlab
+		hs   *headerSlab
+	)
+	if n == 1 {
+		one := new(oneStatus)
+		resp, slab, hs = &one.resp, one.slab[:], &one.headers
+		resp.Statuses = one.ptr[:]
+	} else {
+		slab = make([]statusSlab, n)
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
 	}
+	resp.OverallCode = code(res.Code)
 	for i, st := range res.Statuses {
 		sl := &slab[i]
 		ds := &sl.status
@@ -341,9 +372,17 @@ func (s *Service) response(res server.Result) *rlsv3.RateLimitResponse {
 	case s.opts.UpstreamHeaders != nil:
 		resp.ResponseHeadersToAdd = upstreamHeaders(s.opts.UpstreamHeaders, res, resp.Statuses)
 	default:
-		resp.ResponseHeadersToAdd = s.headers(res.Statuses)
+		resp.ResponseHeadersToAdd = s.headers(res.Statuses, hs)
 	}
 	return resp
+}
+
+// headerSlab holds the header fields of a response, so that the fields
+// of a response of one descriptor come with its allocation; three is
+// RateLimit-Policy, RateLimit and Retry-After.
+type headerSlab struct {
+	values [3]corev3.HeaderValue
+	ptrs   [3]*corev3.HeaderValue
 }
 
 // statusSlab holds the messages of one descriptor's status, so that a
@@ -369,8 +408,9 @@ func (sl *statusSlab) currentLimit(l floodgate.Limit) *rlsv3.RateLimitResponse_R
 // allocating: Envoy's requests hold a few.
 const maxStackHeaders = 4
 
-// headers returns the RateLimit fields of the statuses the store answered.
-func (s *Service) headers(statuses []server.Status) []*corev3.HeaderValue {
+// headers returns the RateLimit fields of the statuses the store answered,
+// in slab when it is not nil and they fit.
+func (s *Service) headers(statuses []server.Status, slab *headerSlab) []*corev3.HeaderValue {
 	var limitBuf [maxStackHeaders]floodgate.Limit
 	var decisionBuf [maxStackHeaders]floodgate.Decision
 	limits, ds := limitBuf[:0], decisionBuf[:0]
@@ -389,8 +429,13 @@ func (s *Service) headers(statuses []server.Status) []*corev3.HeaderValue {
 	if len(fields) == 0 {
 		return nil
 	}
-	hs := make([]corev3.HeaderValue, len(fields))
-	out := make([]*corev3.HeaderValue, len(fields))
+	var hs []corev3.HeaderValue
+	var out []*corev3.HeaderValue
+	if slab != nil && len(fields) <= len(slab.values) {
+		hs, out = slab.values[:len(fields)], slab.ptrs[:len(fields)]
+	} else {
+		hs, out = make([]corev3.HeaderValue, len(fields)), make([]*corev3.HeaderValue, len(fields))
+	}
 	for i, f := range fields {
 		hs[i].Key, hs[i].Value = f.Name, f.Value
 		out[i] = &hs[i]
@@ -412,8 +457,19 @@ func unitOf(p time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
 	if !ok {
 		return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
 	}
-	return rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(name)])
+	return unitByName[name]
 }
+
+// unitByName is the response's unit of each of config's unit names (in
+// lower case, as UnitOf gives them): the enum's names in lower case, so
+// that no answer converts a name's case.
+var unitByName = func() map[string]rlsv3.RateLimitResponse_RateLimit_Unit {
+	m := make(map[string]rlsv3.RateLimitResponse_RateLimit_Unit, len(rlsv3.RateLimitResponse_RateLimit_Unit_value))
+	for name, v := range rlsv3.RateLimitResponse_RateLimit_Unit_value {
+		m[strings.ToLower(name)] = rlsv3.RateLimitResponse_RateLimit_Unit(v)
+	}
+	return m
+}()
 
 // unitLength is the length of a unit, or 0 for UNKNOWN and numbers that are
 // no unit. The override's envoy.type.v3.RateLimitUnit numbers its units as

@@ -399,8 +399,13 @@ func (l *LimitJSON) toLimit(prefix string) (floodgate.Limit, error) {
 }
 
 func limitJSON(l floodgate.Limit) *LimitJSON {
-	n := l.Limit
-	j := &LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &n, Period: l.Period.String(), Burst: l.Burst,
+	// The limit and its count in one allocation: every answer has one.
+	jn := &struct {
+		j LimitJSON
+		n int64
+	}{n: l.Limit}
+	j := &jn.j
+	*j = LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &jn.n, Period: l.Period.String(), Burst: l.Burst,
 		Window: string(l.Window), CountRejected: l.CountRejected, Name: l.Name}
 	if l.IsCalendar() {
 		j.Period, j.Unit, j.TimeZone, j.Anchor = "", string(l.Calendar.Unit), l.Calendar.Location.String(), l.Calendar.Anchor()
@@ -614,7 +619,7 @@ func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 			resp := allowResponse(inline, overall, statuses)
 			resp.UnknownDomain = unknownDomain
 			resp.Code, resp.Allowed, resp.ShadowMode = server.OK.String(), true, true
-			writeAllow(w, resp, overall, statuses)
+			writeAllowResponse(w, &resp, overall, statuses)
 			return
 		}
 	}
@@ -624,7 +629,7 @@ func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := allowResponse(inline, overall, statuses)
 	resp.UnknownDomain = unknownDomain
-	writeAllow(w, resp, overall, statuses)
+	writeAllowResponse(w, &resp, overall, statuses)
 }
 
 // form reports whether the body is in the inline form (key and limit)
@@ -705,12 +710,18 @@ func allowResponse(inline bool, overall server.Status, statuses []server.Status)
 func writeAllow(w http.ResponseWriter, resp any, overall server.Status, statuses []server.Status) {
 	SetHeaders(w.Header(), statuses)
 	if server.FailedClosed(statuses) {
-		retry := max(time.Second, overall.Decision.RetryAfter)
-		w.Header().Set(ratelimitheader.HeaderRetryAfter, ratelimitheader.RetryAfter(retry))
+		setFailedClosed(w.Header(), overall)
 		writeJSON(w, http.StatusServiceUnavailable, resp)
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// setFailedClosed sets the Retry-After of an answer that fail_closed
+// denied: at least a second.
+func setFailedClosed(h http.Header, overall server.Status) {
+	retry := max(time.Second, overall.Decision.RetryAfter)
+	h.Set(ratelimitheader.HeaderRetryAfter, ratelimitheader.RetryAfter(retry))
 }
 
 // Binding picks the status that decides a request: the first over-limit

@@ -121,7 +121,8 @@ func (c *coalescer) decide(ctx context.Context, cl call) (floodgate.Decision, er
 		defer c.finish(g, tag)
 		return c.runner.one(ctx, &cl)
 	}
-	w := &waiter{ctx: ctx, c: cl, done: make(chan result, 1)}
+	w := waiters.Get().(*waiter)
+	w.ctx, w.c = ctx, cl
 	g.queue = append(g.queue, w)
 	if len(g.queue) >= maxCoalesced {
 		// A full run goes out at once, past the limit: the limit makes
@@ -140,12 +141,23 @@ func (c *coalescer) decide(ctx context.Context, cl call) (floodgate.Decision, er
 	c.mu.Unlock()
 	select {
 	case res := <-w.done:
+		// The run that sent it is done with it: kept for another call.
+		*w = waiter{done: w.done}
+		waiters.Put(w)
 		return res.d, res.err
 	case <-ctx.Done():
-		// Sent or not: if not, the run that takes it drops it.
+		// Sent or not: if not, the run that takes it drops it. A run
+		// may still hold it and answer it, so it is never kept.
 		return floodgate.Decision{}, cl.wrap(ctx.Err())
 	}
 }
+
+// waiters keeps the waiters whose answer was taken, each with its
+// channel, empty: most calls wait when the store is busy, and the two
+// allocations of a waiter were a noticeable part of a decision's.
+// A waiter is put back only by the call that received its answer, once no
+// run holds it (send answers each waiter once and last).
+var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan result, 1)} }}
 
 // finish ends a run of g (of hash tag tag) and starts the runs of the calls
 // that waited, as many as the limit allows.

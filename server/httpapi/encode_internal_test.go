@@ -1,0 +1,123 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+// encoderBytes is the answer as writeJSON wrote it before appendAllow:
+// encoding/json's Encoder, HTML escaping on.
+func encoderBytes(t testing.TB, resp *AllowResponse) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(resp); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// strs are the strings the generated answers draw from: empty (omitted),
+// plain, and every kind encoding/json escapes (quotes, backslashes,
+// control bytes, HTML's <>&, U+2028, invalid UTF-8).
+var strs = []string{"", "OK", "OVER_LIMIT", "1s", "user:42", "per-user", `a"b`, `c\d`, "e\nf\tg\x00", "<script>&", "line\u2028sep", "bad\xffutf8", "ünï", "1h0m0s"}
+
+func randomLimit(r *rand.Rand) *LimitJSON {
+	if r.IntN(4) == 0 {
+		return nil
+	}
+	l := &LimitJSON{Algorithm: strs[r.IntN(len(strs))], Period: strs[r.IntN(len(strs))], Unit: strs[r.IntN(len(strs))],
+		TimeZone: strs[r.IntN(len(strs))], Anchor: strs[r.IntN(len(strs))], Window: strs[r.IntN(len(strs))],
+		Name: strs[r.IntN(len(strs))], CountRejected: r.IntN(2) == 0}
+	if r.IntN(3) > 0 {
+		n := r.Int64() - r.Int64()
+		l.Limit = &n
+	}
+	if r.IntN(2) == 0 {
+		l.Burst = r.Int64N(1000) - 10
+	}
+	return l
+}
+
+func randomDecision(r *rand.Rand, depth int) DecisionJSON {
+	b := func() bool { return r.IntN(3) == 0 }
+	d := DecisionJSON{Allowed: b(), Code: strs[r.IntN(len(strs))], Limit: r.Int64() - r.Int64(), Remaining: r.Int64N(1e9),
+		ResetAfterMS: r.Int64N(1e6) - 1, RetryAfterMS: r.Int64N(1e6) - 1, Rule: strs[r.IntN(len(strs))], Policy: randomLimit(r),
+		Unlimited: b(), ShadowMode: b(), QuotaMode: b(), StoreError: b(), StoreFull: b(), LedgerError: b(), Fallback: b(), NoRule: b(),
+		Override: b(), Plan: strs[r.IntN(len(strs))]}
+	if depth == 0 && r.IntN(3) == 0 {
+		d.Limits = make([]LimitDecisionJSON, r.IntN(3))
+		for i := range d.Limits {
+			d.Limits[i] = LimitDecisionJSON{Allowed: b(), Code: strs[r.IntN(len(strs))], Limit: r.Int64N(100), Remaining: r.Int64N(100),
+				ResetAfterMS: r.Int64N(100), RetryAfterMS: r.Int64N(100) - 1, Policy: randomLimit(r)}
+		}
+	}
+	return d
+}
+
+// TestAppendAllowMatchesEncoder checks that appendAllow writes, byte for
+// byte, what encoding/json's Encoder writes for the same AllowResponse:
+// generated answers with every field set and unset and strings that need
+// escaping, and the answers of the API's own tests' shapes.
+func TestAppendAllowMatchesEncoder(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 5000 {
+		resp := AllowResponse{DecisionJSON: randomDecision(r, 0), UnknownDomain: r.IntN(2) == 0}
+		if r.IntN(2) == 0 {
+			resp.Descriptors = make([]DecisionJSON, r.IntN(4))
+			for j := range resp.Descriptors {
+				resp.Descriptors[j] = randomDecision(r, 0)
+			}
+		}
+		want := encoderBytes(t, &resp)
+		if got := appendAllow(nil, &resp); !bytes.Equal(got, want) {
+			t.Fatalf("answer %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+// TestAppendAllowKnowsEveryField fails when a field is added to the
+// answer's types: appendAllow writes the fields it names, so a new one
+// must be added there too (and to this list).
+func TestAppendAllowKnowsEveryField(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want []string
+	}{
+		{AllowResponse{}, []string{"DecisionJSON", "UnknownDomain", "Descriptors"}},
+		{DecisionJSON{}, []string{"Allowed", "Code", "Limit", "Remaining", "ResetAfterMS", "RetryAfterMS", "Rule", "Policy", "Unlimited",
+			"ShadowMode", "QuotaMode", "StoreError", "StoreFull", "LedgerError", "Fallback", "NoRule", "Limits", "Override", "Plan"}},
+		{LimitDecisionJSON{}, []string{"Allowed", "Code", "Limit", "Remaining", "ResetAfterMS", "RetryAfterMS", "Policy"}},
+		{LimitJSON{}, []string{"Algorithm", "Limit", "Period", "Unit", "TimeZone", "Anchor", "Burst", "Window", "CountRejected", "Name"}},
+	} {
+		typ := reflect.TypeOf(c.v)
+		var got []string
+		for f := range typ.Fields() {
+			got = append(got, f.Name)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s has fields %v; appendAllow writes %v: add the new ones to encode.go", typ, got, c.want)
+		}
+	}
+}
+
+// FuzzAppendAllow compares appendAllow with encoding/json on answers
+// whose strings and numbers come from the fuzzer.
+func FuzzAppendAllow(f *testing.F) {
+	for _, s := range strs {
+		f.Add(s, s, int64(len(s)), true)
+	}
+	f.Fuzz(func(t *testing.T, rule, name string, n int64, allowed bool) {
+		lim := &LimitJSON{Algorithm: name, Limit: &n, Period: rule, Name: name, Burst: n}
+		resp := AllowResponse{DecisionJSON: DecisionJSON{Allowed: allowed, Code: rule, Limit: n, Rule: rule, Policy: lim, Plan: name,
+			Limits: []LimitDecisionJSON{{Code: name, Policy: lim}}},
+			Descriptors: []DecisionJSON{{Rule: name, Policy: lim}, {Code: rule}}}
+		want := encoderBytes(t, &resp)
+		if got := appendAllow(nil, &resp); !bytes.Equal(got, want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	})
+}
