@@ -17,7 +17,11 @@ func (s *Store) DecideSmall(r direct.Small) (allowed bool, limit, remaining, res
 		return false, 0, 0, 0, 0, 0, false
 	}
 	i, ref := s.locate(r.Key, r.Period)
-	nowUS = s.clockNow()
+	if s.system {
+		nowUS = systemMicros() // s.clockNow, without its call
+	} else {
+		nowUS = s.clock.Now().UnixMicro()
+	}
 	sh := &s.shards[i]
 	var d algorithm.Decision
 	sh.mu.Lock()
