@@ -8,10 +8,12 @@ import (
 var _ direct.Decider = (*Store)(nil)
 
 // DecideSmall is Apply for a validated Request of an O(1) algorithm with
-// no Now, given in parts by floodgate.Limiter (see package direct): the
-// same steps as Apply's after validation, without the Request and
-// Decision copies. A bounded store (MaxKeys, MaxBytes) answers ok false:
-// its room check stays on Apply's path alone.
+// no Now, given in parts by floodgate.Limiter (see package
+// internal/direct, whose type its argument is: code outside this module
+// cannot build one): the same steps as Apply's after validation,
+// without the Request and Decision copies. A bounded store (MaxKeys,
+// MaxBytes) answers ok false, deciding nothing: its room check stays on
+// Apply's path alone. Callers want floodgate.Limiter.Allow, or Apply.
 func (s *Store) DecideSmall(r direct.Small) (allowed bool, limit, remaining, resetAfterUS, retryAfterUS, nowUS int64, ok bool) {
 	if s.bounded {
 		return false, 0, 0, 0, 0, 0, false
