@@ -15,7 +15,7 @@ func TestStandardLibraryOnly(t *testing.T) {
 		t.Skip("runs go list")
 	}
 	const mod = "github.com/floodgate-rl/floodgate"
-	allowed := map[string]bool{mod: true, mod + "/algorithm": true, mod + "/store/memstore": true, mod + "/floodgatetest": true, mod + "/internal/loop": true, mod + "/share": true}
+	allowed := map[string]bool{mod: true, mod + "/algorithm": true, mod + "/store/memstore": true, mod + "/floodgatetest": true, mod + "/internal/loop": true, mod + "/internal/direct": true, mod + "/share": true}
 	for _, pkg := range []string{".", "./algorithm", "./store/memstore", "./floodgatetest"} {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()
 		if err != nil {

@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/algorithm"
+	"github.com/floodgate-rl/floodgate/internal/direct"
 )
 
 // FailurePolicy says what a Limiter answers when its store fails (an error
@@ -110,6 +113,9 @@ type Limiter struct {
 	// direct: no fallback, timeout or observer, so apply calls the store
 	// and nothing else.
 	direct bool
+	// small is the store's direct path (package internal/direct) when
+	// the Limiter is direct and has no Clock of its own; else nil.
+	small direct.Decider
 }
 
 // New returns a Limiter over store. opts may be nil.
@@ -142,8 +148,12 @@ func New(store Store, opts *Options) (*Limiter, error) {
 		store, o.Timeout = ts.WithTimeout(o.Timeout), 0
 	}
 	ds, ok := store.(durableStore)
-	return &Limiter{store: store, clock: o.Clock, prefix: o.KeyPrefix, policy: o.FailurePolicy, timeout: o.Timeout, obs: o.Observer, fb: fb,
-		durable: ok && ds.DurableQuotas(), direct: fb == nil && o.Timeout == 0 && o.Observer == nil}, nil
+	l := &Limiter{store: store, clock: o.Clock, prefix: o.KeyPrefix, policy: o.FailurePolicy, timeout: o.Timeout, obs: o.Observer, fb: fb,
+		durable: ok && ds.DurableQuotas(), direct: fb == nil && o.Timeout == 0 && o.Observer == nil}
+	if dd, ok := store.(direct.Decider); ok && l.direct && l.clock == nil {
+		l.small = dd
+	}
+	return l, nil
 }
 
 // timedStore is a Store that bounds its own calls (see Options.Timeout).
@@ -168,7 +178,12 @@ type durableStore interface {
 func (l *Limiter) Store() Store { return l.store }
 
 // Allow takes one unit for key under limit. See AllowN.
-func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision, error) {
+func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (d Decision, err error) {
+	if l.small != nil {
+		if ok, err := l.allowSmall(ctx, &d, key, &limit, 1); ok {
+			return d, err
+		}
+	}
 	if !l.direct {
 		return l.apply(ctx, &Request{Key: key, Limit: limit, Cost: 1})
 	}
@@ -178,7 +193,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision,
 	if err := l.prepare(&r, l.now()); err != nil {
 		return Decision{RetryAfter: Never}, err
 	}
-	d, err := l.store.Apply(ctx, r)
+	d, err = l.store.Apply(ctx, r)
 	if err != nil {
 		return l.failure(err), err
 	}
@@ -194,7 +209,12 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Decision,
 // decision has Fallback set. An
 // invalid key, limit or n returns an error wrapping ErrInvalidRequest or
 // ErrInvalidLimit and a denial, whatever the policy.
-func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) (d Decision, err error) {
+	if l.small != nil {
+		if ok, err := l.allowSmall(ctx, &d, key, &limit, n); ok {
+			return d, err
+		}
+	}
 	if !l.direct {
 		return l.apply(ctx, &Request{Key: key, Limit: limit, Cost: n})
 	}
@@ -210,7 +230,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int64) 
 	if err := l.prepare(&r, l.now()); err != nil {
 		return Decision{RetryAfter: Never}, err
 	}
-	d, err := l.store.Apply(ctx, r)
+	d, err = l.store.Apply(ctx, r)
 	if err != nil {
 		return l.failure(err), err
 	}
@@ -356,6 +376,62 @@ func (l *Limiter) apply(ctx context.Context, r *Request) (Decision, error) {
 		d = l.failure(err)
 	}
 	return d, err
+}
+
+// allowSmall is AllowN(ctx, key, limit, cost) by the store's direct path
+// (package internal/direct), for a Limiter that has one: it sets *out
+// and reports true, with the error if ctx has ended; or reports false,
+// having decided nothing, for a request the direct path does not take
+// (the general path then decides it, or reports why it is invalid): one
+// that is not a valid request of an O(1) algorithm, or is calendar or
+// durable, or that the store turns down. It writes *out a field at a
+// time, and hands the store the request in parts: a struct of more than
+// four fields is kept in memory, and its copies from frame to frame read
+// with wide loads what was just written a field at a time, which waits.
+func (l *Limiter) allowSmall(ctx context.Context, out *Decision, key string, limit *Limit, cost int64) (bool, error) {
+	if l.prefix != "" {
+		key = l.prefix + key
+	}
+	if key == "" || len(key) > MaxKeyLen || cost < 0 || cost > MaxLimit || limit.Durable || limit.Calendar.Unit != "" || !limit.valid() {
+		return false, nil
+	}
+	k, _ := limit.kind()
+	if !k.Small() {
+		return false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		*out = l.failure(err)
+		return true, err
+	}
+	// limit.Params(), for a limit that is not calendar.
+	var burst int64
+	if k.Burst() {
+		burst = limit.Limit
+		if limit.Burst != 0 && limit.Limit != 0 {
+			burst = limit.Burst
+		}
+	}
+	var flags direct.Flags
+	if limit.Window == FirstHit {
+		flags |= direct.FirstHit
+	}
+	if limit.CountRejected {
+		flags |= direct.CountRejected
+	}
+	allowed, capacity, remaining, resetAfter, retryAfter, now, ok := l.small.DecideSmall(direct.Small{
+		Key: key, Kind: k, Flags: flags, Limit: limit.Limit, Period: int64(limit.Period / time.Microsecond), Burst: burst, Cost: cost})
+	if !ok {
+		return false, nil
+	}
+	// FromAlgorithm's conversion; out.Fallback stays false.
+	out.Allowed, out.Limit, out.Remaining = allowed, capacity, remaining
+	out.ResetAfter = time.Duration(resetAfter) * time.Microsecond
+	out.RetryAfter = time.Duration(retryAfter) * time.Microsecond
+	if retryAfter == algorithm.Never {
+		out.RetryAfter = Never
+	}
+	out.Now = time.UnixMicro(now)
+	return true, nil
 }
 
 // failure is the decision of a call whose store returned err, on a

@@ -4,6 +4,7 @@
 //
 //	cd bench && go test -run '^$' -bench BenchmarkPeers -benchmem -count 3 -benchtime=200ms .
 //	cd bench && go test -run '^$' -bench BenchmarkScaling -benchmem -count 3 -benchtime=1s -cpu 1,2 .
+//	cd bench && go test -run '^$' -bench BenchmarkCallers -benchmem -count 6 -benchtime=300ms .
 //
 // bench/results/history.md has the figures and how to read them.
 package bench
@@ -323,6 +324,78 @@ func BenchmarkScaling(b *testing.B) {
 				})
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 			})
+		}
+	}
+}
+
+// callersLibs are the libraries BenchmarkCallers runs: floodgate's memory
+// store through Limiter.Allow and through Store.Apply, x/time/rate as its
+// own benchmarks hold it (one limiter, no key: keys=1 only), behind the
+// read-only map (a lookup, no lock) and behind a map under a mutex (what a
+// caller writes to limit by key).
+var callersLibs = []string{"floodgate-gcra-limiter", "floodgate-gcra-store", "x-time-rate-one", "x-time-rate", "x-time-rate-mutex-map"}
+
+// BenchmarkCallers decides one unit per operation with nothing denied, on
+// one hot key or on 100k keys visited in one fixed shuffled order, from 1
+// caller (a loop on one goroutine) or 64 (b.RunParallel with
+// SetParallelism, 64 goroutines whatever GOMAXPROCS is, each from its own
+// place in the key list). It reports cpu-ns/op (see reportCPU) and
+// decisions/s.
+//
+// x/time/rate has no keys: x-time-rate-one holds its one limiter, which
+// no caller limiting by key can do; x-time-rate finds the key's limiter
+// in a map that is only read (made up front, no lock); floodgate finds
+// the key's state in the store (hash, shard lock, lookup) and could take
+// new keys at any time. x-time-rate is the fair peer, x-time-rate-one the
+// floor.
+func BenchmarkCallers(b *testing.B) {
+	ctx := context.Background()
+	hot := []string{"user:0"}
+	many := keyNames(100_000)
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(many), func(i, j int) { many[i], many[j] = many[j], many[i] })
+	o := outcomes[0]
+	for _, keys := range [][]string{hot, many} {
+		for _, callers := range []int{1, 64} {
+			for _, name := range callersLibs {
+				if name == "x-time-rate-one" && len(keys) > 1 {
+					continue
+				}
+				var l lib
+				for _, x := range libs {
+					if x.name == name {
+						l = x
+					}
+				}
+				b.Run(fmt.Sprintf("keys=%s/callers=%d/lib=%s", count(len(keys)), callers, name), func(b *testing.B) {
+					allow := l.make(b, o, keys)
+					b.ReportAllocs()
+					b.ResetTimer()
+					start, _ := cpuTime()
+					defer func() { reportCPU(b, start) }()
+					defer func() { b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s") }()
+					if callers == 1 {
+						i := 0
+						for b.Loop() {
+							allow(ctx, keys[i])
+							if i++; i == len(keys) {
+								i = 0
+							}
+						}
+						return
+					}
+					var next atomic.Int64
+					b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+					b.RunParallel(func(pb *testing.PB) {
+						i := int(next.Add(1)*7919) % len(keys)
+						for pb.Next() {
+							allow(ctx, keys[i])
+							if i++; i == len(keys) {
+								i = 0
+							}
+						}
+					})
+				})
+			}
 		}
 	}
 }

@@ -18,6 +18,14 @@
 // whatever the Request.Now of the request that wrote it: a caller whose
 // clock is behind the store's loses no state to the sweeper.
 //
+// A floodgate.Limiter over a Store (with no Clock, Observer, Timeout or
+// fallback of its own, and a Store without MaxKeys or MaxBytes) decides
+// the O(1) algorithms by a direct path, DecideSmall: the Limiter
+// validates the request and hands it over in parts, in registers, where
+// Store.Apply takes a Request and returns a Decision by copy through the
+// floodgate.Store interface. The decision, the state and the errors are
+// Apply's (TestDirectDifferential compares the two on random operations).
+//
 // Each live key of fixed_window, sliding_window, token_bucket and gcra
 // holds a 64-byte entry (hash, key header, period and state) in a growing
 // slice, a 16-byte hash-to-position map slot, and the key's own bytes;

@@ -44,6 +44,13 @@ type table[V sized] struct {
 	ents  []tentry[V]
 	over  map[mkey]V // nil until a first collision
 	bytes int64
+	// last is the position in ents where find last found a pair by idx,
+	// and lastHash that pair's hash: a key decided again and again (a hot
+	// key) is found without the map. Nothing keeps them up to date: find
+	// trusts the entry at last only after comparing its hash, key and
+	// period, and a pair has one entry, so a stale last can only miss.
+	last     int
+	lastHash uint64
 }
 
 // sized is a table's value: extraBytes is what it holds beyond its
@@ -72,8 +79,14 @@ func (t *table[V]) get(r ref) (V, bool) {
 
 // find is get that also says where the pair is, for set.
 func (t *table[V]) find(r ref) (V, where) {
+	if i := t.last; t.lastHash == r.hash && uint(i) < uint(len(t.ents)) {
+		if e := &t.ents[i]; e.hash == r.hash && e.key == r.key && e.period == r.period {
+			return e.v, where(i)
+		}
+	}
 	if i, ok := t.idx[r.hash]; ok {
 		if e := &t.ents[i]; e.key == r.key && e.period == r.period {
+			t.last, t.lastHash = i, r.hash
 			return e.v, where(i)
 		}
 	}

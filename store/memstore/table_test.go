@@ -141,3 +141,58 @@ func TestSmallKindsFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestTableLastFound drives a table through random puts, deletions,
+// sweeps and lookups of a few pairs, some sharing a hash, against a plain
+// map: find's remembered position (last) goes stale whenever a deletion
+// moves an entry, and must then miss, never answer for another pair.
+func TestTableLastFound(t *testing.T) {
+	refs := []ref{
+		{hash: 7, mkey: mkey{"a", 1}},
+		{hash: 7, mkey: mkey{"b", 1}}, // a's hash: in over while a is primary
+		{hash: 7, mkey: mkey{"a", 2}},
+		{hash: 8, mkey: mkey{"c", 1}},
+		{hash: 9, mkey: mkey{"d", 1}},
+		{hash: 0, mkey: mkey{"z", 1}}, // the zero lastHash of a new table
+	}
+	tb := newTable[tval]()
+	want := map[mkey]tval{}
+	seed := uint64(1)
+	next := func(n int) int { // a small LCG: the test needs no quality
+		seed = seed*6364136223846793005 + 1442695040888963407
+		return int(seed>>33) % n
+	}
+	for step := range 20_000 {
+		r := refs[next(len(refs))]
+		switch op := next(10); {
+		case op < 4:
+			v := tval(step)
+			if _, w := tb.find(r); w != absent {
+				tb.set(r, v, w)
+			} else {
+				tb.put(r, v)
+			}
+			want[r.mkey] = v
+		case op < 6:
+			tb.del(r)
+			delete(want, r.mkey)
+		case op == 6:
+			cut := tval(step - 50)
+			tb.sweep(func(v tval) bool { return v < cut })
+			for k, v := range want {
+				if v < cut {
+					delete(want, k)
+				}
+			}
+		}
+		for _, r := range refs {
+			got, ok := tb.get(r)
+			if w, wok := want[r.mkey]; got != w || ok != wok {
+				t.Fatalf("step %d: get(%v) = %d, %v; want %d, %v", step, r.mkey, got, ok, w, wok)
+			}
+		}
+		if tb.len() != len(want) {
+			t.Fatalf("step %d: len %d, want %d", step, tb.len(), len(want))
+		}
+	}
+}
