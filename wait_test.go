@@ -27,17 +27,25 @@ var waitLimit = floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: ti
 // admitted callers cancel (a retry of each cancel is replayed), each
 // giving back exactly one unit, and the next 7 callers take exactly
 // those slots.
+//
+// It runs for GCRA and for the token bucket of the same rate and burst,
+// whose waiting callers put the bucket into debt: the two must hand out
+// the same slots.
 func TestWaitFleet(t *testing.T) {
-	for _, name := range []string{"memory", "redis"} {
-		t.Run(name, func(t *testing.T) {
-			clock := floodgatetest.NewFakeClock(start)
-			ls := fleet(t, name, clock, &floodgate.Options{KeyPrefix: "wait:"})
-			checkWaitFleet(t, clock, ls)
-		})
+	for _, alg := range []floodgate.Algorithm{floodgate.GCRA, floodgate.TokenBucket} {
+		lim := waitLimit
+		lim.Algorithm = alg
+		for _, name := range []string{"memory", "redis"} {
+			t.Run(string(alg)+"/"+name, func(t *testing.T) {
+				clock := floodgatetest.NewFakeClock(start)
+				ls := fleet(t, name, clock, &floodgate.Options{KeyPrefix: "wait:"})
+				checkWaitFleet(t, clock, ls, lim)
+			})
+		}
 	}
 }
 
-func checkWaitFleet(t *testing.T, clock *floodgatetest.FakeClock, ls []*floodgate.Limiter) {
+func checkWaitFleet(t *testing.T, clock *floodgatetest.FakeClock, ls []*floodgate.Limiter, waitLimit floodgate.Limit) {
 	ctx := t.Context()
 	const (
 		callers = 100
@@ -190,7 +198,9 @@ func TestWaitInvalid(t *testing.T) {
 		want    error
 	}{
 		{"fixed window", floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: 10, Period: time.Second}, 1, time.Second, floodgate.ErrInvalidLimit},
-		{"token bucket", floodgate.Limit{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Second}, 1, time.Second, floodgate.ErrInvalidLimit},
+		{"sliding window", floodgate.Limit{Algorithm: floodgate.SlidingWindow, Limit: 10, Period: time.Second}, 1, time.Second, floodgate.ErrInvalidLimit},
+		{"concurrency", floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 10, Period: time.Second}, 1, time.Second, floodgate.ErrInvalidLimit},
+		{"token bucket, cost above burst", floodgate.Limit{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Second, Burst: 2}, 3, time.Second, floodgate.ErrInvalidRequest},
 		{"negative wait", waitLimit, 1, -time.Second, floodgate.ErrInvalidRequest},
 		{"wait too long", waitLimit, 1, 2 * time.Hour, floodgate.ErrInvalidRequest},
 		{"cost above burst", waitLimit, 2, time.Second, floodgate.ErrInvalidRequest},
