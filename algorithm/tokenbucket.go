@@ -59,6 +59,10 @@ func (s TokenBucket) Step(p Params, now, cost int64) (_ TokenBucket, d Decision)
 	case cost > p.Burst:
 		d.RetryAfter = Never
 	default:
+		if p.Wait > 0 {
+			// A request that waits as long is admitted from Wait*T before.
+			at = t.sub(at, t.times(p.Wait))
+		}
 		d.RetryAfter = at.ceil() - now
 	}
 	if taken == 0 {

@@ -71,6 +71,12 @@ local function token_bucket_step(p, s, now, cost)
   elseif cost > p.burst then
     d.retry_after = NEVER
   else
+    local wait = p.wait or 0
+    if wait > 0 then
+      -- A request that waits as long is admitted from wait*T before.
+      local w, w_f = times(t, wait)
+      at, at_f = sub(t, at, at_f, w, w_f)
+    end
     d.retry_after = ceil(at, at_f) - now
   end
   if taken == 0 then
