@@ -226,3 +226,99 @@ func ExampleLimiter_WaitN() {
 	fmt.Println(d.Allowed, err)
 	// Output: true <nil>
 }
+
+// TestWaitCancelMiddle measures what a cancel from the middle of the
+// queue does to the rate, for GCRA and the token bucket, on three
+// Limiters over one real Redis and over memory, on an injected clock: 40
+// callers take the slots 0 s, 0.1 s ... 3.9 s (10 per second, burst 1);
+// at 0.5 s the callers of the slots 2.0, 2.1 and 2.2 s cancel, each
+// giving back exactly one unit; three more callers then take the slots
+// 3.7, 3.8 and 3.9 s, which three callers already hold. The used slots
+// number exactly 40 (40 - 3 + 3), but the closed second [2.9 s, 3.9 s]
+// holds 14 of them: limit + burst + the 3 units given back, the worst
+// case docs/waiting.md states. Cancels from the tail (the same three
+// counts at the end of the queue) keep the worst second at limit + burst,
+// 11.
+func TestWaitCancelMiddle(t *testing.T) {
+	for _, alg := range []floodgate.Algorithm{floodgate.GCRA, floodgate.TokenBucket} {
+		lim := waitLimit
+		lim.Algorithm = alg
+		for _, name := range []string{"memory", "redis"} {
+			for _, from := range []string{"middle", "tail"} {
+				t.Run(string(alg)+"/"+name+"/"+from, func(t *testing.T) {
+					clock := floodgatetest.NewFakeClock(start)
+					ls := fleet(t, name, clock, &floodgate.Options{KeyPrefix: "waitmid:"})
+					worst, used := cancelAndRefill(t, clock, ls, lim, from == "middle")
+					want := lim.Limit + lim.Burst // 11: the rate's own bound
+					if from == "middle" {
+						want += 3
+					}
+					if used != 40 || worst != want {
+						t.Errorf("cancels from the %s: %d slots used, at most %d in a second; want 40 and %d", from, used, worst, want)
+					}
+					t.Logf("cancels from the %s: %d slots used, at most %d in a closed second (limit %d + burst %d + %d given back)", from, used, worst, lim.Limit, lim.Burst, worst-lim.Limit-lim.Burst)
+				})
+			}
+		}
+	}
+}
+
+// cancelAndRefill runs TestWaitCancelMiddle's queue on ls: it returns the
+// most slots in use in any closed window of the limit's period, and how
+// many are in use.
+func cancelAndRefill(t *testing.T, clock *floodgatetest.FakeClock, ls []*floodgate.Limiter, lim floodgate.Limit, middle bool) (worst int64, used int) {
+	ctx := t.Context()
+	const maxWait = 6 * time.Second
+	var slots []*floodgate.Slot
+	for i := range 40 {
+		clock.Set(start.Add(time.Duration(i) * 10 * time.Millisecond))
+		s, d, err := ls[i%len(ls)].Schedule(ctx, "q", lim, 1, maxWait, nil)
+		if err != nil || !d.Allowed {
+			t.Fatalf("caller %d: %+v, %v", i, d, err)
+		}
+		if want := start.Add(time.Duration(i) * 100 * time.Millisecond); s.At.Sub(want) < 0 || s.At.Sub(want) > 2*time.Microsecond {
+			t.Fatalf("caller %d: slot at %v, want %v", i, s.At.Sub(start), want.Sub(start))
+		}
+		slots = append(slots, s)
+	}
+	clock.Set(start.Add(500 * time.Millisecond))
+	first := 37 // the tail: 3.7, 3.8 and 3.9 s
+	if middle {
+		first = 20 // 2.0, 2.1 and 2.2 s
+	}
+	// Tail first when from the tail, as callers who wait longest give up
+	// first; in order from the middle.
+	order := []int{first, first + 1, first + 2}
+	if !middle {
+		order = []int{first + 2, first + 1, first}
+	}
+	for _, i := range order {
+		st, err := slots[i].Cancel(ctx)
+		if err != nil || st[0].Refunded != 1 {
+			t.Fatalf("cancel of slot %d: %+v, %v; want 1 unit back", i, st, err)
+		}
+	}
+	var at []time.Time
+	for i, s := range slots {
+		if i < first || i > first+2 {
+			at = append(at, s.At)
+		}
+	}
+	for k := range 3 {
+		s, d, err := ls[k].Schedule(ctx, "q", lim, 1, maxWait, nil)
+		if err != nil || !d.Allowed {
+			t.Fatalf("caller %d after the cancels: %+v, %v", k, d, err)
+		}
+		at = append(at, s.At)
+	}
+	for _, a := range at {
+		var n int64
+		for _, b := range at {
+			if !b.Before(a) && b.Sub(a) <= lim.Period {
+				n++
+			}
+		}
+		worst = max(worst, n)
+	}
+	return worst, len(at)
+}
