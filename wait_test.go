@@ -322,3 +322,39 @@ func cancelAndRefill(t *testing.T, clock *floodgatetest.FakeClock, ls []*floodga
 	}
 	return worst, len(at)
 }
+
+func ExampleLimiter_Schedule_tokenBucket() {
+	store := memstore.New(nil)
+	defer store.Close()
+	// A fixed clock, so the delays print the same on every run.
+	clock := floodgatetest.NewFakeClock(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
+	limiter, _ := floodgate.New(store, &floodgate.Options{Clock: clock})
+	ctx := context.Background()
+	// A bucket of 2 that refills 10 per second: callers that find it
+	// empty wait up to 250 ms for their token.
+	limit := floodgate.Limit{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Second, Burst: 2}
+	var slots []*floodgate.Slot
+	for i := range 5 {
+		s, d, err := limiter.Schedule(ctx, "webhooks", limit, 1, 250*time.Millisecond, nil)
+		switch {
+		case err != nil:
+			fmt.Println(err)
+		case !d.Allowed:
+			fmt.Printf("caller %d: no slot within 250 ms, retry in %v\n", i, d.RetryAfter)
+		default:
+			fmt.Printf("caller %d: go in %v\n", i, s.Delay)
+			slots = append(slots, s)
+		}
+	}
+	// The caller of the last slot gives it back: the next one takes it.
+	st, _ := slots[3].Cancel(ctx)
+	s, _, _ := limiter.Schedule(ctx, "webhooks", limit, 1, 250*time.Millisecond, nil)
+	fmt.Printf("cancelled: %d back; the next caller goes in %v\n", st[0].Refunded, s.Delay)
+	// Output:
+	// caller 0: go in 0s
+	// caller 1: go in 0s
+	// caller 2: go in 100ms
+	// caller 3: go in 200ms
+	// caller 4: no slot within 250 ms, retry in 100ms
+	// cancelled: 1 back; the next caller goes in 200ms
+}
