@@ -152,6 +152,10 @@ type Limit struct {
 	Calendar Calendar
 	// Name optionally names the policy in headers, logs and metrics.
 	Name string
+
+	// wait is algorithm.Params.Wait: set by Limiter.Schedule on the
+	// TokenBucket limit it reserves under, the units the bucket may owe.
+	wait int64
 }
 
 // Capacity is the largest number of units the limit can admit at once, and
@@ -548,6 +552,7 @@ func (l Limit) Params() algorithm.Params {
 		Burst:         burst,
 		FirstHit:      l.Window == FirstHit,
 		CountRejected: l.CountRejected,
+		Wait:          l.wait,
 	}
 }
 

@@ -39,8 +39,9 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit, maxWait tim
 // false (nothing taken, nothing slept) when no slot is free within
 // maxWait, RetryAfter then saying when one would be. If ctx is done
 // before the slot, the slot is given back (Reservation.Cancel, exactly
-// once) and ctx's error returned with the decision. Only GCRA limits wait
-// (see Schedule); the sleep is on the process clock.
+// once) and ctx's error returned with the decision. Only GCRA and
+// TokenBucket limits wait (see Schedule); the sleep is on the process
+// clock.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int64, maxWait time.Duration) (Decision, error) {
 	s, d, err := l.Schedule(ctx, key, limit, n, maxWait, nil)
 	if err != nil || !d.Allowed || s.Delay <= 0 {
@@ -70,17 +71,22 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int64, m
 // reservation (see Reserve; o as there, with a TTL of maxWait plus a
 // second when o.TTL is 0), so the store must be a Reserver.
 //
-// Only GCRA limits can take a future slot: the store's step admits the
-// request when its theoretical arrival time, less the burst, is at most
-// now + W*T, where T = Period/Limit is the emission interval and W =
-// floor(maxWait/T) the whole intervals in maxWait; the TAT then owes the
-// slot, and every later request (waiting or not) is decided after it.
+// Only GCRA and TokenBucket limits can take a future slot, with T =
+// Period/Limit the emission interval and W = floor(maxWait/T) the whole
+// intervals in maxWait. GCRA: the store's step admits the request when
+// its theoretical arrival time, less the burst, is at most now + W*T;
+// the TAT then owes the slot. TokenBucket: a request that finds too few
+// tokens is admitted when the last token it lacks is credited within
+// W*T of now, and the bucket goes into debt by at most W units
+// (algorithm.Params.Wait): it stays empty until that instant, its slot.
+// Either way every later request on the key (waiting or not) is decided
+// after the slot, and a cancel gives the units back from the debt first.
 // maxWait is thus counted in whole intervals (100 ms at 10 per second):
 // a slot that is less than one interval inside maxWait may be refused.
 // The rate is never exceeded: the slots taken are the admissions of a
-// GCRA of the limit's burst. Other algorithms are refused with an error
-// wrapping ErrInvalidLimit (docs/waiting.md says why); maxWait 0 is
-// AllowN with a reservation. The Decision has the limit's capacity as
+// bucket of the limit's burst. Other algorithms are refused with an
+// error wrapping ErrInvalidLimit (docs/waiting.md says why); maxWait 0
+// is AllowN with a reservation. The Decision has the limit's capacity as
 // Limit and, when allowed, what is left now as Remaining.
 func (l *Limiter) Schedule(ctx context.Context, key string, limit Limit, n int64, maxWait time.Duration, o *ReserveOptions) (*Slot, Decision, error) {
 	wl, w, err := waitLimit(limit, n, maxWait)
@@ -99,7 +105,9 @@ func (l *Limiter) Schedule(ctx context.Context, key string, limit Limit, n int64
 	}
 	res, d, err := l.Reserve(ctx, key, wl, n, &opts)
 	d.Limit = limit.Capacity()
-	d.Remaining = max(0, d.Remaining-w)
+	if wl.Burst != limit.Burst {
+		d.Remaining = max(0, d.Remaining-w) // decided under the raised burst
+	}
 	if err != nil || res == nil {
 		return nil, d, err
 	}
@@ -111,8 +119,10 @@ func (l *Limiter) Schedule(ctx context.Context, key string, limit Limit, n int64
 	return s, d, nil
 }
 
-// waitLimit is limit with its burst raised by W = floor(maxWait/T) units,
-// the debt a wait of maxWait may leave (see Schedule), and W; an error
+// waitLimit is the limit a wait of maxWait reserves under, and W =
+// floor(maxWait/T), the debt it may leave (see Schedule): for GCRA the
+// limit with its burst raised by W units, for TokenBucket the limit whose
+// bucket may owe W units (Params.Wait); an error
 // for an invalid request, an algorithm that cannot wait, or a maxWait
 // whose raised burst would leave the exact range (Limit.Validate).
 func waitLimit(limit Limit, n int64, maxWait time.Duration) (Limit, int64, error) {
@@ -124,8 +134,8 @@ func waitLimit(limit Limit, n int64, maxWait time.Duration) (Limit, int64, error
 		return limit, 0, fieldErr(ErrInvalidRequest, "max_wait", "%v is not between 0 and %v", maxWait, MaxWait)
 	case maxWait%time.Microsecond != 0:
 		return limit, 0, fieldErr(ErrInvalidRequest, "max_wait", "%v is not a whole number of microseconds", maxWait)
-	case limit.EffectiveAlgorithm() != GCRA:
-		return limit, 0, fieldErr(ErrInvalidLimit, "algorithm", "only gcra can take a future slot, not %s (see docs/waiting.md)", limit.EffectiveAlgorithm())
+	case limit.EffectiveAlgorithm() != GCRA && limit.EffectiveAlgorithm() != TokenBucket:
+		return limit, 0, fieldErr(ErrInvalidLimit, "algorithm", "only gcra and token_bucket can take a future slot, not %s (see docs/waiting.md)", limit.EffectiveAlgorithm())
 	case n < 1:
 		return limit, 0, fieldErr(ErrInvalidRequest, "cost", "a wait takes at least 1 unit, not %d", n)
 	case limit.Limit == 0 || n > limit.Capacity():
@@ -147,12 +157,19 @@ func waitLimit(limit Limit, n int64, maxWait time.Duration) (Limit, int64, error
 	if err := wl.Validate(); err != nil {
 		return limit, 0, fieldErr(ErrInvalidRequest, "max_wait", "%v is too long for %v: the units it may owe leave the exact range", maxWait, limit)
 	}
+	if limit.EffectiveAlgorithm() == TokenBucket {
+		// The bucket keeps its burst and may owe w units
+		// (algorithm.Params.Wait); the raised burst above only checked
+		// that (Burst+w)*T stays exact.
+		wl.Burst, wl.wait = limit.Burst, w
+	}
 	return wl, w, nil
 }
 
-// slotDelay is the delay of a slot admitted under the raised burst: its
-// arrival time less the real burst's Burst*T, after the decision. The
-// store reports ResetAfter, the TAT rounded up; Burst*T is rounded down
+// slotDelay is the delay of a slot admitted in debt: its arrival time
+// less the real burst's Burst*T, after the decision (for a TokenBucket,
+// the bucket's last credit: it is full Burst*T after it). The store
+// reports ResetAfter, the TAT rounded up; Burst*T is rounded down
 // here, so the delay is never early and at most 2 µs late, and never
 // above maxWait.
 func slotDelay(d Decision, limit Limit, maxWait time.Duration) time.Duration {

@@ -27,17 +27,25 @@ var waitLimit = floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: ti
 // admitted callers cancel (a retry of each cancel is replayed), each
 // giving back exactly one unit, and the next 7 callers take exactly
 // those slots.
+//
+// It runs for GCRA and for the token bucket of the same rate and burst,
+// whose waiting callers put the bucket into debt: the two must hand out
+// the same slots.
 func TestWaitFleet(t *testing.T) {
-	for _, name := range []string{"memory", "redis"} {
-		t.Run(name, func(t *testing.T) {
-			clock := floodgatetest.NewFakeClock(start)
-			ls := fleet(t, name, clock, &floodgate.Options{KeyPrefix: "wait:"})
-			checkWaitFleet(t, clock, ls)
-		})
+	for _, alg := range []floodgate.Algorithm{floodgate.GCRA, floodgate.TokenBucket} {
+		lim := waitLimit
+		lim.Algorithm = alg
+		for _, name := range []string{"memory", "redis"} {
+			t.Run(string(alg)+"/"+name, func(t *testing.T) {
+				clock := floodgatetest.NewFakeClock(start)
+				ls := fleet(t, name, clock, &floodgate.Options{KeyPrefix: "wait:"})
+				checkWaitFleet(t, clock, ls, lim)
+			})
+		}
 	}
 }
 
-func checkWaitFleet(t *testing.T, clock *floodgatetest.FakeClock, ls []*floodgate.Limiter) {
+func checkWaitFleet(t *testing.T, clock *floodgatetest.FakeClock, ls []*floodgate.Limiter, waitLimit floodgate.Limit) {
 	ctx := t.Context()
 	const (
 		callers = 100
@@ -190,7 +198,9 @@ func TestWaitInvalid(t *testing.T) {
 		want    error
 	}{
 		{"fixed window", floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: 10, Period: time.Second}, 1, time.Second, floodgate.ErrInvalidLimit},
-		{"token bucket", floodgate.Limit{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Second}, 1, time.Second, floodgate.ErrInvalidLimit},
+		{"sliding window", floodgate.Limit{Algorithm: floodgate.SlidingWindow, Limit: 10, Period: time.Second}, 1, time.Second, floodgate.ErrInvalidLimit},
+		{"concurrency", floodgate.Limit{Algorithm: floodgate.Concurrency, Limit: 10, Period: time.Second}, 1, time.Second, floodgate.ErrInvalidLimit},
+		{"token bucket, cost above burst", floodgate.Limit{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Second, Burst: 2}, 3, time.Second, floodgate.ErrInvalidRequest},
 		{"negative wait", waitLimit, 1, -time.Second, floodgate.ErrInvalidRequest},
 		{"wait too long", waitLimit, 1, 2 * time.Hour, floodgate.ErrInvalidRequest},
 		{"cost above burst", waitLimit, 2, time.Second, floodgate.ErrInvalidRequest},
@@ -215,4 +225,136 @@ func ExampleLimiter_WaitN() {
 	d, err := limiter.WaitN(context.Background(), "crawler", limit, 1, 2*time.Second)
 	fmt.Println(d.Allowed, err)
 	// Output: true <nil>
+}
+
+// TestWaitCancelMiddle measures what a cancel from the middle of the
+// queue does to the rate, for GCRA and the token bucket, on three
+// Limiters over one real Redis and over memory, on an injected clock: 40
+// callers take the slots 0 s, 0.1 s ... 3.9 s (10 per second, burst 1);
+// at 0.5 s the callers of the slots 2.0, 2.1 and 2.2 s cancel, each
+// giving back exactly one unit; three more callers then take the slots
+// 3.7, 3.8 and 3.9 s, which three callers already hold. The used slots
+// number exactly 40 (40 - 3 + 3), but the closed second [2.9 s, 3.9 s]
+// holds 14 of them: limit + burst + the 3 units given back, the worst
+// case docs/waiting.md states. Cancels from the tail (the same three
+// counts at the end of the queue) keep the worst second at limit + burst,
+// 11.
+func TestWaitCancelMiddle(t *testing.T) {
+	for _, alg := range []floodgate.Algorithm{floodgate.GCRA, floodgate.TokenBucket} {
+		lim := waitLimit
+		lim.Algorithm = alg
+		for _, name := range []string{"memory", "redis"} {
+			for _, from := range []string{"middle", "tail"} {
+				t.Run(string(alg)+"/"+name+"/"+from, func(t *testing.T) {
+					clock := floodgatetest.NewFakeClock(start)
+					ls := fleet(t, name, clock, &floodgate.Options{KeyPrefix: "waitmid:"})
+					worst, used := cancelAndRefill(t, clock, ls, lim, from == "middle")
+					want := lim.Limit + lim.Burst // 11: the rate's own bound
+					if from == "middle" {
+						want += 3
+					}
+					if used != 40 || worst != want {
+						t.Errorf("cancels from the %s: %d slots used, at most %d in a second; want 40 and %d", from, used, worst, want)
+					}
+					t.Logf("cancels from the %s: %d slots used, at most %d in a closed second (limit %d + burst %d + %d given back)", from, used, worst, lim.Limit, lim.Burst, worst-lim.Limit-lim.Burst)
+				})
+			}
+		}
+	}
+}
+
+// cancelAndRefill runs TestWaitCancelMiddle's queue on ls: it returns the
+// most slots in use in any closed window of the limit's period, and how
+// many are in use.
+func cancelAndRefill(t *testing.T, clock *floodgatetest.FakeClock, ls []*floodgate.Limiter, lim floodgate.Limit, middle bool) (worst int64, used int) {
+	ctx := t.Context()
+	const maxWait = 6 * time.Second
+	var slots []*floodgate.Slot
+	for i := range 40 {
+		clock.Set(start.Add(time.Duration(i) * 10 * time.Millisecond))
+		s, d, err := ls[i%len(ls)].Schedule(ctx, "q", lim, 1, maxWait, nil)
+		if err != nil || !d.Allowed {
+			t.Fatalf("caller %d: %+v, %v", i, d, err)
+		}
+		if want := start.Add(time.Duration(i) * 100 * time.Millisecond); s.At.Sub(want) < 0 || s.At.Sub(want) > 2*time.Microsecond {
+			t.Fatalf("caller %d: slot at %v, want %v", i, s.At.Sub(start), want.Sub(start))
+		}
+		slots = append(slots, s)
+	}
+	clock.Set(start.Add(500 * time.Millisecond))
+	first := 37 // the tail: 3.7, 3.8 and 3.9 s
+	if middle {
+		first = 20 // 2.0, 2.1 and 2.2 s
+	}
+	// Tail first when from the tail, as callers who wait longest give up
+	// first; in order from the middle.
+	order := []int{first, first + 1, first + 2}
+	if !middle {
+		order = []int{first + 2, first + 1, first}
+	}
+	for _, i := range order {
+		st, err := slots[i].Cancel(ctx)
+		if err != nil || st[0].Refunded != 1 {
+			t.Fatalf("cancel of slot %d: %+v, %v; want 1 unit back", i, st, err)
+		}
+	}
+	var at []time.Time
+	for i, s := range slots {
+		if i < first || i > first+2 {
+			at = append(at, s.At)
+		}
+	}
+	for k := range 3 {
+		s, d, err := ls[k].Schedule(ctx, "q", lim, 1, maxWait, nil)
+		if err != nil || !d.Allowed {
+			t.Fatalf("caller %d after the cancels: %+v, %v", k, d, err)
+		}
+		at = append(at, s.At)
+	}
+	for _, a := range at {
+		var n int64
+		for _, b := range at {
+			if !b.Before(a) && b.Sub(a) <= lim.Period {
+				n++
+			}
+		}
+		worst = max(worst, n)
+	}
+	return worst, len(at)
+}
+
+func ExampleLimiter_Schedule_tokenBucket() {
+	store := memstore.New(nil)
+	defer store.Close()
+	// A fixed clock, so the delays print the same on every run.
+	clock := floodgatetest.NewFakeClock(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
+	limiter, _ := floodgate.New(store, &floodgate.Options{Clock: clock})
+	ctx := context.Background()
+	// A bucket of 2 that refills 10 per second: callers that find it
+	// empty wait up to 250 ms for their token.
+	limit := floodgate.Limit{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Second, Burst: 2}
+	var slots []*floodgate.Slot
+	for i := range 5 {
+		s, d, err := limiter.Schedule(ctx, "webhooks", limit, 1, 250*time.Millisecond, nil)
+		switch {
+		case err != nil:
+			fmt.Println(err)
+		case !d.Allowed:
+			fmt.Printf("caller %d: no slot within 250 ms, retry in %v\n", i, d.RetryAfter)
+		default:
+			fmt.Printf("caller %d: go in %v\n", i, s.Delay)
+			slots = append(slots, s)
+		}
+	}
+	// The caller of the last slot gives it back: the next one takes it.
+	st, _ := slots[3].Cancel(ctx)
+	s, _, _ := limiter.Schedule(ctx, "webhooks", limit, 1, 250*time.Millisecond, nil)
+	fmt.Printf("cancelled: %d back; the next caller goes in %v\n", st[0].Refunded, s.Delay)
+	// Output:
+	// caller 0: go in 0s
+	// caller 1: go in 0s
+	// caller 2: go in 100ms
+	// caller 3: go in 200ms
+	// caller 4: no slot within 250 ms, retry in 100ms
+	// cancelled: 1 back; the next caller goes in 200ms
 }

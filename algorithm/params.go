@@ -53,6 +53,16 @@ type Params struct {
 	// then an upper bound of a window (MaxCalendarPeriod), not its length.
 	// Nil for every other limit.
 	Calendar *Windows
+	// Wait, above zero, lets a TokenBucket request that finds too few
+	// tokens be admitted at a future slot: the bucket goes into debt by
+	// the tokens it lacks, provided the last of them is credited within
+	// Wait intervals of now (a debt of at most Wait units). The units owed
+	// are kept as the bucket's last credit moved into the future, so every
+	// later request, waiting or not, queues behind them. Set only by a
+	// reservation that waits (floodgate.Limiter.Schedule); Wait*Limit
+	// obeys the bounds of Burst*Limit. 0 for every other request and
+	// algorithm.
+	Wait int64
 }
 
 // Decision is what a Step answers. It mirrors floodgate.Decision with times

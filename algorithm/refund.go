@@ -81,14 +81,30 @@ func (s SlidingWindowLog) Refund(p Params, now, at, units int64) (SlidingWindowL
 // Refund gives back units taken from the bucket: the missing tokens go
 // down by units, at most by the tokens missing once those earned since
 // are credited (a bucket is never more than full). The time of the
-// request does not matter: every token is alike.
+// request does not matter: every token is alike. An empty bucket in debt
+// (its last credit after now, see Params.Wait) gives back the tokens it
+// owes first, moving its last credit back by units*T, as GCRA moves its
+// TAT, and then the missing tokens: the two stay equivalent.
 func (s TokenBucket) Refund(p Params, now, _, units int64) (TokenBucket, int64) {
 	if p.Limit <= 0 || units <= 0 {
 		return s, 0
 	}
-	taken, last := s.credit(p, newRate(p.Limit, p.Period), now)
-	back := min(units, taken)
-	taken -= back
+	t := newRate(p.Limit, p.Period)
+	taken, last := s.credit(p, t, now)
+	var back int64
+	if nowI := (instant{us: now}); taken == p.Burst && nowI.less(last) {
+		// The whole tokens owed: those not credited by now, ceil((last-now)/T).
+		owed := t.count(t.sub(last, nowI), MaxLimit)
+		if t.add(nowI, t.times(owed)).less(last) {
+			owed++
+		}
+		back = min(units, owed)
+		last = t.sub(last, t.times(back))
+		units -= back
+	}
+	b := min(units, taken)
+	taken -= b
+	back += b
 	if taken == 0 {
 		return TokenBucket{}, back
 	}

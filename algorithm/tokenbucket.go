@@ -20,6 +20,13 @@ type TokenBucket struct {
 // if the tokens in the bucket, Burst - Taken, are at least cost. A request
 // taken from a full bucket starts the refill clock at now. Taken is read as
 // at most Burst: a bucket never holds fewer than 0 tokens.
+//
+// With p.Wait, a request that finds too few tokens is admitted if the
+// tokens it lacks are credited within p.Wait intervals: the bucket is then
+// empty (Taken = Burst) and its last credit moves to the instant the last
+// of them is credited, which may be after now. Credit earns nothing before
+// that instant, so every later request queues behind the debt; the
+// request's slot is that instant, ResetAfter less Burst*T.
 func (s TokenBucket) Step(p Params, now, cost int64) (_ TokenBucket, d Decision) {
 	// d is the named result, set a field at a time, as in GCRA.Step.
 	if p.Limit <= 0 {
@@ -32,8 +39,16 @@ func (s TokenBucket) Step(p Params, now, cost int64) (_ TokenBucket, d Decision)
 		last = nowI
 	}
 	allowed := p.Burst-taken >= cost
+	var at instant // when the tokens of a denied cost are there
 	if allowed {
 		taken += cost
+	} else if cost <= p.Burst {
+		at = t.add(last, t.times(cost-(p.Burst-taken)))
+		if p.Wait > 0 && !t.add(nowI, t.times(p.Wait)).less(at) {
+			// Admitted in debt: the bucket is empty until at, when the
+			// last of the tokens it owes this request is credited.
+			allowed, taken, last = true, p.Burst, at
+		}
 	}
 	d.Allowed, d.Limit, d.Remaining = allowed, p.Burst, max(0, p.Burst-taken)
 	if taken > 0 {
@@ -44,7 +59,11 @@ func (s TokenBucket) Step(p Params, now, cost int64) (_ TokenBucket, d Decision)
 	case cost > p.Burst:
 		d.RetryAfter = Never
 	default:
-		d.RetryAfter = t.add(last, t.times(cost-(p.Burst-taken))).ceil() - now
+		if p.Wait > 0 {
+			// A request that waits as long is admitted from Wait*T before.
+			at = t.sub(at, t.times(p.Wait))
+		}
+		d.RetryAfter = at.ceil() - now
 	}
 	if taken == 0 {
 		return TokenBucket{}, d

@@ -37,6 +37,7 @@ func (s *suite) testReserve(t *testing.T) {
 	t.Run("expiry", func(t *testing.T) { s.testReserveExpiry(t, rv) })
 	t.Run("invalid", func(t *testing.T) { s.testReserveInvalid(t, rv) })
 	t.Run("differential", func(t *testing.T) { s.testReserveDifferential(t, rv) })
+	t.Run("wait", func(t *testing.T) { s.testWaitDifferential(t, rv) })
 	t.Run("read_holds", func(t *testing.T) { s.testReadHolds(t, rv) })
 }
 

@@ -35,10 +35,13 @@ type HoldInput struct {
 	Cancel  bool          // of a settle
 }
 
-// heldID is a reservation in the model's state of a key.
+// heldID is a reservation in the model's state of a key, and the params
+// a settle of it uses, those it was reserved under (as the stores keep
+// them, without a token bucket's Wait).
 type heldID struct {
 	id string
 	h  algorithm.Hold
+	p  algorithm.Params
 }
 
 // Reserve calls rv.Reserve for r (one key, its Cost held) as client,
@@ -107,29 +110,29 @@ func (rec *Recorder) add(client int, in Input, out Output, callWall time.Time, e
 	}
 }
 
-// holdOf is the reservation id in s, if any.
-func holdOf(s state, id string) (algorithm.Hold, bool) {
+// holdOf is the reservation id in s, if any, and its params.
+func holdOf(s state, id string) (algorithm.Hold, algorithm.Params, bool) {
 	for _, h := range s.holds {
 		if h.id == id {
-			return h.h, true
+			return h.h, h.p, true
 		}
 	}
-	return algorithm.Hold{}, false
+	return algorithm.Hold{}, algorithm.Params{}, false
 }
 
 // withHold is s with the reservation id set to h (the holds are copied:
 // the model's states are shared).
-func withHold(s state, id string, h algorithm.Hold) state {
+func withHold(s state, id string, h algorithm.Hold, p algorithm.Params) state {
 	holds := make([]heldID, 0, len(s.holds)+1)
 	set := false
 	for _, x := range s.holds {
 		if x.id == id {
-			x.h, set = h, true
+			x.h, x.p, set = h, p, true
 		}
 		holds = append(holds, x)
 	}
 	if !set {
-		holds = append(holds, heldID{id, h})
+		holds = append(holds, heldID{id, h, p})
 		slices.SortFunc(holds, func(a, b heldID) int { return compareStrings(a.id, b.id) })
 	}
 	s.holds = holds
@@ -150,7 +153,7 @@ func compareStrings(a, b string) int {
 func reserveStates(s state, in Input, out Output, now int64, known bool) []state {
 	r, h := in.Req, in.Hold
 	p := r.Limit.Params()
-	if old, ok := holdOf(s, h.ID); ok {
+	if old, _, ok := holdOf(s, h.ID); ok {
 		// A retry: the first answer if it asks the same, else a conflict;
 		// nothing changes.
 		same := old.Units == r.Cost && old.Expires-old.At == int64(h.TTL/time.Microsecond) && old.Release == h.Release
@@ -168,7 +171,9 @@ func reserveStates(s state, in Input, out Output, now int64, known bool) []state
 	var d algorithm.Decision
 	next := s
 	next.st, hold, d = algorithm.Reserve(algState(s, r), p, now, r.Cost, int64(h.TTL/time.Microsecond), h.Release)
-	next = withHold(next, h.ID, hold)
+	hp := p
+	hp.Wait = 0
+	next = withHold(next, h.ID, hold, hp)
 	next.last = max(next.last, now)
 	if !known {
 		return []state{s, next}
@@ -182,7 +187,7 @@ func reserveStates(s state, in Input, out Output, now int64, known bool) []state
 // settleStates is the model's step for a settle, at now.
 func settleStates(s state, in Input, out Output, now int64, known bool) []state {
 	r, h := in.Req, in.Hold
-	old, ok := holdOf(s, h.ID)
+	old, p, ok := holdOf(s, h.ID)
 	if !ok {
 		if !known || out.Unknown {
 			return []state{s}
@@ -194,8 +199,8 @@ func settleStates(s state, in Input, out Output, now int64, known bool) []state 
 	var code algorithm.SettleCode
 	var d algorithm.Decision
 	next := s
-	next.st, hold, st, code, d = algorithm.Settle(algState(s, r), old, r.Limit.Params(), now, h.Actual, h.Cancel)
-	next = withHold(next, h.ID, hold)
+	next.st, hold, st, code, d = algorithm.Settle(algState(s, r), old, p, now, h.Actual, h.Cancel)
+	next = withHold(next, h.ID, hold, p)
 	next.last = max(next.last, now)
 	if !known {
 		return []state{s, next}
@@ -226,7 +231,39 @@ type ReserveWorkload struct {
 	Seed    uint64
 	// Step is how far the clock moves per call.
 	Step time.Duration
+	// MaxWait, above zero, makes every reserve a wait of up to MaxWait
+	// (floodgate.Limiter.Schedule, through a Limiter per client whose
+	// store records what it is asked): the model reserves under the
+	// limit the Limiter sends, a GCRA's raised burst or a token bucket's
+	// Params.Wait. Limit must then be a GCRA or a token bucket.
+	MaxWait time.Duration
 }
+
+// recording is the store of a client's Limiter in a workload with
+// MaxWait: it records each reserve, as Recorder.Reserve, with the
+// request the Limiter made (its limit says how long the wait may be).
+type recording struct {
+	floodgate.Store
+	rv     floodgate.Reserver
+	rec    *Recorder
+	client int
+}
+
+func (s *recording) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate.HoldResult, error) {
+	if len(r.Requests) != 1 {
+		return floodgate.HoldResult{}, fmt.Errorf("linearize: a wait of %d requests", len(r.Requests))
+	}
+	return s.rec.Reserve(ctx, s.rv, s.client, r.Requests[0], HoldInput{ID: r.ID, TTL: r.TTL, Release: r.Release})
+}
+
+func (s *recording) Settle(ctx context.Context, r floodgate.SettleRequest) ([]floodgate.Settlement, error) {
+	return s.rv.Settle(ctx, r)
+}
+
+// callClock is a client's Limiter's clock: the Now of its next call.
+type callClock struct{ now time.Time }
+
+func (c *callClock) Now() time.Time { return c.now }
 
 // RunReserve records w and checks that the history is linearizable.
 func RunReserve(t *testing.T, w ReserveWorkload) {
@@ -245,10 +282,20 @@ func RunReserve(t *testing.T, w ReserveWorkload) {
 	var wg sync.WaitGroup
 	errs := make(chan error, w.Clients)
 	for c := range w.Clients {
+		var lim *floodgate.Limiter
+		cc := &callClock{}
+		if w.MaxWait > 0 {
+			var err error
+			lim, err = floodgate.New(&recording{Store: w.Store, rv: rv, rec: rec, client: c}, &floodgate.Options{Clock: cc})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(w.Seed, uint64(c)))
 			for range w.Calls {
 				now := start.Add(time.Duration(clock.Add(1)) * w.Step)
+				cc.now = now
 				r := floodgate.Request{Key: w.Keys[rng.IntN(len(w.Keys))], Limit: w.Limit, Now: now}
 				id := ids[rng.IntN(len(ids))]
 				var err error
@@ -256,6 +303,11 @@ func RunReserve(t *testing.T, w ReserveWorkload) {
 				case x < 2:
 					r.Cost = rng.Int64N(3)
 					_, err = rec.Apply(t.Context(), w.Store, c, r)
+				case x < 6 && w.MaxWait > 0:
+					// A wait: its TTL at least MaxWait, as Schedule wants.
+					r.Cost = 1 + rng.Int64N(min(3, w.Limit.Capacity()))
+					ttl := w.MaxWait + time.Duration(1+rng.IntN(8))*w.Step*time.Duration(w.Clients)
+					_, _, err = lim.Schedule(t.Context(), r.Key, w.Limit, r.Cost, w.MaxWait, &floodgate.ReserveOptions{ID: id, TTL: ttl})
 				case x < 6:
 					r.Cost = 1 + rng.Int64N(3)
 					_, err = rec.Reserve(t.Context(), rv, c, r, HoldInput{ID: id, TTL: time.Duration(1+rng.IntN(8)) * w.Step * time.Duration(w.Clients), Release: rng.IntN(2) == 0})

@@ -78,7 +78,7 @@ func (s *Store) Reserve(ctx context.Context, r floodgate.HoldRequest) (floodgate
 	for i := range b.rs {
 		sh := b.shard(i)
 		h := algorithm.Hold{State: state, Units: b.rs[i].Cost, At: b.items[i].now, Expires: b.items[i].now + ttl, Release: r.Release}
-		e := &holdEntry{h: h, p: b.items[i].params, durable: b.rs[i].Limit.Durable, cal: b.rs[i].Limit.Calendar, kind: b.items[i].kind, ref: b.items[i].ref,
+		e := &holdEntry{h: h, p: holdParams(b.items[i].params), durable: b.rs[i].Limit.Durable, cal: b.rs[i].Limit.Calendar, kind: b.items[i].kind, ref: b.items[i].ref,
 			skew: b.items[i].skew, keep: h.Expires + b.items[i].skew + s.retain}
 		if e.durable && e.kind == algorithm.KindFixedWindow {
 			e.window = b.window(i)
@@ -127,13 +127,23 @@ func (b *batch) findHolds(id string) ([]*holdEntry, error) {
 }
 
 // sameParams reports whether a and b are the same limit: equal but for
-// the calendar windows, which are those around each one's time.
+// the calendar windows, which are those around each one's time, and a
+// token bucket's Wait, which a hold does not keep (holdParams).
 func sameParams(a, b algorithm.Params) bool {
 	if (a.Calendar == nil) != (b.Calendar == nil) {
 		return false
 	}
 	a.Calendar, b.Calendar = nil, nil
+	a.Wait, b.Wait = 0, 0
 	return a == b
+}
+
+// holdParams is the limit a hold keeps for its settle: p without Wait,
+// so that a commit above the hold takes its excess only if it fits now,
+// never in debt (reserve.lua's hold keeps no wait either).
+func holdParams(p algorithm.Params) algorithm.Params {
+	p.Wait = 0
+	return p
 }
 
 // replayReserve answers a reserve whose holds exist: the first answer if

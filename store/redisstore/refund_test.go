@@ -49,7 +49,8 @@ return r
 // state, as the scripts mirror algorithm/refund.go line for line. The
 // histories move time forward by up to a third of a period, sometimes
 // back, and refund units admitted at earlier steps (of this window, the
-// last, or long gone), or at times nothing was admitted.
+// last, or long gone), or at times nothing was admitted. Half the token
+// bucket's steps wait (Params.Wait), so its refunds meet buckets in debt.
 func TestRefundDifferential(t *testing.T) {
 	c := newRueidis(t, standaloneAddr(t))
 	logKey := testPrefix(t) + ":log"
@@ -61,7 +62,7 @@ func TestRefundDifferential(t *testing.T) {
 	for _, alg := range []string{"fixed_window", "sliding_window", "sliding_window_log", "token_bucket", "gcra"} {
 		t.Run(alg, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, uint64(len(alg))))
-			refunds, back := 0, int64(0)
+			refunds, back, debts := 0, int64(0), 0
 			for h := range histories {
 				p := algorithm.Params{Limit: 1 + rng.Int64N(12), Period: []int64{1_000_000, 7_000_000, 60_000_000}[rng.IntN(3)]}
 				switch alg {
@@ -83,6 +84,12 @@ func TestRefundDifferential(t *testing.T) {
 						r.now -= rng.Int64N(p.Period/5 + 1)
 					}
 					if rng.IntN(5) < 3 {
+						r.wait = 0
+						if alg == "token_bucket" && rng.IntN(2) == 0 {
+							// A step that waits, leaving the bucket in
+							// debt for the refunds to give back.
+							r.wait = 1 + rng.Int64N(3*p.Limit)
+						}
 						r.step(rng.Int64N(p.Limit + 1))
 						continue
 					}
@@ -93,11 +100,15 @@ func TestRefundDifferential(t *testing.T) {
 					back += r.refund(at, rng.Int64N(p.Limit+3))
 					refunds++
 				}
+				debts += r.debts
+			}
+			if alg == "token_bucket" && debts < histories*steps/20 {
+				t.Errorf("only %d steps left the bucket in debt: the refunds of a debt are barely tested", debts)
 			}
 			if back == 0 {
 				t.Errorf("%d refunds gave nothing back: the histories test nothing", refunds)
 			}
-			t.Logf("%d refunds, %d units given back", refunds, back)
+			t.Logf("%d refunds, %d units given back (%d steps in debt)", refunds, back, debts)
 		})
 	}
 	c.Do(t.Context(), c.B().Del().Key(logKey).Build())
@@ -115,6 +126,8 @@ type refunder struct {
 	sw       algorithm.SlidingWindow
 	log      algorithm.SlidingWindowLog
 	tb       algorithm.TokenBucket
+	wait     int64 // the next token bucket step's Params.Wait
+	debts    int   // token bucket steps that left the bucket in debt
 	g        algorithm.GCRA
 	eval     func(keys, args []string) []int64
 	logKey   string
@@ -132,14 +145,19 @@ func (r *refunder) step(cost int64) {
 	case "sliding_window_log":
 		r.log, d = r.log.Step(r.p, r.now, cost)
 	case "token_bucket":
-		r.tb, d = r.tb.Step(r.p, r.now, cost)
+		p := r.p
+		p.Wait = r.wait
+		r.tb, d = r.tb.Step(p, r.now, cost)
+		if r.tb.Last > r.now {
+			r.debts++
+		}
 	case "gcra":
 		r.g, d = r.g.Step(r.p, r.now, cost)
 	}
 	if d.Allowed && cost > 0 {
 		r.admitted = append(r.admitted, r.now)
 	}
-	r.history = append(r.history, fmt.Sprintf("step now=%d cost=%d allowed=%v", r.now, cost, d.Allowed))
+	r.history = append(r.history, fmt.Sprintf("step now=%d cost=%d wait=%d allowed=%v", r.now, cost, r.wait, d.Allowed))
 }
 
 // refund refunds units admitted at at in Go and in Lua, compares, and

@@ -89,6 +89,11 @@ func appendRequest(args []string, r *floodgate.Request, alg floodgate.Algorithm,
 	p := r.Limit.Params()
 	flags := requestFlags(p, r)
 	id := requestIDOf(r, alg)
+	if p.Wait > 0 {
+		// A token bucket's reservation that waits: the units it may owe
+		// (common.lua's parse_request).
+		id = strconv.FormatInt(p.Wait, 10)
+	}
 	if r.Limit.Calendar.Unit != "" {
 		flags |= flagCalendar
 		id = windowsArg(r.Limit.Calendar, now)

@@ -39,7 +39,9 @@
 --            calendar fixed_window: its windows (algorithm.Windows), the
 --            four bounds "<w0>:<w1>:<w2>:<w3>" in µs, which the Go side
 --            computes from the time zone tables around its own clock
---            (parse_windows); else ""
+--            (parse_windows); token_bucket: "", or for a reservation
+--            that waits the units the bucket may owe (Params.Wait, 1 to
+--            MAX_LIMIT - burst, p.wait); else ""
 --
 -- Every argument is checked before the first write (Redis does not roll
 -- back a script that fails halfway); a bad one is the error reply
@@ -274,9 +276,17 @@ local function parse_request(alg, argv, base)
     windows = parse_windows(id)
     id = ''
   end
+  local wait = nil
+  if alg == 'token_bucket' and id ~= '' then
+    -- A reservation that waits: the units the bucket may owe (Params.Wait),
+    -- checked as if they raised the burst.
+    wait = arg_int('wait', id, 1, MAX_LIMIT - burst)
+    check_params(alg, limit, period, burst + wait, flags)
+    id = ''
+  end
   check_id(id)
   local p, release = check_params(alg, limit, period, burst, flags)
-  p.windows = windows
+  p.windows, p.wait = windows, wait
   check_use(alg, cost, id, release)
   return p, {now = now, cost = cost, id = id, release = release}
 end

@@ -125,9 +125,26 @@ local function token_bucket_refund(p, s, now, _, units)
   if p.limit <= 0 or units <= 0 then
     return s, 0
   end
-  local taken, last, last_f = token_bucket_credit(p, rate_of(p), s, now)
-  local back = min(units, taken)
-  taken = taken - back
+  local t = rate_of(p)
+  local taken, last, last_f = token_bucket_credit(p, t, s, now)
+  local back = 0
+  if taken == p.burst and less(now, 0, last, last_f) then
+    -- In debt: the whole tokens owed, ceil((last-now)/T), go back first.
+    local ahead, ahead_f = sub(t, last, last_f, now, 0)
+    local owed = count(t, ahead, ahead_f, MAX_LIMIT)
+    local owed_t, owed_t_f = times(t, owed)
+    local at, at_f = add(t, now, 0, owed_t, owed_t_f)
+    if less(at, at_f, last, last_f) then
+      owed = owed + 1
+    end
+    back = min(units, owed)
+    local back_t, back_t_f = times(t, back)
+    last, last_f = sub(t, last, last_f, back_t, back_t_f)
+    units = units - back
+  end
+  local b = min(units, taken)
+  taken = taken - b
+  back = back + b
   if taken == 0 then
     return {taken = 0, last = 0, last_frac = 0}, back
   end

@@ -8,7 +8,8 @@
 --          absent for a full bucket.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (the capacity, > 0 if limit > 0),
---          flags (0), id ("").
+--          flags (0), id ("", or for a reservation that waits the units
+--          the bucket may owe, Params.Wait: p.wait).
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
 --          (-1 never), now_us}.
 -- Mirrors  algorithm.TokenBucket.Step and .Expires (algorithm/tokenbucket.go)
@@ -45,8 +46,21 @@ local function token_bucket_step(p, s, now, cost)
     last, last_f = now, 0
   end
   local allowed = p.burst - taken >= cost
+  local at, at_f = 0, 0 -- when the tokens of a denied cost are there
   if allowed then
     taken = taken + cost
+  elseif cost <= p.burst then
+    local x, x_f = times(t, cost - (p.burst - taken))
+    at, at_f = add(t, last, last_f, x, x_f)
+    local wait = p.wait or 0
+    if wait > 0 then
+      local w, w_f = times(t, wait)
+      local end_, end_f = add(t, now, 0, w, w_f)
+      if not less(end_, end_f, at, at_f) then
+        -- Admitted in debt: the bucket is empty until at.
+        allowed, taken, last, last_f = true, p.burst, at, at_f
+      end
+    end
   end
   local d = decision(allowed, p.burst, max(0, p.burst - taken))
   if taken > 0 then
@@ -57,8 +71,13 @@ local function token_bucket_step(p, s, now, cost)
   elseif cost > p.burst then
     d.retry_after = NEVER
   else
-    local x, x_f = times(t, cost - (p.burst - taken))
-    d.retry_after = ceil(add(t, last, last_f, x, x_f)) - now
+    local wait = p.wait or 0
+    if wait > 0 then
+      -- A request that waits as long is admitted from wait*T before.
+      local w, w_f = times(t, wait)
+      at, at_f = sub(t, at, at_f, w, w_f)
+    end
+    d.retry_after = ceil(at, at_f) - now
   end
   if taken == 0 then
     return {taken = 0, last = 0, last_frac = 0}, d
