@@ -101,12 +101,14 @@ type library struct {
 // budgeted lists the algorithms that take a local budget, each with its
 // state's fields variable and the field that counts the units of the
 // current window, which a return takes units off.
+// io, if not empty, is the functions that read and store the state in
+// place of load_state and save_state (a fixed window's counter).
 var budgeted = []struct {
-	alg             floodgate.Algorithm
-	fields, counted string
+	alg                 floodgate.Algorithm
+	fields, counted, io string
 }{
-	{floodgate.FixedWindow, "FIXED_WINDOW_FIELDS", "count"},
-	{floodgate.SlidingWindow, "SLIDING_WINDOW_FIELDS", "curr"},
+	{floodgate.FixedWindow, "FIXED_WINDOW_FIELDS", "count", ", fixed_window_load, fixed_window_save"},
+	{floodgate.SlidingWindow, "SLIDING_WINDOW_FIELDS", "curr", ""},
 }
 
 // scripts is built once from the embedded files: a single-request script per
@@ -266,7 +268,7 @@ func buildScripts() (scriptSet, error) {
 	}
 	for _, bf := range budgeted {
 		name := "budget_" + string(bf.alg)
-		main := fmt.Sprintf("return budget_main('%s', %s_step, %s, %s_expires, '%s', KEYS, ARGV)\n", bf.alg, bf.alg, bf.fields, bf.alg, bf.counted)
+		main := fmt.Sprintf("return budget_main('%s', %s_step, %s, %s_expires, '%s', KEYS, ARGV%s)\n", bf.alg, bf.alg, bf.fields, bf.alg, bf.counted, bf.io)
 		src := files["common.lua"] + "\n" + files["state.lua"] + "\n" + funcs[slices.Index(floodgate.Algorithms, bf.alg)] + "\n" + budgetSrc + "\n" + main
 		set.budget[bf.alg] = newScript(name, src)
 		mains = append(mains, mainPart{name, main})

@@ -218,7 +218,9 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 	return d, err
 }
 
-// Reset deletes key's state under limit's algorithm and period. An empty
+// Reset deletes key's state under limit's algorithm and period (for a
+// fixed window, its counters or its first-hit state, and the key a version
+// before them kept its state in: see docs/redis.md). An empty
 // or too long key, or an invalid limit, is an error, as in Apply. The
 // slices of a token bucket or GCRA with a LocalBudget, which hold its rate
 // in the instances, are not refilled (see "Rate slices" in
@@ -233,6 +235,9 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	}
 	k := s.Key(key, limit)
 	err := s.conn.Del(ctx, k)
+	if sk := stateKey(k, limit); sk != k && err == nil {
+		err = s.conn.Del(ctx, sk)
+	}
 	// After the DEL, so that a budget claimed before it is forgotten too.
 	if s.deny != nil {
 		s.deny.forget(k)
