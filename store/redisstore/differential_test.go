@@ -201,10 +201,8 @@ func (d *differ) advance() {
 	p := int64(d.limits[d.rng.IntN(len(d.limits))].Period / time.Microsecond)
 	switch r := d.rng.IntN(20); {
 	case r == 0 && d.ttlsOutlastSequence():
-		if back := d.backLimit(1 + d.rng.Int64N(min(p, 10_000_000))); back > 0 {
-			d.now -= back
-			d.history = append(d.history, fmt.Sprintf("clock back to %d", d.now))
-		}
+		d.now -= 1 + d.rng.Int64N(min(p, 10_000_000))
+		d.history = append(d.history, fmt.Sprintf("clock back to %d", d.now))
 	case r <= 2:
 		d.now += d.rng.Int64N(3*p + 1)
 	case r <= 6:
@@ -262,30 +260,6 @@ func (d *differ) pttl(l floodgate.Limit) int64 {
 		d.t.Fatalf("%s: key %s has no TTL", d.key, stateKey(d.redis.Key(d.key, l), l))
 	}
 	return ttl
-}
-
-// backLimit is back, or less, so that the clock going back by it stays in
-// the window that holds now of every aligned or calendar fixed window: the
-// stores differ there by design. memstore's one state stays in the later
-// window (algorithm.FixedWindow.Step); the Redis store counts a request in
-// the window that holds its time, each window with a counter of its own
-// (see fixed_window.lua).
-func (d *differ) backLimit(back int64) int64 {
-	for _, l := range d.limits {
-		if !counted(l) {
-			continue
-		}
-		var start int64
-		if l.Calendar.Unit != "" {
-			w := l.Calendar.Windows(d.now)
-			start, _, _ = w.Window(d.now)
-		} else {
-			p := int64(l.Period / time.Microsecond)
-			start = d.now - d.now%p
-		}
-		back = min(back, d.now-start)
-	}
-	return back
 }
 
 // ttlsOutlastSequence reports whether every key of the sequence exists with

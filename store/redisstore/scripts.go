@@ -70,6 +70,11 @@ type scriptSet struct {
 	// fair decides a request of a flow under a limit shared by flows
 	// (fair.lua).
 	fair *script
+	// fast decides the usual single request of an aligned fixed window
+	// (fixed_window_fast.lua), a script much smaller than
+	// single[FixedWindow]; not in the library, whose functions make their
+	// helpers once per load.
+	fast *script
 	// lib is every script above as one Redis function library.
 	lib library
 }
@@ -233,6 +238,11 @@ func buildScripts() (scriptSet, error) {
 	if err != nil {
 		return scriptSet{}, err
 	}
+	fastSrc, err := read("fixed_window_fast.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	set.fast = newScript("fixed_window_fast", fastSrc)
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	for i, alg := range floodgate.Algorithms {

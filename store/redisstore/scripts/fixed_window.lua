@@ -88,10 +88,11 @@ end
 -- KEYS[1] .. ':w' (fixed_window_key), one field per window, named by the
 -- window's start in µs: a Reset deletes one key whatever the clock of the
 -- requests was. A field made for a new window removes those of ended
--- windows. Unlike FixedWindow.Step, whose one state stays in the later
--- window when the clock goes backwards, a request counts in the window
--- that holds its own time (each window has its own counter, never above
--- limit+1).
+-- windows, so a hash holds the counter of the window of the latest
+-- request, and for a moment the one before. As FixedWindow.Step, whose
+-- one state stays in the later live window when the clock goes backwards,
+-- a request whose window has no counter counts in a later window's, if
+-- there is one (fixed_window_later).
 
 -- FIXED_WINDOW_MARGIN_MS is how long the counters outlive their window:
 -- Redis measures a TTL from the start of the script, which can be before
@@ -132,9 +133,9 @@ end
 -- end (and FIXED_WINDOW_MARGIN_MS), and loses the counters of windows
 -- before it, which have ended. (A later window's counter, of a clock that
 -- went backwards, stays, and so does its longer TTL.)
-local function fixed_window_made(wkey, start, stop, now)
+local function fixed_window_made(wkey, start, stop, now, hlen)
   local ttl = ttl_ms(stop, now) + FIXED_WINDOW_MARGIN_MS
-  if call('HLEN', wkey) == 1 then
+  if (hlen or call('HLEN', wkey)) == 1 then
     call('PEXPIRE', wkey, ttl)
     return
   end
@@ -145,6 +146,34 @@ local function fixed_window_made(wkey, start, stop, now)
     end
   end
   call('PEXPIRE', wkey, ttl, 'GT')
+end
+
+-- fixed_window_later is the window after start whose counter is in the
+-- hash wkey, the latest, and its end: the window a request at a time
+-- before it counts in, as FixedWindow.Step stays in the later live window
+-- when the clock goes backwards (a counter is never 0, and one of an
+-- ended window is gone once a later one is made). nil if there is none
+-- (or, for a calendar window, if its end is not among p.windows).
+local function fixed_window_later(wkey, p, start)
+  local later = nil
+  for _, f in ipairs(call('HKEYS', wkey)) do
+    local w = tonumber(f)
+    if w and w > start and (not later or w > later) then
+      later = w
+    end
+  end
+  if not later then
+    return nil
+  end
+  if not p.calendar then
+    return later, later + p.period
+  end
+  for i = 1, 3 do
+    if p.windows[i] == later then
+      return later, p.windows[i + 1]
+    end
+  end
+  return nil
 end
 
 -- fixed_window_seed is the count that the layout-1 state at key (written
@@ -191,7 +220,13 @@ local function fixed_window_load(key, p, now)
   local count = fixed_window_read(wkey, field)
   local stored = count ~= nil
   if not stored then
-    count = fixed_window_seed(key, p, start, stop, now)
+    local later, later_stop = fixed_window_later(wkey, p, start)
+    if later then
+      start, stop, field = later, later_stop, format('%d', later)
+      count, stored = fixed_window_read(wkey, field), true
+    else
+      count = fixed_window_seed(key, p, start, stop, now)
+    end
   end
   local s = {start = 0, count = 0, next = 0, wkey = wkey, field = field, wstart = start, stop = stop, stored = stored}
   if count > 0 then
@@ -236,14 +271,25 @@ end
 -- with one HINCRBY (and fixed_window_made when that made the counter); a
 -- denial that does not count (count_rejected unset) takes its cost back,
 -- and one that counts caps the counter at limit+1, as Step does. A cost
--- of 0 only reads, but where it caps the counter.
-local function fixed_window_count(key, p, now, cost)
+-- of 0 only reads, but where it caps the counter. start, stop and field
+-- are the window that holds now and its field, if the caller knows them
+-- (multi.lua, for the requests of one time).
+local function fixed_window_count(key, p, now, cost, start, stop, field)
   local limit = p.limit
-  local start, stop = fixed_window_bounds(p, now)
-  local wkey, field = key .. ':w', format('%d', start)
+  if not start then
+    start, stop = fixed_window_bounds(p, now)
+    field = format('%d', start)
+  end
+  local wkey = key .. ':w'
   local count, allowed
   if cost == 0 then
     local stored = fixed_window_read(wkey, field)
+    if not stored then
+      local later, later_stop = fixed_window_later(wkey, p, start)
+      if later then
+        return fixed_window_count(key, p, now, cost, later, later_stop, format('%d', later))
+      end
+    end
     count = stored or fixed_window_seed(key, p, start, stop, now)
     allowed = count <= limit
     if not allowed and p.count_rejected and count > limit + 1 then
@@ -260,16 +306,28 @@ local function fixed_window_count(key, p, now, cost)
   else
     local n = call('HINCRBY', wkey, field, cost)
     if n == cost then
-      -- This HINCRBY made the counter (no counter is ever left at 0).
+      -- This HINCRBY made the counter (no counter is ever left at 0): a
+      -- later window's counter takes the request instead, and else the
+      -- counter starts from the layout-1 state.
+      local hlen = call('HLEN', wkey)
+      if hlen > 1 then
+        local later, later_stop = fixed_window_later(wkey, p, start)
+        if later then
+          call('HDEL', wkey, field)
+          return fixed_window_count(key, p, now, cost, later, later_stop, format('%d', later))
+        end
+      end
       local ok, seed = pcall(fixed_window_seed, key, p, start, stop, now)
       if not ok then
+        -- A foreign layout-1 key: fail with its error, having changed
+        -- nothing.
         call('HDEL', wkey, field)
-        error(seed)
+        fixed_window_seed(key, p, start, stop, now)
       end
       if seed > 0 then
         n = call('HINCRBY', wkey, field, seed)
       end
-      fixed_window_made(wkey, start, stop, now)
+      fixed_window_made(wkey, start, stop, now, hlen)
     end
     count = n
     allowed = n <= limit

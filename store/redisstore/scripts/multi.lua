@@ -83,7 +83,8 @@ local function multi_set(argv, base)
   -- (fixed_window_count); a first-hit window is decided by its apply, its
   -- state read and written per request.
   local counter = name == 'fixed_window' and not p.first_hit
-  return {name = name, m = m, apply = apply, p = p, now = now, release = release, counter = counter}
+  return {name = name, m = m, apply = apply, p = p, now = now, release = release, counter = counter,
+    wnow = false, wstart = 0, wstop = 0, wfield = ''}
 end
 
 
@@ -117,7 +118,13 @@ local function multi_one(key, argv, base, sets, clock, states, order)
     now = clock.now
   end
   if set.counter then
-    return fixed_window_count(key, set.p, now, cost), now
+    -- The window of the set's time, found once per run.
+    if set.wnow ~= now then
+      set.wnow = now
+      set.wstart, set.wstop = fixed_window_bounds(set.p, now)
+      set.wfield = format('%d', set.wstart)
+    end
+    return fixed_window_count(key, set.p, now, cost, set.wstart, set.wstop, set.wfield), now
   end
   if set.apply then
     return set.apply(key, set.p, {now = set.now, cost = cost, id = id, release = set.release}, now), now
