@@ -306,28 +306,30 @@ local function fixed_window_count(key, p, now, cost, start, stop, field)
   else
     local n = call('HINCRBY', wkey, field, cost)
     if n == cost then
-      -- This HINCRBY made the counter (no counter is ever left at 0): a
-      -- later window's counter takes the request instead, and else the
-      -- counter starts from the layout-1 state.
-      local hlen = call('HLEN', wkey)
-      if hlen > 1 then
+      -- This HINCRBY made the counter (no counter is ever left at 0). In a
+      -- hash it made too (no TTL yet), the counter starts from the
+      -- layout-1 state; in one with other windows' counters, a later
+      -- window's takes the request instead, and those of ended windows go.
+      local ttl = ttl_ms(stop, now) + FIXED_WINDOW_MARGIN_MS
+      if call('PEXPIRE', wkey, ttl, 'NX') == 1 then
+        local ok, seed = pcall(fixed_window_seed, key, p, start, stop, now)
+        if not ok then
+          -- A foreign layout-1 key: fail with its error, having changed
+          -- nothing.
+          call('DEL', wkey)
+          fixed_window_seed(key, p, start, stop, now)
+        end
+        if seed > 0 then
+          n = call('HINCRBY', wkey, field, seed)
+        end
+      else
         local later, later_stop = fixed_window_later(wkey, p, start)
         if later then
           call('HDEL', wkey, field)
           return fixed_window_count(key, p, now, cost, later, later_stop, format('%d', later))
         end
+        fixed_window_made(wkey, start, stop, now, 2)
       end
-      local ok, seed = pcall(fixed_window_seed, key, p, start, stop, now)
-      if not ok then
-        -- A foreign layout-1 key: fail with its error, having changed
-        -- nothing.
-        call('HDEL', wkey, field)
-        fixed_window_seed(key, p, start, stop, now)
-      end
-      if seed > 0 then
-        n = call('HINCRBY', wkey, field, seed)
-      end
-      fixed_window_made(wkey, start, stop, now, hlen)
     end
     count = n
     allowed = n <= limit

@@ -72,21 +72,20 @@ if cost == 0 then
 else
   local n = call('HINCRBY', wkey, field, cost)
   if n == cost then
-    -- This HINCRBY made the counter: as fixed_window_made, unless a
-    -- later window's counter (fixed_window_later) or a layout-1 state
-    -- (fixed_window_seed) is there, which fixed_window.lua reads.
+    -- This HINCRBY made the counter: as fixed_window_count, but a new
+    -- hash on a key with a layout-1 state (fixed_window_seed), or a later
+    -- window's counter (fixed_window_later), is left to fixed_window.lua.
     local ttl = math.max(math.floor((stop - now + 999) / 1000), 1000) + 1000
-    if call('HLEN', wkey) == 1 then
+    if call('PEXPIRE', wkey, ttl, 'NX') == 1 then
       if call('EXISTS', key) == 1 then
-        call('HDEL', wkey, field)
+        call('DEL', wkey)
         return FAST_DECLINED
       end
-      call('PEXPIRE', wkey, ttl)
     else
       local fields = call('HKEYS', wkey)
       for _, f in ipairs(fields) do
         local w = tonumber(f)
-        if (w and w > start) or call('EXISTS', key) == 1 then
+        if w and w > start then
           call('HDEL', wkey, field)
           return FAST_DECLINED
         end
