@@ -171,8 +171,11 @@ func newStore(c Conn, opts *Options) (*Store, error) {
 //	<prefix>:v1:<algorithm>:<period in µs>:{<encoded key>}
 //
 // or, for a calendar limit, <prefix>:v1:fixed_window:<unit>:{<encoded
-// key>}. See docs/redis.md for the encoding. The store reads and writes
-// only such keys; Key is for tools and tests that inspect Redis.
+// key>}. See docs/redis.md for the encoding. A fixed window keeps its
+// state in keys named after this one (<key>:w, the counters of an aligned
+// or calendar window; <key>:f, a first-hit window's state), and reads this
+// one only for what a version before them wrote. The store reads and
+// writes only such keys; Key is for tools and tests that inspect Redis.
 func (s *Store) Key(key string, limit floodgate.Limit) string {
 	if limit.Calendar.Unit != "" {
 		return calendarKey(s.prefix, limit.Calendar.Unit, key)
