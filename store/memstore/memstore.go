@@ -247,13 +247,25 @@ func (s *Store) locate(key string, period int64) (uint64, ref) {
 
 // keyPeriod is the period a key's state is located by: the limit's
 // Period in µs, or for a calendar limit minus its longest window
-// (algorithm.MaxCalendarPeriod), which no aligned limit shares.
+// (algorithm.MaxCalendarPeriod), which no aligned limit shares, or for a
+// first-hit fixed window its Period plus firstHitPeriod, so that it does
+// not share the state of an aligned window of the same period (the Redis
+// store keeps an aligned window's counts apart from a first-hit window's
+// state: see "Key layout" in docs/redis.md).
 func keyPeriod(l *floodgate.Limit) int64 {
 	if l.Calendar.Unit != "" {
 		return -l.Params().Period
 	}
-	return int64(l.Period / time.Microsecond)
+	p := int64(l.Period / time.Microsecond)
+	if l.Window == floodgate.FirstHit {
+		p += firstHitPeriod
+	}
+	return p
 }
+
+// firstHitPeriod is added to a first-hit window's period in keyPeriod: above
+// every period (algorithm.MaxPeriod).
+const firstHitPeriod = 1 << 50
 
 // clockNow is the store's clock in µs.
 func (s *Store) clockNow() int64 {

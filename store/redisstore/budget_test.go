@@ -150,10 +150,31 @@ func TestBudgetSeedScenario(t *testing.T) {
 	}
 }
 
-// redisCount is the count of a fixed window's state in Redis.
+// redisCount is the count of a fixed window's state in Redis, whose key
+// (Store.Key) is key: the counter of the latest window in the hash of an
+// aligned window's counters, else a first-hit window's string (see
+// stateKey).
 func redisCount(t *testing.T, c rueidis.Client, key string) int64 {
 	t.Helper()
-	v, err := c.Do(t.Context(), c.B().Get().Key(key).Build()).ToString()
+	m, err := c.Do(t.Context(), c.B().Hgetall().Key(key+":w").Build()).AsStrMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) > 0 {
+		latest, n := int64(-1), int64(0)
+		for f, v := range m {
+			start, err1 := strconv.ParseInt(f, 10, 64)
+			count, err2 := strconv.ParseInt(v, 10, 64)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("counters %v", m)
+			}
+			if start > latest {
+				latest, n = start, count
+			}
+		}
+		return n
+	}
+	v, err := c.Do(t.Context(), c.B().Get().Key(key+":f").Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		return 0
 	}

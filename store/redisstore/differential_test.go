@@ -183,7 +183,7 @@ type keyClock struct {
 }
 
 func (d *differ) keyClock(l floodgate.Limit) *keyClock {
-	k := d.redis.Key(d.key, l)
+	k := stateKey(d.redis.Key(d.key, l), l)
 	kc := d.keys[k]
 	if kc == nil {
 		kc = &keyClock{}
@@ -216,7 +216,7 @@ func (d *differ) advance() {
 			continue
 		}
 		d.now = max(d.now, kc.simExpiry)
-		key := d.redis.Key(d.key, l)
+		key := stateKey(d.redis.Key(d.key, l), l)
 		if err := d.inspect.Do(d.t.Context(), d.inspect.B().Del().Key(key).Build()).Error(); err != nil {
 			d.t.Fatal(err)
 		}
@@ -234,9 +234,9 @@ func (d *differ) advance() {
 func (d *differ) afterStep(touched []floodgate.Request, ds []floodgate.Decision) {
 	for _, l := range d.limits {
 		kc := d.keyClock(l)
-		key := d.redis.Key(d.key, l)
+		key := stateKey(d.redis.Key(d.key, l), l)
 		for i, r := range touched {
-			if d.redis.Key(r.Key, r.Limit) == key {
+			if stateKey(d.redis.Key(r.Key, r.Limit), r.Limit) == key {
 				kc.simExpiry = max(kc.simExpiry, r.Now.UnixMicro()+ds[i].ResetAfter.Microseconds())
 			}
 		}
@@ -252,12 +252,12 @@ func (d *differ) afterStep(touched []floodgate.Request, ds []floodgate.Decision)
 
 func (d *differ) pttl(l floodgate.Limit) int64 {
 	c := d.inspect
-	ttl, err := c.Do(d.t.Context(), c.B().Pttl().Key(d.redis.Key(d.key, l)).Build()).AsInt64()
+	ttl, err := c.Do(d.t.Context(), c.B().Pttl().Key(stateKey(d.redis.Key(d.key, l), l)).Build()).AsInt64()
 	if err != nil {
 		d.t.Fatal(err)
 	}
 	if ttl == -1 {
-		d.t.Fatalf("%s: key %s has no TTL", d.key, d.redis.Key(d.key, l))
+		d.t.Fatalf("%s: key %s has no TTL", d.key, stateKey(d.redis.Key(d.key, l), l))
 	}
 	return ttl
 }
@@ -358,13 +358,17 @@ func (d *differ) fail(msg string) {
 	}
 	c := d.inspect
 	for _, l := range d.limits {
-		k := d.redis.Key(d.key, l)
+		k := stateKey(d.redis.Key(d.key, l), l)
 		typ, _ := c.Do(d.t.Context(), c.B().Type().Key(k).Build()).ToString()
 		ttl, _ := c.Do(d.t.Context(), c.B().Pttl().Key(k).Build()).AsInt64()
 		msg += fmt.Sprintf("\n%s: %s pttl %d", k, typ, ttl)
-		if typ == "string" {
+		switch typ {
+		case "string":
 			v, _ := c.Do(d.t.Context(), c.B().Get().Key(k).Build()).ToString()
 			msg += " " + v
+		case "hash":
+			v, _ := c.Do(d.t.Context(), c.B().Hgetall().Key(k).Build()).AsStrMap()
+			msg += fmt.Sprint(" ", v)
 		}
 	}
 	d.t.Fatalf("%s: decisions differ at the last step (memstore's shown):\n  %s\n%s", d.key, strings.Join(h, "\n  "), msg)

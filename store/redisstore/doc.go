@@ -42,7 +42,12 @@
 // subject is percent-escaped ('%', '{', '}', '#') and hashed above 128
 // bytes, so no key text can change the key's Cluster slot or meet another
 // subject; the braces are the hash tag, so every key of one subject is in
-// one slot. Store.Key returns the key of a subject and limit.
+// one slot. Store.Key returns the key of a subject and limit. A fixed
+// window keeps its state in keys named after it, in its slot: a hash of
+// one counter per window (<key>:w, aligned and calendar windows, one
+// HINCRBY per decision) or a first-hit window's string (<key>:f); the key
+// itself holds only what a version before them wrote, read during a
+// rolling upgrade (see "Keys" in docs/redis.md).
 //
 // A script reads and writes only its one key (a batch or a reservation:
 // keys of one slot), so it is Cluster-safe, and it is O(1), or O(limit)

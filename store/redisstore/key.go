@@ -42,6 +42,32 @@ func calendarKey(prefix string, unit floodgate.CalendarUnit, subject string) str
 	return keyOf(prefix, floodgate.FixedWindow, string(unit), subject)
 }
 
+// counted reports whether limit keeps its state as counters per window
+// (see fixed_window.lua): an aligned or calendar fixed window.
+func counted(limit floodgate.Limit) bool {
+	return limit.EffectiveAlgorithm() == floodgate.FixedWindow && !limit.Params().FirstHit
+}
+
+// stateKey is the key that holds the state of a limit whose key
+// (Store.Key) is key. A fixed window keeps its state in keys named after
+// its key, which holds only what a version before them wrote (layout 1,
+// read during a rolling upgrade: see fixed_window.lua):
+//
+//	<key>:w  an aligned or calendar window: a hash of one counter per
+//	         window, the field named by the window's start in µs
+//	<key>:f  a first-hit window: the string "<start>:<count>"
+//
+// The suffixes are after the hash tag, so the keys are in key's slot.
+func stateKey(key string, limit floodgate.Limit) string {
+	switch {
+	case counted(limit):
+		return key + ":w"
+	case limit.EffectiveAlgorithm() == floodgate.FixedWindow:
+		return key + ":f"
+	}
+	return key
+}
+
 func keyOf(prefix string, alg floodgate.Algorithm, period, subject string) string {
 	if alg == "" {
 		alg = floodgate.FixedWindow

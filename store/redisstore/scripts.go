@@ -70,6 +70,11 @@ type scriptSet struct {
 	// fair decides a request of a flow under a limit shared by flows
 	// (fair.lua).
 	fair *script
+	// fast decides the usual single request of an aligned fixed window
+	// (fixed_window_fast.lua), a script much smaller than
+	// single[FixedWindow]; not in the library, whose functions make their
+	// helpers once per load.
+	fast *script
 	// lib is every script above as one Redis function library.
 	lib library
 }
@@ -101,12 +106,14 @@ type library struct {
 // budgeted lists the algorithms that take a local budget, each with its
 // state's fields variable and the field that counts the units of the
 // current window, which a return takes units off.
+// io, if not empty, is the functions that read and store the state in
+// place of load_state and save_state (a fixed window's counter).
 var budgeted = []struct {
-	alg             floodgate.Algorithm
-	fields, counted string
+	alg                 floodgate.Algorithm
+	fields, counted, io string
 }{
-	{floodgate.FixedWindow, "FIXED_WINDOW_FIELDS", "count"},
-	{floodgate.SlidingWindow, "SLIDING_WINDOW_FIELDS", "curr"},
+	{floodgate.FixedWindow, "FIXED_WINDOW_FIELDS", "count", ", fixed_window_load, fixed_window_save"},
+	{floodgate.SlidingWindow, "SLIDING_WINDOW_FIELDS", "curr", ""},
 }
 
 // scripts is built once from the embedded files: a single-request script per
@@ -231,6 +238,11 @@ func buildScripts() (scriptSet, error) {
 	if err != nil {
 		return scriptSet{}, err
 	}
+	fastSrc, err := read("fixed_window_fast.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	set.fast = newScript("fixed_window_fast", fastSrc)
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	for i, alg := range floodgate.Algorithms {
@@ -266,7 +278,7 @@ func buildScripts() (scriptSet, error) {
 	}
 	for _, bf := range budgeted {
 		name := "budget_" + string(bf.alg)
-		main := fmt.Sprintf("return budget_main('%s', %s_step, %s, %s_expires, '%s', KEYS, ARGV)\n", bf.alg, bf.alg, bf.fields, bf.alg, bf.counted)
+		main := fmt.Sprintf("return budget_main('%s', %s_step, %s, %s_expires, '%s', KEYS, ARGV%s)\n", bf.alg, bf.alg, bf.fields, bf.alg, bf.counted, bf.io)
 		src := files["common.lua"] + "\n" + files["state.lua"] + "\n" + funcs[slices.Index(floodgate.Algorithms, bf.alg)] + "\n" + budgetSrc + "\n" + main
 		set.budget[bf.alg] = newScript(name, src)
 		mains = append(mains, mainPart{name, main})

@@ -171,8 +171,11 @@ func newStore(c Conn, opts *Options) (*Store, error) {
 //	<prefix>:v1:<algorithm>:<period in µs>:{<encoded key>}
 //
 // or, for a calendar limit, <prefix>:v1:fixed_window:<unit>:{<encoded
-// key>}. See docs/redis.md for the encoding. The store reads and writes
-// only such keys; Key is for tools and tests that inspect Redis.
+// key>}. See docs/redis.md for the encoding. A fixed window keeps its
+// state in keys named after this one (<key>:w, the counters of an aligned
+// or calendar window; <key>:f, a first-hit window's state), and reads this
+// one only for what a version before them wrote. The store reads and
+// writes only such keys; Key is for tools and tests that inspect Redis.
 func (s *Store) Key(key string, limit floodgate.Limit) string {
 	if limit.Calendar.Unit != "" {
 		return calendarKey(s.prefix, limit.Calendar.Unit, key)
@@ -218,7 +221,9 @@ func (s *Store) Raise(ctx context.Context, r floodgate.Request, window time.Time
 	return d, err
 }
 
-// Reset deletes key's state under limit's algorithm and period. An empty
+// Reset deletes key's state under limit's algorithm and period (for a
+// fixed window, its counters or its first-hit state, and the key a version
+// before them kept its state in: see docs/redis.md). An empty
 // or too long key, or an invalid limit, is an error, as in Apply. The
 // slices of a token bucket or GCRA with a LocalBudget, which hold its rate
 // in the instances, are not refilled (see "Rate slices" in
@@ -233,6 +238,9 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	}
 	k := s.Key(key, limit)
 	err := s.conn.Del(ctx, k)
+	if sk := stateKey(k, limit); sk != k && err == nil {
+		err = s.conn.Del(ctx, sk)
+	}
 	// After the DEL, so that a budget claimed before it is forgotten too.
 	if s.deny != nil {
 		s.deny.forget(k)

@@ -25,7 +25,7 @@ func TestOpen(t *testing.T) {
 	if d, err := s.Apply(t.Context(), request("k", l, t0)); err != nil || !d.Allowed {
 		t.Fatalf("%+v %v", d, err)
 	}
-	out, err := srv.CLI(t.Context(), "-n", "3", "EXISTS", s.Key("k", l))
+	out, err := srv.CLI(t.Context(), "-n", "3", "EXISTS", stateKey(s.Key("k", l), l))
 	if err != nil || strings.TrimSpace(out) != "1" {
 		t.Errorf("the state is not in database 3: %q %v", out, err)
 	}

@@ -41,10 +41,28 @@ local function check_type(key, want)
   end
 end
 
--- fixed_window_check fails if the key holds something else than a state.
-local function fixed_window_check(key)
+-- fixed_window_check fails if the key holds something else than a state,
+-- or, for an aligned window of params p at now, if the hash of the
+-- counters, or the counter of the window that holds now, is not one.
+local function fixed_window_check(key, p, now)
   check_type(key, 'string')
   load_state(key, FIXED_WINDOW_FIELDS)
+  check_type(key .. ':f', 'string')
+  load_state(key .. ':f', FIXED_WINDOW_FIELDS)
+  if p and now and not p.first_hit then
+    local wkey = fixed_window_key(key)
+    check_type(wkey, 'hash')
+    fixed_window_read(wkey, format('%d', (fixed_window_bounds(p, now))))
+  end
+end
+
+-- fixed_window_state_key is the key that a request of params p writes:
+-- the hash of the counters, or a first-hit window's string.
+local function fixed_window_state_key(key, p)
+  if p.first_hit then
+    return key .. ':f'
+  end
+  return fixed_window_key(key)
 end
 
 -- sliding_window_log_check fails if the key holds something else than a
@@ -77,7 +95,7 @@ local function concurrency_check(key)
 end
 
 local ALGORITHMS = {
-  fixed_window = {check = fixed_window_check, apply = fixed_window_apply},
+  fixed_window = {check = fixed_window_check, apply = fixed_window_apply, state_key = fixed_window_state_key},
   sliding_window_log = {check = sliding_window_log_check, apply = sliding_window_log_apply},
   sliding_window = {check = sliding_window_check, apply = sliding_window_apply},
   token_bucket = {check = token_bucket_check, apply = token_bucket_apply},
@@ -85,7 +103,7 @@ local ALGORITHMS = {
   concurrency = {check = concurrency_check, apply = concurrency_apply},
 }
 
--- snapshot saves a key's type, TTL and content.
+-- snapshot saves a key's type (string, hash or zset), TTL and content.
 local function snapshot(key)
   local t = call('TYPE', key)['ok']
   if t == 'none' then
@@ -94,6 +112,8 @@ local function snapshot(key)
   local sn = {type = t, pttl = call('PTTL', key)}
   if t == 'string' then
     sn.data = call('GET', key)
+  elseif t == 'hash' then
+    sn.data = call('HGETALL', key)
   else
     sn.data = call('ZRANGE', key, 0, -1, 'WITHSCORES')
   end
@@ -109,6 +129,8 @@ local function restore(key, sn)
   end
   if sn.type == 'string' then
     call('SET', key, sn.data)
+  elseif sn.type == 'hash' then
+    call('HSET', key, unpack(sn.data))
   end
   local i = 1
   while sn.type == 'zset' and i <= #sn.data do
@@ -134,7 +156,9 @@ local BATCH_WIDTH = 1 + ARGS_PER_REQUEST
 -- arguments start at argv[base+1], BATCH_WIDTH strings each, and checks
 -- every key, all before the first write. Requests of the server's time
 -- (now_us -1) are decided at one reading of TIME, and marked server. It
--- returns the requests: {name, alg (of ALGORITHMS), key, p, r, server}.
+-- returns the requests: {name, alg (of ALGORITHMS), key, p, r, server,
+-- skey}; skey is the key the request writes (alg.state_key), which a
+-- batch saves and puts back.
 local function batch_requests(keys, argv, base)
   local reqs = {}
   local now = nil
@@ -152,13 +176,17 @@ local function batch_requests(keys, argv, base)
       r.now = now
     end
     check_windows(p, r.now)
-    reqs[i] = {name = name, alg = alg, key = keys[i], p = p, r = r, server = server}
+    local skey = keys[i]
+    if alg.state_key then
+      skey = alg.state_key(keys[i], p, r.now)
+    end
+    reqs[i] = {name = name, alg = alg, key = keys[i], p = p, r = r, server = server, skey = skey}
   end
   -- One key needs no check: its algorithm's own steps fail on a foreign
   -- key before they write, as its single script does.
   if #keys > 1 then
     for i = 1, #keys do
-      reqs[i].alg.check(keys[i])
+      reqs[i].alg.check(keys[i], reqs[i].p, reqs[i].r.now)
     end
   end
   return reqs
@@ -177,7 +205,7 @@ local function batch_apply(reqs, deny)
   end
   local saved, keys = {}, {}
   for i = 1, #reqs do
-    local key = reqs[i].key
+    local key = reqs[i].skey
     if not saved[key] then
       saved[key] = snapshot(key)
       keys[#keys + 1] = key
@@ -202,9 +230,9 @@ local function batch_apply(reqs, deny)
       -- peek may rewrite a state in a form another limit of the same
       -- period reads differently (credited tokens, dropped entries).
       local peek = {now = q.r.now, cost = 0, id = '', release = false}
-      local sn = snapshot(q.key)
+      local sn = snapshot(q.skey)
       ds[i] = q.alg.apply(q.key, q.p, peek, q.r.now)
-      restore(q.key, sn)
+      restore(q.skey, sn)
       ds[i].allowed, ds[i].retry_after = false, 0
     elseif q.p.count_rejected then
       q.alg.apply(q.key, q.p, q.r, q.r.now)

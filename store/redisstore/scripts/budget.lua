@@ -3,7 +3,10 @@
 -- back. The Go side (scripts.go) builds one script per algorithm:
 -- common.lua, state.lua, the algorithm's functions (its file up to
 -- "-- main"), this file, then a main line
---   return budget_main('<alg>', <alg>_step, <ALG>_FIELDS, <alg>_expires, '<counted field>', KEYS, ARGV)
+--   return budget_main('<alg>', <alg>_step, <ALG>_FIELDS, <alg>_expires, '<counted field>', KEYS, ARGV[, load, save])
+-- where load(key, p, now) and save(key, p, old, s, now, old_exp) read and
+-- store the state in place of load_state and save_state (a fixed window's
+-- counter: fixed_window_load, fixed_window_save).
 -- It mirrors no Go function: memstore decides in process and needs no
 -- local budget. Each claim is <alg>_step (algorithm.FixedWindow.Step,
 -- algorithm.SlidingWindow.Step) run twice in one script, so a claimed unit
@@ -39,7 +42,13 @@
 -- start (an aligned window): it then takes off units the new state never
 -- counted, at most the local budget, which the package doc says.
 
-local function budget_main(alg, step, fields, expires, counted, keys, argv)
+local function budget_main(alg, step, fields, expires, counted, keys, argv, load, save)
+  load = load or function(key)
+    return load_state(key, fields)
+  end
+  save = save or function(key, p, old, s, now, old_exp)
+    save_state(key, fields, old, s, expires(p, s), now, old_exp)
+  end
   if #keys ~= 1 or #argv ~= ARGS_PER_REQUEST + 2 then
     fail('args', 'want 1 key and ' .. (ARGS_PER_REQUEST + 2) .. ' arguments')
   end
@@ -52,7 +61,7 @@ local function budget_main(alg, step, fields, expires, counted, keys, argv)
     if now < 0 then
       now = server_now()
     end
-    local old = load_state(key, fields)
+    local old = load(key, p, now)
     local s, d = step(p, old, now, r.cost)
     local granted = 0
     if d.allowed and extra > 0 then
@@ -65,7 +74,7 @@ local function budget_main(alg, step, fields, expires, counted, keys, argv)
         end
       end
     end
-    save_state(key, fields, old, s, expires(p, s), now, r.now < 0 and expires(p, old) or 0)
+    save(key, p, old, s, now, r.now < 0 and expires(p, old) or 0)
     local out = reply({}, d, now)
     out[#out + 1] = granted
     out[#out + 1] = s.start
@@ -75,7 +84,7 @@ local function budget_main(alg, step, fields, expires, counted, keys, argv)
     if now < 0 then
       now = server_now()
     end
-    local old = load_state(key, fields)
+    local old = load(key, p, now)
     local returned = 0
     -- A fixed window that counted a rejection holds limit+1: it stays
     -- denied until its end, as count_rejected says, so nothing goes back.
@@ -93,7 +102,7 @@ local function budget_main(alg, step, fields, expires, counted, keys, argv)
           s[f] = 0
         end
       end
-      save_state(key, fields, old, s, exp, now, r.now < 0 and expires(p, old) or 0)
+      save(key, p, old, s, now, r.now < 0 and expires(p, old) or 0)
     end
     return {returned, now}
   end

@@ -36,11 +36,14 @@
 -- TIME, made only if one of them needs it: the script runs atomically, so
 -- that is the time of each of them.
 -- A key of an O(1) algorithm is read once and written once per run (see
--- MULTI_STATE).
+-- MULTI_STATE), but for an aligned fixed window's counter, which each
+-- request moves with its own HINCRBY (fixed_window_count), and a first-hit
+-- window, read and written per request (fixed_window_apply).
 
 local MULTI_FAILED = 2
 
 local MULTI_APPLY = {
+  fixed_window = fixed_window_apply,
   sliding_window_log = sliding_window_log_apply,
   concurrency = concurrency_apply,
 }
@@ -53,7 +56,6 @@ local MULTI_APPLY = {
 -- nothing in the run reads, are left out. keep_ttl says whether the
 -- algorithm's expiry may stay put between writes (see save_state).
 local MULTI_STATE = {
-  fixed_window = {fields = FIXED_WINDOW_FIELDS, step = fixed_window_step, expires = fixed_window_expires, keep_ttl = true},
   sliding_window = {fields = SLIDING_WINDOW_FIELDS, step = sliding_window_step, expires = sliding_window_expires, keep_ttl = true},
   token_bucket = {fields = TOKEN_BUCKET_FIELDS, step = token_bucket_step, expires = token_bucket_expires},
   gcra = {fields = GCRA_FIELDS, step = gcra_step, expires = gcra_expires},
@@ -77,7 +79,12 @@ local function multi_set(argv, base)
   if p.calendar then
     fail('flags', 'multi.lua takes no calendar window (the store decides those alone)')
   end
-  return {name = name, m = m, apply = apply, p = p, now = now, release = release}
+  -- counter: an aligned fixed window, decided on its window's counter
+  -- (fixed_window_count); a first-hit window is decided by its apply, its
+  -- state read and written per request.
+  local counter = name == 'fixed_window' and not p.first_hit
+  return {name = name, m = m, apply = apply, p = p, now = now, release = release, counter = counter,
+    wnow = false, wstart = 0, wstop = 0, wfield = ''}
 end
 
 
@@ -98,7 +105,7 @@ local function multi_one(key, argv, base, sets, clock, states, order)
     fail('args', 'no parameter set ' .. tostring(argv[base + 1]))
   end
   local cost, id = argv[base + 2], argv[base + 3]
-  if cost == '1' and id == '' and set.m then
+  if cost == '1' and id == '' and (set.m or set.counter) then
     cost = 1 -- the usual request, which the checks below always pass
   else
     cost = arg_int('cost', cost, 0, MAX_LIMIT)
@@ -109,6 +116,15 @@ local function multi_one(key, argv, base, sets, clock, states, order)
   if now < 0 then
     clock.now = clock.now or server_now()
     now = clock.now
+  end
+  if set.counter then
+    -- The window of the set's time, found once per run.
+    if set.wnow ~= now then
+      set.wnow = now
+      set.wstart, set.wstop = fixed_window_bounds(set.p, now)
+      set.wfield = format('%d', set.wstart)
+    end
+    return fixed_window_count(key, set.p, now, cost, set.wstart, set.wstop, set.wfield), now
   end
   if set.apply then
     return set.apply(key, set.p, {now = set.now, cost = cost, id = id, release = set.release}, now), now

@@ -33,9 +33,9 @@ local function raise_main(keys, argv)
     now = server_now()
   end
   check_windows(p, now)
-  ALGORITHMS.fixed_window.check(keys[1])
+  ALGORITHMS.fixed_window.check(keys[1], p, now)
   local a = reserver('fixed_window')
-  local old = a.load(keys[1])
+  local old = a.load(keys[1], p, now)
   local s = fixed_window_raise(p, old, now, w + 0, r.cost)
   a.save(keys[1], p, old, s, now)
   local out = {}

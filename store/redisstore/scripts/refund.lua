@@ -181,7 +181,9 @@ end
 
 -- string_reserver is an algorithm whose state is a string (state.lua) as
 -- the generic functions of algorithm/reserve.go see it (an
--- algorithm.Reserver): load reads the state of a key; step and refund are
+-- algorithm.Reserver): load reads the state of a key (given the params and
+-- time of the steps to come, which a fixed window's counter needs to find
+-- its window); step and refund are
 -- its Step and Refund on a state, which they do not change; peek decides
 -- a cost at now without storing anything; save stores a state that was
 -- old, with its TTL.
@@ -208,7 +210,22 @@ end
 -- concurrency. The sliding log's state is its sorted set, which its steps
 -- change as they go: its state is {key = key}, and save does nothing.
 local RESERVERS = {
-  fixed_window = string_reserver(FIXED_WINDOW_FIELDS, fixed_window_step, fixed_window_refund, fixed_window_expires),
+  -- A fixed window: its string (first hit) or its window's counter,
+  -- through fixed_window_load and fixed_window_save.
+  fixed_window = {
+    load = fixed_window_load,
+    step = function(p, s, now, cost)
+      return fixed_window_step(p, s, now, cost)
+    end,
+    refund = fixed_window_refund,
+    peek = function(key, p, now, cost)
+      local _, d = fixed_window_step(p, fixed_window_load(key, p, now), now, cost)
+      return d
+    end,
+    save = function(key, p, old, s, now)
+      fixed_window_save(key, p, old, s, now, 0)
+    end,
+  },
   sliding_window = string_reserver(SLIDING_WINDOW_FIELDS, sliding_window_step, sliding_window_refund, sliding_window_expires),
   token_bucket = string_reserver(TOKEN_BUCKET_FIELDS, token_bucket_step, token_bucket_refund, token_bucket_expires),
   gcra = string_reserver(GCRA_FIELDS, gcra_step, gcra_refund, gcra_expires),
@@ -268,14 +285,14 @@ local function refund_main(keys, argv)
       server = server or server_now()
       r.now = server
     end
-    ALGORITHMS[name].check(keys[i])
+    ALGORITHMS[name].check(keys[i], p, r.now)
     reqs[i] = {a = a, key = keys[i], p = p, r = r}
     ats[i] = at + 0
   end
   local out = {}
   for i = 1, n do
     local q = reqs[i]
-    local old = q.a.load(q.key)
+    local old = q.a.load(q.key, q.p, q.r.now)
     local s, back = q.a.refund(q.p, old, q.r.now, ats[i], q.r.cost)
     q.a.save(q.key, q.p, old, s, q.r.now)
     out[#out + 1] = back

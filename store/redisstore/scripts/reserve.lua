@@ -220,8 +220,8 @@ end
 -- that request q's units count in, after it was decided: the live
 -- window's, else the one a request would open now.
 local function hold_window(q)
-  local s = reserver('fixed_window').load(q.key)
   local now = q.r.now
+  local s = reserver('fixed_window').load(q.key, q.p, now)
   if fixed_window_live(q.p, s, now) then
     return s.start
   elseif q.p.first_hit then
@@ -326,7 +326,7 @@ local function rebuild_counters(reqs, rebuild)
   for i, q in ipairs(reqs) do
     local b, now = rebuild[i], q.r.now
     local lost = false
-    if b.mode ~= REBUILD_NONE and not fixed_window_live(q.p, reserver('fixed_window').load(q.key), now) then
+    if b.mode ~= REBUILD_NONE and not fixed_window_live(q.p, reserver('fixed_window').load(q.key, q.p, now), now) then
       lost = b.mode == REBUILD_CHECK or not known_holds(q.p, b.window, now)
     end
     if lost then
@@ -346,7 +346,7 @@ local function rebuild_counters(reqs, rebuild)
     local b = rebuild[i]
     if b.mode == REBUILD_KNOWN then
       local a = reserver('fixed_window')
-      local old = a.load(q.key)
+      local old = a.load(q.key, q.p, q.r.now)
       a.save(q.key, q.p, old, fixed_window_raise(q.p, old, q.r.now, b.window, b.units), q.r.now)
     end
   end

@@ -84,7 +84,7 @@ local function expire_holds(states, holds, clock)
   for i = 1, #holds do
     found[i] = load_hold(holds[i])
     if found[i] then
-      ALGORITHMS[found[i].alg].check(states[i])
+      ALGORITHMS[found[i].alg].check(states[i], found[i].p, clock >= 0 and clock - found[i].skew or nil)
     end
   end
   local out = {}
@@ -100,7 +100,7 @@ local function expire_holds(states, holds, clock)
         outcome, due = NOT_DUE, h.expires + h.skew
       else
         local a = RESERVERS[h.alg]
-        local old = a.load(states[i])
+        local old = a.load(states[i], h.p, now)
         local s
         s, h = hold_expire(a, old, h, h.p, now)
         a.save(states[i], h.p, old, s, now)
@@ -189,7 +189,7 @@ local function settle_main(keys, argv)
     if h then
       local a = RESERVERS[h.alg]
       local was = h.state
-      local old = a.load(q.key)
+      local old = a.load(q.key, h.p, now)
       local s = old
       if mode == 'settle' then
         s, h, code, d = hold_settle(a, s, h, h.p, now, actual, cancel, q.r.id)
