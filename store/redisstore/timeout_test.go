@@ -3,11 +3,17 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/faults"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // gateConn holds every script whose keys name "slow" until release is
@@ -104,5 +110,87 @@ func TestDeadlineFromSend(t *testing.T) {
 	<-gate.entered
 	if a := <-done; !errors.Is(a.err, context.DeadlineExceeded) || !a.d.Allowed {
 		t.Errorf("a script in flight past its deadline: %+v %v, want fail_open's answer with the deadline's error", a.d, a.err)
+	}
+}
+
+// TestDeadlineKeepsConnection: a script that passes its deadline fails
+// (answered by the failure policy) and leaves its connection open, on the
+// connection that rueidis would otherwise use synchronously (nothing else
+// in flight on it). Before, rueidis read the reply under a socket deadline
+// and closed the connection when it passed: on a saturated host each late
+// reply failed every call in flight on that connection and made the next
+// one dial again, its handshake under the next call's deadline (the
+// saturation curve of bench/run-all.sh -saturation showed 13 connections
+// opened in 5 s at load 24). A real redis-server behind a loopback proxy
+// that holds the client's bytes for 50 times the deadline; whether Redis
+// accepted a new connection is read from its INFO.
+func TestDeadlineKeepsConnection(t *testing.T) {
+	srv := redistest.Standalone(t)
+	proxy, err := faults.NewProxy(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	direct := newRueidis(t, srv.Addr)
+	connections := func() int64 {
+		t.Helper()
+		info, err := direct.Do(t.Context(), direct.B().Info().Section("stats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatal("INFO stats has no total_connections_received")
+		return 0
+	}
+	// One connection (rueidis's default is four, picked at random per
+	// call), so that every call below goes on the same one.
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{proxy.Addr()}, ForceSingleClient: true, DisableCache: true,
+		PipelineMultiplex: -1, Dialer: net.Dialer{Timeout: testDialTimeout}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	s, err := New(client, &Options{Prefix: testPrefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const timeout = 20 * time.Millisecond
+	l, err := floodgate.New(s, &floodgate.Options{FailurePolicy: floodgate.FailOpen, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := floodgate.Limit{Limit: 10, Period: time.Hour}
+	req := floodgate.Request{Key: "k", Limit: lim, Cost: 1}
+	// One call without a deadline or a cancellation, which rueidis sends
+	// and reads on the caller's goroutine (its connection has nothing
+	// else in flight), as it would every call so far on a connection
+	// that never had two at once.
+	if d, err := s.Apply(context.Background(), req); err != nil || d.Remaining != 9 {
+		t.Fatalf("first call: %+v %v, want 9 remaining", d, err)
+	}
+	before := connections()
+
+	proxy.SetLatency(50 * timeout)
+	d, err := l.Allow(t.Context(), "k", lim)
+	if !errors.Is(err, context.DeadlineExceeded) || !d.Allowed {
+		t.Fatalf("a script held past its deadline: %+v %v, want fail_open's answer with the deadline's error", d, err)
+	}
+	proxy.SetLatency(0)
+	// The next call goes after the late one on the same connection: it
+	// waits for it, and is decided by Redis, which ran the late one too.
+	if d, err := s.Apply(t.Context(), req); err != nil || d.Remaining != 7 {
+		t.Errorf("the call after the late one: %+v %v, want Redis's decision with 7 remaining (the late script ran)", d, err)
+	}
+	if after := connections(); after != before {
+		t.Errorf("Redis accepted %d connections after a script passed its deadline, want none: the deadline closed the connection", after-before)
 	}
 }
