@@ -194,3 +194,138 @@ func TestDeadlineKeepsConnection(t *testing.T) {
 		t.Errorf("Redis accepted %d connections after a script passed its deadline, want none: the deadline closed the connection", after-before)
 	}
 }
+
+// fakeTimers is a clock and the timers of startDeadline, moved by hand.
+type fakeTimers struct {
+	now   time.Time
+	f     func()        // the timer's function
+	due   time.Duration // what it was last set for (from now at the time)
+	sets  int
+	alive bool
+}
+
+func (ft *fakeTimers) clock() time.Time { return ft.now }
+
+func (ft *fakeTimers) after(d time.Duration, f func()) stoppableTimer {
+	ft.f, ft.due, ft.alive = f, d, true
+	ft.sets++
+	return ft
+}
+
+func (ft *fakeTimers) Stop() bool { was := ft.alive; ft.alive = false; return was }
+
+func (ft *fakeTimers) Reset(d time.Duration) bool {
+	ft.due, ft.alive = d, true
+	ft.sets++
+	return false
+}
+
+// fireAfter moves the clock by elapsed and fires the timer, as a timer
+// set for ft.due fires, elapsed late or on time.
+func (ft *fakeTimers) fireAfter(t *testing.T, elapsed time.Duration) {
+	t.Helper()
+	if !ft.alive {
+		t.Fatal("the timer is not set")
+	}
+	ft.now = ft.now.Add(elapsed)
+	ft.alive = false
+	ft.f()
+}
+
+// TestDeadlineCredit: a script's deadline passes when its timer fires on
+// time; a timer that fires late (the process waited for a CPU) is set
+// again for its lateness, up to one more timeout in all, so that a reply
+// that came in time is not thrown away for the time this process could
+// not run; past that credit, or on a timer on time, the deadline passes
+// (context.DeadlineExceeded). An injected clock and timers.
+func TestDeadlineCredit(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	start := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	open := func(t *testing.T) (*fakeTimers, context.Context, context.CancelFunc) {
+		ft := &fakeTimers{now: start}
+		ctx, cancel := startDeadline(context.Background(), timeout, ft.clock, ft.after)
+		if ft.due != timeout {
+			t.Fatalf("timer set for %v, want %v", ft.due, timeout)
+		}
+		if d, ok := ctx.Deadline(); !ok || !d.Equal(start.Add(2*timeout)) {
+			t.Errorf("Deadline() = %v %v, want the latest it can pass, %v", d, ok, start.Add(2*timeout))
+		}
+		return ft, ctx, cancel
+	}
+	passed := func(t *testing.T, ctx context.Context, want bool) {
+		t.Helper()
+		if got := ctx.Err() != nil; got != want {
+			t.Fatalf("deadline passed: %v (%v), want %v", got, ctx.Err(), want)
+		}
+		if want && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatalf("Err() = %v, want context.DeadlineExceeded", ctx.Err())
+		}
+	}
+
+	t.Run("on time", func(t *testing.T) {
+		ft, ctx, cancel := open(t)
+		defer cancel()
+		ft.fireAfter(t, timeout+lateSlack) // late by the slack: on time
+		passed(t, ctx, true)
+	})
+	t.Run("late, then on time", func(t *testing.T) {
+		ft, ctx, cancel := open(t)
+		defer cancel()
+		ft.fireAfter(t, timeout+3*time.Millisecond)
+		passed(t, ctx, false)
+		if ft.due != 3*time.Millisecond {
+			t.Fatalf("set again for %v, want its lateness, 3ms", ft.due)
+		}
+		ft.fireAfter(t, 3*time.Millisecond)
+		passed(t, ctx, true)
+	})
+	t.Run("late until the credit is spent", func(t *testing.T) {
+		ft, ctx, cancel := open(t)
+		defer cancel()
+		ft.fireAfter(t, timeout+4*time.Millisecond)
+		ft.fireAfter(t, 4*time.Millisecond+4*time.Millisecond)
+		passed(t, ctx, false)
+		// 8ms of the 10ms credited; 2ms left for the next 5ms late.
+		ft.fireAfter(t, ft.due+5*time.Millisecond)
+		passed(t, ctx, false)
+		if ft.due != 2*time.Millisecond {
+			t.Fatalf("set again for %v, want the credit left, 2ms", ft.due)
+		}
+		ft.fireAfter(t, ft.due+5*time.Millisecond)
+		passed(t, ctx, true)
+		if ft.sets != 4 {
+			t.Errorf("timer set %d times, want 4", ft.sets)
+		}
+	})
+	t.Run("very late", func(t *testing.T) {
+		ft, ctx, cancel := open(t)
+		defer cancel()
+		ft.fireAfter(t, timeout+time.Second)
+		passed(t, ctx, false)
+		if ft.due != timeout {
+			t.Fatalf("set again for %v, want the whole credit, %v", ft.due, timeout)
+		}
+		ft.fireAfter(t, ft.due+time.Second)
+		passed(t, ctx, true)
+	})
+	t.Run("canceled", func(t *testing.T) {
+		ft, ctx, cancel := open(t)
+		cancel()
+		if !errors.Is(ctx.Err(), context.Canceled) || ft.alive {
+			t.Errorf("after cancel: Err() = %v, timer set %v; want context.Canceled and the timer stopped", ctx.Err(), ft.alive)
+		}
+	})
+	t.Run("parent's deadline", func(t *testing.T) {
+		ft := &fakeTimers{now: start}
+		parent, cancelParent := context.WithDeadline(context.Background(), start.Add(timeout/2))
+		cancelParent()
+		ctx, cancel := startDeadline(parent, timeout, ft.clock, ft.after)
+		defer cancel()
+		if d, _ := ctx.Deadline(); !d.Equal(start.Add(timeout / 2)) {
+			t.Errorf("Deadline() = %v, want the parent's, earlier", d)
+		}
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Errorf("Err() = %v, want the parent's", ctx.Err())
+		}
+	})
+}
