@@ -11,12 +11,18 @@
 //   - `floodgate serve` on that Redis against envoyproxy/ratelimit on that
 //     Redis, both loaded over gRPC by `floodgate bench` in its own process;
 //   - ratios against the targets of issue 7, and how the CPU was split
-//     between the client, the service and Redis in every row.
+//     between the client, the service and Redis in every row;
+//   - the saturation curve (saturation.go; -saturation runs it alone):
+//     `floodgate serve` with its default flags, over the memory store and
+//     over Redis, under a steady gRPC and HTTP load, beside a busy-loop
+//     competitor of 0, 50, 100 and 200% of a core: decisions/s, latency,
+//     the failure policy's answers and whether limiting stayed exact.
 //
 // Every row is driven by internal/loadgen, as `floodgate bench` is.
 //
 //	cd bench && go run ./cmd/benchall -quick     # under 2 minutes
-//	cd bench && go run ./cmd/benchall            # the full table, 8 to 17 minutes
+//	cd bench && go run ./cmd/benchall            # the full table, 11 to 21 minutes
+//	cd bench && go run ./cmd/benchall -saturation   # the saturation curve alone
 //
 // The tables go to stdout (Markdown), progress to stderr. envoyproxy/ratelimit
 // rows need its service_cmd binary (-ratelimit-bin, $RATELIMIT_BIN, PATH or
