@@ -40,13 +40,9 @@ func (r rueidisConn) Eval(ctx context.Context, src string, keys, args []string, 
 // WAIT on the old node, which counts other writes or, a replica now,
 // refuses. So a call that meets a failover or a resharding fails, and is
 // answered by its failure policy, and the next calls go to the new node.
-//
-// Without a WAIT the script goes with its context's deadline hidden
-// (withoutDeadline): the deadline ends the wait for the reply, never the
-// connection.
 func (r rueidisConn) do(ctx context.Context, cmd rueidis.Completed, key string, w Wait) ([]int64, error) {
 	if w.Replicas == 0 {
-		return rueidisInts(r.c.Do(withoutDeadline(ctx), cmd))
+		return rueidisInts(r.c.Do(ctx, cmd))
 	}
 	waitCmd := r.c.B().Wait().Numreplicas(w.Replicas).Timeout(w.TimeoutMillis()).Build().SetSlot(key)
 	var res []rueidis.RedisResult

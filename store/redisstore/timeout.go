@@ -20,8 +20,8 @@ import (
 // Two more rules keep a saturated host's own slowness out of the
 // deadline: a timer that fires late is credited its lateness (see
 // lateSlack), and a deadline ends the wait for a reply, never the
-// connection (withoutDeadline). bench/run-all.sh -saturation measures
-// the curve.
+// connection (the client pipelines always: see urlConfig.clientOption).
+// bench/run-all.sh -saturation measures the curve.
 
 // sendTimeoutKey is the context key of the deadline that the runner
 // starts when it sends a script (WithTimeout).
@@ -223,30 +223,3 @@ func (t *Timed) Ping(ctx context.Context) error {
 func (t *Timed) WithTimeout(timeout time.Duration) floodgate.Store {
 	return t.Store.WithTimeout(timeout)
 }
-
-// withoutDeadline is ctx with its cancellation, error and values, but no
-// deadline: Deadline reports none, while Done still closes when ctx's
-// deadline passes. rueidis, given a deadline for a command on a connection
-// with nothing else in flight, writes and reads on the caller's goroutine
-// under a socket deadline and, when the deadline passes, closes the
-// connection: the calls sent on it meanwhile fail too, and the next call
-// on it dials again, its handshake bounded by that call's deadline. On a
-// saturated host, where round trips pass a deadline of a few
-// milliseconds now and then, that turned each late reply into a burst of
-// failure-policy answers and a reconnection. Without a deadline, rueidis
-// queues the command on the connection's pipeline and stops waiting when
-// Done closes; the late reply is read and dropped, and the connection
-// stays (TestDeadlineKeepsConnection). A connection that truly stopped
-// answering is still closed, by rueidis's ConnWriteTimeout
-// (DefaultConnTimeout).
-func withoutDeadline(ctx context.Context) context.Context {
-	if _, ok := ctx.Deadline(); !ok {
-		return ctx
-	}
-	return noDeadline{ctx}
-}
-
-// noDeadline is a Context that reports no deadline (withoutDeadline).
-type noDeadline struct{ context.Context }
-
-func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }

@@ -113,11 +113,11 @@ func TestDeadlineFromSend(t *testing.T) {
 	}
 }
 
-// TestDeadlineKeepsConnection: a script that passes its deadline fails
-// (answered by the failure policy) and leaves its connection open, on the
-// connection that rueidis would otherwise use synchronously (nothing else
-// in flight on it). Before, rueidis read the reply under a socket deadline
-// and closed the connection when it passed: on a saturated host each late
+// TestDeadlineKeepsConnection: with the client options of Open, a script
+// that passes its deadline fails (answered by the failure policy) and
+// leaves its connection open, also on a connection with nothing else in
+// flight. Before (rueidis's default), rueidis read such a reply under a
+// socket deadline and closed the connection when it passed: on a saturated host each late
 // reply failed every call in flight on that connection and made the next
 // one dial again, its handshake under the next call's deadline (the
 // saturation curve of bench/run-all.sh -saturation showed 13 connections
@@ -150,10 +150,16 @@ func TestDeadlineKeepsConnection(t *testing.T) {
 		t.Fatal("INFO stats has no total_connections_received")
 		return 0
 	}
-	// One connection (rueidis's default is four, picked at random per
-	// call), so that every call below goes on the same one.
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{proxy.Addr()}, ForceSingleClient: true, DisableCache: true,
-		PipelineMultiplex: -1, Dialer: net.Dialer{Timeout: testDialTimeout}})
+	// The client of Open's options, on one connection (rueidis's default
+	// is four, picked at random per call), so that every call below goes
+	// on the same one.
+	cfg, err := parseURL("redis://" + proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cfg.clientOption(nil)
+	o.PipelineMultiplex, o.Dialer = -1, net.Dialer{Timeout: testDialTimeout}
+	client, err := rueidis.NewClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,10 +176,10 @@ func TestDeadlineKeepsConnection(t *testing.T) {
 	}
 	lim := floodgate.Limit{Limit: 10, Period: time.Hour}
 	req := floodgate.Request{Key: "k", Limit: lim, Cost: 1}
-	// One call without a deadline or a cancellation, which rueidis sends
-	// and reads on the caller's goroutine (its connection has nothing
-	// else in flight), as it would every call so far on a connection
-	// that never had two at once.
+	// One call without a deadline or a cancellation opens the
+	// connection; without Open's AlwaysPipelining, rueidis would send
+	// and read it on the caller's goroutine, as every call on a
+	// connection that never had two at once.
 	if d, err := s.Apply(context.Background(), req); err != nil || d.Remaining != 9 {
 		t.Fatalf("first call: %+v %v, want 9 remaining", d, err)
 	}
@@ -316,16 +322,29 @@ func TestDeadlineCredit(t *testing.T) {
 		}
 	})
 	t.Run("parent's deadline", func(t *testing.T) {
+		// A parent's deadline before the script's is the Deadline; the
+		// parent's end is the context's, whatever the timer.
 		ft := &fakeTimers{now: start}
 		parent, cancelParent := context.WithDeadline(context.Background(), start.Add(timeout/2))
-		cancelParent()
+		defer cancelParent()
 		ctx, cancel := startDeadline(parent, timeout, ft.clock, ft.after)
 		defer cancel()
 		if d, _ := ctx.Deadline(); !d.Equal(start.Add(timeout / 2)) {
 			t.Errorf("Deadline() = %v, want the parent's, earlier", d)
 		}
+		<-ctx.Done() // start is long past: the parent's deadline has passed
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !ft.alive {
+			t.Errorf("Err() = %v, timer set %v: want the parent's context.DeadlineExceeded, the timer not fired", ctx.Err(), ft.alive)
+		}
+	})
+	t.Run("parent canceled", func(t *testing.T) {
+		ft := &fakeTimers{now: start}
+		parent, cancelParent := context.WithCancel(context.Background())
+		ctx, cancel := startDeadline(parent, timeout, ft.clock, ft.after)
+		defer cancel()
+		cancelParent()
 		if !errors.Is(ctx.Err(), context.Canceled) {
-			t.Errorf("Err() = %v, want the parent's", ctx.Err())
+			t.Errorf("Err() = %v, want the parent's context.Canceled", ctx.Err())
 		}
 	})
 }
