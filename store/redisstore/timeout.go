@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -16,6 +17,11 @@ import (
 // admitted against a limit of 5 on a host at load 13, most of them never
 // sent. A call waits for the runs ahead of it, each bounded by the
 // deadline, and then its own; the caller's own context bounds it all.
+// Two more rules keep a saturated host's own slowness out of the
+// deadline: a timer that fires late is credited its lateness (see
+// lateSlack), and a deadline ends the wait for a reply, never the
+// connection (the client pipelines always: see urlConfig.clientOption).
+// bench/run-all.sh -saturation measures the curve.
 
 // sendTimeoutKey is the context key of the deadline that the runner
 // starts when it sends a script (WithTimeout).
@@ -38,9 +44,100 @@ func sendTimeout(ctx context.Context) time.Duration {
 // each script sent, if any: the runner calls it as it sends.
 func sendDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d := sendTimeout(ctx); d > 0 {
-		return context.WithTimeout(ctx, d)
+		return startDeadline(ctx, d, time.Now, afterFunc)
 	}
 	return ctx, func() {}
+}
+
+// A script's deadline counts the time this process was running to see
+// its reply. Its timer, like every goroutine of the process, waits for a
+// CPU on a saturated host: when it fires late, the reply may have come
+// within the deadline and be waiting for rueidis's reader, which waits
+// for a CPU as the timer did. So a timer that fires more than lateSlack
+// after its time is set again for as long as it was late, and the
+// deadline passes only when it fires on time, or when the credit, one
+// more timeout in all, is spent: a call waits at most twice the timeout
+// for its reply (and what the process takes to run at all), and a store
+// that truly answers late fails as before (TestDeadlineCredit).
+
+// lateSlack is how late a deadline's timer may fire before its lateness
+// is credited: more than a timer's jitter on a host with a CPU free.
+const lateSlack = time.Millisecond
+
+// stoppableTimer is the timer a deadline sets (time.AfterFunc's).
+type stoppableTimer interface {
+	Stop() bool
+	Reset(d time.Duration) bool
+}
+
+// afterFunc is time.AfterFunc for startDeadline.
+func afterFunc(d time.Duration, f func()) stoppableTimer { return time.AfterFunc(d, f) }
+
+// deadline is the context of one script: its parent's, canceled with the
+// cause context.DeadlineExceeded when the deadline passes.
+type deadline struct {
+	context.Context
+	cancel context.CancelCauseFunc
+	now    func() time.Time
+	end    time.Time // the latest it passes: the timeout twice from the send
+
+	mu     sync.Mutex
+	due    time.Time     // when it passes, unless the timer fires late
+	credit time.Duration // lateness that may still be credited
+	timer  stoppableTimer
+}
+
+// startDeadline returns parent bounded by a deadline of timeout from now
+// (see the comment above lateSlack), with the clock and the timers of now
+// and after.
+func startDeadline(parent context.Context, timeout time.Duration, now func() time.Time,
+	after func(time.Duration, func()) stoppableTimer) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	t0 := now()
+	dl := &deadline{Context: ctx, cancel: cancel, now: now, due: t0.Add(timeout), end: t0.Add(2 * timeout), credit: timeout}
+	dl.mu.Lock()
+	dl.timer = after(timeout, dl.fire)
+	dl.mu.Unlock()
+	return dl, func() {
+		dl.mu.Lock()
+		dl.timer.Stop()
+		dl.mu.Unlock()
+		cancel(context.Canceled)
+	}
+}
+
+// fire is the deadline's timer: it passes the deadline, or, if it fired
+// late and credit is left, sets itself again for its lateness.
+func (dl *deadline) fire() {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	now := dl.now()
+	if late := now.Sub(dl.due); late > lateSlack && dl.credit > 0 {
+		late = min(late, dl.credit)
+		dl.credit -= late
+		dl.due = now.Add(late)
+		dl.timer.Reset(late)
+		return
+	}
+	dl.cancel(context.DeadlineExceeded)
+}
+
+// Deadline is the latest the deadline can pass.
+func (dl *deadline) Deadline() (time.Time, bool) {
+	if d, ok := dl.Context.Deadline(); ok && d.Before(dl.end) {
+		return d, true
+	}
+	return dl.end, true
+}
+
+// Err is context.DeadlineExceeded once the deadline passed, else the
+// parent's error or context.Canceled.
+func (dl *deadline) Err() error {
+	err := dl.Context.Err()
+	if err != nil && context.Cause(dl.Context) == context.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return err
 }
 
 // WithTimeout returns s with timeout as the deadline of each script's

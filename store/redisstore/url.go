@@ -303,6 +303,16 @@ func (c urlConfig) clientOption(custom *tls.Config) rueidis.ClientOption {
 		// CLIENT TRACKING handshake, which some managed offerings refuse.
 		DisableCache:      true,
 		ForceSingleClient: c.Topology == standalone,
+		// Every command goes through the connection's pipeline, even
+		// alone on it: otherwise rueidis writes and reads a command that
+		// finds its connection idle on the caller's goroutine, under a
+		// socket deadline from the call's context, and closes the
+		// connection when it passes, failing the calls sent on it
+		// meanwhile and dialing again under the next call's deadline (on
+		// a saturated host, a burst of failure-policy answers per late
+		// reply). Pipelined, a passed deadline ends the wait for the
+		// reply and the connection stays (TestDeadlineKeepsConnection).
+		AlwaysPipelining: true,
 	}
 	o.Dialer.Timeout = c.DialTimeout
 	o.ConnWriteTimeout = cmp.Or(c.ConnTimeout, DefaultConnTimeout)

@@ -11,12 +11,18 @@
 //   - `floodgate serve` on that Redis against envoyproxy/ratelimit on that
 //     Redis, both loaded over gRPC by `floodgate bench` in its own process;
 //   - ratios against the targets of issue 7, and how the CPU was split
-//     between the client, the service and Redis in every row.
+//     between the client, the service and Redis in every row;
+//   - the saturation curve (saturation.go; -saturation runs it alone):
+//     `floodgate serve` with its default flags, over the memory store and
+//     over Redis, under a steady gRPC and HTTP load, beside a busy-loop
+//     competitor of 0, 50, 100 and 200% of a core: decisions/s, latency,
+//     the failure policy's answers and whether limiting stayed exact.
 //
 // Every row is driven by internal/loadgen, as `floodgate bench` is.
 //
 //	cd bench && go run ./cmd/benchall -quick     # under 2 minutes
-//	cd bench && go run ./cmd/benchall            # the full table, 8 to 17 minutes
+//	cd bench && go run ./cmd/benchall            # the full table, 11 to 21 minutes
+//	cd bench && go run ./cmd/benchall -saturation   # the saturation curve alone
 //
 // The tables go to stdout (Markdown), progress to stderr. envoyproxy/ratelimit
 // rows need its service_cmd binary (-ratelimit-bin, $RATELIMIT_BIN, PATH or
@@ -57,6 +63,10 @@ type plan struct {
 	memDur, memWarm       time.Duration
 	serveDur, serveWarm   time.Duration
 	ceilingCalls          int
+	// The saturation curve: callers of the steady load, and each step's
+	// measured run and warmup.
+	satCallers      int
+	satDur, satWarm time.Duration
 }
 
 var (
@@ -66,6 +76,7 @@ var (
 		memDur: 300 * time.Millisecond, memWarm: 100 * time.Millisecond,
 		serveDur: 1500 * time.Millisecond, serveWarm: 500 * time.Millisecond,
 		ceilingCalls: 50_000,
+		satCallers:   64, satDur: 2 * time.Second, satWarm: 300 * time.Millisecond,
 	}
 	fullPlan = plan{
 		callers: []int{1, 16, 64, 256}, serveCallers: []int{16, 64, 256}, keys: []int{100_000, 1},
@@ -76,6 +87,7 @@ var (
 		// 2 s each at this machine's quiet 90k/s, minutes when it is
 		// overloaded.
 		ceilingCalls: 200_000,
+		satCallers:   64, satDur: 5 * time.Second, satWarm: time.Second,
 	}
 )
 
@@ -107,7 +119,13 @@ func main() {
 	quick := flag.Bool("quick", false, "short runs and fewer caller counts (under 2 minutes)")
 	rlBin := flag.String("ratelimit-bin", os.Getenv("RATELIMIT_BIN"), "envoyproxy/ratelimit service_cmd `binary` (default: service_cmd in PATH or $(go env GOPATH)/bin)")
 	root := flag.String("root", "..", "the floodgate repository `directory` (for the scripts and cmd/floodgate)")
+	satOnly := flag.Bool("saturation", false, "only the saturation curve: floodgate serve with its defaults beside a busy-loop competitor of 0, 50, 100 and 200% of a core (part of the full run)")
+	busy := flag.Int("busy-percent", 0, "internal: be the saturation runs' competitor, spinning this `percent` of a core until stdin closes")
 	flag.Parse()
+	if *busy > 0 {
+		busyLoop(*busy, os.Stdin)
+		return
+	}
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "benchall: unexpected argument %q\n", flag.Arg(0))
 		os.Exit(2)
@@ -117,7 +135,7 @@ func main() {
 		p = quickPlan
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, p, *quick, *root, *rlBin, os.Stdout)
+	err := run(ctx, p, *quick, *satOnly, *root, *rlBin, os.Stdout)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchall:", err)
@@ -129,7 +147,7 @@ func logf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "benchall: "+format+"\n", a...)
 }
 
-func run(ctx context.Context, p plan, quick bool, root, rlBin string, out io.Writer) error {
+func run(ctx context.Context, p plan, quick, satOnly bool, root, rlBin string, out io.Writer) error {
 	if _, err := os.Stat(filepath.Join(root, "store", "redisstore", "scripts", "fixed_window.lua")); err != nil {
 		return fmt.Errorf("-root %s is not the floodgate repository: %w", root, err)
 	}
@@ -137,6 +155,9 @@ func run(ctx context.Context, p plan, quick bool, root, rlBin string, out io.Wri
 	mode := "full"
 	if quick {
 		mode = "quick"
+	}
+	if satOnly {
+		mode += ", saturation only"
 	}
 	fmt.Fprintf(out, "# benchall (%s mode), %s\n\n", mode, start.UTC().Format(time.RFC3339))
 	fmt.Fprintf(out, "%s\n", machine())
@@ -158,6 +179,17 @@ func run(ctx context.Context, p plan, quick bool, root, rlBin string, out io.Wri
 		return err
 	}
 	defer os.RemoveAll(work)
+	fg, err := buildFloodgate(ctx, root, work)
+	if err != nil {
+		return err
+	}
+	if satOnly {
+		if err := saturationSection(ctx, p, fg, work, r, stats, out); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "Load average at end: %s. Wall time of this run: %v.\n", loadavg(), time.Since(start).Round(time.Second))
+		return nil
+	}
 
 	// 1. The ceiling.
 	logf("ceiling: redis-ceiling.sh")
@@ -230,7 +262,7 @@ func run(ctx context.Context, p plan, quick bool, root, rlBin string, out io.Wri
 	writeRows(out, memRows, false, false)
 
 	// 4. The gRPC services.
-	serveRows, note, err := services(ctx, p, root, rlBin, work, r, stats)
+	serveRows, note, err := services(ctx, p, fg, rlBin, work, r, stats)
 	if err != nil {
 		return err
 	}
@@ -245,6 +277,13 @@ func run(ctx context.Context, p plan, quick bool, root, rlBin string, out io.Wri
 	// 5. Ratios.
 	fmt.Fprintf(out, "## Ratios\n\n")
 	ratios(out, ceil, redisRows, memRows, serveRows)
+
+	// 6. The saturation curve, in the full run.
+	if !quick {
+		if err := saturationSection(ctx, p, fg, work, r, stats, out); err != nil {
+			return err
+		}
+	}
 
 	fmt.Fprintf(out, "\nLoad average at end: %s. Wall time of this run: %v.\n", loadavg(), time.Since(start).Round(time.Second))
 	return nil
@@ -612,14 +651,7 @@ descriptors:
 
 // services measures `floodgate serve` and envoyproxy/ratelimit on the
 // shared Redis, loaded by `floodgate bench` processes.
-func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Redis, stats *redis.Client) ([]row, string, error) {
-	fg := filepath.Join(work, "floodgate")
-	logf("building cmd/floodgate")
-	build := exec.CommandContext(ctx, "go", "build", "-o", fg, "./cmd/floodgate")
-	build.Dir = root
-	if b, err := build.CombinedOutput(); err != nil {
-		return nil, "", fmt.Errorf("go build ./cmd/floodgate: %w\n%s", err, b)
-	}
+func services(ctx context.Context, p plan, fg, rlBin, work string, r *bench.Redis, stats *redis.Client) ([]row, string, error) {
 	cfgDir := filepath.Join(work, "rt", "ratelimit", "config")
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
 		return nil, "", err
@@ -746,6 +778,19 @@ func services(ctx context.Context, p plan, root, rlBin, work string, r *bench.Re
 		return nil, "", err
 	}
 	return rows, fmt.Sprintf("envoyproxy/ratelimit: %s.", bin), nil
+}
+
+// buildFloodgate builds cmd/floodgate of the repository at root into work
+// and returns the binary's path.
+func buildFloodgate(ctx context.Context, root, work string) (string, error) {
+	fg := filepath.Join(work, "floodgate")
+	logf("building cmd/floodgate")
+	build := exec.CommandContext(ctx, "go", "build", "-o", fg, "./cmd/floodgate")
+	build.Dir = root
+	if b, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/floodgate: %w\n%s", err, b)
+	}
+	return fg, nil
 }
 
 // startNoop builds and starts bench/cmd/noopserver, returning its pid,
