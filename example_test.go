@@ -309,8 +309,8 @@ func ExampleReserves() {
 	limiter, _ := floodgate.New(store, &floodgate.Options{Clock: floodgatetest.NewFakeClock(start)})
 	limit := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Minute}
 	reserves := &floodgate.Reserves{
-		Normal:    floodgate.Reserve{Units: 2},
-		Sheddable: floodgate.Reserve{Percent: 50},
+		Normal:    floodgate.ClassReserve{Units: 2},
+		Sheddable: floodgate.ClassReserve{Percent: 50},
 	}
 	ask := func(p floodgate.Priority, cost int64) {
 		outs, err := limiter.Decide(context.Background(), []floodgate.Item{{Key: "upstream", Limit: limit, Cost: cost, Priority: p, Reserves: reserves}})

@@ -78,10 +78,10 @@ func ClassLimit(limit Limit, p Priority) (Limit, error) {
 	return classLimit(limit, p, defaultReserves)
 }
 
-// Reserve is the part of a limit's capacity (Limit.Capacity) a class may
+// ClassReserve is the part of a limit's capacity (Limit.Capacity) a class may
 // not take: Percent of the capacity, rounded up to whole units, or Units.
-// At most one of the two is set; the zero Reserve keeps nothing.
-type Reserve struct {
+// At most one of the two is set; the zero ClassReserve keeps nothing.
+type ClassReserve struct {
 	// Percent is 0 to 100.
 	Percent int64
 	// Units is 0 or more; a reserve of the whole capacity or more keeps
@@ -91,7 +91,7 @@ type Reserve struct {
 
 // Kept is the units r keeps of capacity: Units, or Percent of capacity
 // rounded up (20% of 10 is 2), never more than capacity.
-func (r Reserve) Kept(capacity int64) int64 {
+func (r ClassReserve) Kept(capacity int64) int64 {
 	keep := r.Units
 	if r.Percent > 0 {
 		// ceil(capacity*pct/100), in 128 bits.
@@ -104,7 +104,7 @@ func (r Reserve) Kept(capacity int64) int64 {
 }
 
 // String is the reserve as the config writes it: "20%", "5" (units).
-func (r Reserve) String() string {
+func (r ClassReserve) String() string {
 	if r.Percent > 0 {
 		return strconv.FormatInt(r.Percent, 10) + "%"
 	}
@@ -120,12 +120,12 @@ func (r Reserve) String() string {
 // after a higher one. Without Reserves (AllowPriority, ClassLimit, an
 // Item without them) the reserves are Normal 5% and Sheddable 20%.
 type Reserves struct {
-	Normal    Reserve
-	Sheddable Reserve
+	Normal    ClassReserve
+	Sheddable ClassReserve
 }
 
 // defaultReserves are the reserves of Priority.Reserve.
-var defaultReserves = Reserves{Normal: Reserve{Percent: 5}, Sheddable: Reserve{Percent: 20}}
+var defaultReserves = Reserves{Normal: ClassReserve{Percent: 5}, Sheddable: ClassReserve{Percent: 20}}
 
 // Validate checks rs on its own: no negative, no percent above 100, at
 // most one of Percent and Units per class. An error wraps
@@ -142,7 +142,7 @@ func (rs Reserves) Validate() error {
 // check is Validate for one class's reserve, named field. (No slice of
 // the two: a decision validates its item's reserves, and a literal
 // whose values reach an error escapes to the heap.)
-func (r Reserve) check(field string) error {
+func (r ClassReserve) check(field string) error {
 	switch {
 	case r.Percent < 0 || r.Units < 0:
 		return fieldErr(ErrInvalidLimit, field, "a reserve cannot be negative")
@@ -199,7 +199,7 @@ func itemLimit(r *Request, it Item) error {
 
 // classLimit is limit with its capacity lowered by p's reserve in rs.
 func classLimit(limit Limit, p Priority, rs Reserves) (Limit, error) {
-	var r Reserve
+	var r ClassReserve
 	switch p {
 	case "", Critical:
 	case Normal:

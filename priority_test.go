@@ -195,7 +195,7 @@ func TestPriorityReservesOverload(t *testing.T) {
 		"gcra":         {Algorithm: floodgate.GCRA, Limit: 100, Period: time.Second},
 		"fixed_window": {Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Minute},
 	}
-	rs := &floodgate.Reserves{Normal: floodgate.Reserve{Units: 10}, Sheddable: floodgate.Reserve{Percent: 40}}
+	rs := &floodgate.Reserves{Normal: floodgate.ClassReserve{Units: 10}, Sheddable: floodgate.ClassReserve{Percent: 40}}
 	bound := map[floodgate.Priority]int{floodgate.Sheddable: 60, floodgate.Normal: 90, floodgate.Critical: 100}
 	order := []floodgate.Priority{floodgate.Sheddable, floodgate.Normal, floodgate.Critical}
 	for _, storeName := range []string{"memory", "redis"} {
@@ -247,20 +247,20 @@ func TestPriorityReservesOverload(t *testing.T) {
 func TestReserves(t *testing.T) {
 	t.Parallel()
 	lim := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: 50}
-	rs := floodgate.Reserves{Normal: floodgate.Reserve{Percent: 10}, Sheddable: floodgate.Reserve{Units: 20}}
+	rs := floodgate.Reserves{Normal: floodgate.ClassReserve{Percent: 10}, Sheddable: floodgate.ClassReserve{Units: 20}}
 	for p, want := range map[floodgate.Priority]int64{"": 50, floodgate.Critical: 50, floodgate.Normal: 45, floodgate.Sheddable: 30} {
 		cl, err := rs.Limit(lim, p)
 		if err != nil || cl.Burst != want {
 			t.Errorf("%q: burst %d, %v; want %d", p, cl.Burst, err, want)
 		}
 	}
-	if k := (floodgate.Reserve{Percent: 20}).Kept(11); k != 3 {
+	if k := (floodgate.ClassReserve{Percent: 20}).Kept(11); k != 3 {
 		t.Errorf("20%% of 11 keeps %d, want 3 (rounded up)", k)
 	}
-	if k := (floodgate.Reserve{Units: 80}).Kept(50); k != 50 {
+	if k := (floodgate.ClassReserve{Units: 80}).Kept(50); k != 50 {
 		t.Errorf("80 units of 50 keeps %d, want 50", k)
 	}
-	all, err := floodgate.Reserves{Sheddable: floodgate.Reserve{Units: 50}}.Limit(lim, floodgate.Sheddable)
+	all, err := floodgate.Reserves{Sheddable: floodgate.ClassReserve{Units: 50}}.Limit(lim, floodgate.Sheddable)
 	if err != nil || all.Limit != 0 {
 		t.Errorf("a reserve of the whole capacity: %+v, %v; want a limit admitting nothing", all, err)
 	}
@@ -269,10 +269,10 @@ func TestReserves(t *testing.T) {
 		lim   floodgate.Limit
 		field string
 	}{
-		"negative":        {floodgate.Reserves{Normal: floodgate.Reserve{Units: -1}}, lim, "reserves.normal"},
-		"over 100%":       {floodgate.Reserves{Sheddable: floodgate.Reserve{Percent: 101}}, lim, "reserves.sheddable"},
-		"both":            {floodgate.Reserves{Sheddable: floodgate.Reserve{Percent: 10, Units: 1}}, lim, "reserves.sheddable"},
-		"sheddable fewer": {floodgate.Reserves{Normal: floodgate.Reserve{Units: 10}, Sheddable: floodgate.Reserve{Percent: 10}}, lim, "reserves.sheddable"},
+		"negative":        {floodgate.Reserves{Normal: floodgate.ClassReserve{Units: -1}}, lim, "reserves.normal"},
+		"over 100%":       {floodgate.Reserves{Sheddable: floodgate.ClassReserve{Percent: 101}}, lim, "reserves.sheddable"},
+		"both":            {floodgate.Reserves{Sheddable: floodgate.ClassReserve{Percent: 10, Units: 1}}, lim, "reserves.sheddable"},
+		"sheddable fewer": {floodgate.Reserves{Normal: floodgate.ClassReserve{Units: 10}, Sheddable: floodgate.ClassReserve{Percent: 10}}, lim, "reserves.sheddable"},
 		"token bucket":    {rs, floodgate.Limit{Algorithm: floodgate.TokenBucket, Limit: 10, Period: time.Second}, "algorithm"},
 	} {
 		_, err := tc.rs.Limit(tc.lim, floodgate.Sheddable)
@@ -286,7 +286,7 @@ func TestReserves(t *testing.T) {
 	m := memstore.New(&memstore.Options{SweepInterval: -1, Clock: clock})
 	t.Cleanup(func() { m.Close() })
 	l, _ := floodgate.New(m, &floodgate.Options{Clock: clock})
-	bad := &floodgate.Reserves{Normal: floodgate.Reserve{Units: -5}}
+	bad := &floodgate.Reserves{Normal: floodgate.ClassReserve{Units: -5}}
 	_, err = l.Decide(t.Context(), []floodgate.Item{{Key: "ok", Limit: lim, Cost: 1}, {Key: "b", Limit: lim, Cost: 1, Priority: floodgate.Normal, Reserves: bad}})
 	var ie *floodgate.ItemError
 	var fe *floodgate.FieldError

@@ -77,7 +77,7 @@ func (p *parser) priorities(prio, reserves, max *field, path string, r *Rule, ha
 		p.errorf(max.val, join(path, "priority_max"), "%s is below the rule's default class %s (priority): a request could not carry the class it gets without one", ceiling, class)
 		return
 	}
-	use := floodgate.Reserves{Normal: floodgate.Reserve{Percent: 5}, Sheddable: floodgate.Reserve{Percent: 20}}
+	use := floodgate.Reserves{Normal: floodgate.ClassReserve{Percent: 5}, Sheddable: floodgate.ClassReserve{Percent: 20}}
 	if rs != nil {
 		use = *rs
 	}
@@ -121,7 +121,7 @@ func (p *parser) priorities(prio, reserves, max *field, path string, r *Rule, ha
 		capacity := lim.Capacity()
 		for _, c := range []struct {
 			name string
-			r    floodgate.Reserve
+			r    floodgate.ClassReserve
 		}{{"normal", rs.Normal}, {"sheddable", rs.Sheddable}} {
 			if kept := c.r.Kept(capacity); kept > 0 && kept >= capacity {
 				p.errorf(p.reserveNode(reserves, c.name), join(path, "priority_reserves."+c.name), "%s keeps %d units, the whole capacity %d of %s: %s requests would never be admitted", c.r, kept, capacity, which, c.name)
@@ -158,7 +158,7 @@ func (p *parser) reserves(f *field, fpath string) (*floodgate.Reserves, bool) {
 	ok := true
 	for _, c := range p.fields(f.val, fpath, 0) {
 		cpath := join(fpath, c.name)
-		var dst *floodgate.Reserve
+		var dst *floodgate.ClassReserve
 		switch c.name {
 		case "normal":
 			dst = &rs.Normal
@@ -193,10 +193,10 @@ func (p *parser) reserves(f *field, fpath string) (*floodgate.Reserves, bool) {
 
 // reserve reads one class's reserve: "N%" (a whole percent, 0 to 100)
 // or N units (an integer, 0 or more).
-func (p *parser) reserve(n *yaml.Node, path string) (floodgate.Reserve, bool) {
+func (p *parser) reserve(n *yaml.Node, path string) (floodgate.ClassReserve, bool) {
 	if n.Kind != yaml.ScalarNode {
 		p.errorf(n, path, "want a percent (10%%) or units (10), not %s", describe(n))
-		return floodgate.Reserve{}, false
+		return floodgate.ClassReserve{}, false
 	}
 	if pct, isPct := strings.CutSuffix(n.Value, "%"); isPct {
 		v, err := strconv.ParseInt(strings.TrimSpace(pct), 10, 64)
@@ -208,23 +208,23 @@ func (p *parser) reserve(n *yaml.Node, path string) (floodgate.Reserve, bool) {
 		case v > 100:
 			p.errorf(n, path, "%s is more than the whole capacity", n.Value)
 		default:
-			return floodgate.Reserve{Percent: v}, true
+			return floodgate.ClassReserve{Percent: v}, true
 		}
-		return floodgate.Reserve{}, false
+		return floodgate.ClassReserve{}, false
 	}
 	if n.ShortTag() != "!!int" {
 		p.errorf(n, path, "want a percent (10%%) or units (10), not %s", describe(n))
-		return floodgate.Reserve{}, false
+		return floodgate.ClassReserve{}, false
 	}
 	v, ok := p.integer(n, path)
 	if !ok {
-		return floodgate.Reserve{}, false
+		return floodgate.ClassReserve{}, false
 	}
 	if v < 0 {
 		p.errorf(n, path, "%d: a reserve cannot be negative", v)
-		return floodgate.Reserve{}, false
+		return floodgate.ClassReserve{}, false
 	}
-	return floodgate.Reserve{Units: v}, true
+	return floodgate.ClassReserve{Units: v}, true
 }
 
 // reserveNode is the node of class's reserve in priority_reserves, or

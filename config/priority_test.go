@@ -99,7 +99,7 @@ descriptors:
 	for _, r := range d.Rules() {
 		rules[r.Path[0].Key] = r
 	}
-	want := floodgate.Reserves{Normal: floodgate.Reserve{Units: 10}, Sheddable: floodgate.Reserve{Percent: 40}}
+	want := floodgate.Reserves{Normal: floodgate.ClassReserve{Units: 10}, Sheddable: floodgate.ClassReserve{Percent: 40}}
 	if r := rules["export"]; r.Reserves == nil || *r.Reserves != want || r.Priority != floodgate.Sheddable || r.PriorityMax != "" {
 		t.Errorf("export: reserves %+v, class %q, max %q", r.Reserves, r.Priority, r.PriorityMax)
 	}

@@ -39,7 +39,7 @@ func (s *Server) ScheduleInline(ctx context.Context, key string, limit floodgate
 // the slots of two limits come at different times, and a caller that
 // waited for the later would use the earlier's late, when it may be
 // another caller's, exceeding that limit's rate at that instant. A limit
-// that cannot wait (anything but gcra) is invalid too, named
+// that cannot wait (anything but gcra and token_bucket) is invalid too, named
 // "descriptors[i].limit.algorithm" for a descriptor's own limit, else
 // "max_wait_ms" with the rule's ID. A store failure is an error, whatever
 // the rule's failure mode, as for ScheduleInline.

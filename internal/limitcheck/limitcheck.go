@@ -76,7 +76,8 @@ type Checker struct {
 	AnonymousKey string
 	// ErrMissingKey is the package's error for a request without a key.
 	ErrMissingKey error
-	// MaxWait, above zero, waits for a slot of the one GCRA limit instead
+	// MaxWait, above zero, waits for a slot of the one limit (gcra or
+	// token_bucket) instead
 	// of refusing (see Check).
 	MaxWait time.Duration
 	// Classes reports that the caller gives requests a priority class:
@@ -114,8 +115,8 @@ func (c *Checker) Init(pkg, unit string) error {
 		errs = append(errs, fmt.Errorf("%sMaxWait %v is not between 0 and %v", prefix, c.MaxWait, floodgate.MaxWait))
 	case c.MaxWait > 0 && c.Classes:
 		errs = append(errs, fmt.Errorf("%sMaxWait and Priority: a wait holds the whole limit and takes no class", prefix))
-	case c.MaxWait > 0 && (len(c.Limits) != 1 || c.Limits[0].EffectiveAlgorithm() != floodgate.GCRA):
-		errs = append(errs, fmt.Errorf("%sMaxWait waits for a slot of one gcra limit, not of %d limits or another algorithm: the slots of two limits come at different times (docs/waiting.md)", prefix, len(c.Limits)))
+	case c.MaxWait > 0 && (len(c.Limits) != 1 || !canWait(c.Limits[0])):
+		errs = append(errs, fmt.Errorf("%sMaxWait waits for a slot of one gcra or token_bucket limit, not of %d limits or another algorithm: the slots of two limits come at different times (docs/waiting.md)", prefix, len(c.Limits)))
 	}
 	if c.Classes {
 		for i, l := range c.Limits {
@@ -255,4 +256,11 @@ func ViolatedIndexes(limits []floodgate.Limit, decisions []floodgate.Decision) [
 		}
 	}
 	return idx
+}
+
+// canWait reports whether a slot of l can be taken in the future
+// (floodgate.Limiter.Schedule): gcra and token_bucket.
+func canWait(l floodgate.Limit) bool {
+	a := l.EffectiveAlgorithm()
+	return a == floodgate.GCRA || a == floodgate.TokenBucket
 }

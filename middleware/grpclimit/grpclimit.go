@@ -124,7 +124,7 @@ type Config struct {
 	// MaxWait, above zero, has a call that finds no unit free wait for
 	// the earliest slot within MaxWait, at most floodgate.MaxWait, and
 	// within the call's deadline, instead of failing (see the package
-	// doc). Limits must then be one GCRA limit. Each call is then a
+	// doc). Limits must then be one GCRA or token bucket limit. Each call is then a
 	// reservation settled when its slot comes: two calls of the store
 	// where a decision is one.
 	MaxWait time.Duration

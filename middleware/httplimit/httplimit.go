@@ -58,7 +58,7 @@
 // request on. If the request's context ends first (the client went away,
 // a deadline), the slot is given back, exactly once, and the request is
 // answered through Deny with Result.Err the context's error. Only one
-// limit, a GCRA, can wait.
+// limit, a GCRA or a token bucket, can wait.
 //
 // With Priority, each request is decided under its class's share of the
 // limits (floodgate.ClassLimit): near the limit, sheddable requests are

@@ -185,7 +185,7 @@ func TestWaitNewErrors(t *testing.T) {
 		want string
 	}{
 		{"negative wait", httplimit.Config{Limiter: limiter, Limits: []floodgate.Limit{gcra}, MaxWait: -1}, "MaxWait -1ns is not between 0 and 1h0m0s"},
-		{"wait on a window", httplimit.Config{Limiter: limiter, Limits: []floodgate.Limit{window}, MaxWait: time.Second}, "one gcra limit"},
+		{"wait on a window", httplimit.Config{Limiter: limiter, Limits: []floodgate.Limit{window}, MaxWait: time.Second}, "one gcra or token_bucket limit"},
 		{"wait on two limits", httplimit.Config{Limiter: limiter, Limits: []floodgate.Limit{gcra, {Algorithm: floodgate.GCRA, Limit: 10, Period: time.Minute}}, MaxWait: time.Second}, "not of 2 limits"},
 		{"wait with classes", httplimit.Config{Limiter: limiter, Limits: []floodgate.Limit{gcra}, MaxWait: time.Second, Priority: class}, "takes no class"},
 		{"classes on a token bucket", httplimit.Config{Limiter: limiter, Limits: []floodgate.Limit{{Algorithm: floodgate.TokenBucket, Limit: 1, Period: time.Second}}, Priority: class}, "limits[0]: Priority:"},
