@@ -13,7 +13,10 @@
 #     source floodgate loads, built as store/redisstore/scripts.go builds
 #     it: common.lua, state.lua and fixed_window.lua, each followed by a
 #     newline; TestFixedWindowScript checks that the SHA-1 is floodgate's)
-#     on the server's clock.
+#     on the server's clock;
+#   - fixed_window_fast: EVALSHA of fixed_window_fast.lua alone, the small
+#     script the store sends first for a single aligned request (without
+#     Options.Functions): the default path of one decision.
 #
 # For each it prints the calls per second, the keys made (DBSIZE: the
 # spread is real) and the CPU Redis spent per call (INFO cpu over INFO
@@ -43,7 +46,8 @@ cli="redis-cli -h 127.0.0.1 -p $port"
 
 src=$(mktemp)
 minsrc=$(mktemp)
-trap 'rm -f "$src" "$minsrc"' EXIT
+fastsrc=$(mktemp)
+trap 'rm -f "$src" "$minsrc" "$fastsrc"' EXIT
 {
 	for f in common.lua state.lua fixed_window.lua; do
 		cat "$scripts/$f"
@@ -66,6 +70,12 @@ end
 return n
 LUA
 minsha=$($cli -x SCRIPT LOAD <"$minsrc")
+{
+	cat "$scripts/fixed_window_fast.lua"
+	printf '\n'
+} >"$fastsrc"
+fastsha=$($cli -x SCRIPT LOAD <"$fastsrc")
+echo "fixed_window_fast script: $(wc -c <"$fastsrc") bytes, sha1 $fastsha"
 echo "fixed_window script: $(wc -c <"$src") bytes, sha1 $sha"
 echo "minimal script: $(wc -c <"$minsrc") bytes, sha1 $minsha"
 echo "redis-server: $($cli INFO server | grep -E '^redis_version' | tr -d '\r')"
@@ -74,6 +84,13 @@ echo "redis-server: $($cli INFO server | grep -E '^redis_version' | tr -d '\r')"
 # reset_after_us, retry_after_us, now_us}; the minimal one's the count.
 echo "check fixed_window: $($cli EVALSHA "$sha" 1 fw:check -1 1000000 60000000 1 0 0 '' | tr '\n' ' ')"
 echo "check minimal: $($cli EVALSHA "$minsha" 1 min:check 60000 | tr '\n' ' ')"
+# {2} would be the fast script declining (the store would then run
+# fixed_window.lua): a check that it decides.
+fastcheck=$($cli EVALSHA "$fastsha" 1 ff:check -1 1000000 60000000 1 0 0 '' | tr '\n' ' ')
+echo "check fixed_window_fast: $fastcheck"
+case $fastcheck in
+"2 ") echo "fixed_window_fast declined the check call" >&2; exit 1 ;;
+esac
 
 cpu() {
 	$cli INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'
@@ -104,4 +121,7 @@ for pipeline in 1 16; do
 done
 for pipeline in 1 16; do
 	run fixed_window "$pipeline" "$sha" 1 'fw:user:__rand_int__' -1 1000000 60000000 1 0 0 ''
+done
+for pipeline in 1 16; do
+	run fixed_window_fast "$pipeline" "$fastsha" 1 'ff:user:__rand_int__' -1 1000000 60000000 1 0 0 ''
 done

@@ -480,6 +480,11 @@ func ratios(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []r
 	fmt.Fprintf(out, "\nCeilings: the minimal script %s calls/s unpipelined, %s with -P 16 (Redis %s and %s µs per call); floodgate's fixed_window script %s and %s (%s and %s µs).\n\n",
 		thousands(ceil.minP1), thousands(ceil.minP16), num(ceil.minCPU[0], 2), num(ceil.minCPU[1], 2),
 		thousands(ceil.p1), thousands(ceil.p16), num(ceil.cpu[0], 2), num(ceil.cpu[1], 2))
+	if ceil.fast[0] > 0 {
+		fmt.Fprintf(out, "The small script a single aligned fixed-window decision goes out as (fixed_window_fast.lua): %s and %s calls/s (%s and %s µs per call): %.2f and %.2f of the minimal script's CPU per call.\n\n",
+			thousands(ceil.fast[0]), thousands(ceil.fast[1]), num(ceil.fastCPU[0], 2), num(ceil.fastCPU[1], 2),
+			ceil.fastCPU[0]/ceil.minCPU[0], ceil.fastCPU[1]/ceil.minCPU[1])
+	}
 
 	// serve ÷ envoyproxy/ratelimit.
 	fmt.Fprintf(out, "`floodgate serve` ÷ envoyproxy/ratelimit on the same gRPC load (target: at least 3 on decisions/s, at most 0.5 on p99):\n\n")
@@ -584,6 +589,9 @@ func protocolOf(lib string) string {
 type ceilingResult struct {
 	minP1, minP16, p1, p16 float64
 	minCPU, cpu            [2]float64 // µs per call: P1, P16
+	// fast is fixed_window_fast.lua's P1 and P16 calls/s and fastCPU its
+	// µs per call, when the script printed them.
+	fast, fastCPU [2]float64
 }
 
 // ceiling runs redis-ceiling.sh against the shared server and reads its
@@ -626,11 +634,15 @@ func parseCeiling(out string) (ceilingResult, error) {
 			}
 		}
 	}
-	if len(rates) != 4 || len(cpus) != 4 {
-		return ceilingResult{}, fmt.Errorf("want 4 figures of requests per second and 4 of CPU per call, got %d and %d", len(rates), len(cpus))
+	if (len(rates) != 4 && len(rates) != 6) || len(cpus) != len(rates) {
+		return ceilingResult{}, fmt.Errorf("want 4 or 6 figures of requests per second and as many of CPU per call, got %d and %d", len(rates), len(cpus))
 	}
-	return ceilingResult{minP1: rates[0], minP16: rates[1], p1: rates[2], p16: rates[3],
-		minCPU: [2]float64{cpus[0], cpus[1]}, cpu: [2]float64{cpus[2], cpus[3]}}, nil
+	c := ceilingResult{minP1: rates[0], minP16: rates[1], p1: rates[2], p16: rates[3],
+		minCPU: [2]float64{cpus[0], cpus[1]}, cpu: [2]float64{cpus[2], cpus[3]}}
+	if len(rates) == 6 {
+		c.fast, c.fastCPU = [2]float64{rates[4], rates[5]}, [2]float64{cpus[4], cpus[5]}
+	}
+	return c, nil
 }
 
 const (

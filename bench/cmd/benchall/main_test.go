@@ -91,7 +91,7 @@ floodgate_decisions_total{algorithm="gcra",domain="bench",outcome="failed_open",
 }
 
 // TestParseCeiling reads redis-ceiling.sh's output: four rates and four
-// CPU figures, in order.
+// CPU figures, in order, and the fast script's two of each when present.
 func TestParseCeiling(t *testing.T) {
 	out := `== minimal P1: redis-benchmark ...
 evalsha 04 1 min:user:__rand_int__ 60000: 128205.12 requests per second, p50=0.415 msec
@@ -113,6 +113,18 @@ redis-cpu-µs/op: 8.44
 	want := ceilingResult{minP1: 128205.12, minP16: 425531.94, p1: 93457.95, p16: 118343.20, minCPU: [2]float64{3.90, 2.15}, cpu: [2]float64{10.64, 8.44}}
 	if c != want {
 		t.Errorf("parseCeiling = %+v, want %+v", c, want)
+	}
+	fast := out + `== fixed_window_fast P1: ...
+evalsha 5a 1 ff:user:__rand_int__ -1 1000000 60000000 1 0 0 : 120000.00 requests per second, p50=0.5 msec
+redis-cpu-µs/op: 5.00
+== fixed_window_fast P16: ...
+evalsha 5a 1 ff:user:__rand_int__ -1 1000000 60000000 1 0 0 : 300000.00 requests per second, p50=3 msec
+redis-cpu-µs/op: 3.00
+`
+	c, err = parseCeiling(fast)
+	want.fast, want.fastCPU = [2]float64{120000, 300000}, [2]float64{5, 3}
+	if err != nil || c != want {
+		t.Errorf("parseCeiling with the fast script = %+v, %v, want %+v", c, err, want)
 	}
 	if _, err := parseCeiling("nothing"); err == nil {
 		t.Error("parseCeiling of nothing: no error")
