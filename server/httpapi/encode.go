@@ -55,6 +55,10 @@ func appendAllow(b []byte, resp *AllowResponse) []byte {
 		}
 		b = append(b, ']')
 	}
+	if resp.WaitedMS != nil {
+		b = append(b, `,"waited_ms":`...)
+		b = strconv.AppendInt(b, *resp.WaitedMS, 10)
+	}
 	return append(b, '}', '\n')
 }
 

@@ -72,6 +72,10 @@ func TestAppendAllowMatchesEncoder(t *testing.T) {
 				resp.Descriptors[j] = randomDecision(r, 0)
 			}
 		}
+		if r.IntN(2) == 0 {
+			w := r.Int64N(1 << 40)
+			resp.WaitedMS = &w
+		}
 		want := encoderBytes(t, &resp)
 		if got := appendAllow(nil, &resp); !bytes.Equal(got, want) {
 			t.Fatalf("answer %d:\n got %s\nwant %s", i, got, want)
@@ -87,7 +91,7 @@ func TestAppendAllowKnowsEveryField(t *testing.T) {
 		v    any
 		want []string
 	}{
-		{AllowResponse{}, []string{"DecisionJSON", "UnknownDomain", "Descriptors"}},
+		{AllowResponse{}, []string{"DecisionJSON", "UnknownDomain", "Descriptors", "WaitedMS"}},
 		{DecisionJSON{}, []string{"Allowed", "Code", "Limit", "Remaining", "ResetAfterMS", "RetryAfterMS", "Rule", "Policy", "Unlimited",
 			"ShadowMode", "QuotaMode", "StoreError", "StoreFull", "LedgerError", "Fallback", "NoRule", "Limits", "Override", "Plan"}},
 		{LimitDecisionJSON{}, []string{"Allowed", "Code", "Limit", "Remaining", "ResetAfterMS", "RetryAfterMS", "Policy"}},
@@ -114,7 +118,7 @@ func FuzzAppendAllow(f *testing.F) {
 		lim := &LimitJSON{Algorithm: name, Limit: &n, Period: rule, Name: name, Burst: n}
 		resp := AllowResponse{DecisionJSON: DecisionJSON{Allowed: allowed, Code: rule, Limit: n, Rule: rule, Policy: lim, Plan: name,
 			Limits: []LimitDecisionJSON{{Code: name, Policy: lim}}},
-			Descriptors: []DecisionJSON{{Rule: name, Policy: lim}, {Code: rule}}}
+			Descriptors: []DecisionJSON{{Rule: name, Policy: lim}, {Code: rule}}, WaitedMS: &n}
 		want := encoderBytes(t, &resp)
 		if got := appendAllow(nil, &resp); !bytes.Equal(got, want) {
 			t.Fatalf("\n got %s\nwant %s", got, want)

@@ -32,8 +32,8 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra}
   - key: tenant
     rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra}
-  - key: bucket
-    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket}
+  - key: window
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window}
   - key: shadow
     shadow_mode: true
     rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra}
@@ -213,7 +213,7 @@ func TestWaitDescriptorsInvalid(t *testing.T) {
 	}{
 		{"negative", "/v1/reservations", crawler(-1, ""), "max_wait_ms", "between 0 and 3600000"},
 		{"above an hour", "/v1/allow", crawler(3600001, ""), "max_wait_ms", "between 0 and 3600000"},
-		{"token bucket rule", "/v1/reservations", `{"domain": "api", "descriptors": [{"entries": [{"key": "bucket", "value": "b"}]}], "max_wait_ms": 1000}`, "max_wait_ms", "rule api|bucket: only gcra"},
+		{"sliding window rule", "/v1/reservations", `{"domain": "api", "descriptors": [{"entries": [{"key": "window", "value": "w"}]}], "max_wait_ms": 1000}`, "max_wait_ms", "rule api|window: only gcra and token_bucket"},
 		{"own fixed window", "/v1/reservations", `{"domain": "api", "descriptors": [{"entries": [{"key": "x", "value": "y"}], "limit": {"limit": 5, "period": "1s"}}], "max_wait_ms": 1000}`, "descriptors[0].limit.algorithm", "only gcra"},
 		{"two limits", "/v1/allow", `{"domain": "api", "descriptors": [{"entries": [{"key": "crawler", "value": "c"}]}, {"entries": [{"key": "tenant", "value": "t"}]}], "max_wait_ms": 1000}`, "max_wait_ms", "descriptors[0] and descriptors[1] are limited"},
 		{"hits above the burst", "/v1/reservations", `{"domain": "api", "descriptors": [{"entries": [{"key": "crawler", "value": "c"}]}], "hits": 2, "max_wait_ms": 1000}`, "hits", "above the capacity"},
