@@ -41,7 +41,9 @@ func counted(t *testing.T, addr string, insts []instance, calls []call) (double,
 		part := calls[i:min(i+chunk, len(calls))]
 		keys := make([]string, len(part))
 		for j, cl := range part {
-			keys[j] = insts[0].store.Key(cl.key, onceLimit)
+			// A first-hit window's state is the string <start>:<count>
+			// at the key's ":f" (docs/redis.md, "Keys").
+			keys[j] = insts[0].store.Key(cl.key, onceLimit) + ":f"
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		vals, err := c.Do(ctx, c.B().Mget().Key(keys...).Build()).ToArray()

@@ -18,7 +18,13 @@ func (s *Store) DecideSmall(r direct.Small) (allowed bool, limit, remaining, res
 	if s.bounded {
 		return false, 0, 0, 0, 0, 0, false
 	}
-	i, ref := s.locate(r.Key, r.Period)
+	// Located as keyPeriod locates Apply's: a first-hit window apart
+	// from an aligned one of the same key and period.
+	period := r.Period
+	if r.Flags&direct.FirstHit != 0 {
+		period += firstHitPeriod
+	}
+	i, ref := s.locate(r.Key, period)
 	if s.system {
 		nowUS = systemMicros() // s.clockNow, without its call
 	} else {
