@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,16 +285,24 @@ func fixedWindowScript(tb testing.TB) string {
 	return src
 }
 
-// TestFixedWindowScript checks that the script redis-ceiling.sh loads is the
-// one floodgate runs: after a fixed_window decision through redisstore,
-// Redis holds a script with the SHA-1 of fixedWindowScript. With
-// FLOODGATE_PRINT_SCRIPT=file it also writes the source to file.
+// TestFixedWindowScript checks that the scripts redis-ceiling.sh loads are
+// the ones floodgate runs: after a fixed_window decision through
+// redisstore, Redis holds fixed_window_fast.lua (the small script a
+// single aligned decision goes out as, the file unchanged); and after
+// a decision that script declines (the key holds a layout-1 state, see
+// docs/redis.md), Redis holds a script with the SHA-1 of
+// fixedWindowScript. With FLOODGATE_PRINT_SCRIPT=file it also writes the
+// full script's source to file.
 func TestFixedWindowScript(t *testing.T) {
 	src := fixedWindowScript(t)
 	if f := os.Getenv("FLOODGATE_PRINT_SCRIPT"); f != "" {
 		if err := os.WriteFile(f, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	fast, err := os.ReadFile("../store/redisstore/scripts/fixed_window_fast.lua")
+	if err != nil {
+		t.Fatal(err)
 	}
 	addr := startRedis(t)
 	c := newGoRedis(t, addr)
@@ -302,18 +311,36 @@ func TestFixedWindowScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	allow := fromHarness("fixed_window", variant("fixed_window").Lib()).make(t, addr)
+	held := func(what, src string) {
+		t.Helper()
+		sum := sha1.Sum([]byte(src))
+		sha := hex.EncodeToString(sum[:])
+		exists, err := c.ScriptExists(ctx, sha).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !exists[0] {
+			t.Fatalf("Redis has no script %s after %s: the source differs from redisstore's", sha, what)
+		}
+	}
 	if !allow(ctx, "script-check") {
 		t.Fatal("denied")
 	}
-	sum := sha1.Sum([]byte(src))
-	sha := hex.EncodeToString(sum[:])
-	exists, err := c.ScriptExists(ctx, sha).Result()
-	if err != nil {
+	held("a fixed_window decision", string(fast))
+	keys, err := c.Keys(ctx, "*script-check*:w").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the decision's counter: keys %v, %v; want one <key>:w", keys, err)
+	}
+	// A layout-1 state of another key, before its first decision: the
+	// fast script declines a key that has one.
+	other := strings.Replace(strings.TrimSuffix(keys[0], ":w"), "script-check", "script-other", 1)
+	if err := c.Set(ctx, other, "0:0", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if !exists[0] {
-		t.Fatalf("Redis has no script %s after a fixed_window decision: the source differs from redisstore's", sha)
+	if !allow(ctx, "script-other") {
+		t.Fatal("denied")
 	}
+	held("a decision the fast script declines", src)
 }
 
 // TestRedisLibsAllow checks that every library admits what the benchmark
