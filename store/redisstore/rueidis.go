@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -41,6 +42,35 @@ func (r rueidisConn) Eval(ctx context.Context, src string, keys, args []string, 
 // refuses. So a call that meets a failover or a resharding fails, and is
 // answered by its failure policy, and the next calls go to the new node.
 func (r rueidisConn) do(ctx context.Context, cmd rueidis.Completed, key string, w Wait) ([]int64, error) {
+	for tries := 1; ; tries++ {
+		vals, err := r.doOnce(ctx, cmd, key, w)
+		if err == nil || tries == maxDialRetries || !dialEndedByAnother(ctx, err) {
+			return vals, err
+		}
+	}
+}
+
+// maxDialRetries bounds the sends of one call whose connection was dialed
+// under other calls' ended contexts (see dialEndedByAnother).
+const maxDialRetries = 3
+
+// dialEndedByAnother reports whether err is a dial cancelled by a context
+// that is not ctx, the call's own, which is still live. rueidis dials a
+// missing connection once for every call waiting on it, under the context
+// of the call that found it missing, and hands that dial's error to all of
+// them: a caller that went away (an HTTP client gone, a cancelled wait)
+// failed every call queued behind the dial with "operation was canceled",
+// answered by their failure policies. Nothing was sent on a connection
+// that was never made, so such a call is sent again; a script still runs
+// at most once. A dial that timed out is not sent again: its error does
+// not tell the caller's deadline from the dialer's own timeout.
+func dialEndedByAnother(ctx context.Context, err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && errors.Is(err, context.Canceled) && ctx.Err() == nil
+}
+
+// doOnce is one send of do.
+func (r rueidisConn) doOnce(ctx context.Context, cmd rueidis.Completed, key string, w Wait) ([]int64, error) {
 	if w.Replicas == 0 {
 		return rueidisInts(r.c.Do(ctx, cmd))
 	}
