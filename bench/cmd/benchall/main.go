@@ -274,7 +274,8 @@ func run(ctx context.Context, p plan, quick, satOnly bool, root, rlBin string, o
 	}
 	writeRows(out, serveRows, true, true)
 
-	// 5. Ratios.
+	// 5. Targets and ratios.
+	targets(out, ceil, redisRows, memRows, serveRows)
 	fmt.Fprintf(out, "## Ratios\n\n")
 	ratios(out, ceil, redisRows, memRows, serveRows)
 

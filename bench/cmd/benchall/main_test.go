@@ -130,3 +130,51 @@ redis-cpu-µs/op: 3.00
 		t.Error("parseCeiling of nothing: no error")
 	}
 }
+
+// TestTargets: each target row is computed from the rows it names, judged
+// against its bound in the right direction, and falls back to the most
+// callers a run had.
+func TestTargets(t *testing.T) {
+	mk := func(lib string, keys, callers int, perSec, p99, redisCPU float64) row {
+		return row{lib: lib, keys: keys, callers: callers, redisCPU: redisCPU,
+			sum: loadgen.Summary{DecisionsPerSec: perSec, LatencyMS: loadgen.LatencyMS{P99: p99}}}
+	}
+	ceil := ceilingResult{minP16: 200_000, minCPU: [2]float64{2, 4}}
+	redisRows := []row{
+		// 64 callers only: the 256-caller targets fall back to it. Redis
+		// at 90% of a core for 100,000/s is 9 µs per decision.
+		mk("floodgate fixed_window", 100_000, 64, 100_000, 1, 90),
+		mk("floodgate gcra", 100_000, 64, 90_000, 1, 90),
+		mk("redis_rate", 100_000, 64, 30_000, 1, 90),
+	}
+	memRows := []row{mk("floodgate memstore gcra", 1, 1, 99, 0, 0), mk("x/time/rate", 1, 1, 100, 0, 0)}
+	serveRows := []row{
+		mk(serveName, 100_000, 64, 800, 5, 0), mk(noopName, 100_000, 64, 1000, 5, 0),
+		mk(envoyName, 100_000, 64, 300, 11, 0),
+		mk(serveHTTPName, 100_000, 64, 500, 5, 0), mk(noopHTTPName, 100_000, 64, 1000, 5, 0),
+	}
+	var out bytes.Buffer
+	targets(&out, ceil, redisRows, memRows, serveRows)
+	for _, want := range []string{
+		"| Redis `fixed_window`, 64 callers, 100k keys ÷ the minimal `INCR`+`PEXPIRE` script pipelined 16 deep | 100,000/s | 200,000/s | 0.50 | ≥ 0.5 | yes |",
+		"| Redis CPU per `fixed_window` decision, 64 callers ÷ the minimal script's per call at `-P 16` | 9.00 µs | 4.00 µs | 2.25 | ≤ 2.0 | no |",
+		"| Redis `gcra`, 64 callers, 100k keys ÷ go-redis/redis_rate | 90,000/s | 30,000/s | 3.00 | ≥ 2.0 | yes |",
+		"| `serve`, Envoy gRPC ÷ a no-op grpc-go RLS server, 64 callers, 100k | 800/s | 1,000/s | 0.80 | ≥ 0.8 | yes |",
+		"| `serve`, HTTP `/v1/allow` ÷ a no-op `net/http` handler, 64 callers, 100k | 500/s | 1,000/s | 0.50 | ≥ 0.8 | no |",
+		"÷ envoyproxy/ratelimit, decisions/s | 800/s | 300/s | 2.67 | ≥ 2.5 | yes |",
+		"| the same, p99 latency | 5ms | 11ms | 0.45 | ≤ 0.5 | yes |",
+		"| memory store `gcra`, one key, 1 caller ÷ x/time/rate | 99/s | 100/s | 0.99 | ≥ 1.0 | no |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("targets lack %q:\n%s", want, &out)
+		}
+	}
+	if strings.Contains(out.String(), "no envoyproxy/ratelimit rows") {
+		t.Errorf("a note on missing envoyproxy/ratelimit rows with rows present:\n%s", &out)
+	}
+	out.Reset()
+	targets(&out, ceil, redisRows, memRows, serveRows[:2])
+	if !strings.Contains(out.String(), "no envoyproxy/ratelimit rows in this run") {
+		t.Errorf("no envoyproxy/ratelimit rows, no note:\n%s", &out)
+	}
+}
