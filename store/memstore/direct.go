@@ -40,8 +40,23 @@ func (s *Store) DecideSmall(r direct.Small) (allowed bool, limit, remaining, res
 	}
 	sh := &s.shards[i]
 	var d algorithm.Decision
+	t := &sh.small[r.Kind]
 	sh.mu.Lock()
-	stepSlot(&d, &sh.small[r.Kind], r.Kind, p, ref, nowUS, 0, r.Cost, true)
+	if e := t.hot(ref); e != nil {
+		// stepSlot for a key found where it was last found (a hot key),
+		// with the state changed in its entry: no find or set call.
+		old := e.v.st
+		e.v.st.StepTo(r.Kind, &d, p, nowUS, r.Cost)
+		if e.v.st != old {
+			if exp := e.v.st.Expires(r.Kind, p); exp > 0 {
+				e.v.exp = exp
+			} else {
+				t.del(ref)
+			}
+		}
+	} else {
+		stepSlot(&d, t, r.Kind, p, ref, nowUS, 0, r.Cost, true)
+	}
 	sh.mu.Unlock()
 	return d.Allowed, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, nowUS, true
 }
