@@ -270,8 +270,15 @@ const (
 // maximum. What each algorithm takes (a burst, a first_hit window,
 // count_rejected, its largest limit and period) is algorithm.Kind's. It
 // makes no call, so that its values stay in registers.
-func (l *Limit) broken() (set rule) {
+func (l *Limit) broken() rule {
 	k, known := l.kind()
+	return l.brokenAs(k, known)
+}
+
+// brokenAs is broken for the limit's kind k, known false for an unknown
+// algorithm, as kind returns them: Limiter.allowSmall, which needs the
+// kind too, finds it once.
+func (l *Limit) brokenAs(k algorithm.Kind, known bool) (set rule) {
 	if !known {
 		set |= algorithmUnknown
 	}
@@ -289,7 +296,7 @@ func (l *Limit) broken() (set rule) {
 		}
 	}
 	periodUS := int64(l.Period / time.Microsecond)
-	calendar := l.Calendar != Calendar{}
+	calendar := l.Calendar.set()
 	if calendar {
 		set |= l.brokenCalendar(k)
 		if l.Period == 0 {
@@ -375,6 +382,14 @@ func (l *Limit) broken() (set rule) {
 		set |= globalFirstHit
 	}
 	return set
+}
+
+// set reports whether c is not the zero Calendar: c != Calendar{},
+// field by field, which the compiler inlines where the comparison of
+// the structs is a call (of the type's equality function) on every
+// decision.
+func (c *Calendar) set() bool {
+	return c.Unit != "" || c.Location != nil || c.Day != 0 || c.Month != 0
 }
 
 // brokenCalendar is the rules of broken for a limit with a Calendar.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/big"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -496,5 +497,35 @@ func BenchmarkValidate(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestCalendarSet: Calendar.set, which broken runs on every decision in
+// place of c != Calendar{}, is true for a Calendar with any one field not
+// zero, so a field added to Calendar and not to set fails here.
+func TestCalendarSet(t *testing.T) {
+	if c := (Calendar{}); c.set() {
+		t.Fatal("the zero Calendar is set")
+	}
+	typ := reflect.TypeFor[Calendar]()
+	for i := range typ.NumField() {
+		var c Calendar
+		f := reflect.ValueOf(&c).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Int:
+			f.SetInt(1)
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		default:
+			t.Fatalf("field %s: kind %s not handled here; set it and Calendar.set", typ.Field(i).Name, f.Kind())
+		}
+		if c == (Calendar{}) {
+			t.Fatalf("field %s: still the zero Calendar", typ.Field(i).Name)
+		}
+		if !c.set() {
+			t.Errorf("Calendar with only %s set: set() is false", typ.Field(i).Name)
+		}
 	}
 }

@@ -392,11 +392,12 @@ func (l *Limiter) allowSmall(ctx context.Context, out *Decision, key string, lim
 	if l.prefix != "" {
 		key = l.prefix + key
 	}
-	if key == "" || len(key) > MaxKeyLen || cost < 0 || cost > MaxLimit || limit.Durable || limit.Calendar.Unit != "" || !limit.valid() {
+	if key == "" || len(key) > MaxKeyLen || cost < 0 || cost > MaxLimit || limit.Durable || limit.Calendar.Unit != "" {
 		return false, nil
 	}
-	k, _ := limit.kind()
-	if !k.Small() {
+	// limit.valid(), with the kind found once for both.
+	k, known := limit.kind()
+	if !k.Small() || limit.brokenAs(k, known) != 0 {
 		return false, nil
 	}
 	if err := ctx.Err(); err != nil {

@@ -42,7 +42,7 @@ func (c countingDirect) DecideSmall(s direct.Small) (bool, int64, int64, int64, 
 func diffLimits(r *rand.Rand) floodgate.Limit {
 	period := []time.Duration{time.Millisecond, 50 * time.Millisecond, time.Second}[r.IntN(3)]
 	limit := []int64{0, 1, 3, 10, 1000}[r.IntN(5)]
-	switch r.IntN(14) {
+	switch r.IntN(15) {
 	case 0:
 		return floodgate.Limit{Limit: limit, Period: period} // fixed_window by default
 	case 1:
@@ -67,6 +67,10 @@ func diffLimits(r *rand.Rand) floodgate.Limit {
 		return floodgate.Limit{Algorithm: "leaky", Limit: limit, Period: period} // invalid: unknown
 	case 12:
 		return floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: limit, Period: period, CountRejected: true, LocalBudget: 1}
+	case 13:
+		// invalid: a calendar without a unit, whose other fields are
+		// not zero
+		return floodgate.Limit{Algorithm: floodgate.GCRA, Limit: limit, Period: period, Calendar: floodgate.Calendar{Location: time.UTC}}
 	}
 	return floodgate.Limit{Algorithm: floodgate.GCRA, Limit: limit, Period: period}
 }

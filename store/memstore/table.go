@@ -77,6 +77,19 @@ func (t *table[V]) get(r ref) (V, bool) {
 	return v, w != absent
 }
 
+// hot returns the primary entry of r if it is where find last found a
+// pair, else nil: find's first step, for a caller that changes the
+// value in place (Store.DecideSmall). The entry is valid until the
+// table next changes.
+func (t *table[V]) hot(r ref) *tentry[V] {
+	if i := t.last; t.lastHash == r.hash && uint(i) < uint(len(t.ents)) {
+		if e := &t.ents[i]; e.hash == r.hash && e.key == r.key && e.period == r.period {
+			return e
+		}
+	}
+	return nil
+}
+
 // find is get that also says where the pair is, for set.
 func (t *table[V]) find(r ref) (V, where) {
 	if i := t.last; t.lastHash == r.hash && uint(i) < uint(len(t.ents)) {

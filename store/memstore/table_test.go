@@ -147,6 +147,12 @@ func TestSmallKindsFirst(t *testing.T) {
 // map: find's remembered position (last) goes stale whenever a deletion
 // moves an entry, and must then miss, never answer for another pair.
 func TestTableLastFound(t *testing.T) {
+	hits := 0
+	defer func() {
+		if hits == 0 {
+			t.Error("hot never found an entry")
+		}
+	}()
 	refs := []ref{
 		{hash: 7, mkey: mkey{"a", 1}},
 		{hash: 7, mkey: mkey{"b", 1}}, // a's hash: in over while a is primary
@@ -186,6 +192,14 @@ func TestTableLastFound(t *testing.T) {
 			}
 		}
 		for _, r := range refs {
+			// hot, find's first step, before get moves last: an entry it
+			// returns is r's, holding r's value.
+			if e := tb.hot(r); e != nil {
+				hits++
+				if w, wok := want[r.mkey]; !wok || e.v != w || e.key != r.key || e.period != r.period {
+					t.Fatalf("step %d: hot(%v) = %+v; want value %d, %v", step, r.mkey, *e, w, wok)
+				}
+			}
 			got, ok := tb.get(r)
 			if w, wok := want[r.mkey]; got != w || ok != wok {
 				t.Fatalf("step %d: get(%v) = %d, %v; want %d, %v", step, r.mkey, got, ok, w, wok)
