@@ -128,28 +128,46 @@ func (s *suite) reserveDifferential(t *testing.T, rv floodgate.Reserver, rng *ra
 				verb = "cancel"
 			}
 			history = append(history, fmt.Sprintf("\t%2d: %s of %s → %+v %v", i, verb, mh.id, sts, err))
-			wantErr := map[algorithm.SettleCode]error{algorithm.Conflict: floodgate.ErrConflict, algorithm.TooLate: floodgate.ErrExpired}[code]
-			switch {
-			case wantErr != nil && !errors.Is(err, wantErr):
-				fail(i, "%s: %v, model %v", verb, err, wantErr)
-			case wantErr == nil && err != nil:
-				fail(i, "%s: %v, model settled it", verb, err)
-			case code == algorithm.Conflict:
-				continue
-			case len(sts) != 1:
-				fail(i, "%s: %d settlements", verb, len(sts))
+			after, known, msg := checkSettlement(sts, err, st, code, d, nowUS)
+			if msg != "" {
+				fail(i, "%s: %s", verb, msg)
 			}
-			got := sts[0]
-			if got.Refunded != st.Refunded || got.Charged != st.Charged || got.Short != st.Short || got.Replayed != (code == algorithm.Replayed) {
-				fail(i, "%s: %+v, model %+v (code %d)", verb, got, st, code)
-			}
-			if code != algorithm.TooLate {
-				want := floodgate.FromAlgorithm(d, nowUS)
-				if msg := compareDecisions(got.Decision, want); msg != "" {
-					fail(i, "%s: the state after differs from the model:%s", verb, msg)
-				}
-				resetAfter = want.ResetAfter
+			if known {
+				resetAfter = after.ResetAfter
 			}
 		}
 	}
+}
+
+// checkSettlement compares the answer of a commit or cancel, sts and
+// err, with the model's settle of it at nowUS: its settlement st, its
+// code and the decision d of the key's state after. It returns what
+// differs, "" when nothing does, and, when the settle changed the state
+// (neither a conflict nor too late), that state as the store must
+// answer it (known is then true), whose ResetAfter the next step of a
+// differential test may wait out.
+func checkSettlement(sts []floodgate.Settlement, err error, st algorithm.Settlement, code algorithm.SettleCode, d algorithm.Decision, nowUS int64) (after floodgate.Decision, known bool, msg string) {
+	wantErr := map[algorithm.SettleCode]error{algorithm.Conflict: floodgate.ErrConflict, algorithm.TooLate: floodgate.ErrExpired}[code]
+	switch {
+	case wantErr != nil && !errors.Is(err, wantErr):
+		return after, false, fmt.Sprintf("%v, model %v", err, wantErr)
+	case wantErr == nil && err != nil:
+		return after, false, fmt.Sprintf("%v, model settled it", err)
+	case code == algorithm.Conflict:
+		return after, false, ""
+	case len(sts) != 1:
+		return after, false, fmt.Sprintf("%d settlements", len(sts))
+	}
+	got := sts[0]
+	if got.Refunded != st.Refunded || got.Charged != st.Charged || got.Short != st.Short || got.Replayed != (code == algorithm.Replayed) {
+		return after, false, fmt.Sprintf("%+v, model %+v (code %d)", got, st, code)
+	}
+	if code == algorithm.TooLate {
+		return after, false, ""
+	}
+	after = floodgate.FromAlgorithm(d, nowUS)
+	if msg := compareDecisions(got.Decision, after); msg != "" {
+		return after, true, "the state after differs from the model:" + msg
+	}
+	return after, true, ""
 }

@@ -1,7 +1,6 @@
 package floodgatetest
 
 import (
-	"errors"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
@@ -181,27 +180,12 @@ func (s *suite) waitDifferential(t *testing.T, rng *rand.Rand, alg floodgate.Alg
 				verb = "cancel"
 			}
 			history = append(history, fmt.Sprintf("\t%2d: at %v %s of slot %d → %+v %v", i, now.Sub(base), verb, k, sts, err))
-			wantErr := map[algorithm.SettleCode]error{algorithm.Conflict: floodgate.ErrConflict, algorithm.TooLate: floodgate.ErrExpired}[code]
-			switch {
-			case wantErr != nil && !errors.Is(err, wantErr):
-				fail(i, "%s: %v, model %v", verb, err, wantErr)
-			case wantErr == nil && err != nil:
-				fail(i, "%s: %v, model settled it", verb, err)
-			case code == algorithm.Conflict:
-				continue
-			case len(sts) != 1:
-				fail(i, "%s: %d settlements", verb, len(sts))
+			after, known, msg := checkSettlement(sts, err, stl, code, d, nowUS)
+			if msg != "" {
+				fail(i, "%s: %s", verb, msg)
 			}
-			got := sts[0]
-			if got.Refunded != stl.Refunded || got.Charged != stl.Charged || got.Short != stl.Short || got.Replayed != (code == algorithm.Replayed) {
-				fail(i, "%s: %+v, model %+v (code %d)", verb, got, stl, code)
-			}
-			if code != algorithm.TooLate {
-				want := floodgate.FromAlgorithm(d, nowUS)
-				if msg := compareDecisions(got.Decision, want); msg != "" {
-					fail(i, "%s: the state after differs from the model:%s", verb, msg)
-				}
-				resetAfter = want.ResetAfter
+			if known {
+				resetAfter = after.ResetAfter
 			}
 		}
 	}

@@ -16,31 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck/limitchecktest"
 	"github.com/floodgate-rl/floodgate/middleware/grpclimit"
 )
-
-// waitTimer is the timer of an interceptor's waits (SetWaitTimer).
-type waitTimer struct {
-	asked   chan time.Duration
-	fire    chan time.Time
-	stopped chan struct{}
-}
-
-func (w *waitTimer) after(d time.Duration) (<-chan time.Time, func() bool) {
-	w.asked <- d
-	return w.fire, func() bool { w.stopped <- struct{}{}; return true }
-}
-
-func (w *waitTimer) next(t *testing.T) time.Duration {
-	t.Helper()
-	select {
-	case d := <-w.asked:
-		return d
-	case <-time.After(30 * time.Second): // a bound on a hung test, not a synchronisation
-		t.Fatal("no wait started")
-		return 0
-	}
-}
 
 // counted is a health server that counts the calls it answers.
 type counted struct {
@@ -53,15 +31,15 @@ func (c *counted) Check(ctx context.Context, r *healthpb.HealthCheckRequest) (*h
 	return c.Server.Check(ctx, r)
 }
 
-// serveWaiting is serve with the interceptor's waits on a waitTimer.
-func serveWaiting(t *testing.T, c grpclimit.Config) (healthpb.HealthClient, *waitTimer, *counted) {
+// serveWaiting is serve with the interceptor's waits on a limitchecktest.Timer.
+func serveWaiting(t *testing.T, c grpclimit.Config) (healthpb.HealthClient, *limitchecktest.Timer, *counted) {
 	t.Helper()
 	lim, err := grpclimit.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	timer := &waitTimer{asked: make(chan time.Duration, 16), fire: make(chan time.Time), stopped: make(chan struct{}, 16)}
-	grpclimit.SetWaitTimer(lim, timer.after)
+	timer := limitchecktest.NewTimer()
+	grpclimit.SetWaitTimer(lim, timer.After)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -98,33 +76,33 @@ func TestWait(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- check(t.Context(), client) }()
-	if d := timer.next(t); d < time.Second || d > time.Second+2*time.Microsecond {
+	if d := timer.Next(t); d < time.Second || d > time.Second+2*time.Microsecond {
 		t.Fatalf("waits %v, want its slot 1 s ahead", d)
 	}
 	if hs.calls.Load() != 1 {
 		t.Fatal("ran before its slot")
 	}
-	timer.fire <- start
+	timer.Fire <- start
 	if err := <-done; err != nil || hs.calls.Load() != 2 {
 		t.Fatalf("after its slot: %v, %d calls", err, hs.calls.Load())
 	}
-	<-timer.stopped // that wait's end
+	<-timer.Stopped // that wait's end
 
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() { done <- check(ctx, client) }()
-	if d := timer.next(t); d < 2*time.Second {
+	if d := timer.Next(t); d < 2*time.Second {
 		t.Fatalf("waits %v, want 2 s", d)
 	}
 	cancel()
 	if err := <-done; status.Code(err) != codes.Canceled {
 		t.Fatalf("a cancelled call: %v, want Canceled", err)
 	}
-	<-timer.stopped // the wait ended, its slot given back
+	<-timer.Stopped // the wait ended, its slot given back
 	go func() { done <- check(t.Context(), client) }()
-	if d := timer.next(t); d < 2*time.Second || d > 2*time.Second+2*time.Microsecond {
+	if d := timer.Next(t); d < 2*time.Second || d > 2*time.Second+2*time.Microsecond {
 		t.Fatalf("after a slot was given back: waits %v, want that slot, 2 s ahead", d)
 	}
-	timer.fire <- start
+	timer.Fire <- start
 	if err := <-done; err != nil || hs.calls.Load() != 3 {
 		t.Fatalf("the slot given back: %v, %d calls", err, hs.calls.Load())
 	}

@@ -10,37 +10,9 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck/limitchecktest"
 	"github.com/floodgate-rl/floodgate/middleware/httplimit"
 )
-
-// waitTimer is the timer of a middleware's waits (SetWaitTimer): each
-// wait's delay arrives on asked as it starts, a send on fire ends one,
-// stopped receives as each ends.
-type waitTimer struct {
-	asked   chan time.Duration
-	fire    chan time.Time
-	stopped chan struct{}
-}
-
-func newWaitTimer() *waitTimer {
-	return &waitTimer{asked: make(chan time.Duration, 16), fire: make(chan time.Time), stopped: make(chan struct{}, 16)}
-}
-
-func (w *waitTimer) after(d time.Duration) (<-chan time.Time, func() bool) {
-	w.asked <- d
-	return w.fire, func() bool { w.stopped <- struct{}{}; return true }
-}
-
-func (w *waitTimer) next(t *testing.T) time.Duration {
-	t.Helper()
-	select {
-	case d := <-w.asked:
-		return d
-	case <-time.After(30 * time.Second): // a bound on a hung test, not a synchronisation
-		t.Fatal("no wait started")
-		return 0
-	}
-}
 
 // get sends a GET with ctx to url over a real client, and returns the
 // status, or -1 when the client gave up.
@@ -75,8 +47,8 @@ func TestWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	timer := newWaitTimer()
-	httplimit.SetWaitTimer(m, timer.after)
+	timer := limitchecktest.NewTimer()
+	httplimit.SetWaitTimer(m, timer.After)
 	var served atomic.Int64
 	var waited atomic.Int64
 	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -91,34 +63,34 @@ func TestWait(t *testing.T) {
 	}
 	done := make(chan int, 1)
 	go func() { done <- get(t.Context(), srv.URL) }()
-	if d := timer.next(t); d < time.Second || d > time.Second+2*time.Microsecond {
+	if d := timer.Next(t); d < time.Second || d > time.Second+2*time.Microsecond {
 		t.Fatalf("waits %v, want its slot 1 s ahead", d)
 	}
 	if served.Load() != 1 {
 		t.Fatal("passed on before its slot")
 	}
-	timer.fire <- start
+	timer.Fire <- start
 	if got := <-done; got != 200 || served.Load() != 2 || time.Duration(waited.Load()) != time.Second {
 		t.Fatalf("after its slot: %d, served %d, Waited %v", got, served.Load(), time.Duration(waited.Load()))
 	}
-	<-timer.stopped // that wait's end
+	<-timer.Stopped // that wait's end
 
 	// A client that goes away: its slot, 2 s ahead, is given back.
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() { done <- get(ctx, srv.URL) }()
-	if d := timer.next(t); d < 2*time.Second {
+	if d := timer.Next(t); d < 2*time.Second {
 		t.Fatalf("waits %v, want 2 s", d)
 	}
 	cancel()
 	if got := <-done; got != -1 {
 		t.Fatalf("a gone client got %d", got)
 	}
-	<-timer.stopped // the wait ended, its slot given back
+	<-timer.Stopped // the wait ended, its slot given back
 	go func() { done <- get(t.Context(), srv.URL) }()
-	if d := timer.next(t); d < 2*time.Second || d > 2*time.Second+2*time.Microsecond {
+	if d := timer.Next(t); d < 2*time.Second || d > 2*time.Second+2*time.Microsecond {
 		t.Fatalf("after a slot was given back: waits %v, want that slot, 2 s ahead", d)
 	}
-	timer.fire <- start
+	timer.Fire <- start
 	if got := <-done; got != 200 || served.Load() != 3 {
 		t.Fatalf("the slot given back: %d, served %d", got, served.Load())
 	}

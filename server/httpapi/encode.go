@@ -71,14 +71,7 @@ func appendDecisionFields(b []byte, d *DecisionJSON) []byte {
 		b = append(b, `,"code":`...)
 		b = appendJSONString(b, d.Code)
 	}
-	b = append(b, `,"limit":`...)
-	b = strconv.AppendInt(b, d.Limit, 10)
-	b = append(b, `,"remaining":`...)
-	b = strconv.AppendInt(b, d.Remaining, 10)
-	b = append(b, `,"reset_after_ms":`...)
-	b = strconv.AppendInt(b, d.ResetAfterMS, 10)
-	b = append(b, `,"retry_after_ms":`...)
-	b = strconv.AppendInt(b, d.RetryAfterMS, 10)
+	b = appendCounts(b, d.Limit, d.Remaining, d.ResetAfterMS, d.RetryAfterMS)
 	if d.Rule != "" {
 		b = append(b, `,"rule":`...)
 		b = appendJSONString(b, d.Rule)
@@ -119,26 +112,34 @@ func appendLimitDecision(b []byte, d *LimitDecisionJSON) []byte {
 	b = strconv.AppendBool(b, d.Allowed)
 	b = append(b, `,"code":`...)
 	b = appendJSONString(b, d.Code)
-	b = append(b, `,"limit":`...)
-	b = strconv.AppendInt(b, d.Limit, 10)
-	b = append(b, `,"remaining":`...)
-	b = strconv.AppendInt(b, d.Remaining, 10)
-	b = append(b, `,"reset_after_ms":`...)
-	b = strconv.AppendInt(b, d.ResetAfterMS, 10)
-	b = append(b, `,"retry_after_ms":`...)
-	b = strconv.AppendInt(b, d.RetryAfterMS, 10)
+	b = appendCounts(b, d.Limit, d.Remaining, d.ResetAfterMS, d.RetryAfterMS)
 	b = append(b, `,"policy":`...)
-	if d.Policy == nil {
-		b = append(b, "null"...)
-	} else {
-		b = appendLimit(b, d.Policy)
-	}
+	b = appendLimit(b, d.Policy)
 	return append(b, '}')
 }
 
-// appendLimit appends l. Its first field may be omitted, so each field
-// after the first written is preceded by a comma.
+// appendCounts appends the numbers that DecisionJSON and
+// LimitDecisionJSON both have, never omitted, in the order both declare
+// them, each after a comma: limit, remaining, reset_after_ms and
+// retry_after_ms.
+func appendCounts(b []byte, limit, remaining, resetAfterMS, retryAfterMS int64) []byte {
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, remaining, 10)
+	b = append(b, `,"reset_after_ms":`...)
+	b = strconv.AppendInt(b, resetAfterMS, 10)
+	b = append(b, `,"retry_after_ms":`...)
+	return strconv.AppendInt(b, retryAfterMS, 10)
+}
+
+// appendLimit appends l, or null for a nil l as encoding/json writes a
+// nil pointer. Its first field may be omitted, so each field after the
+// first written is preceded by a comma.
 func appendLimit(b []byte, l *LimitJSON) []byte {
+	if l == nil {
+		return append(b, "null"...)
+	}
 	b = append(b, '{')
 	start := len(b)
 	field := func(b []byte, name string) []byte {
