@@ -73,7 +73,7 @@ func (p *parser) priorities(prio, reserves, max *field, path string, r *Rule, ha
 		p.errorf(first.key, fpath, "a limit shared by flows (share_by) keeps no reserve for classes")
 		return
 	}
-	if class != "" && ceiling != "" && rank(ceiling) < rank(class) {
+	if class != "" && ceiling != "" && Rank(ceiling) < Rank(class) {
 		p.errorf(max.val, join(path, "priority_max"), "%s is below the rule's default class %s (priority): a request could not carry the class it gets without one", ceiling, class)
 		return
 	}
@@ -241,9 +241,9 @@ func (p *parser) reserveNode(f *field, class string) *yaml.Node {
 	return f.key
 }
 
-// rank orders the classes: sheddable 0, normal 1, critical 2; no class
-// (the whole limit) ranks as critical.
-func rank(c floodgate.Priority) int {
+// Rank orders the priority classes, for comparing them: sheddable 0,
+// normal 1, critical 2; no class (the whole limit) ranks as critical.
+func Rank(c floodgate.Priority) int {
 	switch c {
 	case floodgate.Sheddable:
 		return 0

@@ -46,7 +46,7 @@ func takeClasses(dom *config.Domain, ds []Descriptor) (out []Descriptor, carried
 			if err != nil {
 				c = floodgate.Sheddable
 			}
-			if rank(c) < rank(class) {
+			if config.Rank(c) < config.Rank(class) {
 				class = c
 			}
 		}
@@ -79,7 +79,7 @@ func ruleClass(r *config.Rule, c floodgate.Priority) floodgate.Priority {
 	if ceiling == "" {
 		ceiling = r.Priority
 	}
-	if ceiling != "" && rank(c) > rank(ceiling) {
+	if ceiling != "" && config.Rank(c) > config.Rank(ceiling) {
 		c = ceiling
 	}
 	if r.Reserves == nil && r.PriorityMax == "" {
@@ -103,17 +103,6 @@ func ownLimitClass(lim floodgate.Limit, c floodgate.Priority) floodgate.Priority
 		return ""
 	}
 	return c
-}
-
-// rank orders the classes: sheddable 0, normal 1, critical 2.
-func rank(c floodgate.Priority) int {
-	switch c {
-	case floodgate.Sheddable:
-		return 0
-	case floodgate.Normal:
-		return 1
-	}
-	return 2
 }
 
 // overrideClass is the class and reserves of a descriptor whose rule's
