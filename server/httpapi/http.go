@@ -218,6 +218,10 @@ func (s *API) hostAllowed(host string) bool {
 // isJSON reports whether a Content-Type is application/json, with or
 // without parameters (charset=utf-8).
 func isJSON(ct string) bool {
+	if ct == "application/json" {
+		// What almost every client sends; ParseMediaType allocates.
+		return true
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && mt == "application/json"
 }
@@ -405,7 +409,7 @@ func limitJSON(l floodgate.Limit) *LimitJSON {
 		n int64
 	}{n: l.Limit}
 	j := &jn.j
-	*j = LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &jn.n, Period: l.Period.String(), Burst: l.Burst,
+	*j = LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &jn.n, Period: periodString(l.Period), Burst: l.Burst,
 		Window: string(l.Window), CountRejected: l.CountRejected, Name: l.Name}
 	if l.IsCalendar() {
 		j.Period, j.Unit, j.TimeZone, j.Anchor = "", string(l.Calendar.Unit), l.Calendar.Location.String(), l.Calendar.Anchor()
@@ -414,6 +418,22 @@ func limitJSON(l floodgate.Limit) *LimitJSON {
 		}
 	}
 	return j
+}
+
+// periodString is d.String(), without its allocation for the periods
+// of the config's units (every answer of a config rule has one).
+func periodString(d time.Duration) string {
+	switch d {
+	case time.Second:
+		return "1s"
+	case time.Minute:
+		return "1m0s"
+	case time.Hour:
+		return "1h0m0s"
+	case 24 * time.Hour:
+		return "24h0m0s"
+	}
+	return d.String()
 }
 
 // EntryJSON is one key/value pair of a descriptor.
@@ -587,7 +607,7 @@ func decisionJSON(st server.Status, policy bool) DecisionJSON {
 // header fields.
 func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 	var req AllowRequest
-	if !decodeJSON(w, r, &req) {
+	if !decodeAllowJSON(w, r, &req) {
 		return
 	}
 	inline, err := req.form()
@@ -861,12 +881,67 @@ func (s *API) handleConfig(w http.ResponseWriter, _ *http.Request) {
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	buf := getBuffer()
 	defer putBuffer(buf)
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	body := buf.Bytes()
+	body, err := readBody(w, r, buf)
 	if err != nil {
 		writeProblem(w, jsonError(err))
 		return false
 	}
+	return decodeBody(w, body, v)
+}
+
+// decodeAllowJSON is decodeJSON for the body of POST /v1/allow: read by
+// decodeAllow, or by decodeBody (encoding/json) when decodeAllow
+// declines it, so that every error is encoding/json's. req must be
+// zero.
+func decodeAllowJSON(w http.ResponseWriter, r *http.Request, req *AllowRequest) bool {
+	buf := getBuffer()
+	defer putBuffer(buf)
+	body, err := readBody(w, r, buf)
+	if err != nil {
+		writeProblem(w, jsonError(err))
+		return false
+	}
+	if decodeAllow(body, req) {
+		return true
+	}
+	// A value of its own, so that req (which the caller keeps on its
+	// stack) is not handed to encoding/json as an interface.
+	slow := new(AllowRequest)
+	ok := decodeBody(w, body, slow)
+	*req = *slow
+	return ok
+}
+
+// readBody reads r's body into buf, at most MaxBodyBytes. It reads the
+// body itself rather than through http.MaxBytesReader (an allocation per
+// request); a body over the bound is read again through one, for its
+// error and so that the server closes the connection, as it does after
+// MaxBytesReader refused a body.
+func readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) ([]byte, error) {
+	for buf.Len() <= MaxBodyBytes {
+		buf.Grow(bytes.MinRead)
+		b := buf.AvailableBuffer()
+		b = b[:min(cap(b), MaxBodyBytes+1-buf.Len())]
+		n, err := r.Body.Read(b)
+		buf.Write(b[:n])
+		if err == io.EOF {
+			return buf.Bytes(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	rest := io.MultiReader(bytes.NewReader(buf.Bytes()), r.Body)
+	_, err := io.Copy(io.Discard, http.MaxBytesReader(w, io.NopCloser(rest), MaxBodyBytes))
+	if err == nil {
+		// Not reached: the bytes read are over the bound already.
+		err = &http.MaxBytesError{Limit: MaxBodyBytes}
+	}
+	return nil, err
+}
+
+// decodeBody decodes body, read by readBody, into v as decodeJSON does.
+func decodeBody(w http.ResponseWriter, body []byte, v any) bool {
 	// encoding/json reads invalid UTF-8 in a string as U+FFFD, so keys
 	// that differ only there would share a budget: refuse them, as
 	// POST /json (protojson) and gRPC do.
