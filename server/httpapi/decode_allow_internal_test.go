@@ -345,7 +345,7 @@ func TestDecodeAllowBounds(t *testing.T) {
 // encoding/json's (compareAllowDecode).
 func FuzzDecodeAllow(f *testing.F) {
 	g := &genAllow{r: rand.New(rand.NewPCG(3, 4))}
-	for range 200 {
+	for range 40 {
 		f.Add(string(g.body()))
 	}
 	f.Add(`{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"42"}]}]}`)

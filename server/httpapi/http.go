@@ -204,6 +204,11 @@ func (s *API) hostAllowed(host string) bool {
 	if host == "" {
 		return true
 	}
+	if _, err := netip.ParseAddrPort(host); err == nil {
+		// An address and a port, what a client of an IP address sends:
+		// the path below in one step.
+		return true
+	}
 	name := host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		name = h
