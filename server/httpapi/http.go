@@ -167,6 +167,7 @@ func New(srv *server.Server, opts *Options) (*API, error) {
 func (s *API) Handler(extra map[string]http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	tr := s.srv.Tracer()
+	var allow http.Handler
 	for _, r := range s.routes(extra) {
 		h := guard(s.auth, r.scope, r.h)
 		if tr != nil && strings.HasPrefix(r.pattern, "POST ") {
@@ -176,9 +177,32 @@ func (s *API) Handler(extra map[string]http.Handler) http.Handler {
 			h = tr.HTTP(r.pattern, h)
 		}
 		mux.Handle(r.pattern, h)
+		if r.pattern == allowPattern {
+			allow = h
+		}
+	}
+	for pattern := range extra {
+		if _, path, _ := strings.Cut(pattern, " "); !strings.HasPrefix(path, "/") && !strings.HasPrefix(pattern, "/") {
+			// A pattern of a host could be more specific than
+			// POST /v1/allow: leave every request to the mux.
+			allow = nil
+		}
+	}
+	// POST /v1/allow, nearly every request, goes to its handler without
+	// the mux's search of every pattern (2.6% of serve's CPU under
+	// benchall's load), as the mux would send it: the path exactly
+	// /v1/allow, not escaped otherwise, and r.Pattern set as the mux
+	// sets it. Any other path, method or spelling is the mux's.
+	route := func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/allow" && r.URL.RawPath == "" && allow != nil {
+			r.Pattern = allowPattern
+			allow.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
 	}
 	if !s.guard {
-		return mux
+		return http.HandlerFunc(route)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.hostAllowed(r.Host) {
@@ -191,9 +215,12 @@ func (s *API) Handler(extra map[string]http.Handler) http.Handler {
 				msg: fmt.Sprintf("%q: a POST must be application/json (curl: -H 'Content-Type: application/json', or --json)", r.Header.Get("Content-Type"))})
 			return
 		}
-		mux.ServeHTTP(w, r)
+		route(w, r)
 	})
 }
+
+// allowPattern is the route of decisions.
+const allowPattern = "POST /v1/allow"
 
 // hostAllowed reports whether a Host header names this server for a
 // client without a token: empty (HTTP/1.0, never a browser), an IP
@@ -264,7 +291,7 @@ type route struct {
 // can check that the document names every route (see export_test.go).
 func (s *API) routes(extra map[string]http.Handler) []route {
 	rs := []route{
-		{"POST /v1/allow", http.HandlerFunc(s.handleAllow), transport.ScopeClient},
+		{allowPattern, http.HandlerFunc(s.handleAllow), transport.ScopeClient},
 		{"POST /v1/reset", http.HandlerFunc(s.handleReset), transport.ScopeAdmin},
 		{"POST /v1/inspect", http.HandlerFunc(s.handleInspect), transport.ScopeAdmin},
 		{"POST /v1/reservations", http.HandlerFunc(s.handleReserve), transport.ScopeClient},
