@@ -116,7 +116,7 @@ func TestFastMultiDifferential(t *testing.T) {
 				csA[i] = &call{r: r, alg: floodgate.FixedWindow, key: sa.Key(r.Key, l), now: at}
 				csB[i] = &call{r: r, alg: floodgate.FixedWindow, key: sb.Key(r.Key, l), now: at}
 			}
-			_, _, order, ok := fastMultiArgs(csA)
+			_, _, order, _, ok := fastMultiArgs(csA)
 			if !ok {
 				t.Fatal("fastMultiArgs did not take a run of aligned fixed-window requests")
 			}

@@ -103,8 +103,8 @@ const multiFailed = 2
 // decision, its call's error, or errAlone.
 func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 	if rn.lib == nil {
-		if keys, args, order, ok := fastMultiArgs(cs); ok {
-			return rn.fastMulti(ctx, cs, keys, args, order)
+		if keys, args, order, sets, ok := fastMultiArgs(cs); ok {
+			return rn.fastMulti(ctx, cs, keys, args, order, sets)
 		}
 	}
 	keys, args := multiArgs(cs)
@@ -135,26 +135,60 @@ func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 }
 
 // fastMulti decides cs in one run of fixed_window_multi.lua, whose KEYS
-// and ARGV are keys and args, the call of its k-th key cs[order[k]] (see
-// fastMultiArgs); as multi, a request the script declined is errAlone.
-func (rn *runner) fastMulti(ctx context.Context, cs []*call, keys, args []string, order []int) ([]result, error) {
+// and ARGV are keys and args, the call of its k-th key cs[order[k]] and
+// its parameter sets sets (see fastMultiArgs); as multi, a request the
+// script declined is errAlone.
+func (rn *runner) fastMulti(ctx context.Context, cs []*call, keys, args []string, order []int, sets []fastSet) ([]result, error) {
 	vals, err := rn.run(ctx, scripts.fastMulti, keys, args)
 	if err != nil {
 		return nil, err
 	}
-	if len(vals) != replyLen*len(cs) {
-		return nil, fmt.Errorf("%w: %d integers for %d requests, want %d", floodgate.ErrUnexpectedReply, len(vals), len(cs), replyLen*len(cs))
+	if len(vals) != 2*len(sets)+len(cs) {
+		return nil, fmt.Errorf("%w: %d integers for %d requests of %d sets, want %d", floodgate.ErrUnexpectedReply, len(vals), len(cs), len(sets), 2*len(sets)+len(cs))
 	}
 	out := make([]result, len(cs))
-	for k, i := range order {
-		v := vals[k*replyLen : (k+1)*replyLen]
-		if v[0] == multiFailed {
-			out[i].err = errAlone
-			continue
+	k := 0
+	for _, set := range sets {
+		now, left := vals[0], vals[1]
+		for _, x := range vals[2 : 2+set.n] {
+			i := order[k]
+			k++
+			if x == fastDeclinedRequest {
+				out[i].err = errAlone
+				continue
+			}
+			v := unpackFast(x, set.limit, cs[i].r.Cost, now, left)
+			out[i].d, out[i].err = decode(v[:], cs[i].now)
 		}
-		out[i].d, out[i].err = decode(v, cs[i].now)
+		vals = vals[2+set.n:]
 	}
 	return out, nil
+}
+
+// fastDeclinedRequest is DECLINED in fixed_window_multi.lua: a request it
+// left unchanged, for the single path.
+const fastDeclinedRequest = -1
+
+// unpackFast is the reply of fixed_window.lua for a request of cost cost
+// under limit, decided at now in a window that ends left µs after, from
+// its packed decision x in the reply of fixed_window_multi.lua (remaining
+// * 4 + 2 if the counter is above 0 + allowed). A negative x unpacks to
+// values that decode rejects.
+func unpackFast(x, limit, cost, now, left int64) [replyLen]int64 {
+	allowed, remaining, reset, retry := x&1, x>>2, int64(0), int64(0)
+	if x&2 != 0 {
+		reset = left
+	}
+	switch {
+	case x < 0:
+		allowed = -1
+	case allowed == 1:
+	case cost > limit:
+		retry = algorithm.Never
+	default:
+		retry = left
+	}
+	return [replyLen]int64{allowed, limit, remaining, reset, retry, now}
 }
 
 // fastSet is a parameter set of fixed_window_multi.lua and the number of
@@ -165,28 +199,27 @@ type fastSet struct {
 }
 
 // fastMultiArgs is the KEYS and ARGV of one run of fixed_window_multi.lua
-// for cs, and the index in cs of the call of each key, if every call of cs
-// is a usual request of an aligned fixed window (as fixed_window_fast.lua
+// for cs, the index in cs of the call of each key, and the parameter sets,
+// if every call of cs is a usual request of an aligned fixed window (as fixed_window_fast.lua
 // takes: no first hit, calendar, release or burst); ok is false otherwise.
 // The keys are grouped by parameter set (the time, limit, period and
 // flags), in the order each set was first seen, each set's in the order of
 // cs; ARGV is the number of sets, each set's numbers and count, then each
 // key's cost.
-func fastMultiArgs(cs []*call) (keys, args []string, order []int, ok bool) {
-	var setsBuf [4]fastSet
-	sets := setsBuf[:0]
+func fastMultiArgs(cs []*call) (keys, args []string, order []int, sets []fastSet, ok bool) {
+	sets = make([]fastSet, 0, 2)
 	var idxBuf [maxCoalesced]uint8
 	idx := idxBuf[:0]
 	if len(cs) > maxCoalesced {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	for _, c := range cs {
 		if c.alg != floodgate.FixedWindow || c.r.Release || c.r.Limit.Calendar.Unit != "" {
-			return nil, nil, nil, false
+			return nil, nil, nil, nil, false
 		}
 		p := c.r.Limit.Params()
 		if p.FirstHit || p.Burst != 0 || p.Wait != 0 {
-			return nil, nil, nil, false
+			return nil, nil, nil, nil, false
 		}
 		set := fastSet{now: c.now, limit: p.Limit, period: p.Period}
 		if p.CountRejected {
@@ -226,7 +259,7 @@ func fastMultiArgs(cs []*call) (keys, args []string, order []int, ok bool) {
 		keys[k], order[k] = c.key, i
 		costs[k] = strconv.FormatInt(c.r.Cost, 10)
 	}
-	return keys, args, order, true
+	return keys, args, order, sets, true
 }
 
 // multiSet is a parameter set of multi.lua: what the requests of one run

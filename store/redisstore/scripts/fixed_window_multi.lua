@@ -29,13 +29,21 @@
 --          and flags (0 or 2) as parse_request in common.lua reads them
 --          (burst 0, id ""), and the number of its requests (at least 1);
 --          then per key its cost.
--- Reply    per request, {allowed 0/1, limit, remaining, reset_after_us,
---          retry_after_us (-1 never), now_us}, one flat array; {DECLINED,
---          0, 0, 0, 0, 0} for a request it left unchanged.
+-- Reply    one flat array: per set, now_us and the µs to the end of its
+--          window (0 and 0 for a set it declined), then per key of the set
+--          its decision packed in one integer, remaining * 4 + 2 if the
+--          counter is above 0 + allowed (0/1), or DECLINED for a request it
+--          left unchanged. The Go side unpacks the decision fixed_window.lua
+--          replies: {allowed, the set's limit, remaining, reset_after_us
+--          (the window's end if the counter is above 0, else 0),
+--          retry_after_us (0 if allowed, else -1 if cost > limit, else the
+--          window's end), now_us}. A reply of 6 integers per request cost
+--          Redis more than the rest of the script for a request whose
+--          counter exists.
 -- Mirrors  fixed_window_fast.lua per request (TestDifferential runs the
 --          coalesced runs of both).
 
-local DECLINED = 2
+local DECLINED = -1
 local SET_WIDTH = 5
 local call, match, floor, format = redis.call, string.match, math.floor, string.format
 local keys, a = KEYS, ARGV
@@ -74,12 +82,13 @@ for j = 1, n_sets do
     -- The bounds of common.lua: MAX_LIMIT 2^40, MAX_PERIOD 2^48, MAX_NOW 2^52 - 2^48.
     ok = now >= -1 and now <= 4222124650659840 and limit <= 1099511627776 and period >= 1 and period <= 281474976710656
   end
+  local o = #out
   if not ok then
     -- fixed_window_fast.lua declines them too: the store's single path
     -- gives each its answer or its error.
-    for _ = 1, m do
-      local i = #out
-      out[i + 1], out[i + 2], out[i + 3], out[i + 4], out[i + 5], out[i + 6] = DECLINED, 0, 0, 0, 0, 0
+    out[o + 1], out[o + 2] = 0, 0
+    for i = o + 3, o + 2 + m do
+      out[i] = DECLINED
     end
     k, arg = k + m, arg + m
   else
@@ -102,6 +111,8 @@ for j = 1, n_sets do
     local stop = start + period
     local field = format('%d', start)
     local ttl = math.max(floor((stop - now + 999) / 1000), 1000) + 1000
+    out[o + 1], out[o + 2] = now, stop - now
+    o = o + 2
     for _ = 1, m do
       k, arg = k + 1, arg + 1
       local key, cost = keys[k], a[arg]
@@ -190,28 +201,21 @@ for j = 1, n_sets do
           end
         end
       end
-      local i = #out
+      o = o + 1
       if declined then
-        out[i + 1], out[i + 2], out[i + 3], out[i + 4], out[i + 5], out[i + 6] = DECLINED, 0, 0, 0, 0, 0
+        out[o] = DECLINED
       else
-        local remaining, reset_after, retry_after = 0, 0, 0
+        local x = 0
         if count < limit then
-          remaining = limit - count
+          x = (limit - count) * 4
         end
         if count > 0 then
-          reset_after = stop - now
+          x = x + 2
         end
         if allowed then
-          allowed = 1
-        else
-          allowed = 0
-          if cost > limit then
-            retry_after = -1
-          else
-            retry_after = stop - now
-          end
+          x = x + 1
         end
-        out[i + 1], out[i + 2], out[i + 3], out[i + 4], out[i + 5], out[i + 6] = allowed, limit, remaining, reset_after, retry_after, now
+        out[o] = x
       end
     end
   end
