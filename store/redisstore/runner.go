@@ -99,8 +99,10 @@ var errAlone = errors.New("redisstore: failed in a shared run")
 const multiFailed = 2
 
 // multi decides cs, already stamped, in one run of multi.lua, each on its
-// own. The error is the run's; without one, each result is its call's
-// decision, its call's error, or errAlone.
+// own, or by EVALSHA, when every call of cs is a usual aligned fixed-window
+// request, of fixed_window_multi.lua (fastMulti). The error is the run's;
+// without one, each result is its call's decision, its call's error, or
+// errAlone.
 func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 	if rn.lib == nil {
 		if keys, args, order, sets, ok := fastMultiArgs(cs); ok {
