@@ -24,6 +24,11 @@
 #   set -- 1 fixed_window -1 1000000 60000000 0 0
 #   for j in $(seq 16); do set -- "$@" 1 1 ''; done
 #   LUA_LOOP_RUN=16 ./bench/lua-loop.sh 6471 /tmp/sc/multi_fixed_window.lua 8000 5000 "$@"
+# and the same run as the store sends it, to fixed_window_multi.lua (one
+# set: now, limit, period, flags, its 16 keys; then a cost per key):
+#   set -- 1 -1 1000000 60000000 0 16
+#   for j in $(seq 16); do set -- "$@" 1; done
+#   LUA_LOOP_RUN=16 ./bench/lua-loop.sh 6471 store/redisstore/scripts/fixed_window_multi.lua 8000 5000 "$@"
 #
 # With LUA_LOOP_FUNCTION=<script name> (fixed_window, batch, ...), FILE is
 # the function library of redisstore.Options.Functions (scripts.lib.src)

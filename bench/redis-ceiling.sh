@@ -18,6 +18,14 @@
 #     script the store sends first for a single aligned request (without
 #     Options.Functions): the default path of one decision.
 #
+# With REDIS_CEILING_MULTI=<n> (2 to 128), it also measures
+#   - fixed_window_multi: EVALSHA of fixed_window_multi.lua, the script a
+#     coalesced run of aligned fixed-window requests goes out as, n keys
+#     (each its own __rand_int__) of one parameter set per call, as the
+#     store sends a run of n concurrent calls; its CPU is also given per
+#     decision (redis-cpu-µs/decision), to set beside the minimal script's
+#     per call. (benchall does not set it: it reads the six figures above.)
+#
 # For each it prints the calls per second, the keys made (DBSIZE: the
 # spread is real) and the CPU Redis spent per call (INFO cpu over INFO
 # commandstats), in lines that benchall reads:
@@ -123,3 +131,21 @@ done
 for pipeline in 1 16; do
 	run fixed_window_fast "$pipeline" "$fastsha" 1 'ff:user:__rand_int__' -1 1000000 60000000 1 0 0 ''
 done
+multi=${REDIS_CEILING_MULTI:-}
+if [ -n "$multi" ]; then
+	multisha=$($cli -x SCRIPT LOAD <"$scripts/fixed_window_multi.lua")
+	# KEYS: multi keys; ARGV: one set (now -1, limit, period, flags 0, multi
+	# keys), then a cost of 1 per key.
+	set -- "$multisha" "$multi"
+	for _ in $(seq "$multi"); do set -- "$@" 'fm:user:__rand_int__'; done
+	set -- "$@" 1 -1 1000000 60000000 0 "$multi"
+	for _ in $(seq "$multi"); do set -- "$@" 1; done
+	echo "check fixed_window_multi: $($cli EVALSHA "$@" | tr '\n' ' ')"
+	n=$((n / multi))
+	for pipeline in 1 16; do
+		out=$(run fixed_window_multi "$pipeline" "$@")
+		echo "$out"
+		cpu=$(echo "$out" | sed -n 's/^redis-cpu-µs\/op: //p')
+		echo "redis-cpu-µs/decision: $(awk -v c="$cpu" -v m="$multi" 'BEGIN { printf "%.2f", c / m }')"
+	done
+fi

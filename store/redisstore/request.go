@@ -55,6 +55,10 @@ const (
 	multiReqWidth = 3
 )
 
+// fastSetWidth is SET_WIDTH in fixed_window_multi.lua: the ARGV strings of
+// one parameter set.
+const fastSetWidth = 5
+
 // requestFlags is the flags argument of r under params p, as common.lua
 // reads it.
 func requestFlags(p algorithm.Params, r *floodgate.Request) int {

@@ -99,9 +99,16 @@ var errAlone = errors.New("redisstore: failed in a shared run")
 const multiFailed = 2
 
 // multi decides cs, already stamped, in one run of multi.lua, each on its
-// own. The error is the run's; without one, each result is its call's
-// decision, its call's error, or errAlone.
+// own, or by EVALSHA, when every call of cs is a usual aligned fixed-window
+// request, of fixed_window_multi.lua (fastMulti). The error is the run's;
+// without one, each result is its call's decision, its call's error, or
+// errAlone.
 func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
+	if rn.lib == nil {
+		if keys, args, order, sets, ok := fastMultiArgs(cs); ok {
+			return rn.fastMulti(ctx, cs, keys, args, order, sets)
+		}
+	}
 	keys, args := multiArgs(cs)
 	sc := scripts.multiOf[cs[0].alg]
 	for _, c := range cs[1:] {
@@ -127,6 +134,134 @@ func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 		out[i].d, out[i].err = decode(v, c.now)
 	}
 	return out, nil
+}
+
+// fastMulti decides cs in one run of fixed_window_multi.lua, whose KEYS
+// and ARGV are keys and args, the call of its k-th key cs[order[k]] and
+// its parameter sets sets (see fastMultiArgs); as multi, a request the
+// script declined is errAlone.
+func (rn *runner) fastMulti(ctx context.Context, cs []*call, keys, args []string, order []int, sets []fastSet) ([]result, error) {
+	vals, err := rn.run(ctx, scripts.fastMulti, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != 2*len(sets)+len(cs) {
+		return nil, fmt.Errorf("%w: %d integers for %d requests of %d sets, want %d", floodgate.ErrUnexpectedReply, len(vals), len(cs), len(sets), 2*len(sets)+len(cs))
+	}
+	out := make([]result, len(cs))
+	k := 0
+	for _, set := range sets {
+		now, left := vals[0], vals[1]
+		for _, x := range vals[2 : 2+set.n] {
+			i := order[k]
+			k++
+			if x == fastDeclinedRequest {
+				out[i].err = errAlone
+				continue
+			}
+			v := unpackFast(x, set.limit, cs[i].r.Cost, now, left)
+			out[i].d, out[i].err = decode(v[:], cs[i].now)
+		}
+		vals = vals[2+set.n:]
+	}
+	return out, nil
+}
+
+// fastDeclinedRequest is DECLINED in fixed_window_multi.lua: a request it
+// left unchanged, for the single path.
+const fastDeclinedRequest = -1
+
+// unpackFast is the reply of fixed_window.lua for a request of cost cost
+// under limit, decided at now in a window that ends left µs after, from
+// its packed decision x in the reply of fixed_window_multi.lua (remaining
+// * 4 + 2 if the counter is above 0 + allowed). A negative x unpacks to
+// values that decode rejects.
+func unpackFast(x, limit, cost, now, left int64) [replyLen]int64 {
+	allowed, remaining, reset, retry := x&1, x>>2, int64(0), int64(0)
+	if x&2 != 0 {
+		reset = left
+	}
+	switch {
+	case x < 0:
+		allowed = -1
+	case allowed == 1:
+	case cost > limit:
+		retry = algorithm.Never
+	default:
+		retry = left
+	}
+	return [replyLen]int64{allowed, limit, remaining, reset, retry, now}
+}
+
+// fastSet is a parameter set of fixed_window_multi.lua and the number of
+// its requests.
+type fastSet struct {
+	now, limit, period int64
+	flags, n           int
+}
+
+// fastMultiArgs is the KEYS and ARGV of one run of fixed_window_multi.lua
+// for cs, the index in cs of the call of each key, and the parameter sets,
+// if every call of cs is a usual request of an aligned fixed window (as fixed_window_fast.lua
+// takes: no first hit, calendar, release or burst); ok is false otherwise.
+// The keys are grouped by parameter set (the time, limit, period and
+// flags), in the order each set was first seen, each set's in the order of
+// cs; ARGV is the number of sets, each set's numbers and count, then each
+// key's cost.
+func fastMultiArgs(cs []*call) (keys, args []string, order []int, sets []fastSet, ok bool) {
+	sets = make([]fastSet, 0, 2)
+	var idxBuf [maxCoalesced]uint8
+	idx := idxBuf[:0]
+	if len(cs) > maxCoalesced {
+		return nil, nil, nil, nil, false
+	}
+	for _, c := range cs {
+		if c.alg != floodgate.FixedWindow || c.r.Release || c.r.Limit.Calendar.Unit != "" {
+			return nil, nil, nil, nil, false
+		}
+		p := c.r.Limit.Params()
+		if p.FirstHit || p.Burst != 0 || p.Wait != 0 {
+			return nil, nil, nil, nil, false
+		}
+		set := fastSet{now: c.now, limit: p.Limit, period: p.Period}
+		if p.CountRejected {
+			set.flags = flagCountRejected
+		}
+		j := 0
+		for j < len(sets) && (sets[j].now != set.now || sets[j].limit != set.limit || sets[j].period != set.period || sets[j].flags != set.flags) {
+			j++
+		}
+		if j == len(sets) {
+			sets = append(sets, set)
+		}
+		sets[j].n++
+		idx = append(idx, uint8(j))
+	}
+	// next[j] is the position of set j's next key.
+	next := make([]int, len(sets))
+	for j := 1; j < len(sets); j++ {
+		next[j] = next[j-1] + sets[j-1].n
+	}
+	keys = make([]string, len(cs))
+	order = make([]int, len(cs))
+	args = make([]string, 1+len(sets)*fastSetWidth+len(cs))
+	args[0] = multiIndex[len(sets)]
+	for j, set := range sets {
+		a := args[1+j*fastSetWidth:]
+		a[0] = strconv.FormatInt(set.now, 10)
+		a[1] = strconv.FormatInt(set.limit, 10)
+		a[2] = strconv.FormatInt(set.period, 10)
+		a[3] = multiIndex[set.flags]
+		a[4] = multiIndex[set.n]
+	}
+	costs := args[1+len(sets)*fastSetWidth:]
+	for i, c := range cs {
+		k := next[idx[i]]
+		next[idx[i]]++
+		keys[k], order[k] = c.key, i
+		costs[k] = strconv.FormatInt(c.r.Cost, 10)
+	}
+	return keys, args, order, sets, true
 }
 
 // multiSet is a parameter set of multi.lua: what the requests of one run

@@ -75,6 +75,10 @@ type scriptSet struct {
 	// single[FixedWindow]; not in the library, whose functions make their
 	// helpers once per load.
 	fast *script
+	// fastMulti decides a coalesced run of usual aligned fixed-window
+	// requests (fixed_window_multi.lua), each as fast would, in place of
+	// multiOf[FixedWindow]; not in the library either.
+	fastMulti *script
 	// lib is every script above as one Redis function library.
 	lib library
 }
@@ -243,6 +247,11 @@ func buildScripts() (scriptSet, error) {
 		return scriptSet{}, err
 	}
 	set.fast = newScript("fixed_window_fast", fastSrc)
+	fastMultiSrc, err := read("fixed_window_multi.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	set.fastMulti = newScript("fixed_window_multi", fastMultiSrc)
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	for i, alg := range floodgate.Algorithms {
