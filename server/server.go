@@ -646,7 +646,8 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		}
 		entries = append(entries, es)
 	}
-	matches := cfg.MatchAll(domain, entries)
+	var matchBuf [8]config.Match
+	matches := cfg.AppendMatchAll(matchBuf[:0], domain, entries)
 	res := Result{Code: OK, UnknownDomain: domain != "" && cfg.Domain(domain) == nil}
 	if res.UnknownDomain {
 		s.warnUnknownDomain(domain)
