@@ -135,14 +135,27 @@ func SetEach(h http.Header, limits []floodgate.Limit, ds []floodgate.Decision, o
 // response_headers_to_add, gRPC metadata). A ds that is nil or of another
 // length than limits is treated as unknown: only the policy is written.
 func Fields(limits []floodgate.Limit, ds []floodgate.Decision, opts *Options) []Field {
+	if len(limits) == 0 {
+		return nil
+	}
+	return AppendFields(make([]Field, 0, MaxFields), limits, ds, opts)
+}
+
+// MaxFields is the most fields Fields returns.
+const MaxFields = 6
+
+// AppendFields is Fields appending to dst and returning the extended
+// slice: with room for MaxFields in dst (an array on the caller's stack),
+// the fields' slice is no allocation.
+func AppendFields(dst []Field, limits []floodgate.Limit, ds []floodgate.Decision, opts *Options) []Field {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
 	if len(limits) == 0 {
-		return nil
+		return dst
 	}
-	fields := make([]Field, 0, 6)
+	fields := dst
 	if !o.OmitPolicy {
 		fields = append(fields, Field{HeaderPolicy, Policy(limits...)})
 	}

@@ -437,7 +437,8 @@ func (s *Service) headers(statuses []server.Status, slab *headerSlab) []*corev3.
 		limits = append(limits, st.Limit)
 		ds = append(ds, d)
 	}
-	fields := ratelimitheader.Fields(limits, ds, s.opts.Headers)
+	var fieldBuf [ratelimitheader.MaxFields]ratelimitheader.Field
+	fields := ratelimitheader.AppendFields(fieldBuf[:0], limits, ds, s.opts.Headers)
 	if len(fields) == 0 {
 		return nil
 	}
