@@ -224,9 +224,15 @@ func (c *Config) MatchAll(domain string, descriptors [][]Entry) []Match {
 // dst (an array on its stack) matches without allocating. Replaces apply
 // among the appended matches only.
 func (c *Config) AppendMatchAll(dst []Match, domain string, descriptors [][]Entry) []Match {
+	return c.Domain(domain).AppendMatchAll(dst, descriptors)
+}
+
+// AppendMatchAll is Config.AppendMatchAll in d, for a caller that has
+// looked the domain up already; a nil d (an unknown domain) matches no
+// rule.
+func (d *Domain) AppendMatchAll(dst []Match, descriptors [][]Entry) []Match {
 	start := len(dst)
 	dst = slices.Grow(dst, len(descriptors))
-	d := c.Domain(domain)
 	replacing := false
 	for _, entries := range descriptors {
 		r := d.Match(entries) // nil for an unknown domain
