@@ -140,7 +140,15 @@ func (l *Limiter) decide(ctx context.Context, items []Item, atomic bool) ([]Outc
 
 // newCall prepares the requests of items, each with its policy.
 func (l *Limiter) newCall(items []Item, atomic bool) (call, error) {
-	c := call{rs: make([]Request, len(items)), atomic: atomic, out: make([]Outcome, len(items))}
+	c := call{atomic: atomic}
+	if len(items) == 1 {
+		// The common call (a service's request of one descriptor): its
+		// request and its outcome in one allocation.
+		one := new(oneCall)
+		c.rs, c.out = one.r[:], one.o[:]
+	} else {
+		c.rs, c.out = make([]Request, len(items)), make([]Outcome, len(items))
+	}
 	now := l.now()
 	for i, it := range items {
 		c.rs[i] = Request{Key: it.Key, Limit: it.Limit, Cost: it.Cost, Lease: it.Lease, Release: it.Release}
@@ -153,6 +161,12 @@ func (l *Limiter) newCall(items []Item, atomic bool) (call, error) {
 		c.out[i].Policy = l.policyOf(it.Policy)
 	}
 	return c, nil
+}
+
+// oneCall is the request and the outcome of a call of one item.
+type oneCall struct {
+	r [1]Request
+	o [1]Outcome
 }
 
 // call is one pass through the pipeline: prepared requests and their

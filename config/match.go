@@ -216,20 +216,33 @@ func (m Match) Limited() bool {
 // rule. Every matched rule replaces, whether it is itself replaced,
 // unlimited or in shadow mode. The result has one Match per descriptor.
 func (c *Config) MatchAll(domain string, descriptors [][]Entry) []Match {
-	out := make([]Match, len(descriptors))
-	d := c.Domain(domain)
-	if d == nil {
-		return out
-	}
+	return c.AppendMatchAll(make([]Match, 0, len(descriptors)), domain, descriptors)
+}
+
+// AppendMatchAll is MatchAll appending the request's matches to dst, one
+// per descriptor, and returning the extended slice: a caller with room in
+// dst (an array on its stack) matches without allocating. Replaces apply
+// among the appended matches only.
+func (c *Config) AppendMatchAll(dst []Match, domain string, descriptors [][]Entry) []Match {
+	return c.Domain(domain).AppendMatchAll(dst, descriptors)
+}
+
+// AppendMatchAll is Config.AppendMatchAll in d, for a caller that has
+// looked the domain up already; a nil d (an unknown domain) matches no
+// rule.
+func (d *Domain) AppendMatchAll(dst []Match, descriptors [][]Entry) []Match {
+	start := len(dst)
+	dst = slices.Grow(dst, len(descriptors))
 	replacing := false
-	for i, entries := range descriptors {
-		r := d.Match(entries)
-		out[i].Rule = r
+	for _, entries := range descriptors {
+		r := d.Match(entries) // nil for an unknown domain
+		dst = append(dst, Match{Rule: r})
 		replacing = replacing || (r != nil && len(r.Replaces) > 0)
 	}
 	if !replacing {
-		return out
+		return dst
 	}
+	out := dst[start:]
 	for i := range out {
 		r := out[i].Rule
 		if r == nil {
@@ -242,5 +255,5 @@ func (c *Config) MatchAll(domain string, descriptors [][]Entry) []Match {
 			}
 		}
 	}
-	return out
+	return dst
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
@@ -255,5 +256,36 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { c.Match(tc.domain, tc.entries) }); n != 0 {
 			t.Errorf("Match(%q, %v) allocates %v times, want 0", tc.domain, tc.entries, n)
 		}
+	}
+}
+
+// TestAppendMatchAll: AppendMatchAll appends what MatchAll returns after
+// what dst held, applies replaces among the appended matches only (a
+// replacing rule already in dst replaces nothing), and with room in dst
+// allocates nothing.
+func TestAppendMatchAll(t *testing.T) {
+	c := loadTestdata(t)
+	standard := e("tier", "standard", "user", "alice")
+	export := e("endpoint", "export", "user", "alice")
+	for _, ds := range [][][]Entry{{standard}, {export}, {standard, export}, {export, standard}, {e("x", "y"), export}, nil} {
+		want := c.MatchAll("api_tiers", ds)
+		// An earlier request's match of the rule export replaces: this
+		// request's export must not mark it.
+		prefix := c.MatchAll("api_tiers", [][]Entry{standard})
+		got := c.AppendMatchAll(prefix, "api_tiers", ds)
+		if len(got) != 1+len(want) || got[0] != (Match{Rule: prefix[0].Rule}) || !slices.Equal(got[1:], want) {
+			t.Errorf("AppendMatchAll(%v) = %v, want %v after the prefix", ds, got, want)
+		}
+		if got := c.Domain("api_tiers").AppendMatchAll(nil, ds); !slices.Equal(got, want) {
+			t.Errorf("Domain.AppendMatchAll(%v) = %v, want %v", ds, got, want)
+		}
+	}
+	if got := c.AppendMatchAll(nil, "nope", [][]Entry{standard}); len(got) != 1 || got[0] != (Match{}) {
+		t.Errorf("unknown domain: %v, want one empty match", got)
+	}
+	var buf [4]Match
+	ds := [][]Entry{standard, export}
+	if n := testing.AllocsPerRun(100, func() { c.AppendMatchAll(buf[:0], "api_tiers", ds) }); n != 0 {
+		t.Errorf("AppendMatchAll into a stack array allocates %v times, want 0", n)
 	}
 }

@@ -135,21 +135,44 @@ func SetEach(h http.Header, limits []floodgate.Limit, ds []floodgate.Decision, o
 // response_headers_to_add, gRPC metadata). A ds that is nil or of another
 // length than limits is treated as unknown: only the policy is written.
 func Fields(limits []floodgate.Limit, ds []floodgate.Decision, opts *Options) []Field {
+	if len(limits) == 0 {
+		return nil
+	}
+	return AppendFields(make([]Field, 0, MaxFields), limits, ds, opts)
+}
+
+// MaxFields is the most fields Fields returns.
+const MaxFields = 6
+
+// AppendFields is Fields appending to dst and returning the extended
+// slice: with room for MaxFields in dst (an array on the caller's stack),
+// the fields' slice is no allocation.
+func AppendFields(dst []Field, limits []floodgate.Limit, ds []floodgate.Decision, opts *Options) []Field {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
 	if len(limits) == 0 {
-		return nil
+		return dst
 	}
-	fields := make([]Field, 0, 6)
-	if !o.OmitPolicy {
-		fields = append(fields, Field{HeaderPolicy, Policy(limits...)})
-	}
-	if len(ds) != len(limits) {
+	fields := dst
+	switch {
+	case len(ds) != len(limits):
+		if !o.OmitPolicy {
+			fields = append(fields, Field{HeaderPolicy, Policy(limits...)})
+		}
 		return fields
+	case o.OmitPolicy:
+		fields = append(fields, Field{HeaderRateLimit, RateLimit(limits, ds)})
+	default:
+		// Both fields formatted on the stack and made one string, which
+		// they share: one allocation where they were two.
+		var buf [2 * fieldBuf]byte
+		b := appendPolicy(buf[:0], limits)
+		n := len(b)
+		both := string(appendRateLimit(b, limits, ds))
+		fields = append(fields, Field{HeaderPolicy, both[:n]}, Field{HeaderRateLimit, both[n:]})
 	}
-	fields = append(fields, Field{HeaderRateLimit, RateLimit(limits, ds)})
 	if d := floodgate.Combine(ds); !d.Allowed && d.RetryAfter > 0 {
 		fields = append(fields, Field{HeaderRetryAfter, RetryAfter(d.RetryAfter)})
 	}
@@ -173,7 +196,11 @@ func Policy(limits ...floodgate.Limit) string {
 	// Formatted on the stack, so that the field is one allocation (its
 	// string) unless it is longer than the buffer.
 	var buf [fieldBuf]byte
-	b := buf[:0]
+	return string(appendPolicy(buf[:0], limits))
+}
+
+// appendPolicy appends the RateLimit-Policy field of limits to b.
+func appendPolicy(b []byte, limits []floodgate.Limit) []byte {
 	for i, l := range limits {
 		if i > 0 {
 			b = append(b, ", "...)
@@ -186,7 +213,7 @@ func Policy(limits ...floodgate.Limit) string {
 		}
 		b = appendParam(b, "w", window(l))
 	}
-	return string(b)
+	return b
 }
 
 // fieldBuf is the length of the buffer Policy and RateLimit format a field
@@ -201,7 +228,12 @@ func RateLimit(limits []floodgate.Limit, ds []floodgate.Decision) string {
 		return ""
 	}
 	var buf [fieldBuf]byte
-	b := buf[:0]
+	return string(appendRateLimit(buf[:0], limits, ds))
+}
+
+// appendRateLimit appends the RateLimit field of limits and ds, of the
+// same length, to b.
+func appendRateLimit(b []byte, limits []floodgate.Limit, ds []floodgate.Decision) []byte {
 	for i, l := range limits {
 		if i > 0 {
 			b = append(b, ", "...)
@@ -218,7 +250,7 @@ func RateLimit(limits []floodgate.Limit, ds []floodgate.Decision) string {
 		}
 		b = appendParam(b, "t", t)
 	}
-	return string(b)
+	return b
 }
 
 // RetryAfter formats d as a Retry-After value: delay-seconds, rounded up

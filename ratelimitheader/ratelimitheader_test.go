@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -429,5 +430,39 @@ func TestCalendarHeaders(t *testing.T) {
 	}
 	if got, want := ratelimitheader.PolicyName([]floodgate.Limit{l, l}, 0), "1000-per-month"; got != want {
 		t.Errorf("PolicyName = %s, want %s", got, want)
+	}
+}
+
+// TestAppendFields: AppendFields appends what Fields returns, keeps what
+// dst held, and with room in dst allocates nothing for the slice.
+func TestAppendFields(t *testing.T) {
+	minute := floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: 60, Period: time.Minute}
+	second := floodgate.Limit{Algorithm: floodgate.GCRA, Limit: 10, Period: time.Second, Burst: 20}
+	cases := []struct {
+		limits []floodgate.Limit
+		ds     []floodgate.Decision
+		opts   *ratelimitheader.Options
+	}{
+		{nil, nil, nil},
+		{[]floodgate.Limit{minute}, []floodgate.Decision{{Allowed: true, Remaining: 59, ResetAfter: 59 * time.Second}}, nil},
+		{[]floodgate.Limit{minute, second}, []floodgate.Decision{{Allowed: true, Remaining: 3}, {Remaining: 0, RetryAfter: 200 * time.Millisecond}},
+			&ratelimitheader.Options{Legacy: true}},
+		{[]floodgate.Limit{minute}, nil, &ratelimitheader.Options{OmitPolicy: true}},
+	}
+	for i, c := range cases {
+		want := ratelimitheader.Fields(c.limits, c.ds, c.opts)
+		prefix := ratelimitheader.Field{Name: "X", Value: "y"}
+		got := ratelimitheader.AppendFields([]ratelimitheader.Field{prefix}, c.limits, c.ds, c.opts)
+		if len(got) != 1+len(want) || got[0] != prefix || !slices.Equal(got[1:], want) {
+			t.Errorf("case %d: AppendFields = %q, want %q after the prefix", i, got, want)
+		}
+		if len(want) > ratelimitheader.MaxFields {
+			t.Errorf("case %d: %d fields, more than MaxFields", i, len(want))
+		}
+	}
+	l, d := []floodgate.Limit{minute}, []floodgate.Decision{{Remaining: 0, RetryAfter: time.Second}}
+	var buf [ratelimitheader.MaxFields]ratelimitheader.Field
+	if n := testing.AllocsPerRun(100, func() { _ = ratelimitheader.AppendFields(buf[:0], l, d, nil) }); n > 2 {
+		t.Errorf("AppendFields into a stack array: %v allocations, want 2 (RateLimit-Policy and RateLimit share a string; Retry-After)", n)
 	}
 }

@@ -630,7 +630,8 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 	cfg := s.cfg.Load()
 	// A class carried in the domain's priority_key entry comes off the
 	// descriptor before anything else reads its entries (classes.go).
-	ds, carried := takeClasses(cfg.Domain(domain), ds)
+	dom := cfg.Domain(domain)
+	ds, carried := takeClasses(dom, ds)
 	var entriesBuf [8][]config.Entry
 	entries := entriesBuf[:0]
 	if len(ds) > len(entriesBuf) {
@@ -646,8 +647,9 @@ func (s *Server) planLease(domain string, ds []Descriptor, hits int64, lease str
 		}
 		entries = append(entries, es)
 	}
-	matches := cfg.MatchAll(domain, entries)
-	res := Result{Code: OK, UnknownDomain: domain != "" && cfg.Domain(domain) == nil}
+	var matchBuf [8]config.Match
+	matches := dom.AppendMatchAll(matchBuf[:0], entries)
+	res := Result{Code: OK, UnknownDomain: domain != "" && dom == nil}
 	if res.UnknownDomain {
 		s.warnUnknownDomain(domain)
 	}

@@ -228,3 +228,15 @@ func TestErrorKind(t *testing.T) {
 		}
 	}
 }
+
+// TestServeStreamWorkersFlag: -grpc-stream-workers is from 1 to 65536; a
+// value outside is a usage error naming the flag, not a server started
+// with gRPC's default of a goroutine per call.
+func TestServeStreamWorkersFlag(t *testing.T) {
+	for _, v := range []string{"0", "-1", "65537"} {
+		var stderr bytes.Buffer
+		if code := run(t.Context(), []string{"serve", "-grpc-stream-workers", v}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "-grpc-stream-workers") {
+			t.Errorf("-grpc-stream-workers %s: exit %d, %s; want 2 naming the flag", v, code, stderr.String())
+		}
+	}
+}

@@ -80,6 +80,7 @@ type serveConfig struct {
 	maxConns         int // 0: derived from the file limit (maxConnsFor)
 	maxConnsPerPeer  int
 	grpcMaxStreams   uint
+	grpcWorkers      int
 	writeTimeout     time.Duration
 	allowedHosts     string
 	uiMaxSubscribers int
@@ -179,6 +180,7 @@ func (c *serveConfig) flags(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.maxHoldsPerKey, "max-holds-per-key", defaultMaxHoldsPerKey, "memory store: the most reservations remembered for one key (held, or settled and kept for -hold-retention); one more is denied as at -max-keys; 0: no bound (env FLOODGATE_MAX_HOLDS_PER_KEY)")
 	fs.IntVar(&c.maxConns, "max-connections", 0, "the most connections each listener (HTTP, gRPC) holds open at once; more wait to be accepted, so that clients opening thousands cannot take every file descriptor; 0: derived from the process's file limit, so that both listeners together stay under it (docs/serve.md has the formula) (env FLOODGATE_MAX_CONNECTIONS)")
 	fs.IntVar(&c.maxConnsPerPeer, "max-connections-per-peer", 0, "the most connections one peer (an IPv4 address, an IPv6 /64) holds open on each listener; more are closed as soon as accepted, so that one client cannot starve the others; never above -max-connections; 0: 1000, or half of -max-connections if less (env FLOODGATE_MAX_CONNECTIONS_PER_PEER)")
+	fs.IntVar(&c.grpcWorkers, "grpc-stream-workers", transport.DefaultStreamWorkers, "gRPC: goroutines kept to serve calls, each with its stack grown; about the number of calls in flight is best (more: each garbage collection shrinks every idle worker's stack, which its next call grows again; fewer: a call beyond them grows a new goroutine's) (env FLOODGATE_GRPC_STREAM_WORKERS)")
 	fs.UintVar(&c.grpcMaxStreams, "grpc-max-streams", transport.DefaultMaxStreams, "gRPC: the most calls in flight on one connection (HTTP/2 max concurrent streams); more are refused (env FLOODGATE_GRPC_MAX_STREAMS)")
 	fs.DurationVar(&c.maxHold, "max-hold", httpapi.DefaultMaxHold, "HTTP API: the longest a response is held until its slot (max_wait_ms on POST /v1/allow, hold on POST /v1/reservations); a longer max_wait_ms is bounded by it; below -write-timeout (env FLOODGATE_MAX_HOLD)")
 	fs.IntVar(&c.maxHeld, "max-held", httpapi.DefaultMaxHeld, "HTTP API: the most requests held at once until their slot; one more is answered 503 with Retry-After: 1 before it takes a slot; 0: none is held (env FLOODGATE_MAX_HELD)")
@@ -249,6 +251,8 @@ func (c serveConfig) problem() string {
 		return fmt.Sprintf("-max-connections: %d is negative (0 derives it from the file limit)", c.maxConns)
 	case c.maxConnsPerPeer < 0:
 		return fmt.Sprintf("-max-connections-per-peer: %d is negative (0 derives it from -max-connections)", c.maxConnsPerPeer)
+	case c.grpcWorkers < 1 || c.grpcWorkers > maxStreamWorkers:
+		return fmt.Sprintf("-grpc-stream-workers: %d is not from 1 to %d", c.grpcWorkers, maxStreamWorkers)
 	case c.grpcMaxStreams < 1 || c.grpcMaxStreams > math.MaxUint32:
 		return fmt.Sprintf("-grpc-max-streams: %d is not from 1 to %d", c.grpcMaxStreams, uint64(math.MaxUint32))
 	case c.writeTimeout <= 0:
@@ -690,11 +694,15 @@ func (c serveConfig) listen(srv *server.Server, auth *transport.Auth, ltls *tran
 		return nil, fmt.Errorf("-grpc %s: %w", c.grpcAddr, err)
 	}
 	l.grpc = grpc.NewServer(transport.GRPCServerOptions(&transport.GRPCOptions{
-		MaxIdle: c.grpcMaxIdle, MaxStreams: uint32(c.grpcMaxStreams), TLS: ltls, Auth: auth})...)
+		MaxIdle: c.grpcMaxIdle, MaxStreams: uint32(c.grpcMaxStreams), StreamWorkers: c.grpcWorkers, TLS: ltls, Auth: auth})...)
 	registerGRPC(l.grpc, rls)
 	healthpb.RegisterHealthServer(l.grpc, health.NewServer())
 	return l, nil
 }
+
+// maxStreamWorkers bounds -grpc-stream-workers: each worker is a
+// goroutine kept for the process's life.
+const maxStreamWorkers = 1 << 16
 
 // hosts are the names the HTTP API takes in a Host header without token
 // files besides IP addresses and localhost: -allowed-hosts, and the

@@ -254,16 +254,21 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	for _, pd := range pds {
 		n += len(pd.GetEntries())
 	}
-	// One array for the entries of every descriptor, one for the costs
-	// (only when a descriptor has its own); the descriptors themselves on
-	// the stack for the few of Envoy's usual requests (Decide keeps none).
-	all := make([]config.Entry, 0, n)
-	var dsBuf [maxStackDescriptors]server.Descriptor
-	var ds []server.Descriptor
-	if len(pds) <= len(dsBuf) {
-		ds = dsBuf[:len(pds)]
+	// A request of one descriptor of a few entries (Envoy's usual) has
+	// its descriptor and its entries in one allocation; another, one
+	// array for the descriptors and one for the entries of them all. (The
+	// server's Decide keeps neither, but escape analysis cannot tell: its
+	// plan holds them beside what it hands the store.) One more holds
+	// the costs, only when a descriptor has its own.
+	var (
+		all []config.Entry
+		ds  []server.Descriptor
+	)
+	if len(pds) == 1 && n <= maxOneEntries {
+		one := new(oneDescriptor)
+		all, ds = one.entries[:0], one.d[:]
 	} else {
-		ds = make([]server.Descriptor, len(pds))
+		all, ds = make([]config.Entry, 0, n), make([]server.Descriptor, len(pds))
 	}
 	var hitsOf []int64
 	for i, pd := range pds {
@@ -310,9 +315,16 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rls
 	return resp, res, nil
 }
 
-// maxStackDescriptors is how many descriptors decide keeps on the stack:
-// Envoy's requests hold a few.
-const maxStackDescriptors = 4
+// oneDescriptor is the translated descriptor of a request of one
+// descriptor, with room for its entries.
+type oneDescriptor struct {
+	d       [1]server.Descriptor
+	entries [maxOneEntries]config.Entry
+}
+
+// maxOneEntries is how many entries a oneDescriptor has room for: an
+// Envoy descriptor holds a few (one per action of its rate_limits).
+const maxOneEntries = 4
 
 // oneStatus is the whole response to a request of one descriptor, the
 // common case, with room for its header fields: one allocation.
@@ -425,7 +437,8 @@ func (s *Service) headers(statuses []server.Status, slab *headerSlab) []*corev3.
 		limits = append(limits, st.Limit)
 		ds = append(ds, d)
 	}
-	fields := ratelimitheader.Fields(limits, ds, s.opts.Headers)
+	var fieldBuf [ratelimitheader.MaxFields]ratelimitheader.Field
+	fields := ratelimitheader.AppendFields(fieldBuf[:0], limits, ds, s.opts.Headers)
 	if len(fields) == 0 {
 		return nil
 	}

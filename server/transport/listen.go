@@ -229,13 +229,8 @@ func NewHTTPServer(h http.Handler, opts *HTTPOptions) *http.Server {
 	}
 }
 
-// grpcStreamWorkers is the number of goroutines kept to serve gRPC calls
-// (grpc.NumStreamWorkers). A pool of workers serves each call on a
-// goroutine whose stack has already grown, where a goroutine per call
-// (gRPC's default) grows and copies a new stack for every call; calls
-// beyond the pool's size still get a goroutine of their own, so the pool
-// bounds nothing.
-const grpcStreamWorkers = 256
+// DefaultStreamWorkers is GRPCOptions.StreamWorkers' default.
+const DefaultStreamWorkers = 128
 
 // DefaultMaxStreams is GRPCOptions.MaxStreams' default.
 const DefaultMaxStreams = 100
@@ -247,6 +242,18 @@ type GRPCOptions struct {
 	// MaxIdle: a connection without a call for this long is closed
 	// (GOAWAY). Default 5 minutes.
 	MaxIdle time.Duration
+	// StreamWorkers is the number of goroutines kept to serve calls
+	// (grpc.NumStreamWorkers); default DefaultStreamWorkers. A worker
+	// serves each call on a goroutine whose stack has already grown,
+	// where a goroutine per call (gRPC's default) grows and copies a new
+	// stack for every call; calls beyond the workers still get a
+	// goroutine of their own, so the number bounds nothing. The workers
+	// take calls in turn, first idle first, and every garbage collection
+	// halves the stack of each idle one, which its next call grows
+	// again: more workers than calls in flight cost a stack copy per
+	// worker per collection, fewer a new goroutine's growth per call
+	// beyond them.
+	StreamWorkers int
 	// MaxStreams is the most calls in flight on one connection (HTTP/2's
 	// SETTINGS_MAX_CONCURRENT_STREAMS): a client that opens more has them
 	// refused (REFUSED_STREAM), never queued. Default DefaultMaxStreams.
@@ -277,8 +284,11 @@ func GRPCServerOptions(opts *GRPCOptions) []grpc.ServerOption {
 	if o.MaxStreams == 0 {
 		o.MaxStreams = DefaultMaxStreams
 	}
+	if o.StreamWorkers <= 0 {
+		o.StreamWorkers = DefaultStreamWorkers
+	}
 	gopts := []grpc.ServerOption{
-		grpc.NumStreamWorkers(grpcStreamWorkers),
+		grpc.NumStreamWorkers(uint32(o.StreamWorkers)),
 		grpc.MaxConcurrentStreams(o.MaxStreams),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     o.MaxIdle,
