@@ -87,8 +87,10 @@ func targets(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []
 		}
 	}
 	for _, pair := range []struct{ serve, noop, what string }{
-		{serveName, noopName, "`serve`, Envoy gRPC ÷ a no-op grpc-go RLS server"},
-		{serveHTTPName, noopHTTPName, "`serve`, HTTP `/v1/allow` ÷ a no-op `net/http` handler"},
+		{serveName, noopName, "`serve` on Redis, Envoy gRPC ÷ a no-op grpc-go RLS server"},
+		{serveHTTPName, noopHTTPName, "`serve` on Redis, HTTP `/v1/allow` ÷ a no-op `net/http` handler"},
+		{serveMemName, noopName, "`serve` on the memory store, Envoy gRPC ÷ a no-op grpc-go RLS server"},
+		{serveMemHTTPName, noopHTTPName, "`serve` on the memory store, HTTP `/v1/allow` ÷ a no-op `net/http` handler"},
 	} {
 		for _, keys := range []int{100_000, 1} {
 			for _, r := range serveRows {
