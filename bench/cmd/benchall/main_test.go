@@ -146,6 +146,7 @@ func TestTargets(t *testing.T) {
 		mk("floodgate fixed_window", 100_000, 64, 100_000, 1, 90),
 		mk("floodgate gcra", 100_000, 64, 90_000, 1, 90),
 		mk("redis_rate", 100_000, 64, 30_000, 1, 90),
+		mk(bench.MinimalScriptName, 100_000, 64, 160_000, 1, 90),
 	}
 	memRows := []row{mk("floodgate memstore gcra", 1, 1, 99, 0, 0), mk("x/time/rate", 1, 1, 100, 0, 0)}
 	serveRows := []row{
@@ -167,6 +168,8 @@ func TestTargets(t *testing.T) {
 		"÷ envoyproxy/ratelimit, decisions/s | 800/s | 300/s | 2.67 | ≥ 2.5 | yes |",
 		"| the same, p99 latency | 5ms | 11ms | 0.45 | ≤ 0.5 | yes |",
 		"| memory store `gcra`, one key, 1 caller ÷ x/time/rate | 99/s | 100/s | 0.99 | ≥ 1.0 | no |",
+		"the minimal script sent by a Go client in this process (minimal script (rueidis), 64 callers, 100k keys) ran 160,000/s, 0.80 of redis-benchmark's `-P 16` figure; `fixed_window` ran 0.62 of it",
+		"the no-op gRPC server ÷ envoyproxy/ratelimit, decisions/s, the most any service reaches beside it on this machine: 3.33 (64 callers, 100k)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("targets lack %q:\n%s", want, &out)
