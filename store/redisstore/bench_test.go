@@ -7,6 +7,7 @@ import (
 	"net"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -405,8 +406,9 @@ func BenchmarkReserveCallers(b *testing.B) {
 // grpc-timeout), fixed_window over 100k keys, by 64 concurrent callers,
 // coalescing as by default. Besides allocs/op it reports
 // client-cpu-µs/op, this process's user and system CPU per decision (the
-// store's client side, the part of serve's CPU that Redis adds), and the
-// server's CPU and scripts per decision, as BenchmarkAllow does.
+// store's client side, the part of serve's CPU that Redis adds),
+// goroutines/op, the goroutines started per decision, and the server's
+// CPU and scripts per decision, as BenchmarkAllow does.
 func BenchmarkServePath(b *testing.B) {
 	srv := redistest.Standalone(b)
 	ctx := context.Background()
@@ -422,7 +424,7 @@ func BenchmarkServePath(b *testing.B) {
 	c := newRueidis(b, srv.Addr)
 	for _, callers := range []int{16, 64} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			cpu0 := processCPU(b)
+			cpu0, g0 := processCPU(b), goroutinesCreated()
 			runCallers(b, c, callers, func(i int, _ string) {
 				cctx, cancel := context.WithTimeout(ctx, time.Second)
 				_, err := st.Apply(cctx, floodgate.Request{Key: keys[i%len(keys)], Limit: l, Cost: 1})
@@ -432,8 +434,16 @@ func BenchmarkServePath(b *testing.B) {
 				}
 			})
 			b.ReportMetric((processCPU(b)-cpu0)*1e6/float64(b.N), "client-cpu-µs/op")
+			b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
 		})
 	}
+}
+
+// goroutinesCreated is the number of goroutines this process has started.
+func goroutinesCreated() uint64 {
+	m := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(m)
+	return m[0].Value.Uint64()
 }
 
 // processCPU is this process's user and system CPU time so far, in
