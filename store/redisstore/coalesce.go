@@ -125,11 +125,10 @@ func (c *coalescer) decide(ctx context.Context, cl call) (floodgate.Decision, er
 	if g.inflight < c.limit && len(g.queue) == 0 {
 		g.inflight++
 		c.mu.Unlock()
-		d, err := c.alone(ctx, w)
-		if run := c.finish(g, tag); run != nil {
-			go c.send(g, tag, run)
-		}
-		return d, err
+		// Deferred, so that the run ends even if the runner panics (an
+		// HTTP server recovers a handler's panic and goes on).
+		defer c.finishAlone(g, tag)
+		return c.alone(ctx, w)
 	}
 	g.queue = append(g.queue, w)
 	if len(g.queue) >= maxCoalesced {
@@ -167,6 +166,14 @@ func (c *coalescer) alone(ctx context.Context, w *waiter) (floodgate.Decision, e
 	*w = waiter{done: w.done}
 	waiters.Put(w)
 	return d, err
+}
+
+// finishAlone ends a run of g that a caller sent alone on its own
+// goroutine, and starts the next run on a goroutine of the coalescer's.
+func (c *coalescer) finishAlone(g *group, tag string) {
+	if run := c.finish(g, tag); run != nil {
+		go c.send(g, tag, run)
+	}
 }
 
 // waiters keeps the waiters whose answer was taken, each with its
