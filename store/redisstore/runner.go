@@ -57,7 +57,7 @@ func (rn *runner) one(ctx context.Context, c *call) (floodgate.Decision, error) 
 	args := appendRequest(kv[1:1], &c.r, c.alg, c.now)
 	var vals []int64
 	var err error
-	if rn.lib == nil && c.alg == floodgate.FixedWindow && counted(c.r.Limit) && c.r.Limit.Calendar.Unit == "" {
+	if c.alg == floodgate.FixedWindow && counted(c.r.Limit) && c.r.Limit.Calendar.Unit == "" {
 		vals, err = rn.run(ctx, scripts.fast, kv[:1], args)
 		if err == nil && len(vals) == 1 && vals[0] == fastDeclined {
 			vals, err = nil, nil // not the usual request: fixed_window.lua decides it
@@ -99,15 +99,13 @@ var errAlone = errors.New("redisstore: failed in a shared run")
 const multiFailed = 2
 
 // multi decides cs, already stamped, in one run of multi.lua, each on its
-// own, or by EVALSHA, when every call of cs is a usual aligned fixed-window
-// request, of fixed_window_multi.lua (fastMulti). The error is the run's;
+// own, or, when every call of cs is a usual aligned fixed-window request,
+// of fixed_window_multi.lua (fastMulti). The error is the run's;
 // without one, each result is its call's decision, its call's error, or
 // errAlone.
 func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
-	if rn.lib == nil {
-		if keys, args, order, sets, ok := fastMultiArgs(cs); ok {
-			return rn.fastMulti(ctx, cs, keys, args, order, sets)
-		}
+	if keys, args, order, sets, ok := fastMultiArgs(cs); ok {
+		return rn.fastMulti(ctx, cs, keys, args, order, sets)
 	}
 	keys, args := multiArgs(cs)
 	sc := scripts.multiOf[cs[0].alg]

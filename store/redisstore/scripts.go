@@ -72,12 +72,11 @@ type scriptSet struct {
 	fair *script
 	// fast decides the usual single request of an aligned fixed window
 	// (fixed_window_fast.lua), a script much smaller than
-	// single[FixedWindow]; not in the library, whose functions make their
-	// helpers once per load.
+	// single[FixedWindow].
 	fast *script
 	// fastMulti decides a coalesced run of usual aligned fixed-window
 	// requests (fixed_window_multi.lua), each as fast would, in place of
-	// multiOf[FixedWindow]; not in the library either.
+	// multiOf[FixedWindow] (or, with functions, multi).
 	fastMulti *script
 	// lib is every script above as one Redis function library.
 	lib library
@@ -277,7 +276,7 @@ func buildScripts() (scriptSet, error) {
 	set.fair = newScript("fair", files["common.lua"]+"\n"+fairFuncs+mainMarker+fairMain)
 	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain},
 		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain}, mainPart{"raise", raiseMain},
-		mainPart{"fair", fairMain})
+		mainPart{"fair", fairMain}, mainPart{"fixed_window_fast", fastSrc}, mainPart{"fixed_window_multi", fastMultiSrc})
 	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs, raiseFuncs, fairFuncs} {
 		shared.WriteString(f + "\n")
 	}
@@ -299,7 +298,7 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range set.budget {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
-	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair} {
+	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair, set.fast, set.fastMulti} {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
 	// With functions, the library's multi serves every run: its helpers
