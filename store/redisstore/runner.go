@@ -51,6 +51,20 @@ func (rn *runner) decide(ctx context.Context, c call) (floodgate.Decision, error
 
 // one decides c, already stamped, in one run of its algorithm's script.
 func (rn *runner) one(ctx context.Context, c *call) (floodgate.Decision, error) {
+	if usualGCRA(c) {
+		// gcra_multi.lua, a run of one; gcra.lua if it declined.
+		cs := [1]*call{c}
+		keys, args, order, sets, _ := gcraMultiArgs(cs[:])
+		res, err := rn.gcraMulti(ctx, cs[:], keys, args, order, sets)
+		switch {
+		case err != nil:
+			return floodgate.Decision{}, c.wrap(err)
+		case res[0].err == nil:
+			return res[0].d, nil
+		case res[0].err != errAlone:
+			return floodgate.Decision{}, c.wrap(res[0].err)
+		}
+	}
 	// One allocation for the key and the arguments.
 	kv := make([]string, 1, 1+argsPerRequest)
 	kv[0] = c.key
@@ -100,12 +114,16 @@ const multiFailed = 2
 
 // multi decides cs, already stamped, in one run of multi.lua, each on its
 // own, or, when every call of cs is a usual aligned fixed-window request,
-// of fixed_window_multi.lua (fastMulti). The error is the run's;
+// of fixed_window_multi.lua (fastMulti), or a usual GCRA request, of
+// gcra_multi.lua (gcraMulti). The error is the run's;
 // without one, each result is its call's decision, its call's error, or
 // errAlone.
 func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 	if keys, args, order, sets, ok := fastMultiArgs(cs); ok {
 		return rn.fastMulti(ctx, cs, keys, args, order, sets)
+	}
+	if keys, args, order, sets, ok := gcraMultiArgs(cs); ok {
+		return rn.gcraMulti(ctx, cs, keys, args, order, sets)
 	}
 	keys, args := multiArgs(cs)
 	sc := scripts.multiOf[cs[0].alg]
