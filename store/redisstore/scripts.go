@@ -72,13 +72,16 @@ type scriptSet struct {
 	fair *script
 	// fast decides the usual single request of an aligned fixed window
 	// (fixed_window_fast.lua), a script much smaller than
-	// single[FixedWindow]; not in the library, whose functions make their
-	// helpers once per load.
+	// single[FixedWindow].
 	fast *script
 	// fastMulti decides a coalesced run of usual aligned fixed-window
 	// requests (fixed_window_multi.lua), each as fast would, in place of
-	// multiOf[FixedWindow]; not in the library either.
+	// multiOf[FixedWindow] (or, with functions, multi).
 	fastMulti *script
+	// gcraMulti decides the usual GCRA requests of a coalesced run, or
+	// one alone (gcra_multi.lua), each as single[GCRA] would, in place
+	// of multiOf[GCRA] (or, with functions, multi).
+	gcraMulti *script
 	// lib is every script above as one Redis function library.
 	lib library
 }
@@ -252,6 +255,11 @@ func buildScripts() (scriptSet, error) {
 		return scriptSet{}, err
 	}
 	set.fastMulti = newScript("fixed_window_multi", fastMultiSrc)
+	gcraMultiSrc, err := read("gcra_multi.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	set.gcraMulti = newScript("gcra_multi", gcraMultiSrc)
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	for i, alg := range floodgate.Algorithms {
@@ -277,7 +285,8 @@ func buildScripts() (scriptSet, error) {
 	set.fair = newScript("fair", files["common.lua"]+"\n"+fairFuncs+mainMarker+fairMain)
 	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain},
 		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain}, mainPart{"raise", raiseMain},
-		mainPart{"fair", fairMain})
+		mainPart{"fair", fairMain}, mainPart{"fixed_window_fast", fastSrc}, mainPart{"fixed_window_multi", fastMultiSrc},
+		mainPart{"gcra_multi", gcraMultiSrc})
 	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs, raiseFuncs, fairFuncs} {
 		shared.WriteString(f + "\n")
 	}
@@ -299,7 +308,7 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range set.budget {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
-	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair} {
+	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair, set.fast, set.fastMulti, set.gcraMulti} {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
 	// With functions, the library's multi serves every run: its helpers
