@@ -27,19 +27,27 @@ type GCRA struct {
 // when cost*Period < Limit. Otherwise stepExact decides, with the
 // (microseconds, fraction) instants and 128-bit counts; both give the same
 // answer to every input (TestGCRAFastIsExact).
-func (s GCRA) Step(p Params, now, cost int64) (_ GCRA, d Decision) {
-	// d is the named result, set a field at a time: a Decision built in a
-	// variable of its own is copied to the result on return, with wide
-	// loads that wait for the narrow stores that just wrote it, which cost
-	// the memory store more than this arithmetic (see setDecision in
-	// store/memstore).
+func (s GCRA) Step(p Params, now, cost int64) (st GCRA, d Decision) {
+	st = s.stepTo(&d, p, now, cost)
+	return st, d
+}
+
+// stepTo is Step writing the Decision to *d, a field at a time: a
+// Decision (too many fields for the compiler to keep in registers)
+// returned by a call is stored a field at a time to a temporary and then
+// copied with 16-byte loads, which cannot take their bytes from two
+// pending stores and wait for them to reach the cache (see setDecision in
+// store/memstore). Small.StepTo, the memory store's hot path, calls it
+// with the store's own Decision.
+func (s GCRA) stepTo(d *Decision, p Params, now, cost int64) GCRA {
 	if p.Limit <= 0 {
-		return GCRA{}, denyAll(cost)
+		*d = denyAll(cost)
+		return GCRA{}
 	}
 	l := p.Limit
 	hi, bt := bits.Mul64(uint64(p.Burst), uint64(p.Period))
 	if hi != 0 || bt > maxTicks || p.Burst < 0 || p.Period <= 0 || cost < 0 || l > MaxLimit {
-		return s.stepExact(p, now, cost)
+		return s.stepExactTo(d, p, now, cost)
 	}
 	burstTicks := int64(bt)
 	// tat = max(norm(TAT, TATFrac), now); ahead = tat - now, in ticks.
@@ -59,7 +67,7 @@ func (s GCRA) Step(p Params, now, cost int64) (_ GCRA, d Decision) {
 		// maxTicks as a uint64.
 		h, a := bits.Mul64(uint64(us-now), uint64(l))
 		if h != 0 || a > maxTicks {
-			return s.stepExact(p, now, cost)
+			return s.stepExactTo(d, p, now, cost)
 		}
 		ahead = int64(a) + frac
 	}
@@ -113,9 +121,16 @@ func (s GCRA) Step(p Params, now, cost int64) (_ GCRA, d Decision) {
 		d.RetryAfter = (ahead + costTicks - burstTicks + l - 1) / l
 	}
 	if after <= 0 {
-		return GCRA{}, d
+		return GCRA{}
 	}
-	return GCRA{TAT: us, TATFrac: frac}, d
+	return GCRA{TAT: us, TATFrac: frac}
+}
+
+// stepExactTo is stepExact writing the Decision to *d.
+func (s GCRA) stepExactTo(d *Decision, p Params, now, cost int64) GCRA {
+	st, r := s.stepExact(p, now, cost)
+	*d = r
+	return st
 }
 
 // maxTicks bounds Step's counts of ticks (Burst*Period and tat - now):

@@ -1,9 +1,11 @@
 package algorithm
 
 import (
+	"fmt"
 	"math/big"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // gcraEdges are values near every bound of GCRA.Step's fast path: ticks
@@ -148,3 +150,50 @@ func sameGCRAStep(t *testing.T, s GCRA, p Params, now, cost int64) bool {
 	}
 	return true
 }
+
+// BenchmarkGCRAStep steps one key as a hot caller does, through Step and
+// through stepExact in turn, blocks of 256 steps each, and reports the
+// fastest block of each per step (fast-ns/step, exact-ns/step): on a
+// loaded machine the fastest blocks are those no other process
+// interrupted, and taking turns gives both the same machine. Limits: 1e8
+// per second with a burst of 4e7 (bench/cmd/benchall's in-process rows),
+// and 100 per second with a burst of 100 (mostly denied here); the clock
+// moves one microsecond every 4 requests, so most steps find the bucket
+// not full.
+func BenchmarkGCRAStep(b *testing.B) {
+	for _, p := range []Params{
+		{Limit: 100_000_000, Period: 1_000_000, Burst: 40_000_000},
+		{Limit: 100, Period: 1_000_000, Burst: 100},
+	} {
+		b.Run(fmt.Sprintf("limit=%d", p.Limit), func(b *testing.B) {
+			const block = 256
+			var fast, exact GCRA
+			now := int64(1_764_633_600_000_000)
+			best := [2]time.Duration{time.Hour, time.Hour}
+			var d Decision
+			for b.Loop() {
+				for v := range 2 {
+					t0 := time.Now()
+					n := now
+					for i := range block {
+						if v == 0 {
+							fast, d = fast.Step(p, n, 1)
+						} else {
+							exact, d = exact.stepExact(p, n, 1)
+						}
+						if i&3 == 3 {
+							n++
+						}
+					}
+					best[v] = min(best[v], time.Since(t0))
+				}
+				now += block / 4
+			}
+			sinkDecision = d
+			b.ReportMetric(float64(best[0].Nanoseconds())/block, "fast-ns/step")
+			b.ReportMetric(float64(best[1].Nanoseconds())/block, "exact-ns/step")
+		})
+	}
+}
+
+var sinkDecision Decision
