@@ -28,10 +28,7 @@ func gcraEdgeStates(p Params, now int64) []GCRA {
 	// fit in 64 bits.
 	bt := new(big.Int).Mul(big.NewInt(p.Burst), big.NewInt(p.Period))
 	burstUS := new(big.Int).Quo(bt, big.NewInt(p.Limit))
-	var offsets []int64
-	for _, k := range []int64{-1, 0, 1, 2} {
-		offsets = append(offsets, k)
-	}
+	offsets := []int64{-1, 0, 1, 2}
 	for _, mul := range []int64{1, 2} {
 		b := new(big.Int).Mul(burstUS, big.NewInt(mul))
 		if !b.IsInt64() || b.Int64() > MaxExact {
