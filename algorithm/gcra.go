@@ -104,22 +104,24 @@ func (s GCRA) stepTo(d *Decision, p Params, now, cost int64) GCRA {
 	case after < burstTicks:
 		remaining = (burstTicks - after) / p.Period
 	}
-	d.Allowed, d.Limit, d.Remaining = allowed, p.Burst, remaining
+	var reset, retry int64
 	if after > 0 {
-		d.ResetAfter = us - now
+		reset = us - now
 		if frac > 0 {
-			d.ResetAfter++
+			reset++
 		}
 	}
 	switch {
 	case allowed:
 	case cost > p.Burst:
-		d.RetryAfter = Never
+		retry = Never
 	default:
 		// allowAt - now = ahead + cost*T - Burst*T > 0 ticks, rounded up
 		// to microseconds.
-		d.RetryAfter = (ahead + costTicks - burstTicks + l - 1) / l
+		retry = (ahead + costTicks - burstTicks + l - 1) / l
 	}
+	// Every field, whatever *d held before.
+	d.Allowed, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter = allowed, p.Burst, remaining, reset, retry
 	if after <= 0 {
 		return GCRA{}
 	}

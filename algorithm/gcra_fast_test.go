@@ -137,12 +137,21 @@ func FuzzGCRAFast(f *testing.F) {
 	})
 }
 
+// sameGCRAStep checks that Step, and StepTo into a Decision that held
+// other values, answer as stepExact.
 func sameGCRAStep(t *testing.T, s GCRA, p Params, now, cost int64) bool {
 	t.Helper()
 	f, df := s.Step(p, now, cost)
 	e, de := s.stepExact(p, now, cost)
 	if f != e || df != de {
 		t.Errorf("%+v from %+v at now=%d cost=%d: Step gives %+v %+v, stepExact %+v %+v", p, s, now, cost, f, df, e, de)
+		return false
+	}
+	sm := Small{A: s.TAT, B: s.TATFrac}
+	dt := Decision{Allowed: !de.Allowed, Limit: -5, Remaining: -5, ResetAfter: -5, RetryAfter: -5}
+	sm.StepTo(KindGCRA, &dt, p, now, cost)
+	if sm != (Small{A: e.TAT, B: e.TATFrac}) || dt != de {
+		t.Errorf("%+v from %+v at now=%d cost=%d: StepTo gives %+v %+v, stepExact %+v %+v", p, s, now, cost, sm, dt, e, de)
 		return false
 	}
 	return true
