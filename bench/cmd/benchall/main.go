@@ -290,6 +290,14 @@ func run(ctx context.Context, p plan, quick, satOnly bool, root, rlBin string, o
 			}
 		}
 	}
+	allows := make(map[string]bench.AllowFunc)
+	for li, lib := range bench.MemLibs {
+		allows[lib.Name] = memAllow[li]
+	}
+	oneKeyRows, err := tightRounds(ctx, allows, allKeys[0], memRounds, p.memDur/memRounds, logf)
+	if err != nil {
+		return err
+	}
 	closeMem()
 	var memRows []row
 	for li := range bench.MemLibs {
@@ -303,6 +311,7 @@ func run(ctx context.Context, p plan, quick, satOnly bool, root, rlBin string, o
 	fmt.Fprintf(out, "%d per second, burst %d (%v of the rate), so that only a decision stamped more than that before its turn (a preempted caller) can be denied. The latency includes the harness (two clock reads, a random key, a histogram record: about 100 ns); `cpu-ns` is this process's CPU per decision.\n\n",
 		bench.MemLimit, bench.MemBurst, time.Duration(float64(bench.MemBurst)/bench.MemLimit*float64(time.Second)))
 	writeRows(out, memRows, false, false)
+	writeTight(out, oneKeyRows, memRounds, p.memDur/memRounds)
 
 	// 4. The gRPC services.
 	serveRows, note, err := services(ctx, p, fg, rlBin, work, r, stats)
@@ -318,7 +327,7 @@ func run(ctx context.Context, p plan, quick, satOnly bool, root, rlBin string, o
 	writeRows(out, serveRows, true, true)
 
 	// 5. Targets and ratios.
-	targets(out, ceil, redisRows, memRows, serveRows)
+	targets(out, ceil, redisRows, oneKeyRows, serveRows)
 	fmt.Fprintf(out, "## Ratios\n\n")
 	ratios(out, ceil, redisRows, memRows, serveRows)
 

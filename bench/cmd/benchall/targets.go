@@ -45,7 +45,7 @@ func (t target) want() string {
 // disagree). A row whose load this run did not have (the quick mode has
 // no 256 callers; no envoyproxy/ratelimit binary) falls back to the most
 // callers it had, and says so, or is left out with a note.
-func targets(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []row) {
+func targets(out io.Writer, ceil ceilingResult, redisRows, oneKeyRows, serveRows []row) {
 	var ts []target
 	var notes []string
 	most := func(rows []row, lib string, keys int, want int) (row, bool) {
@@ -156,8 +156,8 @@ func targets(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []
 		notes = append(notes, "no envoyproxy/ratelimit rows in this run (no `service_cmd` binary): its two targets are not measured")
 	}
 	for _, c := range []int{1, 64} {
-		r, ok1 := find(memRows, "floodgate memstore gcra", 1, c)
-		p, ok2 := find(memRows, "x/time/rate", 1, c)
+		r, ok1 := find(oneKeyRows, "floodgate memstore gcra", 1, c)
+		p, ok2 := find(oneKeyRows, "x/time/rate", 1, c)
 		if ok1 && ok2 {
 			ts = append(ts, target{
 				what:      fmt.Sprintf("memory store `gcra`, one key, %d caller%s ÷ x/time/rate", c, plural(c)),
