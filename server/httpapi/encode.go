@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/floodgate-rl/floodgate/server"
@@ -18,22 +19,78 @@ import (
 // reflection and the boxing of the answer into an interface were a
 // noticeable part of a decision's CPU.
 
-// writeAllowResponse is writeAllow for an AllowResponse.
-func writeAllowResponse(w http.ResponseWriter, resp *AllowResponse, overall server.Status, statuses []server.Status) {
+// writeAllowAnswer is writeAllow for the answer of POST /v1/allow:
+// head is allowHead(inline, *overall, statuses, false), which
+// appendAllowFrom completes with the policies and the descriptors
+// of statuses as allowResponse would, without allocating them.
+func writeAllowAnswer(w http.ResponseWriter, head *AllowResponse, inline bool, overall *server.Status, statuses []server.Status) {
 	SetHeaders(w.Header(), statuses)
 	buf := getBuffer()
 	defer putBuffer(buf)
-	b := appendAllow(buf.AvailableBuffer(), resp)
+	b := appendAllowFrom(buf.AvailableBuffer(), head, inline, overall, statuses)
 	buf.Write(b)
 	status := http.StatusOK
 	h := w.Header()
 	if server.FailedClosed(statuses) {
 		status = http.StatusServiceUnavailable
-		setFailedClosed(h, overall)
+		setFailedClosed(h, *overall)
 	}
 	h["Content-Type"], h["Cache-Control"] = jsonType, noStore
 	w.WriteHeader(status)
 	w.Write(buf.Bytes())
+}
+
+// appendAllowFrom appends the answer whose head is allowHead(inline,
+// *overall, statuses, false), byte for byte as appendAllow appends it
+// completed by allowResponse: the inline form's policy and the
+// descriptors' decisions are built on the stack, one at a time, where
+// allowResponse allocates them (TestAppendAllowFromMatches compares the
+// two).
+func appendAllowFrom(b []byte, head *AllowResponse, inline bool, overall *server.Status, statuses []server.Status) []byte {
+	d := head.DecisionJSON
+	var lim LimitJSON
+	var n int64
+	if inline && overall.Limited {
+		lim, n = limitValue(overall.Limit), overall.Limit.Limit
+		lim.Limit = &n
+		d.Policy = &lim
+	}
+	b = append(b, '{')
+	b = appendDecisionFields(b, &d)
+	if head.UnknownDomain {
+		b = append(b, `,"unknown_domain":true`...)
+	}
+	if !inline && len(statuses) > 0 {
+		b = append(b, `,"descriptors":[`...)
+		for i := range statuses {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '{')
+			b = appendStatusFields(b, &statuses[i])
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if head.WaitedMS != nil {
+		b = append(b, `,"waited_ms":`...)
+		b = strconv.AppendInt(b, *head.WaitedMS, 10)
+	}
+	return append(b, '}', '\n')
+}
+
+// appendStatusFields appends the fields of statusJSON(*st), its policy
+// built on the stack.
+func appendStatusFields(b []byte, st *server.Status) []byte {
+	d := decisionJSON(*st, false)
+	var lim LimitJSON
+	var n int64
+	if st.Limited {
+		lim, n = limitValue(st.Limit), st.Limit.Limit
+		lim.Limit = &n
+		d.Policy = &lim
+	}
+	return appendDecisionFields(b, &d)
 }
 
 // appendAllow appends resp as encoding/json's Encoder writes it.
@@ -197,7 +254,9 @@ func appendFlag(b []byte, field string, set bool) []byte {
 func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
+			// A copy, so that s does not escape: the answers' strings
+			// are appended from values on the handler's stack.
+			q, _ := json.Marshal(strings.Clone(s)) // a string always encodes
 			return append(b, q...)
 		}
 	}

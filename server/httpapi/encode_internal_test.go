@@ -3,10 +3,18 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/ledger"
+	"github.com/floodgate-rl/floodgate/server"
+	"github.com/floodgate-rl/floodgate/store/memstore"
 )
 
 // encoderBytes is the answer as writeJSON wrote it before appendAllow:
@@ -142,5 +150,90 @@ func BenchmarkAppendAllow(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = appendAllow(buf[:0], &resp)
+	}
+}
+
+// randomStatus is a status of every shape an answer's decision takes:
+// limited or not, by a rule or none, a calendar limit, shadow, quota,
+// store and ledger errors, the fallback, several limits, an override.
+func randomStatus(t *testing.T, r *rand.Rand) server.Status {
+	t.Helper()
+	b := func() bool { return r.IntN(3) == 0 }
+	st := server.Status{Code: server.OK, Shadow: b(), Quota: b(), Override: b(), Plan: strs[r.IntN(len(strs))]}
+	if b() {
+		st.Code = server.OverLimit
+	}
+	if r.IntN(2) == 0 {
+		st.Rule = &config.Rule{ID: strs[r.IntN(len(strs))], Unlimited: b()}
+	}
+	limit := func() floodgate.Limit {
+		l := floodgate.Limit{Limit: r.Int64N(1e12), Period: []time.Duration{time.Second, time.Minute, 90 * time.Second, time.Hour}[r.IntN(4)],
+			Algorithm: []floodgate.Algorithm{"", floodgate.GCRA, floodgate.TokenBucket, floodgate.SlidingWindow}[r.IntN(4)],
+			Burst:     r.Int64N(3) * 7, CountRejected: b(), Name: []string{"", "per-user", "ünï"}[r.IntN(3)]}
+		if r.IntN(5) == 0 {
+			cal, err := floodgate.ParseCalendar("month", []string{"", "Europe/Paris"}[r.IntN(2)], []string{"", "15"}[r.IntN(2)])
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Period, l.Calendar = 0, cal
+		}
+		return l
+	}
+	decision := func() floodgate.Decision {
+		d := floodgate.Decision{Allowed: b(), Limit: r.Int64N(1e12), Remaining: r.Int64N(1e9), ResetAfter: time.Duration(r.Int64N(1e12)),
+			RetryAfter: time.Duration(r.Int64N(1e12)), Fallback: b()}
+		if b() {
+			d.RetryAfter = floodgate.Never
+		}
+		return d
+	}
+	if r.IntN(4) > 0 {
+		st.Limited, st.Limit, st.Decision = true, limit(), decision()
+	}
+	switch r.IntN(5) {
+	case 0:
+		st.Err = errors.New("store down")
+	case 1:
+		st.Err = memstore.ErrFull
+	case 2:
+		st.Err = ledger.ErrLedger
+	}
+	if st.Limited && r.IntN(4) == 0 {
+		for range 1 + r.IntN(2) {
+			st.Limits = append(st.Limits, server.LimitStatus{Code: server.OK, Limit: limit(), Decision: decision(), Shadow: b()})
+		}
+	}
+	return st
+}
+
+// TestAppendAllowFromMatches checks that the handler's answer,
+// appendAllowFrom of allowHead, is byte for byte appendAllow of
+// allowResponse (which TestAppendAllowMatchesEncoder holds to
+// encoding/json), in both forms, with the changes handleAllow makes to
+// the head (unknown_domain; a global shadow answer's code).
+func TestAppendAllowFromMatches(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range 5000 {
+		inline := r.IntN(3) == 0
+		var statuses []server.Status
+		overall := randomStatus(t, r)
+		if inline {
+			statuses = []server.Status{overall}
+		} else {
+			for range r.IntN(4) {
+				statuses = append(statuses, randomStatus(t, r))
+			}
+		}
+		full, head := allowResponse(inline, overall, statuses), allowHead(inline, overall, statuses, false)
+		for _, resp := range []*AllowResponse{&full, &head} {
+			resp.UnknownDomain = i%5 == 0
+			if i%7 == 0 {
+				resp.Code, resp.Allowed, resp.ShadowMode = server.OK.String(), true, true
+			}
+		}
+		want := appendAllow(nil, &full)
+		if got := appendAllowFrom(nil, &head, inline, &overall, statuses); !bytes.Equal(got, want) {
+			t.Fatalf("answer %d (inline %v):\n got %s\nwant %s", i, inline, got, want)
+		}
 	}
 }

@@ -439,9 +439,15 @@ func limitJSON(l floodgate.Limit) *LimitJSON {
 	jn := &struct {
 		j LimitJSON
 		n int64
-	}{n: l.Limit}
-	j := &jn.j
-	*j = LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Limit: &jn.n, Period: periodString(l.Period), Burst: l.Burst,
+	}{j: limitValue(l), n: l.Limit}
+	jn.j.Limit = &jn.n
+	return &jn.j
+}
+
+// limitValue is *limitJSON(l) without its Limit, which the caller points
+// at a copy of l.Limit.
+func limitValue(l floodgate.Limit) LimitJSON {
+	j := LimitJSON{Algorithm: string(l.EffectiveAlgorithm()), Period: periodString(l.Period), Burst: l.Burst,
 		Window: string(l.Window), CountRejected: l.CountRejected, Name: l.Name}
 	if l.IsCalendar() {
 		j.Period, j.Unit, j.TimeZone, j.Anchor = "", string(l.Calendar.Unit), l.Calendar.Location.String(), l.Calendar.Anchor()
@@ -668,10 +674,10 @@ func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 		statuses, overall, unknownDomain = res.Statuses, Binding(res), res.UnknownDomain
 		if err == nil && res.GlobalShadow {
 			// The descriptors keep their denials; the answer is OK.
-			resp := allowResponse(inline, overall, statuses)
+			resp := allowHead(inline, overall, statuses, false)
 			resp.UnknownDomain = unknownDomain
 			resp.Code, resp.Allowed, resp.ShadowMode = server.OK.String(), true, true
-			writeAllowResponse(w, &resp, overall, statuses)
+			writeAllowAnswer(w, &resp, inline, &overall, statuses)
 			return
 		}
 	}
@@ -679,9 +685,9 @@ func (s *API) handleAllow(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, err)
 		return
 	}
-	resp := allowResponse(inline, overall, statuses)
+	resp := allowHead(inline, overall, statuses, false)
 	resp.UnknownDomain = unknownDomain
-	writeAllowResponse(w, &resp, overall, statuses)
+	writeAllowAnswer(w, &resp, inline, &overall, statuses)
 }
 
 // form reports whether the body is in the inline form (key and limit)
@@ -739,10 +745,25 @@ func (req *AllowRequest) inlineLimit() (floodgate.Limit, int64, error) {
 // allowResponse is the body answering statuses: the overall decision
 // and, for the descriptor form, one per descriptor.
 func allowResponse(inline bool, overall server.Status, statuses []server.Status) AllowResponse {
+	resp := allowHead(inline, overall, statuses, inline)
+	if inline {
+		return resp
+	}
+	resp.Descriptors = make([]DecisionJSON, len(statuses))
+	for i, st := range statuses {
+		resp.Descriptors[i] = statusJSON(st)
+	}
+	return resp
+}
+
+// allowHead is allowResponse without its descriptors, and without the
+// inline form's policy unless policy is set: what writeAllowAnswer
+// completes on its stack.
+func allowHead(inline bool, overall server.Status, statuses []server.Status, policy bool) AllowResponse {
 	// The overall decision of the descriptor form has no policy of its
 	// own (each descriptor has its own): it is left out rather than built
 	// and dropped.
-	resp := AllowResponse{DecisionJSON: decisionJSON(overall, inline)}
+	resp := AllowResponse{DecisionJSON: decisionJSON(overall, policy)}
 	if inline {
 		return resp
 	}
@@ -750,10 +771,6 @@ func allowResponse(inline bool, overall server.Status, statuses []server.Status)
 	resp.Limits, resp.Override, resp.Plan = nil, false, ""
 	resp.Code = server.QuotaCode(statuses).String()
 	resp.Allowed = resp.Code == "OK"
-	resp.Descriptors = make([]DecisionJSON, len(statuses))
-	for i, st := range statuses {
-		resp.Descriptors[i] = statusJSON(st)
-	}
 	return resp
 }
 
