@@ -235,8 +235,11 @@ func (c *coalescer) sendRun(g *group, tag string, run []*waiter) (next []*waiter
 			live = append(live, w)
 		}
 	}
-	ctx, cancel := runContext(live)
-	defer cancel()
+	var ctx context.Context = context.Background()
+	if rc := runContext(live); rc != nil {
+		ctx = rc
+		defer rc.stop()
+	}
 	switch len(live) {
 	case 0:
 		return c.finish(g, tag)
@@ -291,8 +294,9 @@ func (c *coalescer) sendRun(g *group, tag string, run []*waiter) (next []*waiter
 //
 // It carries the longest deadline from send (WithTimeout) of the calls,
 // if every call has one, so that the run's script is bounded from its
-// send as each of its calls would be.
-func runContext(run []*waiter) (context.Context, context.CancelFunc) {
+// send as each of its calls would be. nil: neither, the run's context is
+// context.Background(); else the caller stops it when the run is done.
+func runContext(run []*waiter) *runCtx {
 	var latest time.Time
 	var send *time.Duration // the longest, as its calls' contexts carry it
 	bounded, sendBounded := true, true
@@ -313,12 +317,14 @@ func runContext(run []*waiter) (context.Context, context.CancelFunc) {
 			latest = d
 		}
 	}
-	ctx := context.Background()
-	if sendBounded && send != nil {
-		ctx = withSendTimeout(ctx, send)
+	if !sendBounded {
+		send = nil
 	}
-	if !bounded || latest.IsZero() {
-		return ctx, func() {}
+	if !bounded {
+		latest = time.Time{}
 	}
-	return context.WithDeadline(ctx, latest)
+	if send == nil && latest.IsZero() {
+		return nil
+	}
+	return newRunCtx(send, latest, time.Now, afterFunc)
 }

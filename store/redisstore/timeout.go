@@ -53,6 +53,9 @@ func sendTimeoutOf(ctx context.Context) *time.Duration {
 // sendDeadline is ctx bounded, from now, by the deadline it carries for
 // each script sent, if any: the runner calls it as it sends.
 func sendDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if rc, ok := ctx.(*runCtx); ok {
+		return rc.startSend()
+	}
 	if d := sendTimeout(ctx); d > 0 {
 		return startDeadline(ctx, d, time.Now, afterFunc)
 	}
@@ -232,4 +235,200 @@ func (t *Timed) Ping(ctx context.Context) error {
 // WithTimeout is the Store's, with timeout in place of t's.
 func (t *Timed) WithTimeout(timeout time.Duration) floodgate.Store {
 	return t.Store.WithTimeout(timeout)
+}
+
+// runCtx is the context of a run of coalesced calls (runContext): it
+// carries the longest send timeout of its calls (withSendTimeout's value)
+// and ends at the latest of their deadlines, if every call has one, and,
+// from each script's send (sendDeadline), at that script's deadline, as a
+// deadline of startDeadline under it would, with its lateness credit. It
+// is one allocation and one timer for what was a context.WithValue, a
+// context.WithDeadline and, per script, a context.WithCancelCause, a
+// deadline and a second timer: a run is sent for every few decisions.
+type runCtx struct {
+	send   *time.Duration // the calls' send timeout, or nil
+	latest time.Time      // the calls' latest deadline, or zero: none
+	now    func() time.Time
+	after  func(time.Duration, func()) stoppableTimer
+
+	mu      sync.Mutex
+	done    chan struct{} // made by the first Done, or closedChan
+	err     error
+	timer   stoppableTimer // nil until first set
+	sending bool           // a script is out: due, end and credit hold
+	due     time.Time      // the script's deadline, unless its timer fires late
+	end     time.Time      // the latest the script's deadline passes
+	credit  time.Duration  // the script's lateness that may still be credited
+	fireFn  func()         // rc.fire, made once
+	stopFn  func()         // rc.stopSend, made once
+}
+
+// closedChan is the Done of a runCtx that ended before its Done was asked.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// newRunCtx returns the context of a run whose calls carry send (nil: no
+// send timeout) and end at latest (zero: never), with the clock now and
+// the timers of after. Its caller ends it with stop.
+func newRunCtx(send *time.Duration, latest time.Time, now func() time.Time,
+	after func(time.Duration, func()) stoppableTimer) *runCtx {
+	rc := &runCtx{send: send, latest: latest, now: now, after: after}
+	if !latest.IsZero() {
+		rc.mu.Lock()
+		rc.setTimer(latest.Sub(now()))
+		rc.mu.Unlock()
+	}
+	return rc
+}
+
+// setTimer sets the timer to fire in d; rc.mu is held.
+func (rc *runCtx) setTimer(d time.Duration) {
+	if rc.timer == nil {
+		if rc.fireFn == nil {
+			rc.fireFn = rc.fire
+		}
+		rc.timer = rc.after(d, rc.fireFn)
+		return
+	}
+	rc.timer.Reset(d)
+}
+
+// startSend starts the deadline of one script of the run, from now, if
+// the run carries a send timeout: the runner calls it (sendDeadline) as it
+// sends. The function returned ends that script's deadline; the run's own
+// goes on.
+func (rc *runCtx) startSend() (context.Context, context.CancelFunc) {
+	if rc.send == nil || *rc.send <= 0 {
+		return rc, func() {}
+	}
+	timeout := *rc.send
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.stopFn == nil {
+		rc.stopFn = rc.stopSend
+	}
+	if rc.err != nil {
+		return rc, rc.stopFn
+	}
+	t0 := rc.now()
+	rc.sending, rc.due, rc.end, rc.credit = true, t0.Add(timeout), t0.Add(2*timeout), timeout
+	rc.setTimer(rc.next(t0))
+	return rc, rc.stopFn
+}
+
+// next is how long from now the timer is to fire: at the script's
+// deadline, or the run's, whichever is first; rc.mu is held.
+func (rc *runCtx) next(now time.Time) time.Duration {
+	at := rc.latest
+	if rc.sending && (at.IsZero() || rc.due.Before(at)) {
+		at = rc.due
+	}
+	return at.Sub(now)
+}
+
+// stopSend ends the deadline of the script sent last (startSend).
+func (rc *runCtx) stopSend() {
+	rc.mu.Lock()
+	rc.sending = false
+	if rc.err == nil && rc.latest.IsZero() && rc.timer != nil {
+		rc.timer.Stop()
+	} // else the timer, if it fires for the script, is set for the run's deadline
+	rc.mu.Unlock()
+}
+
+// stop ends the run's context: its caller, the run, is done with it.
+func (rc *runCtx) stop() {
+	rc.mu.Lock()
+	if rc.timer != nil {
+		rc.timer.Stop()
+	}
+	rc.close(context.Canceled)
+	rc.mu.Unlock()
+}
+
+// close ends rc with err, if it has not ended; rc.mu is held.
+func (rc *runCtx) close(err error) {
+	if rc.err != nil {
+		return
+	}
+	rc.err = err
+	if rc.done == nil {
+		rc.done = closedChan
+	} else {
+		close(rc.done)
+	}
+}
+
+// fire is the timer: it passes the run's deadline, or the script's (with
+// its lateness credit, as deadline.fire), or sets itself again for the
+// one to come.
+func (rc *runCtx) fire() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.err != nil {
+		return
+	}
+	now := rc.now()
+	if !rc.latest.IsZero() && !now.Before(rc.latest) {
+		rc.close(context.DeadlineExceeded)
+		return
+	}
+	if !rc.sending {
+		if !rc.latest.IsZero() {
+			rc.setTimer(rc.latest.Sub(now))
+		}
+		return
+	}
+	if now.Before(rc.due) {
+		rc.setTimer(rc.next(now)) // set for the run's deadline, or moved
+		return
+	}
+	if late := now.Sub(rc.due); late > lateSlack && rc.credit > 0 {
+		late = min(late, rc.credit)
+		rc.credit -= late
+		rc.due = now.Add(late)
+		rc.setTimer(rc.next(now))
+		return
+	}
+	rc.close(context.DeadlineExceeded)
+}
+
+// Deadline is the latest the run ends: its calls' latest deadline, or,
+// while a script is out, the latest that script's deadline passes, if
+// earlier.
+func (rc *runCtx) Deadline() (time.Time, bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	d, ok := rc.latest, !rc.latest.IsZero()
+	if rc.sending && (!ok || rc.end.Before(d)) {
+		d, ok = rc.end, true
+	}
+	return d, ok
+}
+
+// Done is closed when the run's deadline or its script's passes, or the
+// run is done.
+func (rc *runCtx) Done() <-chan struct{} {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.done == nil {
+		rc.done = make(chan struct{})
+	}
+	return rc.done
+}
+
+// Err is context.DeadlineExceeded once a deadline passed, context.Canceled
+// once the run is done, else nil.
+func (rc *runCtx) Err() error {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.err
+}
+
+// Value is the calls' send timeout for withSendTimeout's key, else nil:
+// the run carries none of its calls' values.
+func (rc *runCtx) Value(key any) any {
+	if _, ok := key.(sendTimeoutKey); ok && rc.send != nil {
+		return rc.send
+	}
+	return nil
 }

@@ -263,12 +263,13 @@ func (ft *fakeTimers) fireAfter(t *testing.T, elapsed time.Duration) {
 // that came in time is not thrown away for the time this process could
 // not run; past that credit, or on a timer on time, the deadline passes
 // (context.DeadlineExceeded). An injected clock and timers.
-func TestDeadlineCredit(t *testing.T) {
-	const timeout = 10 * time.Millisecond
-	start := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+// testCredit runs the cases of TestDeadlineCredit on the deadline of a
+// script sent at start with timeout, that start returns with the clock and
+// timers of ft, and the function that cancels it.
+func testCredit(t *testing.T, timeout time.Duration, start time.Time, begin func(ft *fakeTimers) (context.Context, context.CancelFunc)) {
 	open := func(t *testing.T) (*fakeTimers, context.Context, context.CancelFunc) {
 		ft := &fakeTimers{now: start}
-		ctx, cancel := startDeadline(context.Background(), timeout, ft.clock, ft.after)
+		ctx, cancel := begin(ft)
 		if ft.due != timeout {
 			t.Fatalf("timer set for %v, want %v", ft.due, timeout)
 		}
@@ -340,6 +341,15 @@ func TestDeadlineCredit(t *testing.T) {
 			t.Errorf("after cancel: Err() = %v, timer set %v; want context.Canceled and the timer stopped", ctx.Err(), ft.alive)
 		}
 	})
+}
+
+func TestDeadlineCredit(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	start := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	testCredit(t, timeout, start, func(ft *fakeTimers) (context.Context, context.CancelFunc) {
+		return startDeadline(context.Background(), timeout, ft.clock, ft.after)
+	})
+
 	t.Run("parent's deadline", func(t *testing.T) {
 		// A parent's deadline before the script's is the Deadline; the
 		// parent's end is the context's, whatever the timer.
@@ -364,6 +374,134 @@ func TestDeadlineCredit(t *testing.T) {
 		cancelParent()
 		if !errors.Is(ctx.Err(), context.Canceled) {
 			t.Errorf("Err() = %v, want the parent's context.Canceled", ctx.Err())
+		}
+	})
+}
+
+// TestRunCtx: a run's context (runContext) gives each script of the run
+// the deadline of startDeadline, credit included, with its own one timer,
+// and ends at the run's deadline, its calls' latest, without credit, as a
+// context.WithDeadline under the script's did. An injected clock and
+// timers.
+func TestRunCtx(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	start := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	send := timeout
+	t.Run("script", func(t *testing.T) {
+		testCredit(t, timeout, start, func(ft *fakeTimers) (context.Context, context.CancelFunc) {
+			rc := newRunCtx(&send, time.Time{}, ft.clock, ft.after)
+			ctx, _ := sendDeadline(rc)
+			return ctx, rc.stop
+		})
+	})
+	err := func(t *testing.T, ctx context.Context, want error) {
+		t.Helper()
+		if !errors.Is(ctx.Err(), want) || (want == nil && ctx.Err() != nil) {
+			t.Fatalf("Err() = %v, want %v", ctx.Err(), want)
+		}
+		select {
+		case <-ctx.Done():
+			if want == nil {
+				t.Fatal("Done closed before the context ended")
+			}
+		default:
+			if want != nil {
+				t.Fatal("Done not closed after the context ended")
+			}
+		}
+	}
+	t.Run("run's deadline first", func(t *testing.T) {
+		ft := &fakeTimers{now: start}
+		rc := newRunCtx(&send, start.Add(timeout/2), ft.clock, ft.after)
+		defer rc.stop()
+		ctx, stopSend := sendDeadline(rc)
+		defer stopSend()
+		if d, _ := ctx.Deadline(); !d.Equal(start.Add(timeout / 2)) {
+			t.Errorf("Deadline() = %v, want the run's, earlier", d)
+		}
+		if ft.due != timeout/2 {
+			t.Fatalf("timer set for %v, want the run's deadline, %v", ft.due, timeout/2)
+		}
+		ft.fireAfter(t, timeout/2+3*time.Millisecond) // late: no credit for the run's deadline
+		err(t, ctx, context.DeadlineExceeded)
+	})
+	t.Run("script's deadline first", func(t *testing.T) {
+		ft := &fakeTimers{now: start}
+		rc := newRunCtx(&send, start.Add(3*timeout), ft.clock, ft.after)
+		defer rc.stop()
+		if ft.due != 3*timeout {
+			t.Fatalf("timer set for %v, want the run's deadline, %v", ft.due, 3*timeout)
+		}
+		ft.now = ft.now.Add(timeout)
+		ctx, stopSend := sendDeadline(rc)
+		defer stopSend()
+		if d, _ := ctx.Deadline(); !d.Equal(start.Add(3 * timeout)) {
+			t.Errorf("Deadline() = %v, want the run's, before the script's latest", d)
+		}
+		if ft.due != timeout {
+			t.Fatalf("timer set for %v, want the script's deadline, %v", ft.due, timeout)
+		}
+		ft.fireAfter(t, timeout+5*time.Millisecond) // late: credited
+		err(t, ctx, nil)
+		if ft.due != 5*time.Millisecond {
+			t.Fatalf("set again for %v, want its lateness, 5ms", ft.due)
+		}
+		ft.fireAfter(t, 5*time.Millisecond)
+		err(t, ctx, context.DeadlineExceeded)
+	})
+	t.Run("script done, run goes on", func(t *testing.T) {
+		ft := &fakeTimers{now: start}
+		rc := newRunCtx(&send, start.Add(3*timeout), ft.clock, ft.after)
+		defer rc.stop()
+		_, stopSend := sendDeadline(rc)
+		stopSend()
+		err(t, rc, nil)
+		if d, _ := rc.Deadline(); !d.Equal(start.Add(3 * timeout)) {
+			t.Errorf("Deadline() = %v, want the run's", d)
+		}
+		ft.fireAfter(t, timeout) // set for the script: the run's deadline is 2 timeouts on
+		err(t, rc, nil)
+		if ft.due != 2*timeout {
+			t.Fatalf("set again for %v, want the run's deadline, %v", ft.due, 2*timeout)
+		}
+		// A second script gets a deadline of its own, from its send.
+		ctx, stopSend := sendDeadline(rc)
+		defer stopSend()
+		if ft.due != timeout {
+			t.Fatalf("second script: timer set for %v, want %v", ft.due, timeout)
+		}
+		ft.fireAfter(t, timeout)
+		err(t, ctx, context.DeadlineExceeded)
+	})
+	t.Run("no run deadline, script done", func(t *testing.T) {
+		ft := &fakeTimers{now: start}
+		rc := newRunCtx(&send, time.Time{}, ft.clock, ft.after)
+		defer rc.stop()
+		if _, ok := rc.Deadline(); ok {
+			t.Error("Deadline() bounded before a script")
+		}
+		_, stopSend := sendDeadline(rc)
+		stopSend()
+		if ft.alive {
+			t.Error("timer still set with no script out and no run deadline")
+		}
+		err(t, rc, nil)
+		rc.stop()
+		err(t, rc, context.Canceled)
+	})
+	t.Run("values", func(t *testing.T) {
+		rc := newRunCtx(&send, time.Time{}, time.Now, afterFunc)
+		defer rc.stop()
+		if got := sendTimeout(rc); got != timeout {
+			t.Errorf("sendTimeout = %v, want %v", got, timeout)
+		}
+		rc2 := newRunCtx(nil, time.Now().Add(time.Hour), time.Now, afterFunc)
+		defer rc2.stop()
+		if got := sendTimeoutOf(rc2); got != nil {
+			t.Errorf("sendTimeoutOf = %v, want nil", got)
+		}
+		if rc.Value("other") != nil {
+			t.Error("a run carries a value of its calls'")
 		}
 	})
 }
