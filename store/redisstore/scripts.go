@@ -111,13 +111,14 @@ type library struct {
 // state's fields variable and the field that counts the units of the
 // current window, which a return takes units off.
 // io, if not empty, is the functions that read and store the state in
-// place of load_state and save_state (a fixed window's counter).
+// place of load_state and save_state (a fixed window's counter, a sliding
+// window's counters).
 var budgeted = []struct {
 	alg                 floodgate.Algorithm
 	fields, counted, io string
 }{
 	{floodgate.FixedWindow, "FIXED_WINDOW_FIELDS", "count", ", fixed_window_load, fixed_window_save"},
-	{floodgate.SlidingWindow, "SLIDING_WINDOW_FIELDS", "curr", ""},
+	{floodgate.SlidingWindow, "SLIDING_WINDOW_FIELDS", "curr", ", sliding_window_load, sliding_window_save"},
 }
 
 // scripts is built once from the embedded files: a single-request script per
