@@ -57,10 +57,19 @@ func (rn *runner) one(ctx context.Context, c *call) (floodgate.Decision, error) 
 	args := appendRequest(kv[1:1], &c.r, c.alg, c.now)
 	var vals []int64
 	var err error
-	if rn.lib == nil && c.alg == floodgate.FixedWindow && counted(c.r.Limit) && c.r.Limit.Calendar.Unit == "" {
-		vals, err = rn.run(ctx, scripts.fast, kv[:1], args)
-		if err == nil && len(vals) == 1 && vals[0] == fastDeclined {
-			vals, err = nil, nil // not the usual request: fixed_window.lua decides it
+	if rn.lib == nil {
+		var fast *script
+		switch {
+		case c.alg == floodgate.FixedWindow && counted(c.r.Limit) && c.r.Limit.Calendar.Unit == "":
+			fast = scripts.fast
+		case c.alg == floodgate.SlidingWindow:
+			fast = scripts.slidingFast
+		}
+		if fast != nil {
+			vals, err = rn.run(ctx, fast, kv[:1], args)
+			if err == nil && len(vals) == 1 && vals[0] == fastDeclined {
+				vals, err = nil, nil // not the usual request: the algorithm's script decides it
+			}
 		}
 	}
 	if vals == nil && err == nil {
@@ -79,8 +88,9 @@ func (rn *runner) one(ctx context.Context, c *call) (floodgate.Decision, error) 
 	return d, nil
 }
 
-// fastDeclined is FAST_DECLINED in fixed_window_fast.lua: the one integer
-// of its reply when it left the request, unchanged, to fixed_window.lua.
+// fastDeclined is FAST_DECLINED in fixed_window_fast.lua and
+// sliding_window_fast.lua: the one integer of its reply when it left the
+// request, unchanged, to the algorithm's script.
 const fastDeclined = 2
 
 // A result is the outcome of one call.

@@ -75,6 +75,9 @@ type scriptSet struct {
 	// single[FixedWindow]; not in the library, whose functions make their
 	// helpers once per load.
 	fast *script
+	// slidingFast decides the usual single request of a sliding window
+	// (sliding_window_fast.lua), as fast does for a fixed window.
+	slidingFast *script
 	// fastMulti decides a coalesced run of usual aligned fixed-window
 	// requests (fixed_window_multi.lua), each as fast would, in place of
 	// multiOf[FixedWindow]; not in the library either.
@@ -253,6 +256,11 @@ func buildScripts() (scriptSet, error) {
 		return scriptSet{}, err
 	}
 	set.fastMulti = newScript("fixed_window_multi", fastMultiSrc)
+	slidingFastSrc, err := read("sliding_window_fast.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	set.slidingFast = newScript("sliding_window_fast", slidingFastSrc)
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	for i, alg := range floodgate.Algorithms {
