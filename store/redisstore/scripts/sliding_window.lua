@@ -163,6 +163,9 @@ local function sliding_window_load(key, p, now)
       -- The field before it is gone or was never read: Step reads an
       -- ended state as the zero state whatever its Prev.
       return {start = start - 2 * period, prev = 0, curr = c0, wkey = wkey, stored = true}
+    elseif call('EXISTS', wkey, key) == 0 then
+      -- A new key: one command for both.
+      return {start = 0, prev = 0, curr = 0, wkey = wkey, stored = false}
     elseif call('EXISTS', wkey) == 0 then
       local s = load_state(key, SLIDING_WINDOW_FIELDS)
       s.wkey, s.stored = wkey, false
