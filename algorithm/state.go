@@ -113,8 +113,10 @@ func (s *Small) StepTo(k Kind, d *Decision, p Params, now, cost int64) {
 		st, *d = TokenBucket{Taken: s.A, Last: s.B, LastFrac: s.C}.Step(p, now, cost)
 		*s = Small{st.Taken, st.Last, st.LastFrac}
 	case KindGCRA:
-		var st GCRA
-		st, *d = GCRA{TAT: s.A, TATFrac: s.B}.Step(p, now, cost)
+		// stepTo writes *d itself: `st, *d = Step()` would copy the
+		// Decision through a temporary with wide loads that wait for the
+		// narrow stores that wrote it (see GCRA.stepTo).
+		st := GCRA{TAT: s.A, TATFrac: s.B}.stepTo(d, p, now, cost)
 		*s = Small{A: st.TAT, B: st.TATFrac}
 	default:
 		var st FixedWindow

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	"github.com/sethvargo/go-limiter/memorystore"
 	"github.com/ulule/limiter/v3"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
@@ -139,13 +140,54 @@ var PeerLibs = []RedisLib{
 	{"ulule/limiter", openUlule},
 }
 
-// RedisLibs are FloodgateVariants' libraries, then PeerLibs.
+// MinimalScriptName is the row of CeilingLib.
+const MinimalScriptName = "minimal script (rueidis)"
+
+// CeilingLib is the physical ceiling of a Go client on Redis: the
+// cheapest script a counter can be (redis-ceiling.sh's minimal INCR, and
+// PEXPIRE when the INCR made the key; nothing checked, one integer
+// answered), sent with EVALSHA by a rueidis client configured as
+// redisstore.Open configures its own (AlwaysPipelining, no client-side
+// cache), from the same harness and callers as every other row. Where
+// redis-benchmark's figure for the same script is the server's ceiling
+// (a C client pipelining a fixed depth, nothing decoded), this row is
+// what the store's client and this process leave of it.
+var CeilingLib = RedisLib{MinimalScriptName, openMinimalScript}
+
+// MinimalScript is redis-ceiling.sh's minimal script, the same text.
+const MinimalScript = `local n = redis.call('INCR', KEYS[1])
+if n == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return n
+`
+
+// openMinimalScript is CeilingLib: a key counts in the window of one
+// second, as RedisLimit is per second.
+func openMinimalScript(addr string) (AllowFunc, func(), error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true, AlwaysPipelining: true,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	script := rueidis.NewLuaScript(MinimalScript)
+	args := []string{"1000"}
+	return func(ctx context.Context, key string) (bool, error) {
+		n, err := script.Exec(ctx, c, []string{"minimal:" + key}, args).AsInt64()
+		return err == nil && n <= RedisLimit, err
+	}, c.Close, nil
+}
+
+// RedisLibs are FloodgateVariants' libraries, then PeerLibs, then
+// CeilingLib.
 func RedisLibs() []RedisLib {
 	var libs []RedisLib
 	for _, v := range FloodgateVariants {
 		libs = append(libs, v.Lib())
 	}
-	return append(libs, PeerLibs...)
+	libs = append(libs, PeerLibs...)
+	return append(libs, CeilingLib)
 }
 
 // openRedisRate is github.com/go-redis/redis_rate/v10 (GCRA).

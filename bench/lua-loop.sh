@@ -77,8 +77,11 @@ cpu() {
 	$cli INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'
 }
 $cli FLUSHALL >/dev/null
+# The script goes on stdin (SCRIPT LOAD, then EVALSHA): the library is
+# longer than one command-line argument may be (128 KiB).
+sha=$($cli -x SCRIPT LOAD <"$w")
 before=$(cpu)
-out=$($cli EVAL "$(cat "$w")" 0 2>&1)
+out=$($cli EVALSHA "$sha" 0 2>&1)
 if [ "$out" != 1 ]; then
 	echo "lua-loop.sh: the script failed: $out" >&2
 	exit 1

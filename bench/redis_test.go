@@ -55,8 +55,8 @@ type redisLib struct {
 	make func(tb testing.TB, addr string) func(ctx context.Context, key string) bool
 }
 
-// redisLibs are the harness's fixed_window and gcra variants and the peers
-// (bench/cmd/benchall runs every variant).
+// redisLibs are the harness's fixed_window and gcra variants, the peers and
+// the Go client's ceiling (bench/cmd/benchall runs every variant).
 var redisLibs = []redisLib{
 	fromHarness("floodgate-gcra", variant("gcra").Lib()),
 	fromHarness("floodgate-fixed_window", variant("fixed_window").Lib()),
@@ -64,6 +64,7 @@ var redisLibs = []redisLib{
 	fromHarness("floodgate-fixed_window+no_coalesce", variant("fixed_window+no_coalesce").Lib()),
 	fromHarness("redis_rate", PeerLibs[0]),
 	fromHarness("ulule", PeerLibs[1]),
+	fromHarness("minimal-script", CeilingLib),
 }
 
 func variant(name string) Variant {
@@ -341,6 +342,24 @@ func TestFixedWindowScript(t *testing.T) {
 		t.Fatal("denied")
 	}
 	held("a decision the fast script declines", src)
+}
+
+// TestMinimalScript: the Go client's ceiling row (CeilingLib) runs the
+// script redis-ceiling.sh gives redis-benchmark, byte for byte, so the two
+// ceilings differ only in their client.
+func TestMinimalScript(t *testing.T) {
+	sh, err := os.ReadFile("redis-ceiling.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(sh), "cat >\"$minsrc\" <<'LUA'\n")
+	body, _, ok2 := strings.Cut(after, "\nLUA\n")
+	if !ok || !ok2 {
+		t.Fatal("redis-ceiling.sh has no minimal script between <<'LUA' and LUA")
+	}
+	if body+"\n" != MinimalScript {
+		t.Errorf("MinimalScript differs from redis-ceiling.sh's:\n%s\nwant\n%s", MinimalScript, body+"\n")
+	}
 }
 
 // TestRedisLibsAllow checks that every library admits what the benchmark

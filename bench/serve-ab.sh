@@ -8,7 +8,10 @@
 # three alike. Each run reports decisions/s and the service's CPU per
 # decision (user+system from /proc/PID/stat, in µs), as benchall does; the
 # summary gives the median of each over the rounds and its ratio to the
-# no-op server's median.
+# no-op server's median. On the redis store each run also reports
+# redis-server's CPU per decision and the scripts it ran per decision
+# (EVALSHA, EVAL and FCALL calls of INFO commandstats): what the client
+# side's coalescing leaves the server to do.
 #
 #   cd bench && BEFORE_BIN=/tmp/floodgate-old ./serve-ab.sh
 #   ROUNDS=5 DURATION=4s STORES="memory redis" PROTOS="grpc http" ./serve-ab.sh
@@ -57,7 +60,8 @@ YAML
 REDIS_PORT=$(freeport)
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
 	--protected-mode yes --logfile "$WORK/redis.log" &
-PIDS+=($!)
+REDIS_PID=$!
+PIDS+=($REDIS_PID)
 waitport "$REDIS_PORT"
 
 "$WORK/noopserver" >"$WORK/noop.out" &
@@ -87,20 +91,27 @@ serve() {
 }
 
 RESULTS=$WORK/results.tsv
+# rcmds: the scripts redis-server has run.
+rcmds() {
+	redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' |
+		awk -F'[:=,]' '/^cmdstat_(evalsha|eval|fcall)(_ro)?:/ {n += $3} END {print n + 0}'
+}
 # run STORE PROTO NAME PID TARGET: one warmup and one measured run.
 run() {
-	local store=$1 proto=$2 name=$3 pid=$4 target=$5 c0 c1 out
+	local store=$1 proto=$2 name=$3 pid=$4 target=$5 c0 c1 r0 r1 k0 k1 out
 	local args=(bench "-$proto" "$target" -domain bench -keys "$KEYS" -c "$CALLERS" -quiet -json)
 	"$FG" "${args[@]}" -d "$WARMUP" >/dev/null
-	c0=$(cpu "$pid")
+	c0=$(cpu "$pid") r0=$(cpu "$REDIS_PID") k0=$(rcmds)
 	out=$("$FG" "${args[@]}" -d "$DURATION")
-	c1=$(cpu "$pid")
+	c1=$(cpu "$pid") r1=$(cpu "$REDIS_PID") k1=$(rcmds)
 	echo "$out" | jq -r --arg s "$store" --arg p "$proto" --arg n "$name" --argjson t $((c1 - c0)) \
-		'[$s, $p, $n, (.decisions_per_second|floor), (if .decisions > 0 then ($t * 10000 / .decisions * 100 | round / 100) else -1 end), .latency_ms.p99, .errors] | @tsv' |
+		--argjson r $((r1 - r0)) --argjson k $((k1 - k0)) \
+		'[$s, $p, $n, (.decisions_per_second|floor), (if .decisions > 0 then ($t * 10000 / .decisions * 100 | round / 100) else -1 end), .latency_ms.p99, .errors,
+		  (if .decisions > 0 then ($r * 10000 / .decisions * 100 | round / 100) else -1 end), (if .decisions > 0 then ($k / .decisions * 1000 | round / 1000) else -1 end)] | @tsv' |
 		tee -a "$RESULTS"
 }
 
-echo -e "store\tproto\tserver\tdecisions/s\tservice_cpu_us/decision\tp99_ms\terrors"
+echo -e "store\tproto\tserver\tdecisions/s\tservice_cpu_us/decision\tp99_ms\terrors\tredis_cpu_us/decision\tredis_scripts/decision"
 for store in $STORES; do
 	names=(noop)
 	if [ -n "$BEFORE_BIN" ]; then
@@ -147,14 +158,15 @@ python3 - "$RESULTS" <<'PY'
 import sys, statistics as st
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 groups = {}
-for s, p, n, dps, us, p99, errs in rows:
-    groups.setdefault((s, p, n), []).append((float(dps), float(us), float(p99)))
-print("| store | protocol | server | decisions/s | ratio | service CPU µs/decision | ratio | p99 ms |")
-print("|---|---|---|---:|---:|---:|---:|---:|")
+for s, p, n, dps, us, p99, errs, rus, rk in rows:
+    groups.setdefault((s, p, n), []).append((float(dps), float(us), float(p99), float(rus), float(rk)))
+print("| store | protocol | server | decisions/s | ratio | service CPU µs/decision | ratio | p99 ms | redis CPU µs/decision | redis scripts/decision |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
 for (s, p, n), v in groups.items():
-    dps = st.median(x[0] for x in v); us = st.median(x[1] for x in v); p99 = st.median(x[2] for x in v)
+    dps, us, p99, rus, rk = (st.median(x[i] for x in v) for i in range(5))
     noop = groups.get((s, p, "noop"))
     ndps = st.median(x[0] for x in noop); nus = st.median(x[1] for x in noop)
-    print(f"| {s} | {p} | {n} | {dps:.0f} | {dps/ndps:.2f} | {us:.2f} | {us/nus:.2f} | {p99:.2f} |")
+    redis = f"{rus:.2f} | {rk:.3f}" if s == "redis" and n != "noop" else "| "
+    print(f"| {s} | {p} | {n} | {dps:.0f} | {dps/ndps:.2f} | {us:.2f} | {us/nus:.2f} | {p99:.2f} | {redis} |")
 PY
 echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

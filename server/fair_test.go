@@ -15,25 +15,26 @@ descriptors:
     value: llm
     descriptors:
       - key: tenant
-        rate_limit: {unit: second, requests_per_unit: 100, share_by: tenant}
+        rate_limit: {unit: minute, requests_per_unit: 100, share_by: tenant}
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 3600000}
 `
 
 // TestFairShareBy: a rule with share_by on three instances of the service
-// over memory and a real Redis, on one injected clock stepped a
-// millisecond at a time. Each request carries the tenant's descriptor of
-// the shared upstream (100 per second, share_by: tenant) and a user's
-// descriptor of its own (3.6 million an hour, never binding; an hour, so
-// that its Redis key, touched only when a request is admitted, outlives
-// the test's real time: a key lives at least until its window's end, at
-// least a second of Redis's own clock, and on a loaded machine the 920
-// refused milliseconds of a window took longer than that). The busy tenant
-// asks every millisecond, the quiet one every 50 ms: from the second
-// window on, the quiet tenant gets exactly 20 and the busy one exactly 80
-// per second; no second admits more than 100; and a request the shared
-// upstream refuses spends nothing of its user's limit (the descriptors are
-// all or nothing).
+// over memory and a real Redis, on one injected clock stepped a thousandth
+// of the shared window (60 ms) at a time. Each request carries the
+// tenant's descriptor of the shared upstream (100 per minute, share_by:
+// tenant) and a user's descriptor of its own (3.6 million an hour, never
+// binding). The windows are long (a minute, an hour) so that their Redis
+// keys outlive the test's real time: Redis expires a key in its own clock,
+// at least a second after its window's end on the injected one, and on a
+// loaded machine the 920 refused steps of a window, or the 50 steps
+// between two of the quiet tenant's requests, took longer than a second.
+// The busy tenant asks every step, the quiet one every 50 steps: from the
+// second window on, the quiet tenant gets exactly 20 and the busy one
+// exactly 80 per window; no window admits more than 100; and a request the
+// shared upstream refuses spends nothing of its user's limit (the
+// descriptors are all or nothing).
 func TestFairShareBy(t *testing.T) {
 	for name, open := range sharedStores(t) {
 		t.Run(name, func(t *testing.T) {
@@ -77,7 +78,7 @@ func TestFairShareBy(t *testing.T) {
 						t.Errorf("window %d: the busy user's limit has %d left, want %d (only admitted requests counted)", w, got, want)
 					}
 				}
-				clock.Advance(time.Millisecond)
+				clock.Advance(time.Minute / 1000)
 			}
 			t.Logf("per window: quiet %v, busy %v", quiet, busy)
 			for w := range windows {

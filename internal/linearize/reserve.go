@@ -229,7 +229,14 @@ type ReserveWorkload struct {
 	Clients int
 	Calls   int // per client
 	Seed    uint64
-	// Step is how far the clock moves per call.
+	// Step is how far the clock moves per call. On a store whose keys
+	// expire in real time (Redis: a state's TTL is its time to the empty
+	// state, at least a second; a hold's is its own), choose Step long
+	// enough that no call takes longer in real time than Step: the fake
+	// clock then runs ahead of the real one and no key expires before its
+	// state says so. With a millisecond Step, a loaded host (2.5 s for
+	// 240 calls) lost token bucket states to expiry mid-run and the
+	// history was rightly found illegal.
 	Step time.Duration
 	// MaxWait, above zero, makes every reserve a wait of up to MaxWait
 	// (floodgate.Limiter.Schedule, through a Limiter per client whose

@@ -220,8 +220,12 @@ func TestFeed(t *testing.T) {
 	decide(t, srv, "tenant", "acme", 3) // 1 allowed (near), 2 shadow-denied
 	frames := readFrames(t, hs.URL+"/ui/events?frames=1", "", 1)
 	f := frames[0]
-	if f.Rates || !f.Admin {
-		t.Errorf("first frame: rates %v, admin %v; want false, true", f.Rates, f.Admin)
+	// Whether this first frame has rates depends on whether the 50 ms
+	// ticker sampled before the stream began (on a loaded machine it can):
+	// TestFeedHistory checks a fresh dashboard's first frame on an
+	// injected ticker.
+	if !f.Admin {
+		t.Errorf("first frame: admin %v; want true", f.Admin)
 	}
 	if f.TopDenied == nil || len(f.TopDenied.Keys) != 2 {
 		t.Fatalf("top denied: %+v", f.TopDenied)

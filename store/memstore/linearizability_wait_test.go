@@ -22,8 +22,8 @@ func TestLinearizableWaits(t *testing.T) {
 			s := memstore.New(&memstore.Options{SweepInterval: -1})
 			t.Cleanup(func() { s.Close() })
 			linearize.RunReserve(t, linearize.ReserveWorkload{
-				Store: s, Limit: floodgate.Limit{Algorithm: alg, Limit: 6, Period: 100 * time.Millisecond, Burst: 2},
-				Keys: []string{"a", "b"}, Clients: 4, Calls: 60, Seed: uint64(i), Step: time.Millisecond, MaxWait: 50 * time.Millisecond,
+				Store: s, Limit: floodgate.Limit{Algorithm: alg, Limit: 6, Period: 100 * time.Second, Burst: 2},
+				Keys: []string{"a", "b"}, Clients: 4, Calls: 60, Seed: uint64(i), Step: time.Second, MaxWait: 50 * time.Second,
 			})
 		})
 	}

@@ -7,10 +7,12 @@ import (
 	"net"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -395,4 +397,61 @@ func BenchmarkReserveCallers(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkServePath decides one unit per operation the way floodgate
+// serve does on Redis: a Store opened from a URL (the client settings of
+// clientOption), wrapped by WithTimeout(1s) as a Limiter wraps it, each
+// call under a context of its own with a deadline of 1 s (gRPC's
+// grpc-timeout), fixed_window over 100k keys, by 64 concurrent callers,
+// coalescing as by default. Besides allocs/op it reports
+// client-cpu-µs/op, this process's user and system CPU per decision (the
+// store's client side, the part of serve's CPU that Redis adds),
+// goroutines/op, the goroutines started per decision, and the server's
+// CPU and scripts per decision, as BenchmarkAllow does.
+func BenchmarkServePath(b *testing.B) {
+	srv := redistest.Standalone(b)
+	ctx := context.Background()
+	s, err := Open(ctx, "redis://"+srv.Addr, &Options{Prefix: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	st := s.WithTimeout(time.Second)
+	l := benchLimit(floodgate.FixedWindow)
+	keys := benchKeys(100_000)
+	warm(b, s, l, keys)
+	c := newRueidis(b, srv.Addr)
+	for _, callers := range []int{16, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			cpu0, g0 := processCPU(b), goroutinesCreated()
+			runCallers(b, c, callers, func(i int, _ string) {
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				_, err := st.Apply(cctx, floodgate.Request{Key: keys[i%len(keys)], Limit: l, Cost: 1})
+				cancel()
+				if err != nil {
+					panic(err)
+				}
+			})
+			b.ReportMetric((processCPU(b)-cpu0)*1e6/float64(b.N), "client-cpu-µs/op")
+			b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
+		})
+	}
+}
+
+// goroutinesCreated is the number of goroutines this process has started.
+func goroutinesCreated() uint64 {
+	m := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(m)
+	return m[0].Value.Uint64()
+}
+
+// processCPU is this process's user and system CPU time so far, in
+// seconds.
+func processCPU(b *testing.B) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

@@ -15,9 +15,12 @@ import (
 // promises. A group holds its runs in flight and the calls waiting. A call
 // that finds a run free sends its own script on its own goroutine, as
 // without coalescing; when any run of the group comes back (finish), the
-// calls that waited go out in new runs, each on a goroutine of its own, so
-// that no caller's goroutine is held past its own deadline by a run it
-// shares.
+// calls that waited go out in new runs, each on a goroutine of the
+// coalescer's, never a caller's, so that no caller's goroutine is held
+// past its own deadline by a run it shares. The goroutine whose shared run
+// came back answers its calls and then sends the next run itself, so that
+// under load a run costs no new goroutine (its start and its wake-up):
+// runs follow each other on the same few goroutines.
 
 // DefaultCoalesce is the default Options.Coalesce: one run in flight leaves
 // Redis idle while its reply travels back, and each run more leaves fewer
@@ -107,22 +110,26 @@ func (c *coalescer) groupOf(key string) (*group, string) {
 // decide stamps cl with its time and decides it, on its own if its group
 // has a run free, else in the next run of its group.
 func (c *coalescer) decide(ctx context.Context, cl call) (floodgate.Decision, error) {
-	cl.now = c.runner.stamp(&cl.r)
+	// cl goes to the runner in a kept waiter, alone or queued: by its
+	// own address, it would be moved to the heap on every call.
+	w := waiters.Get().(*waiter)
+	w.ctx, w.c = ctx, cl
+	w.c.now = c.runner.stamp(&w.c.r)
 	if cl.r.Limit.Calendar.Unit != "" {
 		// multi.lua takes a calendar's windows per parameter set, not
 		// per request: a calendar limit is decided on its own.
-		return c.runner.one(ctx, &cl)
+		return c.alone(ctx, w)
 	}
 	c.mu.Lock()
 	g, tag := c.groupOf(cl.key)
 	if g.inflight < c.limit && len(g.queue) == 0 {
 		g.inflight++
 		c.mu.Unlock()
-		defer c.finish(g, tag)
-		return c.runner.one(ctx, &cl)
+		// Deferred, so that the run ends even if the runner panics (an
+		// HTTP server recovers a handler's panic and goes on).
+		defer c.finishAlone(g, tag)
+		return c.alone(ctx, w)
 	}
-	w := waiters.Get().(*waiter)
-	w.ctx, w.c = ctx, cl
 	g.queue = append(g.queue, w)
 	if len(g.queue) >= maxCoalesced {
 		// A full run goes out at once, past the limit: the limit makes
@@ -152,6 +159,23 @@ func (c *coalescer) decide(ctx context.Context, cl call) (floodgate.Decision, er
 	}
 }
 
+// alone decides w's call, on the caller's goroutine, and keeps w for
+// another call: the runner keeps nothing of the call.
+func (c *coalescer) alone(ctx context.Context, w *waiter) (floodgate.Decision, error) {
+	d, err := c.runner.one(ctx, &w.c)
+	*w = waiter{done: w.done}
+	waiters.Put(w)
+	return d, err
+}
+
+// finishAlone ends a run of g that a caller sent alone on its own
+// goroutine, and starts the next run on a goroutine of the coalescer's.
+func (c *coalescer) finishAlone(g *group, tag string) {
+	if run := c.finish(g, tag); run != nil {
+		go c.send(g, tag, run)
+	}
+}
+
 // waiters keeps the waiters whose answer was taken, each with its
 // channel, empty: most calls wait when the store is busy, and the two
 // allocations of a waiter were a noticeable part of a decision's.
@@ -160,8 +184,13 @@ func (c *coalescer) decide(ctx context.Context, cl call) (floodgate.Decision, er
 var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan result, 1)} }}
 
 // finish ends a run of g (of hash tag tag) and starts the runs of the calls
-// that waited, as many as the limit allows.
-func (c *coalescer) finish(g *group, tag string) {
+// that waited, as many as the limit allows: it returns the first of them,
+// for its caller to send (the goroutine of a shared run that ended sends
+// it itself; a caller's goroutine, which never sends a run it shares,
+// starts it on a goroutine of its own), and starts the others, if any,
+// on goroutines of their own. nil: no run starts.
+func (c *coalescer) finish(g *group, tag string) []*waiter {
+	var first []*waiter
 	c.mu.Lock()
 	g.inflight--
 	for g.inflight < c.limit && len(g.queue) > 0 {
@@ -174,16 +203,32 @@ func (c *coalescer) finish(g *group, tag string) {
 		clear(g.queue[m:])
 		g.queue = g.queue[:m]
 		g.inflight++
+		if first == nil {
+			first = run
+			continue
+		}
 		go c.send(g, tag, run)
 	}
 	if c.byTag && g.inflight == 0 && len(g.queue) == 0 {
 		delete(c.groups, tag)
 	}
 	c.mu.Unlock()
+	return first
 }
 
-// send decides the calls of run in one script and hands each its result.
+// send decides the calls of run in one script and hands each its result,
+// then sends the run that finish started after it, if any, and so on:
+// the goroutine that runs send is the coalescer's, and ends when its
+// group has no calls waiting as its run comes back.
 func (c *coalescer) send(g *group, tag string, run []*waiter) {
+	for run != nil {
+		run = c.sendRun(g, tag, run)
+	}
+}
+
+// sendRun decides the calls of run in one script, hands each its result,
+// and returns the next run of g to send, if any (finish).
+func (c *coalescer) sendRun(g *group, tag string, run []*waiter) (next []*waiter) {
 	live := run[:0]
 	for _, w := range run {
 		if w.ctx.Err() == nil {
@@ -194,14 +239,13 @@ func (c *coalescer) send(g *group, tag string, run []*waiter) {
 	defer cancel()
 	switch len(live) {
 	case 0:
-		c.finish(g, tag)
-		return
+		return c.finish(g, tag)
 	case 1:
 		w := live[0]
 		d, err := c.runner.one(ctx, &w.c)
-		c.finish(g, tag)
+		next = c.finish(g, tag)
 		w.done <- result{d, err}
-		return
+		return next
 	}
 	cs := make([]*call, len(live))
 	for i, w := range live {
@@ -210,7 +254,10 @@ func (c *coalescer) send(g *group, tag string, run []*waiter) {
 	c.sharedRuns.Add(1)
 	c.sharedDecisions.Add(int64(len(live)))
 	res, err := c.runner.multi(ctx, cs)
-	c.finish(g, tag)
+	// The next run is counted in flight before this one's calls are
+	// answered, as when it went out at once on a goroutine of its own;
+	// it is sent once they are, a few channel sends later.
+	next = c.finish(g, tag)
 	var again []*waiter
 	for i, w := range live {
 		switch {
@@ -234,6 +281,7 @@ func (c *coalescer) send(g *group, tag string, run []*waiter) {
 			w.done <- result{d, err}
 		}()
 	}
+	return next
 }
 
 // runContext is the context of a run: it ends at the latest deadline of
@@ -246,11 +294,13 @@ func (c *coalescer) send(g *group, tag string, run []*waiter) {
 // send as each of its calls would be.
 func runContext(run []*waiter) (context.Context, context.CancelFunc) {
 	var latest time.Time
-	var send time.Duration
+	var send *time.Duration // the longest, as its calls' contexts carry it
 	bounded, sendBounded := true, true
 	for _, w := range run {
-		if d := sendTimeout(w.ctx); d > 0 {
-			send = max(send, d)
+		if d := sendTimeoutOf(w.ctx); d != nil && *d > 0 {
+			if send == nil || *d > *send {
+				send = d
+			}
 		} else {
 			sendBounded = false
 		}
@@ -264,7 +314,7 @@ func runContext(run []*waiter) (context.Context, context.CancelFunc) {
 		}
 	}
 	ctx := context.Background()
-	if sendBounded && send > 0 {
+	if sendBounded && send != nil {
 		ctx = withSendTimeout(ctx, send)
 	}
 	if !bounded || latest.IsZero() {

@@ -14,9 +14,8 @@ import (
 // TestUpgradeSeedsCounter checks the rolling upgrade of fixed_window.lua:
 // the state a version before the window counters left in a key (layout 1)
 // is counted by the first request of the same window, on each path that
-// makes a counter (a single request, a coalesced run with Functions, a
-// first-hit window), and only read; a state of another window is not
-// counted.
+// makes a counter (a single request by EVALSHA and by FCALL, a first-hit
+// window), and only read; a state of another window is not counted.
 func TestUpgradeSeedsCounter(t *testing.T) {
 	addr := standaloneAddr(t)
 	const minute = int64(time.Minute / time.Microsecond)

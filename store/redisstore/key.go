@@ -26,7 +26,9 @@ const keyVersion = "v1"
 //
 //	<prefix>:v1:<algorithm>:<period in µs>:{<encoded subject>}
 func redisKey(prefix string, alg floodgate.Algorithm, period time.Duration, subject string) string {
-	return keyOf(prefix, alg, strconv.FormatInt(int64(period/time.Microsecond), 10), subject)
+	// Formatted on the stack: the key is the only allocation.
+	var buf [20]byte
+	return keyOf(prefix, alg, strconv.AppendInt(buf[:0], int64(period/time.Microsecond), 10), subject)
 }
 
 // calendarKey is the key of subject under a calendar limit of unit:
@@ -39,7 +41,7 @@ func redisKey(prefix string, alg floodgate.Algorithm, period time.Duration, subj
 // where its window ends, so a change of them takes effect at the end of
 // the current window, as a change of the limit does.
 func calendarKey(prefix string, unit floodgate.CalendarUnit, subject string) string {
-	return keyOf(prefix, floodgate.FixedWindow, string(unit), subject)
+	return keyOf(prefix, floodgate.FixedWindow, []byte(unit), subject)
 }
 
 // counted reports whether limit keeps its state as counters per window
@@ -70,7 +72,7 @@ func stateKey(key string, limit floodgate.Limit) string {
 	return key
 }
 
-func keyOf(prefix string, alg floodgate.Algorithm, period, subject string) string {
+func keyOf(prefix string, alg floodgate.Algorithm, period []byte, subject string) string {
 	if alg == "" {
 		alg = floodgate.FixedWindow
 	}
@@ -81,7 +83,7 @@ func keyOf(prefix string, alg floodgate.Algorithm, period, subject string) strin
 	b.WriteString(":" + keyVersion + ":")
 	b.WriteString(string(alg))
 	b.WriteByte(':')
-	b.WriteString(period)
+	b.Write(period)
 	b.WriteString(":{")
 	b.WriteString(enc)
 	b.WriteByte('}')

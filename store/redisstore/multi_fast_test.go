@@ -29,11 +29,24 @@ import (
 // back (a later window's counter), layout-1 states of the window (seeded)
 // and of another, and foreign values at a layout-1 key; the test requires
 // that the script declined requests of both kinds it leaves to the single
-// path, and decided most.
+// path, and decided most. It runs by EVALSHA and, with Options.Functions,
+// by FCALL of the library's functions of the same scripts (multi.lua,
+// which the library ran such runs through before, declines none of the
+// layout-1 states, so the test fails on it).
 func TestFastMultiDifferential(t *testing.T) {
+	t.Run("call=evalsha", func(t *testing.T) { testFastMultiDifferential(t, nil) })
+	t.Run("call=fcall", func(t *testing.T) {
+		_, c := testFastMultiDifferential(t, &Options{Functions: true})
+		checkFunctionsOnly(t, c)
+	})
+}
+
+// testFastMultiDifferential is TestFastMultiDifferential on stores of opts,
+// which it returns with their client.
+func testFastMultiDifferential(t *testing.T, opts *Options) (*Store, rueidis.Client) {
 	addr := standaloneAddr(t)
-	sa, ca := testStore(t, addr, nil)
-	sb, cb := testStore(t, addr, nil)
+	sa, ca := testStore(t, addr, opts)
+	sb, cb := testStore(t, addr, opts)
 	rng := rand.New(rand.NewPCG(7, 31))
 	periods := []time.Duration{10 * time.Second, 10*time.Second + 333*time.Microsecond, time.Minute, time.Hour, 24 * time.Hour}
 	var decided, declined, seeded, later, foreign int
@@ -174,4 +187,5 @@ func TestFastMultiDifferential(t *testing.T) {
 	if seeded == 0 || foreign == 0 || later == 0 || declined > decided/2 {
 		t.Errorf("%d decided and %d declined (%d layout-1, %d foreign, %d later windows): want some declined of each kind, most decided", decided, declined, seeded, foreign, later)
 	}
+	return sa, ca
 }

@@ -165,11 +165,11 @@ func (p *Pending) WithTimeout(timeout time.Duration) floodgate.Store {
 // pendingTimed is Pending with a Limiter's deadline.
 type pendingTimed struct {
 	*Pending
-	timeout time.Duration
+	timeout time.Duration // never changed: its calls' contexts point to it
 }
 
 func (t *pendingTimed) ctx(ctx context.Context) context.Context {
-	return withSendTimeout(ctx, t.timeout)
+	return withSendTimeout(ctx, &t.timeout)
 }
 
 func (t *pendingTimed) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {

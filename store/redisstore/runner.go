@@ -51,25 +51,37 @@ func (rn *runner) decide(ctx context.Context, c call) (floodgate.Decision, error
 
 // one decides c, already stamped, in one run of its algorithm's script.
 func (rn *runner) one(ctx context.Context, c *call) (floodgate.Decision, error) {
+	if usualGCRA(c) {
+		// gcra_multi.lua, a run of one; gcra.lua if it declined.
+		cs := [1]*call{c}
+		keys, args, order, sets, _ := gcraMultiArgs(cs[:])
+		res, err := rn.gcraMulti(ctx, cs[:], keys, args, order, sets)
+		switch {
+		case err != nil:
+			return floodgate.Decision{}, c.wrap(err)
+		case res[0].err == nil:
+			return res[0].d, nil
+		case res[0].err != errAlone:
+			return floodgate.Decision{}, c.wrap(res[0].err)
+		}
+	}
 	// One allocation for the key and the arguments.
 	kv := make([]string, 1, 1+argsPerRequest)
 	kv[0] = c.key
 	args := appendRequest(kv[1:1], &c.r, c.alg, c.now)
 	var vals []int64
 	var err error
-	if rn.lib == nil {
-		var fast *script
-		switch {
-		case c.alg == floodgate.FixedWindow && counted(c.r.Limit) && c.r.Limit.Calendar.Unit == "":
-			fast = scripts.fast
-		case c.alg == floodgate.SlidingWindow:
-			fast = scripts.slidingFast
-		}
-		if fast != nil {
-			vals, err = rn.run(ctx, fast, kv[:1], args)
-			if err == nil && len(vals) == 1 && vals[0] == fastDeclined {
-				vals, err = nil, nil // not the usual request: the algorithm's script decides it
-			}
+	var fast *script
+	switch {
+	case c.alg == floodgate.FixedWindow && counted(c.r.Limit) && c.r.Limit.Calendar.Unit == "":
+		fast = scripts.fast
+	case c.alg == floodgate.SlidingWindow:
+		fast = scripts.slidingFast
+	}
+	if fast != nil {
+		vals, err = rn.run(ctx, fast, kv[:1], args)
+		if err == nil && len(vals) == 1 && vals[0] == fastDeclined {
+			vals, err = nil, nil // not the usual request: the algorithm's script decides it
 		}
 	}
 	if vals == nil && err == nil {
@@ -109,15 +121,17 @@ var errAlone = errors.New("redisstore: failed in a shared run")
 const multiFailed = 2
 
 // multi decides cs, already stamped, in one run of multi.lua, each on its
-// own, or by EVALSHA, when every call of cs is a usual aligned fixed-window
-// request, of fixed_window_multi.lua (fastMulti). The error is the run's;
+// own, or, when every call of cs is a usual aligned fixed-window request,
+// of fixed_window_multi.lua (fastMulti), or a usual GCRA request, of
+// gcra_multi.lua (gcraMulti). The error is the run's;
 // without one, each result is its call's decision, its call's error, or
 // errAlone.
 func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
-	if rn.lib == nil {
-		if keys, args, order, sets, ok := fastMultiArgs(cs); ok {
-			return rn.fastMulti(ctx, cs, keys, args, order, sets)
-		}
+	if keys, args, order, sets, ok := fastMultiArgs(cs); ok {
+		return rn.fastMulti(ctx, cs, keys, args, order, sets)
+	}
+	if keys, args, order, sets, ok := gcraMultiArgs(cs); ok {
+		return rn.gcraMulti(ctx, cs, keys, args, order, sets)
 	}
 	keys, args := multiArgs(cs)
 	sc := scripts.multiOf[cs[0].alg]

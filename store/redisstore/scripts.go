@@ -72,16 +72,19 @@ type scriptSet struct {
 	fair *script
 	// fast decides the usual single request of an aligned fixed window
 	// (fixed_window_fast.lua), a script much smaller than
-	// single[FixedWindow]; not in the library, whose functions make their
-	// helpers once per load.
+	// single[FixedWindow].
 	fast *script
 	// slidingFast decides the usual single request of a sliding window
 	// (sliding_window_fast.lua), as fast does for a fixed window.
 	slidingFast *script
 	// fastMulti decides a coalesced run of usual aligned fixed-window
 	// requests (fixed_window_multi.lua), each as fast would, in place of
-	// multiOf[FixedWindow]; not in the library either.
+	// multiOf[FixedWindow] (or, with functions, multi).
 	fastMulti *script
+	// gcraMulti decides the usual GCRA requests of a coalesced run, or
+	// one alone (gcra_multi.lua), each as single[GCRA] would, in place
+	// of multiOf[GCRA] (or, with functions, multi).
+	gcraMulti *script
 	// lib is every script above as one Redis function library.
 	lib library
 }
@@ -261,6 +264,11 @@ func buildScripts() (scriptSet, error) {
 		return scriptSet{}, err
 	}
 	set.slidingFast = newScript("sliding_window_fast", slidingFastSrc)
+	gcraMultiSrc, err := read("gcra_multi.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	set.gcraMulti = newScript("gcra_multi", gcraMultiSrc)
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	for i, alg := range floodgate.Algorithms {
@@ -286,7 +294,8 @@ func buildScripts() (scriptSet, error) {
 	set.fair = newScript("fair", files["common.lua"]+"\n"+fairFuncs+mainMarker+fairMain)
 	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain},
 		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain}, mainPart{"raise", raiseMain},
-		mainPart{"fair", fairMain})
+		mainPart{"fair", fairMain}, mainPart{"fixed_window_fast", fastSrc}, mainPart{"fixed_window_multi", fastMultiSrc},
+		mainPart{"gcra_multi", gcraMultiSrc}, mainPart{"sliding_window_fast", slidingFastSrc})
 	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs, raiseFuncs, fairFuncs} {
 		shared.WriteString(f + "\n")
 	}
@@ -308,7 +317,7 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range set.budget {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
-	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair} {
+	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair, set.fast, set.fastMulti, set.gcraMulti, set.slidingFast} {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
 	// With functions, the library's multi serves every run: its helpers

@@ -27,16 +27,26 @@ import (
 // starts when it sends a script (WithTimeout).
 type sendTimeoutKey struct{}
 
-// withSendTimeout is ctx carrying d as the deadline of each script sent
-// for it.
-func withSendTimeout(ctx context.Context, d time.Duration) context.Context {
+// withSendTimeout is ctx carrying *d as the deadline of each script sent
+// for it. d is a pointer to a duration that does not change (a Timed's
+// own), so that the value costs no allocation of its own: a Timed adds
+// it to the context of every call.
+func withSendTimeout(ctx context.Context, d *time.Duration) context.Context {
 	return context.WithValue(ctx, sendTimeoutKey{}, d)
 }
 
 // sendTimeout is the deadline ctx carries for each script sent for it, or
 // 0.
 func sendTimeout(ctx context.Context) time.Duration {
-	d, _ := ctx.Value(sendTimeoutKey{}).(time.Duration)
+	if d := sendTimeoutOf(ctx); d != nil {
+		return *d
+	}
+	return 0
+}
+
+// sendTimeoutOf is the value of withSendTimeout that ctx carries, or nil.
+func sendTimeoutOf(ctx context.Context) *time.Duration {
+	d, _ := ctx.Value(sendTimeoutKey{}).(*time.Duration)
 	return d
 }
 
@@ -156,7 +166,7 @@ func (s *Store) WithTimeout(timeout time.Duration) floodgate.Store {
 // each script is sent (Store.WithTimeout). It is safe for concurrent use.
 type Timed struct {
 	*Store
-	timeout time.Duration
+	timeout time.Duration // never changed: its calls' contexts point to it
 }
 
 var (
@@ -169,7 +179,7 @@ var (
 	_ floodgate.Pinger    = (*Timed)(nil)
 )
 
-func (t *Timed) ctx(ctx context.Context) context.Context { return withSendTimeout(ctx, t.timeout) }
+func (t *Timed) ctx(ctx context.Context) context.Context { return withSendTimeout(ctx, &t.timeout) }
 
 // Apply is Store.Apply, each script bounded by the deadline from its send.
 func (t *Timed) Apply(ctx context.Context, r floodgate.Request) (floodgate.Decision, error) {

@@ -50,7 +50,9 @@ func TestDeadlineFromSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	const timeout = 20 * time.Millisecond
+	// Long enough for a script's round trip on a loaded 2-core machine:
+	// once sent, the queued call must be decided by Redis.
+	const timeout = 200 * time.Millisecond
 	l, err := floodgate.New(s, &floodgate.Options{FailurePolicy: floodgate.FailOpen, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)

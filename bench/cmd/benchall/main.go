@@ -9,7 +9,9 @@
 //     caller counts on 100k uniform keys and on one hot key;
 //   - the embedded store beside x/time/rate and go-limiter on the same load;
 //   - `floodgate serve` on that Redis against envoyproxy/ratelimit on that
-//     Redis, both loaded over gRPC by `floodgate bench` in its own process;
+//     Redis, both loaded over gRPC by `floodgate bench` in its own process,
+//     and serve on its embedded memory store (the service's own cost) and
+//     a no-op server of each protocol (the floor), over gRPC and HTTP;
 //   - ratios against the targets of issue 7, and how the CPU was split
 //     between the client, the service and Redis in every row;
 //   - the saturation curve (saturation.go; -saturation runs it alone):
@@ -30,6 +32,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,6 +47,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,6 +94,17 @@ var (
 		satCallers:   64, satDur: 5 * time.Second, satWarm: time.Second,
 	}
 )
+
+// memRounds is how many interleaved rounds the embedded rows run.
+const memRounds = 5
+
+// medianRow is the row of rs with the median decisions/s (the upper of
+// the two middle ones for an even count).
+func medianRow(rs []row) row {
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b row) int { return cmp.Compare(a.sum.DecisionsPerSec, b.sum.DecisionsPerSec) })
+	return rs[len(rs)/2]
+}
 
 // row is one line of a table.
 type row struct {
@@ -234,29 +249,57 @@ func run(ctx context.Context, p plan, quick, satOnly bool, root, rlBin string, o
 		bench.RedisLimit, 100_000, 100_000)
 	writeRows(out, redisRows, true, false)
 
-	// 3. The embedded store and its peers.
-	var memRows []row
-	total, i = len(bench.MemLibs)*len(p.keys)*len(p.callers), 0
-	for _, lib := range bench.MemLibs {
+	// 3. The embedded store and its peers, in interleaved rounds: every
+	// library's rows in turn, memRounds times, each row the round of
+	// median decisions/s. A row run once, minutes after its peer's, is
+	// two samples of a machine whose load moves (the one-key, one-caller
+	// row read 0.89 of x/time/rate so while interleaved runs of the same
+	// code put them even at the minimum).
+	memAllow := make([]bench.AllowFunc, len(bench.MemLibs))
+	var memClose []func()
+	closeMem := func() {
+		for _, f := range memClose {
+			f()
+		}
+		memClose = nil
+	}
+	defer closeMem()
+	for li, lib := range bench.MemLibs {
 		allow, closeLib, err := lib.Open(allKeys)
 		if err != nil {
 			return fmt.Errorf("%s: %w", lib.Name, err)
 		}
-		for _, nkeys := range p.keys {
-			for _, c := range p.callers {
-				i++
-				rw, err := inProcess(ctx, lib.Name, allow, allKeys[:nkeys], c, p.memDur, p.memWarm, nil)
-				if err != nil {
-					closeLib()
-					return err
+		memClose = append(memClose, closeLib)
+		memAllow[li] = allow
+	}
+	rounds := make(map[[3]int][]row)
+	total, i = memRounds*len(bench.MemLibs)*len(p.keys)*len(p.callers), 0
+	for range memRounds {
+		for li, lib := range bench.MemLibs {
+			for ki, nkeys := range p.keys {
+				for ci, c := range p.callers {
+					i++
+					rw, err := inProcess(ctx, lib.Name, memAllow[li], allKeys[:nkeys], c, p.memDur/memRounds, p.memWarm, nil)
+					if err != nil {
+						return err
+					}
+					logf("memory %d/%d: %s", i, total, brief(rw))
+					k := [3]int{li, ki, ci}
+					rounds[k] = append(rounds[k], rw)
 				}
-				logf("memory %d/%d: %s", i, total, brief(rw))
-				memRows = append(memRows, rw)
 			}
 		}
-		closeLib()
 	}
-	fmt.Fprintf(out, "## Embedded: floodgate's memory store beside x/time/rate and go-limiter (%v per row)\n\n", p.memDur)
+	closeMem()
+	var memRows []row
+	for li := range bench.MemLibs {
+		for ki := range p.keys {
+			for ci := range p.callers {
+				memRows = append(memRows, medianRow(rounds[[3]int{li, ki, ci}]))
+			}
+		}
+	}
+	fmt.Fprintf(out, "## Embedded: floodgate's memory store beside x/time/rate and go-limiter (%d interleaved rounds of %v per row; each row the round of median decisions/s)\n\n", memRounds, p.memDur/memRounds)
 	fmt.Fprintf(out, "%d per second, burst %d (%v of the rate), so that only a decision stamped more than that before its turn (a preempted caller) can be denied. The latency includes the harness (two clock reads, a random key, a histogram record: about 100 ns); `cpu-ns` is this process's CPU per decision.\n\n",
 		bench.MemLimit, bench.MemBurst, time.Duration(float64(bench.MemBurst)/bench.MemLimit*float64(time.Second)))
 	writeRows(out, memRows, false, false)
@@ -268,7 +311,7 @@ func run(ctx context.Context, p plan, quick, satOnly bool, root, rlBin string, o
 	}
 	fmt.Fprintf(out, "## gRPC: `floodgate serve` vs envoyproxy/ratelimit on the same Redis (%v per row after %v of warmup)\n\n", p.serveDur, p.serveWarm)
 	fmt.Fprintf(out, "Both loaded by `floodgate bench -grpc ADDR -c CALLERS -keys KEYS` in its own process (4 connections), "+
-		"descriptor user=<key> under a rule of a billion per second. floodgate serve runs with -timeout 1s (store deadline; default 10ms), so that its answers are Redis decisions as envoyproxy/ratelimit's are; failed_open counts those that were not. CPU: bench / service / Redis.\n\n")
+		"descriptor user=<key> under a rule of a billion per second. floodgate serve on Redis runs with -timeout 1s (store deadline; default 10ms), so that its answers are Redis decisions as envoyproxy/ratelimit's are; failed_open counts those that were not. \"floodgate serve, memory store\" is serve with its defaults on its embedded store, the service's own cost with no store round trip. CPU: bench / service / Redis.\n\n")
 	if note != "" {
 		fmt.Fprintf(out, "%s\n\n", note)
 	}
@@ -471,7 +514,9 @@ func ratios(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []r
 	fmt.Fprintln(out, "| floodgate | callers | decisions/s | ÷ minimal P16 | ÷ fixed_window script P16 | Redis µs/decision | ÷ minimal's µs/call |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range redisRows {
-		if !strings.HasPrefix(r.lib, "floodgate ") || r.keys != 100_000 {
+		// The minimal script through the Go client is the ceiling this
+		// process reaches: its row beside floodgate's.
+		if !strings.HasPrefix(r.lib, "floodgate ") && r.lib != bench.MinimalScriptName || r.keys != 100_000 {
 			continue
 		}
 		us := redisMicros(r)
@@ -510,16 +555,16 @@ func ratios(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []r
 
 	// serve ÷ the no-op servers.
 	fmt.Fprintf(out, "`floodgate serve` ÷ a no-op server of the same protocol on the same load (noopserver: answers OK, decides nothing; target: at least 0.8 on decisions/s, at most 1.25 on the service's CPU per decision):\n\n")
-	fmt.Fprintln(out, "| protocol | keys | callers | serve /s | no-op /s | decisions/s ratio | serve CPU µs/decision | no-op CPU µs/decision | CPU ratio | serve p99 | no-op p99 |")
-	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, pair := range [][2]string{{serveName, noopName}, {serveHTTPName, noopHTTPName}} {
+	fmt.Fprintln(out, "| protocol | serve's store | keys | callers | serve /s | no-op /s | decisions/s ratio | serve CPU µs/decision | no-op CPU µs/decision | CPU ratio | serve p99 | no-op p99 |")
+	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, pair := range [][2]string{{serveName, noopName}, {serveHTTPName, noopHTTPName}, {serveMemName, noopName}, {serveMemHTTPName, noopHTTPName}} {
 		for _, r := range serveRows {
 			if r.lib != pair[0] {
 				continue
 			}
 			if peer, ok := find(serveRows, pair[1], r.keys, r.callers); ok {
 				sc, nc := serviceMicros(r), serviceMicros(peer)
-				fmt.Fprintf(out, "| %s | %s | %d | %s | %s | %.2f | %s | %s | %.2f | %s | %s |\n", protocolOf(r.lib), keysName(r.keys), r.callers,
+				fmt.Fprintf(out, "| %s | %s | %s | %d | %s | %s | %.2f | %s | %s | %.2f | %s | %s |\n", protocolOf(r.lib), storeOf(r.lib), keysName(r.keys), r.callers,
 					thousands(r.sum.DecisionsPerSec), thousands(peer.sum.DecisionsPerSec), r.sum.DecisionsPerSec/peer.sum.DecisionsPerSec,
 					num(sc, 1), num(nc, 1), sc/nc, loadgen.FormatMS(r.sum.LatencyMS.P99), loadgen.FormatMS(peer.sum.LatencyMS.P99))
 			}
@@ -577,6 +622,14 @@ func serviceMicros(r row) float64 {
 }
 
 // protocolOf names the protocol of a service row.
+// storeOf is the store a floodgate serve row decided on.
+func storeOf(lib string) string {
+	if strings.Contains(lib, "memory store") {
+		return "memory"
+	}
+	return "Redis"
+}
+
 func protocolOf(lib string) string {
 	if strings.HasSuffix(lib, "(HTTP)") {
 		return "HTTP /v1/allow"
@@ -651,7 +704,10 @@ const (
 	envoyName     = "envoyproxy/ratelimit"
 	noopName      = "no-op gRPC server"
 	serveHTTPName = "floodgate serve (HTTP)"
-	noopHTTPName  = "no-op net/http (HTTP)"
+	// serve on its embedded memory store.
+	serveMemName     = "floodgate serve, memory store"
+	serveMemHTTPName = "floodgate serve, memory store (HTTP)"
+	noopHTTPName     = "no-op net/http (HTTP)"
 )
 
 const serviceYAML = `domain: bench
@@ -703,38 +759,51 @@ func services(ctx context.Context, p plan, fg, rlBin, work string, r *bench.Redi
 		return nil
 	}
 
-	// floodgate serve.
-	if err := stats.FlushAll(ctx).Err(); err != nil {
-		return nil, "", err
-	}
-	httpPort, grpcPort := freePort(), freePort()
-	grpcAddr := "127.0.0.1:" + grpcPort
-	// A store deadline of 1s rather than the default 10ms: every answer
-	// is then a decision Redis made, as envoyproxy/ratelimit's are (it has
-	// no deadline); the failed_open column counts any left.
-	srv := exec.Command(fg, "serve", "-http", "127.0.0.1:"+httpPort, "-grpc", grpcAddr,
-		"-config", cfgDir, "-redis", "redis://"+r.Addr, "-timeout", "1s", "-log-level", "error")
-	srvLog, err := os.Create(filepath.Join(work, "serve.log"))
-	if err != nil {
-		return nil, "", err
-	}
-	defer srvLog.Close()
-	srv.Stdout, srv.Stderr = srvLog, srvLog
-	if err := srv.Start(); err != nil {
-		return nil, "", err
-	}
-	stopSrv := func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }
-	if err := waitHTTP(ctx, "http://127.0.0.1:"+httpPort+"/readyz", "ok"); err != nil {
+	// floodgate serve, on Redis (as envoyproxy/ratelimit decides) and on
+	// the embedded memory store (the service's own cost and nothing
+	// else: the floor the no-op servers are compared with).
+	for _, st := range []struct {
+		grpc, http string
+		args       []string
+	}{
+		// A store deadline of 1s rather than the default 10ms: every
+		// answer is then a decision Redis made, as envoyproxy/ratelimit's
+		// are (it has no deadline); the failed_open column counts any
+		// left.
+		{serveName, serveHTTPName, []string{"-redis", "redis://" + r.Addr, "-timeout", "1s"}},
+		{serveMemName, serveMemHTTPName, nil},
+	} {
+		if err := stats.FlushAll(ctx).Err(); err != nil {
+			return nil, "", err
+		}
+		httpPort, grpcPort := freePort(), freePort()
+		grpcAddr := "127.0.0.1:" + grpcPort
+		args := append([]string{"serve", "-http", "127.0.0.1:" + httpPort, "-grpc", grpcAddr,
+			"-config", cfgDir, "-log-level", "error"}, st.args...)
+		srv := exec.Command(fg, args...)
+		srvLog, err := os.Create(filepath.Join(work, "serve.log"))
+		if err != nil {
+			return nil, "", err
+		}
+		srv.Stdout, srv.Stderr = srvLog, srvLog
+		if err := srv.Start(); err != nil {
+			srvLog.Close()
+			return nil, "", err
+		}
+		stopSrv := func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait(); srvLog.Close() }
+		if err := waitHTTP(ctx, "http://127.0.0.1:"+httpPort+"/readyz", "ok"); err != nil {
+			stopSrv()
+			return nil, "", fmt.Errorf("floodgate serve %q: %w; log %s", args, err, readFile(srvLog.Name()))
+		}
+		metrics := "http://127.0.0.1:" + httpPort + "/metrics"
+		err = measure(st.grpc, srv.Process.Pid, []string{"-grpc", grpcAddr}, metrics)
+		if err == nil {
+			err = measure(st.http, srv.Process.Pid, []string{"-http", "http://127.0.0.1:" + httpPort}, metrics)
+		}
 		stopSrv()
-		return nil, "", fmt.Errorf("floodgate serve: %w; log %s", err, readFile(srvLog.Name()))
-	}
-	err = measure(serveName, srv.Process.Pid, []string{"-grpc", grpcAddr}, "http://127.0.0.1:"+httpPort+"/metrics")
-	if err == nil {
-		err = measure(serveHTTPName, srv.Process.Pid, []string{"-http", "http://127.0.0.1:" + httpPort}, "http://127.0.0.1:"+httpPort+"/metrics")
-	}
-	stopSrv()
-	if err != nil {
-		return nil, "", err
+		if err != nil {
+			return nil, "", err
+		}
 	}
 
 	// The no-op servers: the floor of each protocol.
@@ -761,7 +830,7 @@ func services(ctx context.Context, p plan, fg, rlBin, work string, r *bench.Redi
 		return nil, "", err
 	}
 	httpPort, grpcPort, debugPort := freePort(), freePort(), freePort()
-	grpcAddr = "127.0.0.1:" + grpcPort
+	grpcAddr := "127.0.0.1:" + grpcPort
 	rl := exec.Command(bin)
 	rl.Env = append(os.Environ(),
 		"HOST=127.0.0.1", "PORT="+httpPort, "GRPC_HOST=127.0.0.1", "GRPC_PORT="+grpcPort,

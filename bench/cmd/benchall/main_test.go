@@ -146,12 +146,14 @@ func TestTargets(t *testing.T) {
 		mk("floodgate fixed_window", 100_000, 64, 100_000, 1, 90),
 		mk("floodgate gcra", 100_000, 64, 90_000, 1, 90),
 		mk("redis_rate", 100_000, 64, 30_000, 1, 90),
+		mk(bench.MinimalScriptName, 100_000, 64, 160_000, 1, 90),
 	}
 	memRows := []row{mk("floodgate memstore gcra", 1, 1, 99, 0, 0), mk("x/time/rate", 1, 1, 100, 0, 0)}
 	serveRows := []row{
 		mk(serveName, 100_000, 64, 800, 5, 0), mk(noopName, 100_000, 64, 1000, 5, 0),
 		mk(envoyName, 100_000, 64, 300, 11, 0),
 		mk(serveHTTPName, 100_000, 64, 500, 5, 0), mk(noopHTTPName, 100_000, 64, 1000, 5, 0),
+		mk(serveMemName, 100_000, 64, 900, 5, 0), mk(serveMemHTTPName, 100_000, 64, 790, 5, 0),
 	}
 	var out bytes.Buffer
 	targets(&out, ceil, redisRows, memRows, serveRows)
@@ -159,11 +161,15 @@ func TestTargets(t *testing.T) {
 		"| Redis `fixed_window`, 64 callers, 100k keys ÷ the minimal `INCR`+`PEXPIRE` script pipelined 16 deep | 100,000/s | 200,000/s | 0.50 | ≥ 0.5 | yes |",
 		"| Redis CPU per `fixed_window` decision, 64 callers ÷ the minimal script's per call at `-P 16` | 9.00 µs | 4.00 µs | 2.25 | ≤ 2.0 | no |",
 		"| Redis `gcra`, 64 callers, 100k keys ÷ go-redis/redis_rate | 90,000/s | 30,000/s | 3.00 | ≥ 2.0 | yes |",
-		"| `serve`, Envoy gRPC ÷ a no-op grpc-go RLS server, 64 callers, 100k | 800/s | 1,000/s | 0.80 | ≥ 0.8 | yes |",
-		"| `serve`, HTTP `/v1/allow` ÷ a no-op `net/http` handler, 64 callers, 100k | 500/s | 1,000/s | 0.50 | ≥ 0.8 | no |",
+		"| `serve` on Redis, Envoy gRPC ÷ a no-op grpc-go RLS server, 64 callers, 100k | 800/s | 1,000/s | 0.80 | ≥ 0.8 | yes |",
+		"| `serve` on Redis, HTTP `/v1/allow` ÷ a no-op `net/http` handler, 64 callers, 100k | 500/s | 1,000/s | 0.50 | ≥ 0.8 | no |",
+		"| `serve` on the memory store, Envoy gRPC ÷ a no-op grpc-go RLS server, 64 callers, 100k | 900/s | 1,000/s | 0.90 | ≥ 0.8 | yes |",
+		"| `serve` on the memory store, HTTP `/v1/allow` ÷ a no-op `net/http` handler, 64 callers, 100k | 790/s | 1,000/s | 0.79 | ≥ 0.8 | no |",
 		"÷ envoyproxy/ratelimit, decisions/s | 800/s | 300/s | 2.67 | ≥ 2.5 | yes |",
 		"| the same, p99 latency | 5ms | 11ms | 0.45 | ≤ 0.5 | yes |",
 		"| memory store `gcra`, one key, 1 caller ÷ x/time/rate | 99/s | 100/s | 0.99 | ≥ 1.0 | no |",
+		"the minimal script sent by a Go client in this process (minimal script (rueidis), 64 callers, 100k keys) ran 160,000/s, 0.80 of redis-benchmark's `-P 16` figure; `fixed_window` ran 0.62 of it",
+		"the no-op gRPC server ÷ envoyproxy/ratelimit, decisions/s, the most any service reaches beside it on this machine: 3.33 (64 callers, 100k)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("targets lack %q:\n%s", want, &out)

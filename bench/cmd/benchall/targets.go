@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/floodgate-rl/floodgate/bench"
 	"github.com/floodgate-rl/floodgate/internal/loadgen"
 )
 
@@ -75,6 +76,14 @@ func targets(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []
 			ratio: us / ceil.minCPU[1], bound: 2,
 		})
 	}
+	// The same minimal script through a Go client in this process: what
+	// the client side leaves of redis-benchmark's ceiling.
+	if r, ok := most(redisRows, "floodgate fixed_window", 100_000, 256); ok && ceil.minP16 > 0 {
+		if m, ok := find(redisRows, bench.MinimalScriptName, 100_000, r.callers); ok {
+			notes = append(notes, fmt.Sprintf("the minimal script sent by a Go client in this process (%s, %d callers, 100k keys) ran %s/s, %.2f of redis-benchmark's `-P 16` figure; `fixed_window` ran %.2f of it",
+				bench.MinimalScriptName, r.callers, thousands(m.sum.DecisionsPerSec), m.sum.DecisionsPerSec/ceil.minP16, r.sum.DecisionsPerSec/m.sum.DecisionsPerSec))
+		}
+	}
 	for _, c := range []int{64, 256} {
 		r, ok1 := find(redisRows, "floodgate gcra", 100_000, c)
 		p, ok2 := find(redisRows, "redis_rate", 100_000, c)
@@ -87,8 +96,10 @@ func targets(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []
 		}
 	}
 	for _, pair := range []struct{ serve, noop, what string }{
-		{serveName, noopName, "`serve`, Envoy gRPC ÷ a no-op grpc-go RLS server"},
-		{serveHTTPName, noopHTTPName, "`serve`, HTTP `/v1/allow` ÷ a no-op `net/http` handler"},
+		{serveName, noopName, "`serve` on Redis, Envoy gRPC ÷ a no-op grpc-go RLS server"},
+		{serveHTTPName, noopHTTPName, "`serve` on Redis, HTTP `/v1/allow` ÷ a no-op `net/http` handler"},
+		{serveMemName, noopName, "`serve` on the memory store, Envoy gRPC ÷ a no-op grpc-go RLS server"},
+		{serveMemHTTPName, noopHTTPName, "`serve` on the memory store, HTTP `/v1/allow` ÷ a no-op `net/http` handler"},
 	} {
 		for _, keys := range []int{100_000, 1} {
 			for _, r := range serveRows {
@@ -124,6 +135,22 @@ func targets(out io.Writer, ceil ceilingResult, redisRows, memRows, serveRows []
 			floodgate: loadgen.FormatMS(r.sum.LatencyMS.P99), reference: loadgen.FormatMS(p.sum.LatencyMS.P99),
 			ratio: r.sum.LatencyMS.P99 / p.sum.LatencyMS.P99, bound: 0.5,
 		})
+	}
+	// What the machine allows: the no-op gRPC server beside
+	// envoyproxy/ratelimit on the same load. serve cannot answer faster
+	// than a server that decides nothing, so a decisions/s target above
+	// this ratio cannot be met here whatever serve does.
+	var floors []string
+	for _, r := range serveRows {
+		if r.lib != noopName || r.callers < 64 {
+			continue
+		}
+		if p, ok := find(serveRows, envoyName, r.keys, r.callers); ok {
+			floors = append(floors, fmt.Sprintf("%.2f (%d callers, %s)", r.sum.DecisionsPerSec/p.sum.DecisionsPerSec, r.callers, keysName(r.keys)))
+		}
+	}
+	if len(floors) > 0 {
+		notes = append(notes, "the no-op gRPC server ÷ envoyproxy/ratelimit, decisions/s, the most any service reaches beside it on this machine: "+strings.Join(floors, ", "))
 	}
 	if !anyEnvoy {
 		notes = append(notes, "no envoyproxy/ratelimit rows in this run (no `service_cmd` binary): its two targets are not measured")

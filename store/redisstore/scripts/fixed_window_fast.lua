@@ -7,7 +7,11 @@
 -- 0 or 2 (count_rejected), no id, and a key whose layout-1 state (see
 -- fixed_window.lua) is gone. For anything else it changes nothing and
 -- answers {FAST_DECLINED}, and the store runs fixed_window.lua, which
--- decides the same request with every check and its error.
+-- decides the same request with every check and its error. As a function
+-- of the library (Options.Functions), whose helpers are made once per
+-- load, it still costs Redis about a third less than fixed_window's
+-- function (bench/lua-loop.sh: 13 vs 20 µs per decision on counters that
+-- exist, 20 vs 30 on new ones, on a loaded machine).
 --
 -- KEYS[1]  the subject's key, as in fixed_window.lua: the counters are the
 --          hash KEYS[1] .. ':w'.
