@@ -81,6 +81,10 @@ type scriptSet struct {
 	// requests (fixed_window_multi.lua), each as fast would, in place of
 	// multiOf[FixedWindow] (or, with functions, multi).
 	fastMulti *script
+	// slidingMulti decides a coalesced run of usual sliding-window
+	// requests (sliding_window_multi.lua), each as slidingFast would, in
+	// place of multiOf[SlidingWindow] (or, with functions, multi).
+	slidingMulti *script
 	// gcraMulti decides the usual GCRA requests of a coalesced run, or
 	// one alone (gcra_multi.lua), each as single[GCRA] would, in place
 	// of multiOf[GCRA] (or, with functions, multi).
@@ -264,6 +268,11 @@ func buildScripts() (scriptSet, error) {
 		return scriptSet{}, err
 	}
 	set.slidingFast = newScript("sliding_window_fast", slidingFastSrc)
+	slidingMultiSrc, err := read("sliding_window_multi.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	set.slidingMulti = newScript("sliding_window_multi", slidingMultiSrc)
 	gcraMultiSrc, err := read("gcra_multi.lua")
 	if err != nil {
 		return scriptSet{}, err
@@ -295,7 +304,8 @@ func buildScripts() (scriptSet, error) {
 	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain},
 		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain}, mainPart{"raise", raiseMain},
 		mainPart{"fair", fairMain}, mainPart{"fixed_window_fast", fastSrc}, mainPart{"fixed_window_multi", fastMultiSrc},
-		mainPart{"gcra_multi", gcraMultiSrc}, mainPart{"sliding_window_fast", slidingFastSrc})
+		mainPart{"gcra_multi", gcraMultiSrc}, mainPart{"sliding_window_fast", slidingFastSrc},
+		mainPart{"sliding_window_multi", slidingMultiSrc})
 	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs, raiseFuncs, fairFuncs} {
 		shared.WriteString(f + "\n")
 	}
@@ -317,7 +327,7 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range set.budget {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
-	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair, set.fast, set.fastMulti, set.gcraMulti, set.slidingFast} {
+	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair, set.fast, set.fastMulti, set.gcraMulti, set.slidingFast, set.slidingMulti} {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
 	// With functions, the library's multi serves every run: its helpers
