@@ -10,7 +10,11 @@
 -- sliding_window.lua) is asked once for the keys of the run, by the first
 -- request that makes a new hash (EXISTS of its key and every later one).
 -- A new hash is told by PEXPIRE NX after the write that makes its counter
--- (every hash of counters has a TTL), not by an EXISTS before it.
+-- (every hash of counters has a TTL), not by an EXISTS before it. A key
+-- that comes again in a set (a hot key: coalesced runs are of calls on
+-- one group of keys) is read once per set, its state then kept in the
+-- script, and what the set's requests add to its counter is sent as one
+-- HINCRBY at the set's end.
 --
 -- A request this script does not take changes nothing and answers
 -- DECLINED, as multi.lua answers a request that failed: the store decides
@@ -145,11 +149,17 @@ for j = 1, n_sets do
     local left = start + period - now
     out[o + 1], out[o + 2] = now, left
     o = o + 2
+    -- known: per key decided in this set, its state after that decision
+    -- ({prev, curr}, as the hash holds it once the set's pending HINCRBY
+    -- is sent); pending: those keys in order, whose counter the end of the
+    -- set moves by one HINCRBY of what the set's requests added.
+    local known, pending = {}, {}
     for _ = 1, m do
       k, arg = k + 1, arg + 1
       local key, cost = keys[k], a[arg]
       local wkey = key .. ':w'
       local declined = false
+      local e = known[key]
       if cost == '1' then
         cost = 1
       elseif #cost <= 13 and match(cost, '^%d+$') and cost + 0 <= 1099511627776 then
@@ -158,7 +168,10 @@ for j = 1, n_sets do
         declined = true
       end
       local prev, curr, moved, new = 0, 0, false, false
-      if not declined then
+      if declined then
+      elseif e then
+        prev, curr = e[1], e[2]
+      else
         local v = call('HMGET', wkey, f1, f2, f3)
         local v1, v2 = v[1], v[2]
         if v[3] then
@@ -205,9 +218,12 @@ for j = 1, n_sets do
           call('HSET', wkey, f2, curr)
           call('PEXPIRE', wkey, ttl)
         elseif not new then
-          if curr ~= was then
-            call('HINCRBY', wkey, f2, curr - was)
+          if not e then
+            e = {prev, was, 0}
+            known[key] = e
+            pending[#pending + 1] = key
           end
+          e[3] = e[3] + curr - was
         elseif curr > 0 then
           call('HSET', wkey, f2, curr)
           if call('PEXPIRE', wkey, ttl, 'NX') == 0 then
@@ -232,6 +248,14 @@ for j = 1, n_sets do
           declined = true
         end
         if not declined then
+          if e then
+            e[2] = curr
+          elseif moved or (new and curr > 0) then
+            -- Its hash now holds this window's counter (at curr, maybe 0
+            -- if moved) and the one before.
+            known[key] = {prev, curr, 0}
+            pending[#pending + 1] = key
+          end
           local x = 0
           if curr > 0 then
             x = 4
@@ -259,6 +283,12 @@ for j = 1, n_sets do
       if declined then
         o = o + 1
         out[o] = DECLINED
+      end
+    end
+    for _, key in ipairs(pending) do
+      local d = known[key][3]
+      if d ~= 0 then
+        call('HINCRBY', key .. ':w', f2, d)
       end
     end
   end
