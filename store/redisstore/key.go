@@ -51,18 +51,20 @@ func counted(limit floodgate.Limit) bool {
 }
 
 // stateKey is the key that holds the state of a limit whose key
-// (Store.Key) is key. A fixed window keeps its state in keys named after
-// its key, which holds only what a version before them wrote (layout 1,
-// read during a rolling upgrade: see fixed_window.lua):
+// (Store.Key) is key. A fixed or sliding window keeps its state in keys
+// named after its key, which holds only what a version before them wrote
+// (layout 1, read during a rolling upgrade: see fixed_window.lua and
+// sliding_window.lua):
 //
-//	<key>:w  an aligned or calendar window: a hash of one counter per
-//	         window, the field named by the window's start in µs
+//	<key>:w  an aligned or calendar fixed window, or a sliding window: a
+//	         hash of one counter per window, the field named by the
+//	         window's start in µs
 //	<key>:f  a first-hit window: the string "<start>:<count>"
 //
 // The suffixes are after the hash tag, so the keys are in key's slot.
 func stateKey(key string, limit floodgate.Limit) string {
 	switch {
-	case counted(limit):
+	case counted(limit), limit.EffectiveAlgorithm() == floodgate.SlidingWindow:
 		return key + ":w"
 	case limit.EffectiveAlgorithm() == floodgate.FixedWindow:
 		return key + ":f"

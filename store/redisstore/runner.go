@@ -71,10 +71,17 @@ func (rn *runner) one(ctx context.Context, c *call) (floodgate.Decision, error) 
 	args := appendRequest(kv[1:1], &c.r, c.alg, c.now)
 	var vals []int64
 	var err error
-	if c.alg == floodgate.FixedWindow && counted(c.r.Limit) && c.r.Limit.Calendar.Unit == "" {
-		vals, err = rn.run(ctx, scripts.fast, kv[:1], args)
+	var fast *script
+	switch {
+	case c.alg == floodgate.FixedWindow && counted(c.r.Limit) && c.r.Limit.Calendar.Unit == "":
+		fast = scripts.fast
+	case c.alg == floodgate.SlidingWindow:
+		fast = scripts.slidingFast
+	}
+	if fast != nil {
+		vals, err = rn.run(ctx, fast, kv[:1], args)
 		if err == nil && len(vals) == 1 && vals[0] == fastDeclined {
-			vals, err = nil, nil // not the usual request: fixed_window.lua decides it
+			vals, err = nil, nil // not the usual request: the algorithm's script decides it
 		}
 	}
 	if vals == nil && err == nil {
@@ -93,8 +100,9 @@ func (rn *runner) one(ctx context.Context, c *call) (floodgate.Decision, error) 
 	return d, nil
 }
 
-// fastDeclined is FAST_DECLINED in fixed_window_fast.lua: the one integer
-// of its reply when it left the request, unchanged, to fixed_window.lua.
+// fastDeclined is FAST_DECLINED in fixed_window_fast.lua and
+// sliding_window_fast.lua: the one integer of its reply when it left the
+// request, unchanged, to the algorithm's script.
 const fastDeclined = 2
 
 // A result is the outcome of one call.
@@ -124,6 +132,9 @@ func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 	}
 	if keys, args, order, sets, ok := gcraMultiArgs(cs); ok {
 		return rn.gcraMulti(ctx, cs, keys, args, order, sets)
+	}
+	if keys, args, order, sets, ok := slidingMultiArgs(cs); ok {
+		return rn.slidingMulti(ctx, cs, keys, args, order, sets)
 	}
 	keys, args := multiArgs(cs)
 	sc := scripts.multiOf[cs[0].alg]
@@ -209,6 +220,78 @@ func unpackFast(x, limit, cost, now, left int64) [replyLen]int64 {
 	return [replyLen]int64{allowed, limit, remaining, reset, retry, now}
 }
 
+// slidingMulti decides cs in one run of sliding_window_multi.lua, as
+// fastMulti does with fixed_window_multi.lua; the reply has one integer
+// per request, and a second after one the script denied (its
+// retry_after_us).
+func (rn *runner) slidingMulti(ctx context.Context, cs []*call, keys, args []string, order []int, sets []fastSet) ([]result, error) {
+	vals, err := rn.run(ctx, scripts.slidingMulti, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	short := func() ([]result, error) {
+		return nil, fmt.Errorf("%w: %d integers for %d requests of %d sets, too few", floodgate.ErrUnexpectedReply, len(vals), len(cs), len(sets))
+	}
+	out := make([]result, len(cs))
+	k, i := 0, 0
+	for _, set := range sets {
+		if i+2+set.n > len(vals) {
+			return short()
+		}
+		now, left := vals[i], vals[i+1]
+		i += 2
+		for range set.n {
+			j := order[k]
+			k++
+			if i >= len(vals) {
+				return short()
+			}
+			x := vals[i]
+			i++
+			if x == fastDeclinedRequest {
+				out[j].err = errAlone
+				continue
+			}
+			retry := int64(0)
+			if x&1 == 0 && x >= 0 {
+				if i >= len(vals) {
+					return short()
+				}
+				retry = vals[i]
+				i++
+			}
+			v := unpackSliding(x, set.limit, set.period, now, left, retry)
+			out[j].d, out[j].err = decode(v[:], cs[j].now)
+		}
+	}
+	if i != len(vals) {
+		return nil, fmt.Errorf("%w: %d integers for %d requests of %d sets, %d left over", floodgate.ErrUnexpectedReply, len(vals), len(cs), len(sets), len(vals)-i)
+	}
+	return out, nil
+}
+
+// unpackSliding is the reply of sliding_window.lua for a request under
+// limit and period, decided at now, left µs before the end of its window,
+// from its packed decision x in the reply of sliding_window_multi.lua
+// (remaining * 8 + reset * 2 + allowed: reset 2 if the window's counter is
+// above 0, 1 if only the one before is, else 0) and its retry_after_us. A
+// negative x, or a reset code of 3, unpacks to values that decode rejects.
+func unpackSliding(x, limit, period, now, left, retry int64) [replyLen]int64 {
+	allowed, remaining, reset := x&1, x>>3, int64(0)
+	switch (x >> 1) & 3 {
+	case 1:
+		reset = left
+	case 2:
+		reset = left + period
+	case 3:
+		reset = -1
+	}
+	if x < 0 {
+		allowed = -1
+	}
+	return [replyLen]int64{allowed, limit, remaining, reset, retry, now}
+}
+
 // fastSet is a parameter set of fixed_window_multi.lua and the number of
 // its requests.
 type fastSet struct {
@@ -218,13 +301,30 @@ type fastSet struct {
 
 // fastMultiArgs is the KEYS and ARGV of one run of fixed_window_multi.lua
 // for cs, the index in cs of the call of each key, and the parameter sets,
-// if every call of cs is a usual request of an aligned fixed window (as fixed_window_fast.lua
-// takes: no first hit, calendar, release or burst); ok is false otherwise.
+// if every call of cs is a usual request of an aligned fixed window (as
+// fixed_window_fast.lua takes: no first hit, calendar, release or burst);
+// ok is false otherwise. See windowMultiArgs.
+func fastMultiArgs(cs []*call) (keys, args []string, order []int, sets []fastSet, ok bool) {
+	return windowMultiArgs(cs, floodgate.FixedWindow)
+}
+
+// slidingMultiArgs is fastMultiArgs for sliding_window_multi.lua: ok if
+// every call of cs is a usual sliding-window request (as
+// sliding_window_fast.lua takes: no calendar, release or burst).
+func slidingMultiArgs(cs []*call) (keys, args []string, order []int, sets []fastSet, ok bool) {
+	return windowMultiArgs(cs, floodgate.SlidingWindow)
+}
+
+// windowMultiArgs is the KEYS and ARGV of one run of alg's multi script
+// (fixed_window_multi.lua, sliding_window_multi.lua) for cs, the index in
+// cs of the call of each key, and the parameter sets, if every call of cs
+// is of alg with no first hit, calendar, release, burst or wait; ok is
+// false otherwise.
 // The keys are grouped by parameter set (the time, limit, period and
 // flags), in the order each set was first seen, each set's in the order of
 // cs; ARGV is the number of sets, each set's numbers and count, then each
 // key's cost.
-func fastMultiArgs(cs []*call) (keys, args []string, order []int, sets []fastSet, ok bool) {
+func windowMultiArgs(cs []*call, alg floodgate.Algorithm) (keys, args []string, order []int, sets []fastSet, ok bool) {
 	sets = make([]fastSet, 0, 2)
 	var idxBuf [maxCoalesced]uint8
 	idx := idxBuf[:0]
@@ -232,7 +332,7 @@ func fastMultiArgs(cs []*call) (keys, args []string, order []int, sets []fastSet
 		return nil, nil, nil, nil, false
 	}
 	for _, c := range cs {
-		if c.alg != floodgate.FixedWindow || c.r.Release || c.r.Limit.Calendar.Unit != "" {
+		if c.alg != alg || c.r.Release || c.r.Limit.Calendar.Unit != "" {
 			return nil, nil, nil, nil, false
 		}
 		p := c.r.Limit.Params()

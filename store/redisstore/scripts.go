@@ -74,10 +74,17 @@ type scriptSet struct {
 	// (fixed_window_fast.lua), a script much smaller than
 	// single[FixedWindow].
 	fast *script
+	// slidingFast decides the usual single request of a sliding window
+	// (sliding_window_fast.lua), as fast does for a fixed window.
+	slidingFast *script
 	// fastMulti decides a coalesced run of usual aligned fixed-window
 	// requests (fixed_window_multi.lua), each as fast would, in place of
 	// multiOf[FixedWindow] (or, with functions, multi).
 	fastMulti *script
+	// slidingMulti decides a coalesced run of usual sliding-window
+	// requests (sliding_window_multi.lua), each as slidingFast would, in
+	// place of multiOf[SlidingWindow] (or, with functions, multi).
+	slidingMulti *script
 	// gcraMulti decides the usual GCRA requests of a coalesced run, or
 	// one alone (gcra_multi.lua), each as single[GCRA] would, in place
 	// of multiOf[GCRA] (or, with functions, multi).
@@ -114,13 +121,14 @@ type library struct {
 // state's fields variable and the field that counts the units of the
 // current window, which a return takes units off.
 // io, if not empty, is the functions that read and store the state in
-// place of load_state and save_state (a fixed window's counter).
+// place of load_state and save_state (a fixed window's counter, a sliding
+// window's counters).
 var budgeted = []struct {
 	alg                 floodgate.Algorithm
 	fields, counted, io string
 }{
 	{floodgate.FixedWindow, "FIXED_WINDOW_FIELDS", "count", ", fixed_window_load, fixed_window_save"},
-	{floodgate.SlidingWindow, "SLIDING_WINDOW_FIELDS", "curr", ""},
+	{floodgate.SlidingWindow, "SLIDING_WINDOW_FIELDS", "curr", ", sliding_window_load, sliding_window_save"},
 }
 
 // scripts is built once from the embedded files: a single-request script per
@@ -255,6 +263,16 @@ func buildScripts() (scriptSet, error) {
 		return scriptSet{}, err
 	}
 	set.fastMulti = newScript("fixed_window_multi", fastMultiSrc)
+	slidingFastSrc, err := read("sliding_window_fast.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	set.slidingFast = newScript("sliding_window_fast", slidingFastSrc)
+	slidingMultiSrc, err := read("sliding_window_multi.lua")
+	if err != nil {
+		return scriptSet{}, err
+	}
+	set.slidingMulti = newScript("sliding_window_multi", slidingMultiSrc)
 	gcraMultiSrc, err := read("gcra_multi.lua")
 	if err != nil {
 		return scriptSet{}, err
@@ -286,7 +304,8 @@ func buildScripts() (scriptSet, error) {
 	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain},
 		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain}, mainPart{"raise", raiseMain},
 		mainPart{"fair", fairMain}, mainPart{"fixed_window_fast", fastSrc}, mainPart{"fixed_window_multi", fastMultiSrc},
-		mainPart{"gcra_multi", gcraMultiSrc})
+		mainPart{"gcra_multi", gcraMultiSrc}, mainPart{"sliding_window_fast", slidingFastSrc},
+		mainPart{"sliding_window_multi", slidingMultiSrc})
 	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs, raiseFuncs, fairFuncs} {
 		shared.WriteString(f + "\n")
 	}
@@ -308,7 +327,7 @@ func buildScripts() (scriptSet, error) {
 	for _, sc := range set.budget {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
-	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair, set.fast, set.fastMulti, set.gcraMulti} {
+	for _, sc := range []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair, set.fast, set.fastMulti, set.gcraMulti, set.slidingFast, set.slidingMulti} {
 		sc.fn = set.lib.name + "_" + sc.name
 	}
 	// With functions, the library's multi serves every run: its helpers

@@ -72,7 +72,7 @@ func TestScripts(t *testing.T) {
 	if !strings.HasPrefix(set.lib.src, "#!lua name="+set.lib.name+"\n") || len(set.lib.name) != len("floodgate_")+12 {
 		t.Errorf("the library starts %q", set.lib.src[:min(40, len(set.lib.src))])
 	}
-	all := []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair, set.fast, set.fastMulti, set.gcraMulti}
+	all := []*script{set.batch, set.multi, set.refund, set.reserve, set.settle, set.sweep, set.raise, set.fair, set.fast, set.fastMulti, set.gcraMulti, set.slidingFast, set.slidingMulti}
 	for _, sc := range set.single {
 		all = append(all, sc)
 	}
@@ -108,7 +108,7 @@ func TestDumpLibrary(t *testing.T) {
 	if *dumpDir == "" {
 		return
 	}
-	all := []*script{scripts.batch, scripts.multi, scripts.refund, scripts.reserve, scripts.settle, scripts.sweep, scripts.raise, scripts.fair, scripts.fast, scripts.fastMulti, scripts.gcraMulti}
+	all := []*script{scripts.batch, scripts.multi, scripts.refund, scripts.reserve, scripts.settle, scripts.sweep, scripts.raise, scripts.fair, scripts.fast, scripts.fastMulti, scripts.gcraMulti, scripts.slidingFast, scripts.slidingMulti}
 	for _, m := range []map[floodgate.Algorithm]*script{scripts.single, scripts.budget, scripts.multiOf} {
 		for _, sc := range m {
 			all = append(all, sc)

@@ -568,10 +568,12 @@ func TestKeepTTL(t *testing.T) {
 		// both are far from their end whatever the clock says.
 		{"fixed_window first_hit, server time", floodgate.Limit{Algorithm: floodgate.FixedWindow, Limit: 100, Period: time.Hour, Window: floodgate.FirstHit}, time.Time{}, true},
 		{"sliding_window, server time", limitOf(floodgate.SlidingWindow, 100, time.Hour), time.Time{}, true},
-		// An aligned fixed window's counter gets its TTL when it is made,
-		// and no write after changes it (fixed_window.lua).
+		// An aligned fixed window's counter, and a sliding window's
+		// counters, get their TTL when the window's counter is made, and no
+		// write in that window changes it (fixed_window.lua,
+		// sliding_window.lua).
 		{"fixed_window, own time", limitOf(floodgate.FixedWindow, 100, time.Hour), t0, true},
-		{"sliding_window, own time", limitOf(floodgate.SlidingWindow, 100, time.Hour), t0, false},
+		{"sliding_window, own time", limitOf(floodgate.SlidingWindow, 100, time.Hour), t0, true},
 		{"fixed_window of a second, server time", limitOf(floodgate.FixedWindow, 100, time.Second), time.Time{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

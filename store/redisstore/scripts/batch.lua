@@ -71,10 +71,23 @@ local function sliding_window_log_check(key)
   check_type(key, 'zset')
 end
 
--- sliding_window_check fails if the key holds something else than a state.
-local function sliding_window_check(key)
+-- sliding_window_check fails if the key holds something else than a
+-- layout-1 state, or the hash of the counters something else than
+-- counters where the state of params p at now is read
+-- (sliding_window_load, which only reads).
+local function sliding_window_check(key, p, now)
   check_type(key, 'string')
   load_state(key, SLIDING_WINDOW_FIELDS)
+  check_type(sliding_window_key(key), 'hash')
+  if p and now then
+    sliding_window_load(key, p, now)
+  end
+end
+
+-- sliding_window_state_key is the key that a request writes: the hash of
+-- the counters.
+local function sliding_window_state_key(key)
+  return sliding_window_key(key)
 end
 
 -- token_bucket_check fails if the key holds something else than a state.
@@ -97,7 +110,7 @@ end
 local ALGORITHMS = {
   fixed_window = {check = fixed_window_check, apply = fixed_window_apply, state_key = fixed_window_state_key},
   sliding_window_log = {check = sliding_window_log_check, apply = sliding_window_log_apply},
-  sliding_window = {check = sliding_window_check, apply = sliding_window_apply},
+  sliding_window = {check = sliding_window_check, apply = sliding_window_apply, state_key = sliding_window_state_key},
   token_bucket = {check = token_bucket_check, apply = token_bucket_apply},
   gcra = {check = gcra_check, apply = gcra_apply},
   concurrency = {check = concurrency_check, apply = concurrency_apply},

@@ -6,7 +6,8 @@
 --   return budget_main('<alg>', <alg>_step, <ALG>_FIELDS, <alg>_expires, '<counted field>', KEYS, ARGV[, load, save])
 -- where load(key, p, now) and save(key, p, old, s, now, old_exp) read and
 -- store the state in place of load_state and save_state (a fixed window's
--- counter: fixed_window_load, fixed_window_save).
+-- counter: fixed_window_load, fixed_window_save; a sliding window's
+-- counters: sliding_window_load, sliding_window_save).
 -- It mirrors no Go function: memstore decides in process and needs no
 -- local budget. Each claim is <alg>_step (algorithm.FixedWindow.Step,
 -- algorithm.SlidingWindow.Step) run twice in one script, so a claimed unit

@@ -36,7 +36,7 @@
 -- TIME, made only if one of them needs it: the script runs atomically, so
 -- that is the time of each of them.
 -- A key of an O(1) algorithm is read once and written once per run (see
--- MULTI_STATE), but for an aligned fixed window's counter, which each
+-- MULTI_STATE; a sliding window's counters too), but for an aligned fixed window's counter, which each
 -- request moves with its own HINCRBY (fixed_window_count), and a first-hit
 -- window, read and written per request (fixed_window_apply).
 
@@ -54,9 +54,14 @@ local MULTI_APPLY = {
 -- SET per run instead of per request. The decisions are those of the same
 -- requests applied one after the other; only the writes in between, which
 -- nothing in the run reads, are left out. keep_ttl says whether the
--- algorithm's expiry may stay put between writes (see save_state).
+-- algorithm's expiry may stay put between writes (see save_state). load
+-- and save, if set, read and store the state in place of load_state and
+-- save_state (a sliding window's counters: sliding_window_load and
+-- sliding_window_save, in one HINCRBY for a run that only counts in the
+-- window it read), load at the params and time of the key's first request
+-- of the run, save at those of the last that changed it.
 local MULTI_STATE = {
-  sliding_window = {fields = SLIDING_WINDOW_FIELDS, step = sliding_window_step, expires = sliding_window_expires, keep_ttl = true},
+  sliding_window = {fields = SLIDING_WINDOW_FIELDS, step = sliding_window_step, load = sliding_window_load, save = sliding_window_save},
   token_bucket = {fields = TOKEN_BUCKET_FIELDS, step = token_bucket_step, expires = token_bucket_expires},
   gcra = {fields = GCRA_FIELDS, step = gcra_step, expires = gcra_expires},
 }
@@ -132,7 +137,12 @@ local function multi_one(key, argv, base, sets, clock, states, order)
   local m = set.m
   local st = states[key]
   if not st then
-    local old = load_state(key, m.fields)
+    local old
+    if m.load then
+      old = m.load(key, set.p, now)
+    else
+      old = load_state(key, m.fields)
+    end
     -- Every field up front: a table that grows past its size is rehashed.
     st = {m = m, old = old, s = old, p = false, now = 0, server = false}
     states[key] = st
@@ -160,6 +170,10 @@ local function multi_save(key, st)
     return -- no request changed it
   end
   local m = st.m
+  if m.save then
+    m.save(key, st.p, st.old, st.s, st.now)
+    return
+  end
   local old_exp = 0
   if m.keep_ttl and st.server then
     old_exp = m.expires(st.p, st.old)

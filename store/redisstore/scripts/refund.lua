@@ -226,7 +226,20 @@ local RESERVERS = {
       fixed_window_save(key, p, old, s, now, 0)
     end,
   },
-  sliding_window = string_reserver(SLIDING_WINDOW_FIELDS, sliding_window_step, sliding_window_refund, sliding_window_expires),
+  -- A sliding window: its counters, through sliding_window_load and
+  -- sliding_window_save.
+  sliding_window = {
+    load = sliding_window_load,
+    step = function(p, s, now, cost)
+      return sliding_window_step(p, s, now, cost)
+    end,
+    refund = sliding_window_refund,
+    peek = function(key, p, now, cost)
+      local _, d = sliding_window_step(p, sliding_window_load(key, p, now), now, cost)
+      return d
+    end,
+    save = sliding_window_save,
+  },
   token_bucket = string_reserver(TOKEN_BUCKET_FIELDS, token_bucket_step, token_bucket_refund, token_bucket_expires),
   gcra = string_reserver(GCRA_FIELDS, gcra_step, gcra_refund, gcra_expires),
   sliding_window_log = {

@@ -2,9 +2,14 @@
 -- mirrors algorithm.SlidingWindow.Step, slidingRetry and slidingFirst
 -- (slidingwindow.go) line for line, with the same names.
 --
--- KEYS[1]  the state: a string "<start>:<prev>:<curr>" (SlidingWindow.Start,
---          .Prev, .Curr), with a TTL until SlidingWindow.Expires (at least
---          MIN_TTL_MS); absent for the zero state.
+-- KEYS[1]  the subject's key under the limit (Store.Key), which holds the
+--          state of a version before this layout (layout 1: a string
+--          "<start>:<prev>:<curr>", SlidingWindow.Start, .Prev, .Curr),
+--          and is only read, during a rolling upgrade (see
+--          sliding_window_load). The state is the counters of its windows
+--          (layout 2): a plain integer per window, the field <window start
+--          in µs> of the hash KEYS[1] .. ':w' (sliding_window_key), with a
+--          TTL past the later window's end.
 -- ARGV     one request, as parse_request in common.lua reads it: now_us,
 --          limit, period, cost, burst (0), flags (count_rejected 2), id ("").
 -- Reply    {allowed 0/1, limit, remaining, reset_after_us, retry_after_us
@@ -90,15 +95,156 @@ local function sliding_window_expires(p, s)
   return 0
 end
 
--- sliding_window_apply loads the state, steps it and stores it, as memstore does.
-local function sliding_window_apply(key, p, r, now)
-  local old = load_state(key, SLIDING_WINDOW_FIELDS)
-  local s, d = sliding_window_step(p, old, now, r.cost)
-  local old_exp = 0
-  if r.now < 0 then -- the server's time: see save_state
-    old_exp = sliding_window_expires(p, old)
+-- Layout 2: the counters of the windows. SlidingWindow's state {Start,
+-- Prev, Curr} is the counter of the window at Start and of the one before
+-- it: the fields <Start> and <Start - Period> of the hash KEYS[1] .. ':w',
+-- each the window's start in µs. The state's Start is the latest window
+-- with a field, which the field holds even at 0 (a state that moved to a
+-- window without counting in it: Prev > 0, Curr 0). A save keeps only
+-- the fields of the state's two windows, so a hash never holds a field
+-- before Start - Period: that lets sliding_window_load find the state from
+-- the four fields around now, and a request that counts in its window
+-- moves one counter with one HINCRBY, reading and writing no string. The
+-- hash lives until the later window's end (and SLIDING_WINDOW_MARGIN_MS);
+-- a zero state deletes it.
+
+-- SLIDING_WINDOW_MARGIN_MS is how long the counters outlive the state's
+-- expiry, as FIXED_WINDOW_MARGIN_MS in fixed_window.lua.
+local SLIDING_WINDOW_MARGIN_MS = 1000
+
+-- sliding_window_key is the hash of the counters of key.
+local function sliding_window_key(key)
+  return key .. ':w'
+end
+
+-- sliding_window_num is the counter v (an HMGET's value) of field in the
+-- hash wkey: nil when absent; a value that is not a count is an error (a
+-- foreign key), raised before any write.
+local function sliding_window_num(wkey, field, v)
+  if not v then
+    return nil
   end
-  save_state(key, SLIDING_WINDOW_FIELDS, old, s, sliding_window_expires(p, s), now, old_exp)
+  if #v > 16 or not match(v, '^%d+$') then
+    fail('state', 'the key ' .. wkey .. ' holds ' .. format('%q', string.sub(v, 1, 64)) .. ' at ' .. field .. ', not a count')
+  end
+  return v + 0
+end
+
+-- sliding_window_load reads the state of key at now: {start, prev, curr}
+-- as the counters hold it (the latest window with a field, its counter
+-- and the one of the window before it), with wkey, its hash, and stored,
+-- whether the hash exists (false: a state read from the layout-1 string,
+-- written by a version before layout 2 during a rolling upgrade, which is
+-- only read, so that what older instances admitted is counted; see
+-- docs/redis.md, "Upgrading").
+--
+-- As a hash holds no field before its latest window's predecessor, the
+-- fields of now's window w and the windows around it say where the state
+-- is: a field at w + Period means a later state (the clock went
+-- backwards), else one at w means the state is at w, else one at w -
+-- Period that it is there, else one at w - 2 Period that it is there
+-- (ended, which Step reads as the zero state). With none of them, the
+-- hash is absent, or holds a state of a window at least two later or
+-- before, found from its fields.
+local function sliding_window_load(key, p, now)
+  local period = p.period
+  local start = now - mod(now, period)
+  local wkey = sliding_window_key(key)
+  local f0, f1, f2, f3 = format('%d', start - 2 * period), format('%d', start - period), format('%d', start), format('%d', start + period)
+  local v = call('HMGET', wkey, f0, f1, f2, f3)
+  local c0, c1, c2, c3 = sliding_window_num(wkey, f0, v[1]), sliding_window_num(wkey, f1, v[2]),
+    sliding_window_num(wkey, f2, v[3]), sliding_window_num(wkey, f3, v[4])
+  if not c3 then
+    if c2 then
+      return {start = start, prev = c1 or 0, curr = c2, wkey = wkey, stored = true}
+    elseif c1 then
+      return {start = start - period, prev = c0 or 0, curr = c1, wkey = wkey, stored = true}
+    elseif c0 then
+      -- The field before it is gone or was never read: Step reads an
+      -- ended state as the zero state whatever its Prev.
+      return {start = start - 2 * period, prev = 0, curr = c0, wkey = wkey, stored = true}
+    elseif call('EXISTS', wkey, key) == 0 then
+      -- A new key: one command for both.
+      return {start = 0, prev = 0, curr = 0, wkey = wkey, stored = false}
+    elseif call('EXISTS', wkey) == 0 then
+      local s = load_state(key, SLIDING_WINDOW_FIELDS)
+      s.wkey, s.stored = wkey, false
+      return s
+    end
+  end
+  local latest = nil
+  for _, f in ipairs(call('HKEYS', wkey)) do
+    local w = tonumber(f)
+    if w and (not latest or w > latest) then
+      latest = w
+    end
+  end
+  if not latest then
+    fail('state', 'the key ' .. wkey .. ' holds no window counter')
+  end
+  local fp, fc = format('%d', latest - period), format('%d', latest)
+  v = call('HMGET', wkey, fp, fc)
+  return {start = latest, prev = sliding_window_num(wkey, fp, v[1]) or 0, curr = sliding_window_num(wkey, fc, v[2]) or 0,
+    wkey = wkey, stored = true}
+end
+
+-- sliding_window_save stores s, a step (or refund) at now of old
+-- (sliding_window_load's, at the same now), on the counters: nothing for
+-- a state equal to old (as save_state), the hash deleted for the zero
+-- state; in old's window, the counters that changed (a request that
+-- counts: one HINCRBY); in the window after it, old's counter kept as the
+-- new Prev, the one before it deleted, the new window's made, and the TTL
+-- moved to its end; else (a new hash, or a state of a later window) the
+-- two counters alone, in a hash made anew.
+local function sliding_window_save(key, p, old, s, now)
+  if s.start == old.start and s.prev == old.prev and s.curr == old.curr then
+    return
+  end
+  local wkey, period = old.wkey, p.period
+  if s.prev <= 0 and s.curr <= 0 then
+    if old.stored then
+      call('DEL', wkey)
+    end
+    return
+  end
+  local fp, fc = format('%d', s.start - period), format('%d', s.start)
+  if old.stored and s.start == old.start then
+    if s.prev ~= old.prev then
+      call('HSET', wkey, fp, s.prev)
+    end
+    if s.curr ~= old.curr then
+      call('HINCRBY', wkey, fc, s.curr - old.curr)
+    end
+    return
+  end
+  local ttl = ttl_ms(s.start + 2 * period, now) + SLIDING_WINDOW_MARGIN_MS
+  if old.stored and s.start == old.start + period then
+    call('HDEL', wkey, format('%d', old.start - period))
+    if s.prev ~= old.curr then
+      call('HSET', wkey, fp, s.prev, fc, s.curr)
+    else
+      call('HSET', wkey, fc, s.curr)
+    end
+    call('PEXPIRE', wkey, ttl)
+    return
+  end
+  if old.stored then
+    call('DEL', wkey)
+  end
+  if s.prev > 0 then
+    call('HSET', wkey, fp, s.prev, fc, s.curr)
+  else
+    call('HSET', wkey, fc, s.curr)
+  end
+  call('PEXPIRE', wkey, ttl)
+end
+
+-- sliding_window_apply decides r at now on the counters and stores the
+-- state, as memstore does.
+local function sliding_window_apply(key, p, r, now)
+  local old = sliding_window_load(key, p, now)
+  local s, d = sliding_window_step(p, old, now, r.cost)
+  sliding_window_save(key, p, old, s, now)
   return d
 end
 
