@@ -107,7 +107,7 @@ if v[3] or c1 == false or c2 == false then
 end
 -- The state as sliding_window_load reads it, brought to now's window as
 -- sliding_window_step brings it (moved: in the window before now's).
-local prev, curr, moved = 0, 0, false
+local prev, curr, moved, ended = 0, 0, false, false
 if c2 then
   prev, curr = c1 or 0, c2
   if prev <= 0 and curr <= 0 then
@@ -118,9 +118,20 @@ elseif c1 then
   if prev <= 0 then
     return FAST_DECLINED
   end
-elseif call('EXISTS', wkey, key) > 0 then
-  -- A state of another window, or a layout-1 state: sliding_window.lua.
-  return FAST_DECLINED
+else
+  local n = call('EXISTS', wkey, key)
+  if n > 0 then
+    -- The hash holds an ended state (its latest window two before now's:
+    -- a hash outlives its state by its TTL's margin, a whole window of a
+    -- second), read as the zero state and its hash made anew, as
+    -- sliding_window.lua does, if that window's counter is there and no
+    -- layout-1 key is (n counts the hash); else a state of another window,
+    -- or a layout-1 state: sliding_window.lua.
+    if n > 1 or not count(call('HGET', wkey, string.format('%d', start - 2 * period))) then
+      return FAST_DECLINED
+    end
+    ended = true
+  end
 end
 if prev > limit or curr > limit then
   -- Step's clamps, which the store writes back: sliding_window.lua.
@@ -154,6 +165,9 @@ if moved then
   call('HSET', wkey, f2, curr)
   call('PEXPIRE', wkey, math.max(math.floor((start + 2 * period - now + 999) / 1000), 1000) + 1000)
 elseif not c2 then
+  if ended then
+    call('DEL', wkey)
+  end
   if curr > 0 then
     call('HSET', wkey, f2, curr)
     call('PEXPIRE', wkey, math.max(math.floor((start + 2 * period - now + 999) / 1000), 1000) + 1000)

@@ -24,7 +24,10 @@
 -- sliding_window_fast.lua), one with a cost that is not 0 to 2^40 in
 -- decimal, and one whose state sliding_window_fast.lua declines: a later
 -- window's counter, a foreign value, counts above the limit, a zero state,
--- a hash of other windows or a layout-1 state at a new hash's key.
+-- a hash of other windows than the three before now's (one of the window
+-- two before, an ended state its TTL's margin outlives, it reads as the
+-- zero state and makes anew, as sliding_window.lua does) or a layout-1
+-- state at a new hash's key.
 --
 -- KEYS     the requests' keys, as in sliding_window.lua (the counters are
 --          the hash KEYS[i] .. ':w'), grouped by parameter set: those of
@@ -227,9 +230,22 @@ for j = 1, n_sets do
         elseif curr > 0 then
           call('HSET', wkey, f2, curr)
           if call('PEXPIRE', wkey, ttl, 'NX') == 0 then
-            -- The hash was there, of other windows: sliding_window.lua.
-            call('HDEL', wkey, f2)
-            declined = true
+            local v0 = call('HGET', wkey, f0)
+            if v0 and #v0 <= 16 and match(v0, '^%d+$') then
+              -- The hash holds an ended state: its latest window two
+              -- before now's (a hash outlives its state by its TTL's
+              -- margin, a whole window of a second). sliding_window_load
+              -- reads it as at that window, Step as the zero state, and
+              -- sliding_window_save makes the hash anew, as here; no
+              -- layout-1 state is read beside an existing hash.
+              call('DEL', wkey)
+              call('HSET', wkey, f2, curr)
+              call('PEXPIRE', wkey, ttl)
+            else
+              -- The hash was there, of other windows: sliding_window.lua.
+              call('HDEL', wkey, f2)
+              declined = true
+            end
           else
             if checked and k < checked then
               if call('EXISTS', unpack(keys, k, nk)) == 0 then
