@@ -53,6 +53,12 @@ func instances(t *testing.T, url string, n int) []instance {
 // always "faults").
 func instancesWith(t *testing.T, url string, n int, opts redisstore.Options) []instance {
 	t.Helper()
+	return instancesTimeout(t, url, n, opts, timeout)
+}
+
+// instancesTimeout is instancesWith with the Limiters' store deadline.
+func instancesTimeout(t *testing.T, url string, n int, opts redisstore.Options, timeout time.Duration) []instance {
+	t.Helper()
 	opts.Prefix = "faults"
 	out := make([]instance, n)
 	for i := range out {
