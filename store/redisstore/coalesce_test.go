@@ -139,7 +139,7 @@ func pauseWrites(t *testing.T, c rueidis.Client) func() {
 // NOSCRIPT and EVAL.
 func loadMulti(t *testing.T, c rueidis.Client) {
 	t.Helper()
-	for _, sc := range append([]*script{scripts.multi, scripts.fastMulti, scripts.gcraMulti}, slices.Collect(maps.Values(scripts.multiOf))...) {
+	for _, sc := range append([]*script{scripts.multi, scripts.fastMulti, scripts.gcraMulti, scripts.slidingMulti}, slices.Collect(maps.Values(scripts.multiOf))...) {
 		if err := c.Do(t.Context(), c.B().ScriptLoad().Script(sc.src).Build()).Error(); err != nil {
 			t.Fatal(err)
 		}

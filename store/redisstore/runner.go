@@ -122,19 +122,20 @@ const multiFailed = 2
 
 // multi decides cs, already stamped, in one run of multi.lua, each on its
 // own, or, when every call of cs is a usual aligned fixed-window request,
-// of fixed_window_multi.lua (fastMulti), or a usual GCRA request, of
+// of fixed_window_multi.lua, a usual sliding-window request, of
+// sliding_window_multi.lua (windowMulti), or a usual GCRA request, of
 // gcra_multi.lua (gcraMulti). The error is the run's;
 // without one, each result is its call's decision, its call's error, or
 // errAlone.
 func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 	if keys, args, order, sets, ok := fastMultiArgs(cs); ok {
-		return rn.fastMulti(ctx, cs, keys, args, order, sets)
+		return rn.windowMulti(ctx, scripts.fastMulti, cs, keys, args, order, sets)
 	}
 	if keys, args, order, sets, ok := gcraMultiArgs(cs); ok {
 		return rn.gcraMulti(ctx, cs, keys, args, order, sets)
 	}
 	if keys, args, order, sets, ok := slidingMultiArgs(cs); ok {
-		return rn.slidingMulti(ctx, cs, keys, args, order, sets)
+		return rn.windowMulti(ctx, scripts.slidingMulti, cs, keys, args, order, sets)
 	}
 	keys, args := multiArgs(cs)
 	sc := scripts.multiOf[cs[0].alg]
@@ -163,33 +164,62 @@ func (rn *runner) multi(ctx context.Context, cs []*call) ([]result, error) {
 	return out, nil
 }
 
-// fastMulti decides cs in one run of fixed_window_multi.lua, whose KEYS
-// and ARGV are keys and args, the call of its k-th key cs[order[k]] and
-// its parameter sets sets (see fastMultiArgs); as multi, a request the
-// script declined is errAlone.
-func (rn *runner) fastMulti(ctx context.Context, cs []*call, keys, args []string, order []int, sets []fastSet) ([]result, error) {
-	vals, err := rn.run(ctx, scripts.fastMulti, keys, args)
+// windowMulti decides cs in one run of sc, fixed_window_multi.lua or
+// sliding_window_multi.lua, whose KEYS and ARGV are keys and args, the
+// call of its k-th key cs[order[k]] and its parameter sets sets (see
+// windowMultiArgs); as multi, a request the script declined is errAlone.
+// The reply is, per set, its now and the µs left in its window, then one
+// packed decision per request of the set (unpackFast, unpackSliding),
+// which sliding_window_multi.lua follows with its retry_after_us when it
+// denied the request.
+func (rn *runner) windowMulti(ctx context.Context, sc *script, cs []*call, keys, args []string, order []int, sets []fastSet) ([]result, error) {
+	vals, err := rn.run(ctx, sc, keys, args)
 	if err != nil {
 		return nil, err
 	}
-	if len(vals) != 2*len(sets)+len(cs) {
-		return nil, fmt.Errorf("%w: %d integers for %d requests of %d sets, want %d", floodgate.ErrUnexpectedReply, len(vals), len(cs), len(sets), 2*len(sets)+len(cs))
+	sliding := sc == scripts.slidingMulti
+	short := func() ([]result, error) {
+		return nil, fmt.Errorf("%w: %d integers for %d requests of %d sets, too few", floodgate.ErrUnexpectedReply, len(vals), len(cs), len(sets))
 	}
 	out := make([]result, len(cs))
-	k := 0
+	k, i := 0, 0
 	for _, set := range sets {
-		now, left := vals[0], vals[1]
-		for _, x := range vals[2 : 2+set.n] {
-			i := order[k]
+		if i+2+set.n > len(vals) {
+			return short()
+		}
+		now, left := vals[i], vals[i+1]
+		i += 2
+		for range set.n {
+			j := order[k]
 			k++
+			if i >= len(vals) {
+				return short()
+			}
+			x := vals[i]
+			i++
 			if x == fastDeclinedRequest {
-				out[i].err = errAlone
+				out[j].err = errAlone
 				continue
 			}
-			v := unpackFast(x, set.limit, cs[i].r.Cost, now, left)
-			out[i].d, out[i].err = decode(v[:], cs[i].now)
+			var v [replyLen]int64
+			if sliding {
+				retry := int64(0)
+				if x&1 == 0 && x >= 0 {
+					if i >= len(vals) {
+						return short()
+					}
+					retry = vals[i]
+					i++
+				}
+				v = unpackSliding(x, set.limit, set.period, now, left, retry)
+			} else {
+				v = unpackFast(x, set.limit, cs[j].r.Cost, now, left)
+			}
+			out[j].d, out[j].err = decode(v[:], cs[j].now)
 		}
-		vals = vals[2+set.n:]
+	}
+	if i != len(vals) {
+		return nil, fmt.Errorf("%w: %d integers for %d requests of %d sets, %d left over", floodgate.ErrUnexpectedReply, len(vals), len(cs), len(sets), len(vals)-i)
 	}
 	return out, nil
 }
@@ -218,56 +248,6 @@ func unpackFast(x, limit, cost, now, left int64) [replyLen]int64 {
 		retry = left
 	}
 	return [replyLen]int64{allowed, limit, remaining, reset, retry, now}
-}
-
-// slidingMulti decides cs in one run of sliding_window_multi.lua, as
-// fastMulti does with fixed_window_multi.lua; the reply has one integer
-// per request, and a second after one the script denied (its
-// retry_after_us).
-func (rn *runner) slidingMulti(ctx context.Context, cs []*call, keys, args []string, order []int, sets []fastSet) ([]result, error) {
-	vals, err := rn.run(ctx, scripts.slidingMulti, keys, args)
-	if err != nil {
-		return nil, err
-	}
-	short := func() ([]result, error) {
-		return nil, fmt.Errorf("%w: %d integers for %d requests of %d sets, too few", floodgate.ErrUnexpectedReply, len(vals), len(cs), len(sets))
-	}
-	out := make([]result, len(cs))
-	k, i := 0, 0
-	for _, set := range sets {
-		if i+2+set.n > len(vals) {
-			return short()
-		}
-		now, left := vals[i], vals[i+1]
-		i += 2
-		for range set.n {
-			j := order[k]
-			k++
-			if i >= len(vals) {
-				return short()
-			}
-			x := vals[i]
-			i++
-			if x == fastDeclinedRequest {
-				out[j].err = errAlone
-				continue
-			}
-			retry := int64(0)
-			if x&1 == 0 && x >= 0 {
-				if i >= len(vals) {
-					return short()
-				}
-				retry = vals[i]
-				i++
-			}
-			v := unpackSliding(x, set.limit, set.period, now, left, retry)
-			out[j].d, out[j].err = decode(v[:], cs[j].now)
-		}
-	}
-	if i != len(vals) {
-		return nil, fmt.Errorf("%w: %d integers for %d requests of %d sets, %d left over", floodgate.ErrUnexpectedReply, len(vals), len(cs), len(sets), len(vals)-i)
-	}
-	return out, nil
 }
 
 // unpackSliding is the reply of sliding_window.lua for a request under

@@ -253,31 +253,22 @@ func buildScripts() (scriptSet, error) {
 	if err != nil {
 		return scriptSet{}, err
 	}
-	fastSrc, err := read("fixed_window_fast.lua")
-	if err != nil {
-		return scriptSet{}, err
+	// The scripts that stand alone, each also a function of the library.
+	var standalone []mainPart
+	for _, sc := range []struct {
+		to   **script
+		name string
+	}{
+		{&set.fast, "fixed_window_fast"}, {&set.fastMulti, "fixed_window_multi"}, {&set.gcraMulti, "gcra_multi"},
+		{&set.slidingFast, "sliding_window_fast"}, {&set.slidingMulti, "sliding_window_multi"},
+	} {
+		src, err := read(sc.name + ".lua")
+		if err != nil {
+			return scriptSet{}, err
+		}
+		*sc.to = newScript(sc.name, src)
+		standalone = append(standalone, mainPart{sc.name, src})
 	}
-	set.fast = newScript("fixed_window_fast", fastSrc)
-	fastMultiSrc, err := read("fixed_window_multi.lua")
-	if err != nil {
-		return scriptSet{}, err
-	}
-	set.fastMulti = newScript("fixed_window_multi", fastMultiSrc)
-	slidingFastSrc, err := read("sliding_window_fast.lua")
-	if err != nil {
-		return scriptSet{}, err
-	}
-	set.slidingFast = newScript("sliding_window_fast", slidingFastSrc)
-	slidingMultiSrc, err := read("sliding_window_multi.lua")
-	if err != nil {
-		return scriptSet{}, err
-	}
-	set.slidingMulti = newScript("sliding_window_multi", slidingMultiSrc)
-	gcraMultiSrc, err := read("gcra_multi.lua")
-	if err != nil {
-		return scriptSet{}, err
-	}
-	set.gcraMulti = newScript("gcra_multi", gcraMultiSrc)
 	set.batch = newScript("batch", shared.String()+batchFuncs+mainMarker+batchMain)
 	set.multi = newScript("multi", shared.String()+multiFuncs+mainMarker+multiMain)
 	for i, alg := range floodgate.Algorithms {
@@ -303,9 +294,8 @@ func buildScripts() (scriptSet, error) {
 	set.fair = newScript("fair", files["common.lua"]+"\n"+fairFuncs+mainMarker+fairMain)
 	mains = append(mains, mainPart{"batch", batchMain}, mainPart{"multi", multiMain}, mainPart{"refund", refundMain},
 		mainPart{"reserve", reserveMain}, mainPart{"settle", settleMain}, mainPart{"sweep", sweepMain}, mainPart{"raise", raiseMain},
-		mainPart{"fair", fairMain}, mainPart{"fixed_window_fast", fastSrc}, mainPart{"fixed_window_multi", fastMultiSrc},
-		mainPart{"gcra_multi", gcraMultiSrc}, mainPart{"sliding_window_fast", slidingFastSrc},
-		mainPart{"sliding_window_multi", slidingMultiSrc})
+		mainPart{"fair", fairMain})
+	mains = append(mains, standalone...)
 	for _, f := range []string{batchFuncs, multiFuncs, refundFuncs, reserveFuncs, settleFuncs, sweepFuncs, raiseFuncs, fairFuncs} {
 		shared.WriteString(f + "\n")
 	}
